@@ -1,0 +1,181 @@
+"""``Layout``: one parallel configuration of a training job, and its validity rules.
+
+Rank order (innermost first) follows Megatron-LM: tp, cp, dp, pp. Expert parallelism
+is carved out of the data-parallel ranks (Megatron-Core and torchtitan do the same):
+``ep`` divides ``dp``; dense weights are replicated over all ``dp`` ranks, expert
+weights are split ``ep`` ways and replicated ``dp / ep`` ways.
+World size = dp · tp · pp · cp.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
+
+from hardware_specs.errors import SpecError
+
+from .model_spec import ModelSpec
+from .training import TrainingSpec
+
+Schedule = Literal["gpipe", "1f1b", "interleaved"]
+Recompute = Literal["none", "selective", "full"]
+SCHEDULES: tuple[str, ...] = ("gpipe", "1f1b", "interleaved")
+RECOMPUTE_MODES: tuple[str, ...] = ("none", "selective", "full")
+
+
+class LayoutError(SpecError):
+    """A layout that the model, batch or cluster does not allow."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Layout:
+    """Parallel degrees and per-step schedule of one candidate plan."""
+
+    dp: int = 1
+    """Data-parallel degree (includes the ep ranks)."""
+    tp: int = 1
+    """Tensor-parallel degree (Megatron column/row split of attention heads and MLP)."""
+    pp: int = 1
+    """Pipeline stages."""
+    cp: int = 1
+    """Context-parallel degree (ring attention over the sequence)."""
+    ep: int = 1
+    """Expert-parallel degree (MoE experts split over ep of the dp ranks)."""
+    zero_stage: int = 0
+    """0 = DDP; 1 = optimizer states sharded; 2 = + gradients; 3 = + parameters (FSDP)."""
+    hsdp_shard_degree: int = 0
+    """HSDP: shard states over groups of this many dp ranks, replicate across groups. 0 = all dp ranks."""
+    sequence_parallel: bool = False
+    """Megatron sequence parallelism for norms and dropout (needs tp > 1)."""
+    micro_batch_size: int = 1
+    """Sequences per micro-batch per data-parallel replica, b."""
+    num_microbatches: int = 1
+    """Micro-batches per step per replica, m (gradient accumulation steps when pp = 1)."""
+    schedule: Schedule = "1f1b"
+    """Pipeline schedule."""
+    virtual_stages: int = 1
+    """Model chunks per pipeline rank (v > 1 only with the interleaved schedule)."""
+    layers_per_stage: tuple[int, ...] = ()
+    """Layers on each of the pp · v stages, in order; empty = uniform split."""
+    recompute: Recompute = "none"
+    """Activation recomputation: none, selective (attention core), full (whole block)."""
+    recompute_num_layers: int = 0
+    """With full recomputation: layers per stage recomputed; 0 = all of them."""
+    optimizer_offload: bool = False
+    """Optimizer states and master weights in host memory, step on the CPU (ZeRO-Offload)."""
+
+    @property
+    def world_size(self) -> int:
+        return self.dp * self.tp * self.pp * self.cp
+
+    @property
+    def num_stages(self) -> int:
+        """Model chunks in the pipeline, pp · v."""
+        return self.pp * self.virtual_stages
+
+    @property
+    def zero_shard_degree(self) -> int:
+        """Ranks over which ZeRO shards model states (the HSDP shard group, or all of dp)."""
+        return self.hsdp_shard_degree or self.dp
+
+    def stage_layers(self, num_layers: int) -> tuple[int, ...]:
+        """Layers on each model chunk, in pipeline order."""
+        if self.layers_per_stage:
+            return self.layers_per_stage
+        per, rest = divmod(num_layers, self.num_stages)
+        return tuple(per + (1 if i < rest else 0) for i in range(self.num_stages))
+
+    def to_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["layers_per_stage"] = list(self.layers_per_stage)
+        return out
+
+    @classmethod
+    def from_dict(cls, raw: dict[str, Any]) -> "Layout":
+        known = set(cls.__dataclass_fields__)
+        unknown = sorted(set(raw) - known)
+        if unknown:
+            raise LayoutError(f"layout: unknown field {unknown[0]!r}; known fields: {', '.join(sorted(known))}")
+        values = dict(raw)
+        if "layers_per_stage" in values:
+            values["layers_per_stage"] = tuple(values["layers_per_stage"])
+        return cls(**values)
+
+    def __post_init__(self) -> None:
+        for name in ("dp", "tp", "pp", "cp", "ep", "micro_batch_size", "num_microbatches", "virtual_stages"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise LayoutError(f"layout.{name} must be a positive integer, got {value!r}")
+        if self.zero_stage not in (0, 1, 2, 3):
+            raise LayoutError(f"layout.zero_stage must be 0, 1, 2 or 3, got {self.zero_stage!r}")
+        if self.schedule not in SCHEDULES:
+            raise LayoutError(f"layout.schedule must be one of {', '.join(SCHEDULES)}, got {self.schedule!r}")
+        if self.recompute not in RECOMPUTE_MODES:
+            raise LayoutError(f"layout.recompute must be one of {', '.join(RECOMPUTE_MODES)}, got {self.recompute!r}")
+
+
+def check_layout(layout: Layout, model: ModelSpec, training: TrainingSpec, num_gpus: int,
+                 gpus_per_node: int) -> None:
+    """Raise ``LayoutError`` naming the first rule ``layout`` breaks; return if it is valid."""
+    for problem in layout_problems(layout, model, training, num_gpus, gpus_per_node):
+        raise LayoutError(problem)
+
+
+def layout_problems(layout: Layout, model: ModelSpec, training: TrainingSpec, num_gpus: int,
+                    gpus_per_node: int) -> list[str]:
+    """Every divisibility and consistency rule ``layout`` breaks, as fix-it sentences."""
+    L = layout
+    problems: list[str] = []
+    if L.world_size != num_gpus:
+        problems.append(f"dp {L.dp} x tp {L.tp} x pp {L.pp} x cp {L.cp} = {L.world_size}, "
+                        f"but --gpus is {num_gpus}; choose degrees whose product is {num_gpus}")
+    if model.num_attention_heads % L.tp:
+        problems.append(f"tp {L.tp} does not divide the {model.num_attention_heads} attention heads")
+    if L.sequence_parallel and L.tp == 1:
+        problems.append("sequence parallel needs tp > 1; pass --no-sequence-parallel or raise --tp")
+    if training.seq_len % (L.tp if L.sequence_parallel else 1):
+        problems.append(f"seq-len {training.seq_len} is not divisible by tp {L.tp} (sequence parallel splits it)")
+    if training.seq_len % L.cp:
+        problems.append(f"seq-len {training.seq_len} is not divisible by cp {L.cp}")
+    if L.ep > 1 and model.moe is None:
+        problems.append(f"ep {L.ep} needs a mixture-of-experts model; {model.name} is dense")
+    if model.moe is not None and model.moe.num_experts % L.ep:
+        problems.append(f"ep {L.ep} does not divide the {model.moe.num_experts} experts")
+    if L.dp % L.ep:
+        problems.append(f"ep {L.ep} must divide dp {L.dp} (expert ranks are carved from data-parallel ranks)")
+    if L.hsdp_shard_degree and (L.dp % L.hsdp_shard_degree or L.zero_stage == 0):
+        problems.append(f"hsdp shard degree {L.hsdp_shard_degree} must divide dp {L.dp} and needs zero stage >= 1")
+    problems += _batch_problems(L, training)
+    problems += _pipeline_problems(L, model)
+    return problems
+
+
+def _batch_problems(L: Layout, training: TrainingSpec) -> list[str]:
+    per_replica = L.micro_batch_size * L.num_microbatches
+    if per_replica * L.dp != training.global_batch_size:
+        return [f"micro-batch {L.micro_batch_size} x {L.num_microbatches} micro-batches x dp {L.dp} = "
+                f"{per_replica * L.dp} sequences, but --global-batch is {training.global_batch_size}"]
+    return []
+
+
+def _pipeline_problems(L: Layout, model: ModelSpec) -> list[str]:
+    problems = []
+    if L.virtual_stages > 1 and L.schedule != "interleaved":
+        problems.append(f"virtual stages {L.virtual_stages} need --schedule interleaved")
+    if L.schedule == "interleaved":
+        if L.pp == 1:
+            problems.append("the interleaved schedule needs pp > 1")
+        if L.num_microbatches % L.pp:
+            problems.append(f"the interleaved schedule needs micro-batches ({L.num_microbatches}) "
+                            f"to be a multiple of pp ({L.pp})")
+    if L.layers_per_stage:
+        if len(L.layers_per_stage) != L.num_stages or sum(L.layers_per_stage) != model.num_layers \
+                or min(L.layers_per_stage) < 1:
+            problems.append(f"layers_per_stage {list(L.layers_per_stage)} must list {L.num_stages} positive "
+                            f"counts summing to {model.num_layers}")
+    elif model.num_layers % L.num_stages:
+        problems.append(f"{model.num_layers} layers do not split evenly over pp {L.pp} x "
+                        f"virtual stages {L.virtual_stages}; pick a divisor or give layers_per_stage")
+    if L.recompute_num_layers and L.recompute != "full":
+        problems.append("recompute_num_layers needs --recompute full")
+    return problems

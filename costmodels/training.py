@@ -1,0 +1,63 @@
+"""``TrainingSpec``: what is trained, on how much data per step, in which precision."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from hardware_specs.errors import SpecError
+
+Precision = Literal["fp32", "bf16", "fp16", "fp8"]
+Optimizer = Literal["adamw", "sgd"]
+AttentionImpl = Literal["fused", "eager"]
+
+PRECISIONS: tuple[str, ...] = ("bf16", "fp16", "fp8", "fp32")
+OPTIMIZERS: tuple[str, ...] = ("adamw", "sgd")
+LORA_TARGETS: tuple[str, ...] = ("q", "k", "v", "o", "gate", "up", "down")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TrainingSpec:
+    """One training step: global batch, sequence length, precision and optimizer."""
+
+    global_batch_size: int
+    """Sequences per optimizer step, B."""
+    seq_len: int
+    """Tokens per sequence, s."""
+    precision: Precision = "bf16"
+    """bf16/fp16: mixed precision with fp32 master weights; fp8: GEMMs at the FP8 rate
+    (master weights and states as in bf16); fp32: everything in fp32 (CPU runs)."""
+    optimizer: Optimizer = "adamw"
+    """AdamW (two fp32 moments) or SGD with momentum (one)."""
+    lora_rank: int = 0
+    """0 = full fine-tuning/training; r > 0 = LoRA adapters of rank r on ``lora_targets``."""
+    lora_targets: tuple[str, ...] = ("q", "k", "v", "o")
+    """Which projections carry LoRA adapters."""
+    attention: AttentionImpl = "fused"
+    """fused = flash-style kernel (scores not stored); eager = scores and softmax stored."""
+
+    def __post_init__(self) -> None:
+        for name in ("global_batch_size", "seq_len"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise SpecError(f"{name} must be a positive integer, got {value!r}")
+        _require_choice("precision", self.precision, PRECISIONS)
+        _require_choice("optimizer", self.optimizer, OPTIMIZERS)
+        _require_choice("attention", self.attention, ("fused", "eager"))
+        if not isinstance(self.lora_rank, int) or self.lora_rank < 0:
+            raise SpecError(f"lora_rank must be a non-negative integer, got {self.lora_rank!r}")
+        for target in self.lora_targets:
+            _require_choice("lora_targets", target, LORA_TARGETS)
+
+    @property
+    def is_lora(self) -> bool:
+        return self.lora_rank > 0
+
+    @property
+    def tokens_per_step(self) -> int:
+        return self.global_batch_size * self.seq_len
+
+
+def _require_choice(name: str, value: object, choices: tuple[str, ...]) -> None:
+    if value not in choices:
+        raise SpecError(f"{name} must be one of {', '.join(choices)}, got {value!r}")

@@ -1,0 +1,161 @@
+"""Read node-type TOML files into specs, converting suffixed keys to base units once.
+
+File layout (every number has an entry in ``[sources]`` under its dotted key)::
+
+    schema_version = 1
+    name = "h100-sxm-80gb"
+    display_name = "NVIDIA H100 SXM5 80GB"
+    device_type = "cuda"
+    [device]      fp32_tflops, fp16_tflops, bf16_tflops?, fp8_tflops?, memory_gib,
+                  memory_bandwidth_tb_per_s, runtime_reserved_gib
+    [node]        gpus_per_node, host_link_gb_per_s, host_memory_gb_per_s
+    [intra_node]  kind, bandwidth_gb_per_s (per device, per direction), latency_us
+    [inter_node]  kind, nics_per_node, nic_gbit_per_s, latency_us
+    [sources]     "device.bf16_tflops" = "NVIDIA H100 datasheet ..."
+"""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+from typing import Any, get_args
+
+from .errors import SpecError, closest_names
+from .schema import HardwareSpec, LinkKind, LinkSpec, NetworkSpec, NodeSpec
+from .units import GB, GBIT, GIB, TB, TERA, US
+
+SCHEMA_VERSION = 1
+DATA_DIR = Path(__file__).parent / "data"
+_LINK_KINDS = get_args(LinkKind)
+
+
+def list_hardware() -> list[str]:
+    """Names of the shipped node types, sorted."""
+    return sorted(p.stem for p in DATA_DIR.glob("*.toml"))
+
+
+def load_node(name_or_path: str | Path) -> NodeSpec:
+    """Load a shipped node type by name, or a user's TOML file by path."""
+    path = _resolve(str(name_or_path))
+    try:
+        raw = tomllib.loads(path.read_text(encoding="utf-8"))
+    except tomllib.TOMLDecodeError as err:
+        raise SpecError(f"hardware file {path}: not valid TOML ({err}); fix the syntax") from None
+    except OSError as err:
+        raise SpecError(f"hardware file {path}: cannot read ({err.strerror})") from None
+    return parse_node(raw, origin=str(path))
+
+
+def _resolve(name_or_path: str) -> Path:
+    if name_or_path.endswith(".toml") or "/" in name_or_path:
+        path = Path(name_or_path)
+        if not path.is_file():
+            raise SpecError(f"--hardware: file {name_or_path!r} does not exist")
+        return path
+    path = DATA_DIR / f"{name_or_path}.toml"
+    if not path.is_file():
+        hint = closest_names(name_or_path, list_hardware())
+        raise SpecError(
+            f"--hardware: unknown hardware {name_or_path!r}{hint}; "
+            f"run 'autoplan hardware' for the list or pass a TOML path"
+        )
+    return path
+
+
+def parse_node(raw: dict[str, Any], *, origin: str) -> NodeSpec:
+    """Build a ``NodeSpec`` from parsed TOML, naming the bad field on error."""
+    reader = _Reader(raw, origin)
+    if reader.get("schema_version", int) != SCHEMA_VERSION:
+        raise SpecError(f"{origin}: schema_version must be {SCHEMA_VERSION}")
+    device_type = reader.get("device_type", str)
+    if device_type not in ("cuda", "rocm", "cpu"):
+        raise SpecError(f"{origin}: device_type must be cuda, rocm or cpu, got {device_type!r}")
+    peaks = {"fp32": reader.number("device.fp32_tflops") * TERA,
+             "fp16": reader.number("device.fp16_tflops") * TERA}
+    for dtype in ("bf16", "fp8"):  # optional: V100 has no bf16, A100 no fp8
+        if reader.has(f"device.{dtype}_tflops"):
+            peaks[dtype] = reader.number(f"device.{dtype}_tflops") * TERA
+    hardware = HardwareSpec(
+        name=reader.get("name", str),
+        display_name=reader.get("display_name", str),
+        device_type=device_type,
+        peak_flops_per_s=peaks,
+        memory_bytes=int(reader.number("device.memory_gib") * GIB),
+        memory_bandwidth_bytes_per_s=reader.number("device.memory_bandwidth_tb_per_s") * TB,
+        runtime_reserved_bytes=int(reader.number("device.runtime_reserved_gib", minimum=0.0) * GIB),
+        sources=reader.sources,
+    )
+    return NodeSpec(
+        hardware=hardware,
+        gpus_per_node=reader.integer("node.gpus_per_node"),
+        intra_node=LinkSpec(
+            kind=reader.link_kind("intra_node.kind"),
+            bandwidth_bytes_per_s=reader.number("intra_node.bandwidth_gb_per_s") * GB,
+            latency_s=reader.number("intra_node.latency_us") * US,
+        ),
+        inter_node=NetworkSpec(
+            kind=reader.link_kind("inter_node.kind"),
+            nics_per_node=reader.integer("inter_node.nics_per_node"),
+            nic_bandwidth_bytes_per_s=reader.number("inter_node.nic_gbit_per_s") * GBIT,
+            latency_s=reader.number("inter_node.latency_us") * US,
+        ),
+        host_link_bandwidth_bytes_per_s=reader.number("node.host_link_gb_per_s") * GB,
+        host_memory_bandwidth_bytes_per_s=reader.number("node.host_memory_gb_per_s") * GB,
+    )
+
+
+class _Reader:
+    """Typed access to dotted keys of a TOML table; every number must cite a source."""
+
+    def __init__(self, raw: dict[str, Any], origin: str) -> None:
+        self.raw = raw
+        self.origin = origin
+        sources = raw.get("sources", {})
+        if not isinstance(sources, dict):
+            raise SpecError(f"{origin}: [sources] must be a table of key = \"source\"")
+        self.sources = {str(k): str(v) for k, v in sources.items()}
+
+    def has(self, key: str) -> bool:
+        try:
+            self._lookup(key)
+        except KeyError:
+            return False
+        return True
+
+    def _lookup(self, key: str) -> Any:
+        value: Any = self.raw
+        for part in key.split("."):
+            if not isinstance(value, dict) or part not in value:
+                raise KeyError(key)
+            value = value[part]
+        return value
+
+    def get(self, key: str, kind: type) -> Any:
+        try:
+            value = self._lookup(key)
+        except KeyError:
+            raise SpecError(f"{self.origin}: missing field {key!r}") from None
+        if not isinstance(value, kind) or isinstance(value, bool):
+            expected = "a number" if isinstance(kind, tuple) else f"a {kind.__name__}"
+            raise SpecError(f"{self.origin}: field {key!r} must be {expected}, got {value!r}")
+        return value
+
+    def number(self, key: str, minimum: float | None = None) -> float:
+        value = self.get(key, (int, float))  # type: ignore[arg-type]
+        if minimum is None and value <= 0 or minimum is not None and value < minimum:
+            raise SpecError(f"{self.origin}: field {key!r} must be positive, got {value!r}")
+        if key not in self.sources:
+            raise SpecError(f"{self.origin}: field {key!r} has no entry in [sources]; cite where it comes from")
+        return float(value)
+
+    def integer(self, key: str) -> int:
+        value = self.number(key)
+        if value != int(value):
+            raise SpecError(f"{self.origin}: field {key!r} must be a whole number, got {value!r}")
+        return int(value)
+
+    def link_kind(self, key: str) -> str:
+        value = self.get(key, str)
+        if value not in _LINK_KINDS:
+            raise SpecError(f"{self.origin}: field {key!r} must be one of {', '.join(_LINK_KINDS)}, got {value!r}")
+        return value

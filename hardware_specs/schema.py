@@ -1,0 +1,121 @@
+"""Typed, frozen records for devices, links and clusters (base units inside)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+DeviceType = Literal["cuda", "rocm", "cpu"]
+Dtype = Literal["fp32", "bf16", "fp16", "fp8"]
+LinkKind = Literal["nvswitch", "nvlink", "pcie", "infinity-fabric", "shared-memory", "ethernet", "infiniband"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class HardwareSpec:
+    """One accelerator (or, for ``cpu``, one core running one process)."""
+
+    name: str
+    """Preset name, e.g. ``h100-sxm-80gb``."""
+    display_name: str
+    """Vendor's product name."""
+    device_type: DeviceType
+    """Which torch device type runs on it: ``cuda`` (also ROCm builds), ``cpu``."""
+    peak_flops_per_s: dict[str, float]
+    """Dense peak FLOP/s per dtype (``fp32``, ``bf16``, ``fp16``, ``fp8``); missing dtype = unsupported."""
+    memory_bytes: int
+    """Device memory (bytes)."""
+    memory_bandwidth_bytes_per_s: float
+    """Device memory bandwidth (bytes/s)."""
+    runtime_reserved_bytes: int
+    """Memory the runtime holds before the model allocates (CUDA context, NCCL buffers), bytes."""
+    sources: dict[str, str] = field(default_factory=dict)
+    """Where each number comes from, by TOML key."""
+
+    def peak_flops(self, dtype: str) -> float:
+        """Dense peak FLOP/s for ``dtype`` (the caller checks ``supports`` first)."""
+        return self.peak_flops_per_s[dtype]
+
+    def supports(self, dtype: str) -> bool:
+        """Whether the datasheet lists a rate for ``dtype``."""
+        return dtype in self.peak_flops_per_s
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LinkSpec:
+    """The link between devices inside one node."""
+
+    kind: LinkKind
+    """Technology: NVSwitch, NVLink, PCIe, Infinity Fabric, shared memory."""
+    bandwidth_bytes_per_s: float
+    """Per-device, per-direction bandwidth (bytes/s)."""
+    latency_s: float
+    """One-message latency (the alpha of the alpha-beta model), seconds."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NetworkSpec:
+    """The network between nodes."""
+
+    kind: LinkKind
+    """Fabric: InfiniBand, Ethernet (RoCE)."""
+    nics_per_node: int
+    """Compute NICs per node."""
+    nic_bandwidth_bytes_per_s: float
+    """Per-NIC, per-direction bandwidth (bytes/s)."""
+    latency_s: float
+    """One-message latency across the network, seconds."""
+
+    @property
+    def node_bandwidth_bytes_per_s(self) -> float:
+        """All NICs of one node together, per direction (bytes/s)."""
+        return self.nics_per_node * self.nic_bandwidth_bytes_per_s
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NodeSpec:
+    """A node type: devices, their link, the network and the host link."""
+
+    hardware: HardwareSpec
+    gpus_per_node: int
+    """Devices per node."""
+    intra_node: LinkSpec
+    inter_node: NetworkSpec
+    host_link_bandwidth_bytes_per_s: float
+    """Device-to-host bandwidth per device, per direction (bytes/s); used for optimizer offload."""
+    host_memory_bandwidth_bytes_per_s: float
+    """Host DRAM bandwidth available to one device's offloaded optimizer step (bytes/s)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ClusterSpec:
+    """``num_nodes`` identical nodes."""
+
+    node: NodeSpec
+    num_nodes: int
+
+    @property
+    def hardware(self) -> HardwareSpec:
+        return self.node.hardware
+
+    @property
+    def gpus_per_node(self) -> int:
+        return self.node.gpus_per_node
+
+    @property
+    def num_gpus(self) -> int:
+        return self.num_nodes * self.node.gpus_per_node
+
+    def group_placement(self, degree: int, stride: int) -> tuple[int, int]:
+        """Ranks per node and nodes spanned by a process group.
+
+        The group is ``{r, r + stride, ..., r + (degree - 1) * stride}`` with ranks
+        filled node by node (rank // gpus_per_node is the node).
+        Returns ``(ranks_per_node, num_nodes_spanned)``; their product is ``degree``.
+        """
+        g = self.gpus_per_node
+        if degree <= 1:
+            return 1, 1
+        if stride >= g:
+            return 1, degree
+        per_node = max(1, min(degree, g // stride))
+        return per_node, -(-degree // per_node)
