@@ -1,0 +1,1 @@
+"""autoplan planner (stub while the API is written)."""

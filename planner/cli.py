@@ -1,0 +1,22 @@
+"""The ``autoplan`` command line: a thin click shell over the planner API."""
+
+from __future__ import annotations
+
+import click
+
+from .cli_common import run_command
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.version_option(package_name="autoplan")
+def main() -> None:
+    """autoplan: choose the parallel layout of a transformer training job, and run it.
+
+    \b
+    Start with:  autoplan plan --model llama3-70b --hardware h100-sxm-80gb --gpus 64 \\
+                   --global-batch 512 --seq-len 8192
+    """
+
+
+# Commands live in their own modules; each is registered here.
+# (register-commands: keep one line per module)
