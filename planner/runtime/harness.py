@@ -1,0 +1,59 @@
+"""Run several layouts one after another in one process group and record their losses.
+
+Used by the loss-parity tests: one torchrun launch per world size covers many layouts, since
+starting processes costs far more on a small machine than a few steps of a tiny model.
+
+    torchrun --standalone --nproc-per-node 4 -m planner.runtime.harness cases.json results.json
+
+``cases.json`` is a list of {"name", "model", "layout", "seq_len", "steps", "lr", "max_norm",
+"seed"}; "model" is a preset name or a ModelSpec dict. Cases whose world size differs from the
+launch are skipped. ``results.json`` maps each name to its per-step {"loss", "grad_norm"}.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import torch
+import torch.distributed as dist
+
+from costmodels.layout import Layout
+from costmodels.model_spec import model_from_dict
+from costmodels.presets import load_model
+
+from .data import SyntheticTokens
+from .trainer import init_distributed, pick_device, setup_job, train_step
+
+
+def run_case(case: dict, device: torch.device) -> list[dict]:
+    """Train ``case["steps"]`` steps of one layout from the seed; per-step loss and grad norm."""
+    model = case["model"]
+    spec = load_model(model) if isinstance(model, str) else model_from_dict(model)
+    layout = Layout.from_dict(case["layout"])
+    job = setup_job(spec, layout, device=device, seed=case.get("seed", 0), lr=case.get("lr", 1e-3))
+    source = SyntheticTokens(spec.vocab_size, case.get("seed", 0))
+    return [train_step(job, source, step, seq_len=case["seq_len"], max_norm=case.get("max_norm", 1.0))
+            for step in range(case["steps"])]
+
+
+def main(argv: list[str]) -> None:
+    cases_path, out_path = argv
+    device = pick_device()
+    init_distributed(device)
+    world = dist.get_world_size()
+    results = {}
+    with open(cases_path, encoding="utf-8") as handle:
+        cases = json.load(handle)
+    for case in cases:
+        if Layout.from_dict(case["layout"]).world_size == world:
+            results[case["name"]] = run_case(case, device)
+            dist.barrier()
+    if dist.get_rank() == 0:
+        with open(out_path, "w", encoding="utf-8") as handle:
+            json.dump(results, handle, indent=1, sort_keys=True)
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,59 @@
+"""Layout-independent weight initialisation.
+
+Each parameter is drawn from its own generator, seeded by the run seed and the parameter's
+canonical name, as the full (global) tensor; a sharded parameter then keeps only its local
+piece. So any layout (FSDP shards, TP slices, pipeline stages, recomputation wrappers) starts
+from exactly the weights of the single-process model, which is what makes loss parity testable.
+The price is one full-size temporary per parameter at start-up (on the training device).
+"""
+
+from __future__ import annotations
+
+import zlib
+
+import torch
+from torch import nn
+
+CHECKPOINT_PREFIX = "_checkpoint_wrapped_module."
+INIT_STD = 0.02
+"""Standard deviation of linear and embedding weights (GPT-2; Radford et al. 2019)."""
+
+
+def canonical_name(fqn: str) -> str:
+    """The parameter name as in the unwrapped model (recomputation wrappers removed)."""
+    return fqn.replace(CHECKPOINT_PREFIX, "")
+
+
+def _full_value(name: str, shape: torch.Size, seed: int, device: torch.device) -> torch.Tensor:
+    """The global initial value of parameter ``name``: ones/zeros for norms and biases, else N(0, std)."""
+    leaf = name.rsplit(".", 1)[-1]
+    owner = name.rsplit(".", 2)[-2] if name.count(".") else ""
+    if leaf == "bias":
+        return torch.zeros(shape, device=device)
+    if "norm" in owner:
+        return torch.ones(shape, device=device)
+    gen = torch.Generator(device=device)
+    gen.manual_seed((seed * 1_000_003 + zlib.crc32(name.encode())) % (2**63))
+    return torch.randn(shape, generator=gen, device=device) * INIT_STD
+
+
+def _local_piece(param: torch.Tensor, full: torch.Tensor) -> torch.Tensor:
+    """The part of ``full`` this rank holds for ``param`` (a DTensor or a plain tensor)."""
+    from torch.distributed.tensor import DTensor, Replicate
+
+    if not isinstance(param, DTensor):
+        return full
+    replicated = DTensor.from_local(full, param.device_mesh, [Replicate()] * param.device_mesh.ndim,
+                                    run_check=False)
+    return replicated.redistribute(param.device_mesh, param.placements).to_local()
+
+
+@torch.no_grad()
+def init_weights(model: nn.Module, *, seed: int) -> None:
+    """Fill every parameter of ``model`` (already materialised) with its layout-independent value."""
+    from torch.distributed.tensor import DTensor
+
+    for fqn, param in model.named_parameters():
+        local = param.to_local() if isinstance(param, DTensor) else param
+        full = _full_value(canonical_name(fqn), param.shape, seed, local.device)
+        local.copy_(_local_piece(param, full).to(local.dtype))

@@ -1,0 +1,188 @@
+"""Apply a ``Layout`` to the model with PyTorch's own distributed APIs.
+
+Order (each step sees the result of the one before; measured to match a single-process
+reference on CPU with gloo): recomputation wrappers, tensor/sequence parallel
+(``parallelize_module``), data parallel on the dp sub-mesh (FSDP2 ``fully_shard`` or its
+replicate twin), then the pipeline stage and schedule (``pipelining.py``).
+
+ZeRO mapping onto FSDP2 (written down in docs/launch.md):
+  0 -> ``replicate`` (FSDP2's DDP: all-reduce of gradients, nothing sharded);
+  1 -> ``fully_shard(reshard_after_forward=False)`` and no gradient reduce-scatter until the
+       last micro-batch (unsharded gradients accumulate; optimizer states and master weights
+       sharded) - the closest native equivalent;
+  2 -> ``fully_shard(reshard_after_forward=False)``, gradients reduce-scattered every micro-batch;
+  3 -> ``fully_shard(reshard_after_forward=True)``.
+HSDP: a 2-D (dp_replicate, dp_shard) mesh of shape (dp / hsdp_shard_degree, hsdp_shard_degree).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from costmodels.layout import Layout
+from costmodels.model_spec import ModelSpec
+
+from .model import Transformer
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Meshes:
+    """The device mesh of a run and the sub-meshes each parallelism uses (None = degree 1)."""
+
+    world: object
+    """The full DeviceMesh (pp, dp..., tp)."""
+    dp: object | None
+    """Data-parallel sub-mesh: ("dp",) or ("dp_replicate", "dp_shard") for HSDP."""
+    tp: object | None
+    pp: object | None
+
+
+def dp_dim_names(layout: Layout) -> tuple[str, ...]:
+    """Mesh axes of data parallelism: two for HSDP, else one."""
+    hsdp = layout.zero_stage > 0 and 0 < layout.hsdp_shard_degree < layout.dp
+    return ("dp_replicate", "dp_shard") if hsdp else ("dp",)
+
+
+def build_meshes(layout: Layout, device_type: str) -> Meshes:
+    """``init_device_mesh`` over (pp, dp..., tp); rank order innermost first: tp, dp, pp."""
+    from torch.distributed.device_mesh import init_device_mesh
+
+    dp_names = dp_dim_names(layout)
+    dp_shape = ((layout.dp // layout.hsdp_shard_degree, layout.hsdp_shard_degree)
+                if len(dp_names) == 2 else (layout.dp,))
+    names = ("pp", *dp_names, "tp")
+    mesh = init_device_mesh(device_type, (layout.pp, *dp_shape, layout.tp), mesh_dim_names=names)
+    return Meshes(world=mesh,
+                  dp=mesh[dp_names] if layout.dp > 1 else None,
+                  tp=mesh["tp"] if layout.tp > 1 else None,
+                  pp=mesh["pp"] if layout.pp > 1 else None)
+
+
+def apply_recompute(model: Transformer, layout: Layout) -> None:
+    """Full: wrap the first ``recompute_num_layers`` (0 = all) blocks of this stage in a
+    non-reentrant checkpoint wrapper; selective: recompute only the attention core."""
+    from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
+
+    names = list(model.layers.keys())
+    if layout.recompute == "full":
+        count = layout.recompute_num_layers or len(names)
+        for name in names[:count]:
+            model.layers[name] = checkpoint_wrapper(model.layers[name], preserve_rng_state=True)
+    elif layout.recompute == "selective":
+        for block in model.layers.values():
+            block.attention.recompute_core = True
+
+
+def _unwrap(block: nn.Module) -> nn.Module:
+    return getattr(block, "_checkpoint_wrapped_module", block)
+
+
+def _block_plan(block: nn.Module, sp: bool) -> dict:
+    """Megatron column/row split of attention and MLP; norms sequence-parallel when ``sp``."""
+    from torch.distributed.tensor import Replicate, Shard
+    from torch.distributed.tensor.parallel import (ColwiseParallel, PrepareModuleInput, RowwiseParallel,
+                                                   SequenceParallel)
+
+    seq = Shard(1) if sp else Replicate()
+    plan = {"attention.wq": ColwiseParallel(), "attention.wk": ColwiseParallel(),
+            "attention.wv": ColwiseParallel(), "attention.wo": RowwiseParallel(output_layouts=seq),
+            "feed_forward.w1": ColwiseParallel(), "feed_forward.w2": RowwiseParallel(output_layouts=seq)}
+    if block.feed_forward.w3 is not None:
+        plan["feed_forward.w3"] = ColwiseParallel()
+    if sp:
+        plan |= {"attention_norm": SequenceParallel(), "ffn_norm": SequenceParallel(),
+                 "attention": PrepareModuleInput(input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),)),
+                 "feed_forward": PrepareModuleInput(input_layouts=(Shard(1),),
+                                                    desired_input_layouts=(Replicate(),))}
+    return plan
+
+
+def apply_tensor_parallel(model: Transformer, tp_mesh, sp: bool) -> None:
+    """``parallelize_module`` per block and for embeddings, final norm and output projection.
+
+    Embeddings are split over the vocabulary (row-wise; the learned position table over
+    positions) and the output projection over the vocabulary (column-wise), gathered before
+    the loss. With sequence parallelism activations between blocks stay split on the sequence.
+    """
+    from torch.distributed.tensor import Replicate, Shard
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, SequenceParallel
+    from torch.distributed.tensor.parallel import parallelize_module
+
+    seq = Shard(1) if sp else Replicate()
+    top: dict = {}
+    if model.tok_embeddings is not None:
+        top["tok_embeddings"] = RowwiseParallel(input_layouts=Replicate(), output_layouts=seq)
+        if model.pos_embeddings is not None:
+            top["pos_embeddings"] = RowwiseParallel(input_layouts=Replicate(),
+                                                    output_layouts=Shard(0) if sp else Replicate())
+    if model.norm is not None and sp:
+        top["norm"] = SequenceParallel()
+    if model.output is not None:
+        top["output"] = ColwiseParallel(input_layouts=seq, output_layouts=Replicate())
+    if top:
+        parallelize_module(model, tp_mesh, top)
+    for block in model.layers.values():
+        inner = _unwrap(block)
+        parallelize_module(inner, tp_mesh, _block_plan(inner, sp))
+
+
+def apply_data_parallel(model: Transformer, dp_mesh, layout: Layout, mp_policy) -> None:
+    """FSDP2 per block and on the stage root (ZeRO 1-3, HSDP), or ``replicate`` for ZeRO-0."""
+    from torch.distributed._composable.replicate_with_fsdp import replicate
+    from torch.distributed.fsdp import fully_shard
+
+    if layout.zero_stage == 0:
+        replicate(model, mesh=dp_mesh, mp_policy=mp_policy)
+        return
+    reshard = layout.zero_stage == 3
+    for block in model.layers.values():
+        fully_shard(block, mesh=dp_mesh, reshard_after_forward=reshard, mp_policy=mp_policy)
+    fully_shard(model, mesh=dp_mesh, reshard_after_forward=reshard, mp_policy=mp_policy)
+
+
+def stage_model(model: Transformer, first: int, count: int, *, is_first: bool, is_last: bool) -> Transformer:
+    """Keep layers [first, first + count) and the embeddings/head this stage owns (in place)."""
+    for name in list(model.layers.keys()):
+        if not first <= int(name) < first + count:
+            del model.layers[name]
+    if not is_first:
+        model.tok_embeddings = None
+        model.pos_embeddings = None
+    if not is_last:
+        model.norm = None
+        model.output = None
+    return model
+
+
+def stage_indices(layout: Layout, pp_rank: int) -> list[int]:
+    """Pipeline stages held by ``pp_rank``: r, r + pp, ... (looped placement of interleaving)."""
+    return [pp_rank + v * layout.pp for v in range(layout.virtual_stages)]
+
+
+def build_parts(spec: ModelSpec, layout: Layout, meshes: Meshes | None, pp_rank: int) -> list[tuple[int, Transformer]]:
+    """The (stage index, module) pairs this rank runs, parallelised, still on the meta device."""
+    import copy
+
+    counts = layout.stage_layers(spec.num_layers)
+    starts = [sum(counts[:i]) for i in range(len(counts))]
+    with torch.device("meta"):
+        full = Transformer(spec)
+    parts = []
+    for index in stage_indices(layout, pp_rank):
+        part = full if layout.num_stages == 1 else copy.deepcopy(full)
+        stage_model(part, starts[index], counts[index], is_first=index == 0,
+                    is_last=index == layout.num_stages - 1)
+        parts.append((index, part))
+    return parts
+
+
+def parallelize(part: Transformer, layout: Layout, meshes: Meshes | None, mp_policy) -> None:
+    """Recomputation, then TP/SP, then data parallel, in place."""
+    apply_recompute(part, layout)
+    if meshes is not None and meshes.tp is not None:
+        apply_tensor_parallel(part, meshes.tp, layout.sequence_parallel)
+    if meshes is not None and meshes.dp is not None:
+        apply_data_parallel(part, meshes.dp, layout, mp_policy)

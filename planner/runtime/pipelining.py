@@ -1,0 +1,39 @@
+"""Pipeline stages and schedules from ``torch.distributed.pipelining``.
+
+GPipe and 1F1B run one stage per pp rank; interleaved 1F1B runs ``virtual_stages`` stages per
+rank in the looped placement (rank r holds stages r, r + pp, ...), as in Narayanan et al. 2021.
+Gradients are divided by the number of micro-batches (``scale_grads``), matching the mean loss.
+"""
+
+from __future__ import annotations
+
+import torch
+
+SCHEDULE_CLASSES = {"gpipe": "ScheduleGPipe", "1f1b": "Schedule1F1B", "interleaved": "ScheduleInterleaved1F1B"}
+
+
+def build_schedule(job, loss_fn):
+    """The plan's schedule over this rank's stages (communication on the pp sub-mesh)."""
+    from torch.distributed import pipelining
+
+    group = job.meshes.pp.get_group()
+    stages = [pipelining.PipelineStage(part, index, job.layout.num_stages, job.device, group=group)
+              for index, part in job.parts]
+    cls = getattr(pipelining, SCHEDULE_CLASSES[job.layout.schedule])
+    m = job.layout.num_microbatches
+    if job.layout.schedule == "interleaved":
+        return cls(stages, n_microbatches=m, loss_fn=loss_fn, scale_grads=True)
+    return cls(stages[0], n_microbatches=m, loss_fn=loss_fn, scale_grads=True)
+
+
+def pipeline_step(job, inputs: torch.Tensor, labels: torch.Tensor) -> torch.Tensor | None:
+    """Run the schedule for one step; the mean micro-batch loss on the last stage, else None."""
+    losses: list[torch.Tensor] = []
+    target = labels if job.has_last else None
+    if job.has_first:
+        job.schedule.step(inputs, target=target, losses=losses)
+    else:
+        job.schedule.step(target=target, losses=losses)
+    if not job.has_last:
+        return None
+    return torch.stack([loss.detach().float() for loss in losses]).mean()

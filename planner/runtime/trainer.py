@@ -1,0 +1,184 @@
+"""Build a parallel training job from (ModelSpec, Layout) and run optimizer steps on it.
+
+Works in three settings with the same code: a single process without a process group (the
+reference), torchrun on CPU with gloo, and torchrun on CUDA with NCCL.
+"""
+
+from __future__ import annotations
+
+from contextlib import nullcontext
+from dataclasses import dataclass, field
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+
+from costmodels.layout import Layout
+from costmodels.model_spec import ModelSpec
+
+from .clip import clip_grads
+from .init import init_weights
+from .parallel import Meshes, build_meshes, build_parts, parallelize
+
+MIXED_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp8": torch.bfloat16}
+"""Compute dtype per plan precision on CUDA (fp8 GEMMs are not wired: bf16 is used and logged)."""
+
+
+@dataclass(slots=True, kw_only=True)
+class Job:
+    """Everything one rank needs to run steps: its model parts, optimizers and schedule."""
+
+    spec: ModelSpec
+    layout: Layout
+    device: torch.device
+    meshes: Meshes | None
+    parts: list = field(default_factory=list)
+    """(stage index, module) pairs held by this rank."""
+    optimizers: list = field(default_factory=list)
+    schedule: object | None = None
+    dp_rank: int = 0
+    has_first: bool = True
+    has_last: bool = True
+    autocast_dtype: torch.dtype | None = None
+
+    @property
+    def params(self) -> list[torch.nn.Parameter]:
+        return [p for _, part in self.parts for p in part.parameters()]
+
+    @property
+    def replica_batch(self) -> int:
+        """Sequences per step per data-parallel replica, m · b."""
+        return self.layout.micro_batch_size * self.layout.num_microbatches
+
+    @property
+    def global_batch(self) -> int:
+        return self.replica_batch * self.layout.dp
+
+
+def pick_device() -> torch.device:
+    """CUDA (this process's local GPU) when present, else CPU."""
+    import os
+
+    if torch.cuda.is_available():
+        index = int(os.environ.get("LOCAL_RANK", "0"))
+        torch.cuda.set_device(index)
+        return torch.device("cuda", index)
+    return torch.device("cpu")
+
+
+def init_distributed(device: torch.device) -> None:
+    """Join the torchrun process group: NCCL on CUDA, gloo on CPU."""
+    if not dist.is_initialized():
+        dist.init_process_group(backend="nccl" if device.type == "cuda" else "gloo")
+
+
+def _dp_rank(meshes: Meshes, layout: Layout) -> int:
+    if meshes.dp is None:
+        return 0
+    coords = [meshes.world.get_local_rank(name) for name in meshes.dp.mesh_dim_names]
+    return coords[0] * meshes.dp.size(1) + coords[1] if len(coords) == 2 else coords[0]
+
+
+def _mp_policy(precision: str, device: torch.device):
+    from torch.distributed.fsdp import MixedPrecisionPolicy
+
+    if device.type == "cuda" and precision in MIXED_DTYPES:
+        return MixedPrecisionPolicy(param_dtype=MIXED_DTYPES[precision], reduce_dtype=torch.float32)
+    return MixedPrecisionPolicy()
+
+
+def setup_job(spec: ModelSpec, layout: Layout, *, device: torch.device, seed: int = 0, lr: float = 3e-4,
+              weight_decay: float = 0.1, precision: str = "fp32") -> Job:
+    """Mesh, model parts (meta -> parallelise -> materialise the local shard -> init), optimizers, schedule."""
+    distributed = layout.world_size > 1 or dist.is_initialized()
+    meshes = build_meshes(layout, device.type) if distributed else None
+    pp_rank = meshes.world.get_local_rank("pp") if meshes is not None else 0
+    job = Job(spec=spec, layout=layout, device=device, meshes=meshes,
+              dp_rank=_dp_rank(meshes, layout) if meshes is not None else 0)
+    mp = _mp_policy(precision, device)
+    for index, part in build_parts(spec, layout, meshes, pp_rank):
+        parallelize(part, layout, meshes, mp)
+        part.to_empty(device=device)
+        init_weights(part, seed=seed)
+        part.train()
+        job.parts.append((index, part))
+        job.optimizers.append(torch.optim.AdamW(part.parameters(), lr=lr, weight_decay=weight_decay,
+                                                foreach=False))
+    indices = [index for index, _ in job.parts]
+    job.has_first, job.has_last = 0 in indices, layout.num_stages - 1 in indices
+    if device.type == "cuda" and precision in MIXED_DTYPES and (meshes is None or meshes.dp is None):
+        job.autocast_dtype = MIXED_DTYPES[precision]
+    if layout.pp > 1:
+        from .pipelining import build_schedule
+
+        job.schedule = build_schedule(job, loss_fn)
+    return job
+
+
+def loss_fn(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """Mean next-token cross entropy over the micro-batch."""
+    return F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten())
+
+
+def _set_grad_sync(job: Job, sync: bool) -> None:
+    from torch.distributed.fsdp import FSDPModule
+
+    for _, part in job.parts:
+        if isinstance(part, FSDPModule):
+            part.set_requires_gradient_sync(sync)
+            if job.layout.zero_stage == 1:
+                part.set_reshard_after_backward(sync)
+
+
+def _forward_backward(job: Job, inputs: torch.Tensor, labels: torch.Tensor) -> torch.Tensor | None:
+    """Gradient accumulation over the micro-batches; returns the mean loss (None off the last stage)."""
+    if job.schedule is not None:
+        from .pipelining import pipeline_step
+
+        return pipeline_step(job, inputs, labels)
+    m, model = job.layout.num_microbatches, job.parts[0][1]
+    total = torch.zeros((), device=job.device)
+    for i, (x, y) in enumerate(zip(inputs.chunk(m), labels.chunk(m))):
+        # ZeRO-0/1: reduce only after the last micro-batch (DDP no_sync); ZeRO-2/3: every one.
+        _set_grad_sync(job, i == m - 1 or job.layout.zero_stage >= 2)
+        with _autocast(job):
+            loss = loss_fn(model(x), y) / m
+        loss.backward()
+        total += loss.detach()
+    return total
+
+
+def _autocast(job: Job):
+    if job.autocast_dtype is None:
+        return nullcontext()
+    return torch.autocast(job.device.type, dtype=job.autocast_dtype)
+
+
+def _global_mean(job: Job, loss: torch.Tensor | None) -> float:
+    """Mean loss over the global batch: last-stage ranks (dp · tp of them) contribute."""
+    value = torch.zeros((), device=job.device) if loss is None else loss.detach().float().clone()
+    if dist.is_initialized():
+        dist.all_reduce(value)
+        value /= job.layout.dp * job.layout.tp
+    return value.item()
+
+
+def replica_batch(job: Job, source, step: int, seq_len: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """This replica's (inputs, labels) of ``step``: [m·b, s] each, shifted by one token."""
+    first = job.dp_rank * job.replica_batch
+    tokens = source.sequences(step, first, job.replica_batch, job.global_batch, seq_len + 1)
+    tokens = tokens.to(job.device)
+    return tokens[:, :-1].contiguous(), tokens[:, 1:].contiguous()
+
+
+def train_step(job: Job, source, step: int, *, seq_len: int, max_norm: float) -> dict:
+    """One optimizer step; returns {"loss", "grad_norm"} (same values on every rank)."""
+    inputs, labels = replica_batch(job, source, step, seq_len)
+    loss = _forward_backward(job, inputs, labels)
+    stage_ranks = job.layout.dp * job.layout.tp * job.layout.cp
+    grad_norm = clip_grads(job.params, max_norm, stage_ranks=stage_ranks, device=job.device)
+    for optimizer in job.optimizers:
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+    return {"loss": _global_mean(job, loss), "grad_norm": grad_norm}
+
