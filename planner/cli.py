@@ -20,3 +20,4 @@ def main() -> None:
 
 # Commands live in their own modules; each is registered here.
 # (register-commands: keep one line per module)
+from .cli_profile import profile_command; main.add_command(profile_command)  # noqa: E402

@@ -1,0 +1,204 @@
+"""Profile files: JSON with ``schema_version`` and provenance, validated on load, written atomically."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import tempfile
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from .fit import COLLECTIVE_OPS
+from .schema import (MEMORY_KERNELS, PROFILE_KIND, SCHEMA_VERSION, AttentionPoint, CollectiveCurve,
+                     ComputeTable, GemmPoint, HardwareProfile, MemoryPoint, ProfileError, ThroughputFit)
+from .work import ELEMENT_BYTES
+
+DEVICE_TYPES = ("cpu", "cuda")
+
+
+def profile_to_dict(profile: HardwareProfile) -> dict[str, Any]:
+    """The JSON-ready form: schema header, provenance, raw medians with their fits."""
+    def table(t: ComputeTable) -> dict[str, Any]:
+        return {"points": [asdict(p) for p in t.points], "fit": asdict(t.fit)}
+
+    return {
+        "schema_version": profile.schema_version,
+        "kind": PROFILE_KIND,
+        "device_type": profile.device_type,
+        "provenance": profile.provenance,
+        "gemm": {d: table(t) for d, t in sorted(profile.gemm.items())},
+        "attention": {d: table(t) for d, t in sorted(profile.attention.items())},
+        "memory": {k: [asdict(p) for p in pts] for k, pts in sorted(profile.memory.items())},
+        "collectives": [{**asdict(c), "sizes_bytes": list(c.sizes_bytes),
+                         "median_time_s": list(c.median_time_s),
+                         "smoothed_time_s": list(c.smoothed_time_s)} for c in profile.collectives],
+        "calibration": dict(sorted(profile.calibration.items())),
+    }
+
+
+def write_profile(path: str | Path, profile: HardwareProfile) -> None:
+    """Write ``profile`` as sorted, indented JSON to ``path``, atomically."""
+    write_text_atomic(Path(path), json.dumps(profile_to_dict(profile), indent=1, sort_keys=True) + "\n")
+
+
+def write_text_atomic(target: Path, text: str) -> None:
+    """Write ``text`` to a temporary file beside ``target``, then rename it over ``target``:
+    readers see the old file or the new one, never half of one."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def load_profile(path: str | Path) -> HardwareProfile:
+    """Read and validate a profile file; any problem raises one ``ProfileError`` naming it."""
+    where = str(path)
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as err:
+        reason = getattr(err, "strerror", None) or str(err)
+        raise ProfileError(f"--profile {where}: cannot read the file ({reason})") from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise ProfileError(f"--profile {where}: not valid JSON (line {err.lineno}, column {err.colno}: "
+                           f"{err.msg}); the file is corrupt or truncated, re-run 'autoplan profile'") from None
+    return profile_from_dict(data, where)
+
+
+def profile_from_dict(data: Any, where: str = "profile") -> HardwareProfile:
+    """Validate a parsed profile document and build the record."""
+    doc = _Doc(where)
+    doc.check(isinstance(data, dict), "", "the top level must be a JSON object")
+    doc.check(data.get("kind") == PROFILE_KIND, "kind",
+              f"must be {PROFILE_KIND!r}; this is not an autoplan profile (make one with 'autoplan profile')")
+    version = data.get("schema_version")
+    doc.check(version == SCHEMA_VERSION, "schema_version",
+              f"is {version!r}; this autoplan reads version {SCHEMA_VERSION}, re-run 'autoplan profile'")
+    device_type = doc.choice(data, "device_type", DEVICE_TYPES)
+    provenance = doc.get(data, "provenance", dict)
+    calibration = {k: doc.positive(data["calibration"], k, f"calibration.{k}")
+                   for k in doc.get(data, "calibration", dict)}
+    return HardwareProfile(
+        device_type=device_type, provenance=provenance, calibration=calibration,
+        gemm=_tables(doc, data, "gemm", GemmPoint, ("m", "n", "k")),
+        attention=_tables(doc, data, "attention", AttentionPoint, ("batch", "seq_len", "num_heads", "head_dim")),
+        memory=_memory(doc, data), collectives=tuple(_curve(doc, c, f"collectives[{i}]")
+                                                    for i, c in enumerate(doc.get(data, "collectives", list))))
+
+
+class _Doc:
+    """Field checks that raise ``ProfileError`` naming the file and the field path."""
+
+    def __init__(self, where: str) -> None:
+        self.where = where
+
+    def check(self, ok: bool, path: str, problem: str) -> None:
+        if not ok:
+            field = f" {path}" if path else ""
+            raise ProfileError(f"--profile {self.where}:{field} {problem}")
+
+    def get(self, obj: dict[str, Any], key: str, kind: type, path: str | None = None) -> Any:
+        path = path or key
+        self.check(key in obj, path, "is missing; the file is truncated or from another tool")
+        value = obj[key]
+        is_bool = isinstance(value, bool)
+        ok = is_bool if kind is bool else isinstance(value, kind) and not is_bool
+        self.check(ok, path, f"must be a {kind.__name__}, got {type(value).__name__}")
+        return value
+
+    def choice(self, obj: dict[str, Any], key: str, choices: tuple[str, ...], path: str | None = None) -> str:
+        value = self.get(obj, key, str, path)
+        self.check(value in choices, path or key, f"is {value!r}; expected one of {', '.join(choices)}")
+        return value
+
+    def positive(self, obj: dict[str, Any], key: str, path: str, allow_none: bool = False,
+                 allow_zero: bool = False) -> Any:
+        self.check(key in obj, path, "is missing; the file is truncated or from another tool")
+        value = obj[key]
+        if value is None and allow_none:
+            return None
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+        self.check(ok and (value > 0 or allow_zero and value == 0), path,
+                   f"must be a positive finite number, got {value!r}")
+        return value
+
+
+def _tables(doc: _Doc, data: dict[str, Any], key: str, point_type: type,
+            dims: tuple[str, ...]) -> dict[str, ComputeTable]:
+    out = {}
+    for dtype, body in doc.get(data, key, dict).items():
+        path = f"{key}.{dtype}"
+        doc.check(dtype in ELEMENT_BYTES, path, f"unknown dtype; expected one of {', '.join(ELEMENT_BYTES)}")
+        doc.check(isinstance(body, dict), path, "must be an object with points and fit")
+        raw_points = doc.get(body, "points", list, f"{path}.points")
+        doc.check(len(raw_points) > 0, f"{path}.points", "is empty")
+        points = []
+        for i, p in enumerate(raw_points):
+            ppath = f"{path}.points[{i}]"
+            doc.check(isinstance(p, dict), ppath, "must be an object")
+            values = {d: doc.get(p, d, int, f"{ppath}.{d}") for d in dims}
+            for d, v in values.items():
+                doc.check(v > 0, f"{ppath}.{d}", f"must be a positive integer, got {v}")
+            points.append(point_type(**values, time_s=doc.positive(p, "time_s", f"{ppath}.time_s")))
+        f = doc.get(body, "fit", dict, f"{path}.fit")
+        out[dtype] = ComputeTable(dtype=dtype, points=tuple(points), fit=ThroughputFit(
+            overhead_s=doc.positive(f, "overhead_s", f"{path}.fit.overhead_s", allow_zero=True),
+            flops_per_s=doc.positive(f, "flops_per_s", f"{path}.fit.flops_per_s", allow_none=True),
+            bytes_per_s=doc.positive(f, "bytes_per_s", f"{path}.fit.bytes_per_s", allow_none=True),
+            rms_relative_error=doc.positive(f, "rms_relative_error", f"{path}.fit.rms_relative_error",
+                                            allow_zero=True)))
+        doc.check(out[dtype].fit.flops_per_s is not None or out[dtype].fit.bytes_per_s is not None,
+                  f"{path}.fit", "has neither flops_per_s nor bytes_per_s")
+    return out
+
+
+def _memory(doc: _Doc, data: dict[str, Any]) -> dict[str, tuple[MemoryPoint, ...]]:
+    out = {}
+    for kernel, pts in doc.get(data, "memory", dict).items():
+        path = f"memory.{kernel}"
+        doc.check(kernel in MEMORY_KERNELS, path, f"unknown kernel; expected one of {', '.join(MEMORY_KERNELS)}")
+        doc.check(isinstance(pts, list) and len(pts) > 0, path, "must be a non-empty list")
+        points = []
+        for i, p in enumerate(pts):
+            doc.check(isinstance(p, dict), f"{path}[{i}]", "must be an object")
+            points.append(MemoryPoint(size_bytes=doc.get(p, "size_bytes", int, f"{path}[{i}].size_bytes"),
+                                      time_s=doc.positive(p, "time_s", f"{path}[{i}].time_s")))
+        sizes = [p.size_bytes for p in points]
+        doc.check(sizes == sorted(set(sizes)) and sizes[0] > 0, path, "sizes must be positive and increasing")
+        out[kernel] = tuple(points)
+    return out
+
+
+def _curve(doc: _Doc, c: Any, path: str) -> CollectiveCurve:
+    doc.check(isinstance(c, dict), path, "must be an object")
+    op = doc.choice(c, "op", COLLECTIVE_OPS, f"{path}.op")
+    num_ranks = doc.get(c, "num_ranks", int, f"{path}.num_ranks")
+    doc.check(num_ranks >= 2, f"{path}.num_ranks", f"must be at least 2, got {num_ranks}")
+    series = {}
+    for key in ("sizes_bytes", "median_time_s", "smoothed_time_s"):
+        values = doc.get(c, key, list, f"{path}.{key}")
+        doc.check(len(values) > 0, f"{path}.{key}", "is empty")
+        series[key] = tuple(doc.positive({"v": v}, "v", f"{path}.{key}[{i}]") for i, v in enumerate(values))
+    doc.check(len({len(v) for v in series.values()}) == 1, path,
+              "sizes_bytes, median_time_s and smoothed_time_s must have the same length")
+    sizes = series["sizes_bytes"]
+    doc.check(all(isinstance(s, int) for s in sizes) and all(a < b for a, b in zip(sizes, sizes[1:])),
+              f"{path}.sizes_bytes", "must be integers, strictly increasing")
+    smoothed = series["smoothed_time_s"]
+    doc.check(all(a <= b for a, b in zip(smoothed, smoothed[1:])), f"{path}.smoothed_time_s",
+              "must be nondecreasing")
+    return CollectiveCurve(
+        op=op, num_ranks=num_ranks, spans_nodes=doc.get(c, "spans_nodes", bool, f"{path}.spans_nodes"),
+        dtype=doc.choice(c, "dtype", tuple(ELEMENT_BYTES), f"{path}.dtype"), **series,
+        latency_s=doc.positive(c, "latency_s", f"{path}.latency_s", allow_zero=True),
+        bus_bandwidth_bytes_per_s=doc.positive(c, "bus_bandwidth_bytes_per_s",
+                                               f"{path}.bus_bandwidth_bytes_per_s", allow_none=True),
+        rms_relative_error=doc.positive(c, "rms_relative_error", f"{path}.rms_relative_error", allow_zero=True))

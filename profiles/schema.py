@@ -1,0 +1,204 @@
+"""The measured hardware profile: frozen records and the lookups the cost model calls.
+
+Every lookup returns ``None`` where the profile holds no data for the request, so the cost
+model falls back to the datasheet term by term.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from hardware_specs.errors import AutoplanError
+
+from . import fit, work
+
+SCHEMA_VERSION = 1
+PROFILE_KIND = "autoplan-hardware-profile"
+MEMORY_KERNELS: tuple[str, ...] = ("copy", "layer_norm", "rms_norm", "softmax")
+
+
+class ProfileError(AutoplanError):
+    """A profile file is missing, corrupt, truncated or not an autoplan profile."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ThroughputFit:
+    """t = overhead_s + FLOPs/flops_per_s + bytes/bytes_per_s (``fit.fit_throughput``)."""
+
+    overhead_s: float
+    """Fixed time per call (launch, dispatch), seconds."""
+    flops_per_s: float | None
+    """Asymptotic compute rate (FLOP/s); None when the fit found no compute term."""
+    bytes_per_s: float | None
+    """Memory rate of the operand traffic (bytes/s); None when the fit found no memory term."""
+    rms_relative_error: float
+    """RMS of (fit − measured)/measured over the points it was fitted to."""
+
+    def time_s(self, flop_count: float, bytes_moved: float) -> float:
+        """Predicted seconds for a kernel of ``flop_count`` FLOPs moving ``bytes_moved`` bytes."""
+        return fit.throughput_time_s(flop_count, bytes_moved, self.overhead_s,
+                                     self.flops_per_s, self.bytes_per_s)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GemmPoint:
+    """One measured GEMM shape: (m×k)·(k×n)."""
+
+    m: int
+    n: int
+    k: int
+    time_s: float
+    """Median seconds per call (median over repeats, then over ranks)."""
+
+    def work(self, dtype: str) -> tuple[float, float]:
+        """(FLOPs, bytes) of this shape."""
+        return work.gemm_flops(self.m, self.n, self.k), work.gemm_bytes(self.m, self.n, self.k, dtype)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AttentionPoint:
+    """One measured scaled-dot-product attention, causal, forward + backward."""
+
+    batch: int
+    seq_len: int
+    num_heads: int
+    head_dim: int
+    time_s: float
+    """Median seconds per forward + backward."""
+
+    def work(self, dtype: str) -> tuple[float, float]:
+        """(FLOPs, bytes) of this call in the ``work.attention_flops`` convention."""
+        args = (self.batch, self.seq_len, self.num_heads, self.head_dim)
+        return work.attention_flops(*args), work.attention_bytes(*args, dtype)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ComputeTable:
+    """Measured points of one kernel family in one dtype, and the fit through them."""
+
+    dtype: str
+    """``fp32``, ``bf16``, ``fp16`` or ``fp8``."""
+    points: tuple[GemmPoint, ...] | tuple[AttentionPoint, ...]
+    fit: ThroughputFit
+
+    def measured_flops_per_s(self) -> list[float]:
+        """Achieved FLOP/s of each measured point."""
+        return [p.work(self.dtype)[0] / p.time_s for p in self.points]
+
+    def peak_flops_per_s(self) -> float:
+        """Best achieved FLOP/s over the measured points."""
+        return max(self.measured_flops_per_s())
+
+    def rate(self, flop_count: float, bytes_moved: float) -> float:
+        """FLOP/s the fit predicts for a kernel of this work."""
+        return flop_count / self.fit.time_s(flop_count, bytes_moved)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MemoryPoint:
+    """One memory-bound kernel over a buffer of ``size_bytes``."""
+
+    size_bytes: int
+    time_s: float
+
+    @property
+    def bytes_per_s(self) -> float:
+        """Achieved bandwidth, read + write (``work.memory_kernel_bytes``)."""
+        return work.memory_kernel_bytes(self.size_bytes) / self.time_s
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CollectiveCurve:
+    """One collective on groups of ``num_ranks`` ranks, inside one node or across nodes."""
+
+    op: str
+    """``all_reduce``, ``all_gather``, ``reduce_scatter``, ``all_to_all``, ``broadcast``, ``send_recv``."""
+    num_ranks: int
+    spans_nodes: bool
+    dtype: str
+    sizes_bytes: tuple[int, ...]
+    """Full buffer sizes (nccl-tests convention), strictly increasing."""
+    median_time_s: tuple[float, ...]
+    """Median over repeats of the slowest rank's time."""
+    smoothed_time_s: tuple[float, ...]
+    """``median_time_s`` made nondecreasing (``fit.monotone_log_smooth``)."""
+    latency_s: float
+    """Alpha of the alpha-beta fit, seconds."""
+    bus_bandwidth_bytes_per_s: float | None
+    """Beta of the fit in the bus-bandwidth convention (bytes/s); None = latency only."""
+    rms_relative_error: float
+    """RMS relative error of the alpha-beta fit over the measured sizes."""
+
+    def time_s(self, size_bytes: float) -> float:
+        """Seconds for one call on a ``size_bytes`` buffer: log-space interpolation of the
+        smoothed curve inside the measured range, the fitted bandwidth beyond it."""
+        tail = fit.tail_seconds_per_byte(self.op, self.num_ranks, self.sizes_bytes,
+                                         self.smoothed_time_s, self.bus_bandwidth_bytes_per_s)
+        return fit.interpolate_time_s(self.sizes_bytes, self.smoothed_time_s, size_bytes, tail)
+
+    def peak_bus_bandwidth_bytes_per_s(self) -> float:
+        """Best measured bus bandwidth over the sizes."""
+        return max(fit.bus_bandwidth_bytes_per_s(self.op, self.num_ranks, s, t)
+                   for s, t in zip(self.sizes_bytes, self.median_time_s))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class HardwareProfile:
+    """What one machine (or cluster) measurably delivers; read with ``load_profile``."""
+
+    device_type: str
+    """torch device type the profile was measured on: ``cpu`` or ``cuda``."""
+    provenance: dict[str, Any]
+    """Device name and count, nodes, versions, host, date, command line, mode."""
+    gemm: dict[str, ComputeTable] = field(default_factory=dict)
+    """GEMM tables by dtype."""
+    attention: dict[str, ComputeTable] = field(default_factory=dict)
+    """Scaled-dot-product attention tables by dtype."""
+    memory: dict[str, tuple[MemoryPoint, ...]] = field(default_factory=dict)
+    """Memory-bound kernels (``MEMORY_KERNELS``) by name, points by increasing size."""
+    collectives: tuple[CollectiveCurve, ...] = ()
+    calibration: dict[str, float] = field(default_factory=dict)
+    """Multiplicative factors fitted by ``autoplan validate --calibrate`` (Assumptions field names)."""
+    schema_version: int = SCHEMA_VERSION
+
+    def gemm_flops_per_s(self, m: int, n: int, k: int, dtype: str) -> float | None:
+        """Achieved FLOP/s of an (m×k)·(k×n) GEMM in ``dtype``; None if that dtype was not measured."""
+        table = self.gemm.get(dtype)
+        if table is None or m <= 0 or n <= 0 or k <= 0:
+            return None
+        return table.rate(work.gemm_flops(m, n, k), work.gemm_bytes(m, n, k, dtype))
+
+    def attention_flops_per_s(self, batch: int, seq_len: int, num_heads: int, head_dim: int,
+                              dtype: str) -> float | None:
+        """Achieved FLOP/s of causal attention (``work.attention_flops`` convention); None if unmeasured."""
+        table = self.attention.get(dtype)
+        if table is None or min(batch, seq_len, num_heads, head_dim) <= 0:
+            return None
+        args = (batch, seq_len, num_heads, head_dim)
+        return table.rate(work.attention_flops(*args), work.attention_bytes(*args, dtype))
+
+    def memory_bandwidth_bytes_per_s(self) -> float | None:
+        """Copy bandwidth (read + write bytes/s) at the largest measured buffer; None if unmeasured."""
+        return self.memory_bound_bytes_per_s("copy")
+
+    def memory_bound_bytes_per_s(self, kernel: str) -> float | None:
+        """Bandwidth of a memory-bound ``kernel`` (``MEMORY_KERNELS``) at its largest buffer."""
+        points = self.memory.get(kernel)
+        return points[-1].bytes_per_s if points else None
+
+    def collective_curve(self, op: str, num_ranks: int, spans_nodes: bool) -> CollectiveCurve | None:
+        """The measured curve for (op, group size, placement), if any."""
+        for curve in self.collectives:
+            if (curve.op, curve.num_ranks, curve.spans_nodes) == (op, num_ranks, spans_nodes):
+                return curve
+        return None
+
+    def collective_time_s(self, op: str, num_ranks: int, spans_nodes: bool,
+                          size_bytes: float) -> float | None:
+        """Seconds for ``op`` over ``num_ranks`` ranks on a ``size_bytes`` buffer; None if that
+        (op, group size, placement) was not measured. One rank or an empty buffer costs 0."""
+        if num_ranks <= 1 or size_bytes <= 0:
+            return 0.0
+        curve = self.collective_curve(op, num_ranks, spans_nodes)
+        return None if curve is None else curve.time_s(size_bytes)

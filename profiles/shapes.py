@@ -1,0 +1,164 @@
+"""What the harness measures: GEMM and attention shapes, buffer sizes, repeats. Pure.
+
+GEMM shapes are the four weight matmuls of a transformer layer (QKV, attention output, MLP up,
+MLP down) and, in the full profile, their backward matmuls (input and weight gradients), for
+layer widths of the model families autoplan ships presets for. A family too big for the
+device's time budget is scaled down by powers of two until one layer's largest GEMM fits.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from hardware_specs.units import KIB, MIB
+
+Shape = tuple[int, int, int]
+"""(m, n, k) of an (m×k)·(k×n) matmul."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LayerWidths:
+    """The matmul widths of one transformer layer."""
+
+    hidden: int
+    ffn: int
+    q_dim: int
+    kv_dim: int
+    gated: bool
+
+    def forward_gemms(self, tokens: int) -> list[Shape]:
+        """QKV, attention output, MLP up (gate and up fused when gated), MLP down."""
+        up = 2 * self.ffn if self.gated else self.ffn
+        t, h = tokens, self.hidden
+        return [(t, self.q_dim + 2 * self.kv_dim, h), (t, h, self.q_dim), (t, up, h), (t, h, self.ffn)]
+
+    def scaled(self, factor: int) -> "LayerWidths":
+        """Every width divided by ``factor`` (a power of two)."""
+        return LayerWidths(hidden=self.hidden // factor, ffn=self.ffn // factor, q_dim=self.q_dim // factor,
+                           kv_dim=max(self.kv_dim // factor, 64), gated=self.gated)
+
+
+LAYER_FAMILIES: tuple[LayerWidths, ...] = (
+    # tiny-llama preset (costmodels.presets): h 256, f 768, 8 heads, 4 kv heads of 32.
+    LayerWidths(hidden=256, ffn=768, q_dim=256, kv_dim=128, gated=True),
+    # GPT-3 1.3B (Brown et al. 2020, Table 2.1): h 2048, f 4h, multi-head attention.
+    LayerWidths(hidden=2048, ffn=8192, q_dim=2048, kv_dim=2048, gated=False),
+    # Llama 3 8B (Dubey et al. 2024, Table 3): h 4096, f 14336, 8 kv heads of 128.
+    LayerWidths(hidden=4096, ffn=14336, q_dim=4096, kv_dim=1024, gated=True),
+    # Llama 3 70B (same table): h 8192, f 28672, 8 kv heads of 128.
+    LayerWidths(hidden=8192, ffn=28672, q_dim=8192, kv_dim=1024, gated=True),
+)
+
+
+def backward_gemms(shape: Shape) -> list[Shape]:
+    """Input gradient (m×n)·(n×k) and weight gradient (k×m)·(m×n) of a forward (m, n, k)."""
+    m, n, k = shape
+    return [(m, k, n), (k, n, m)]
+
+
+def fit_family(family: LayerWidths, tokens: int, budget_flops: float) -> LayerWidths:
+    """``family`` divided by the smallest power of two that brings its largest forward GEMM
+    at ``tokens`` tokens under ``budget_flops`` (never below a hidden size of 128)."""
+    factor = 1
+    while family.hidden // factor > 128:
+        if max(2.0 * m * n * k for m, n, k in family.scaled(factor).forward_gemms(tokens)) <= budget_flops:
+            break
+        factor *= 2
+    return family.scaled(factor)
+
+
+def gemm_shapes(tokens_list: tuple[int, ...], budget_flops: float, with_backward: bool) -> tuple[Shape, ...]:
+    """Distinct GEMM shapes of every family at every token count, within the FLOP budget."""
+    shapes: list[Shape] = []
+    for tokens in tokens_list:
+        for family in LAYER_FAMILIES:
+            for fwd in fit_family(family, tokens, budget_flops).forward_gemms(tokens):
+                shapes.append(fwd)
+                if with_backward:
+                    shapes.extend(backward_gemms(fwd))
+    return tuple(sorted({s for s in shapes if 2.0 * s[0] * s[1] * s[2] <= budget_flops}))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MeasurePlan:
+    """Everything one profiling run measures, and how hard it tries."""
+
+    gemm_shapes: tuple[Shape, ...]
+    attention_shapes: tuple[tuple[int, int, int, int], ...]
+    """(batch, seq_len, num_heads, head_dim)."""
+    memory_sizes_bytes: tuple[int, ...]
+    collective_sizes_bytes: tuple[int, ...]
+    """Powers of two, increasing."""
+    min_repeats: int
+    max_repeats: int
+    time_budget_s: float
+    """Target seconds of timed repeats per measured point (after warm-up)."""
+
+
+def powers_of_two(low: int, high: int) -> tuple[int, ...]:
+    """low, 2·low, 4·low, ... up to and including high."""
+    out, size = [], low
+    while size <= high:
+        out.append(size)
+        size *= 2
+    return tuple(out)
+
+
+def make_plan(device_type: str, quick: bool) -> MeasurePlan:
+    """The measurement plan for ``cpu`` or ``cuda``; ``quick`` trades coverage for time."""
+    cuda = device_type == "cuda"
+    budget_flops = (4e12 if cuda else 2e9) / (4 if quick else 1)
+    tokens = (1024, 4096, 16384) if cuda else (128, 512, 2048)
+    if not quick:
+        tokens = tuple(sorted({*tokens, *(t * 2 for t in tokens)}))
+    heads = 16 if cuda else 4
+    seqs = (1024, 2048, 4096, 8192) if cuda else (256, 512, 1024)
+    if not quick:
+        seqs = tuple(sorted({seqs[0] // 2, *seqs, seqs[-1] * 2}))
+    attention_budget = budget_flops * 4
+    attention = tuple((1, s, heads, d) for s in seqs for d in (64, 128)
+                      if 12.0 * s * s * heads * d <= attention_budget)
+    top_memory = (1024 if cuda else 64) * MIB * (1 if quick else 4)
+    top_collective = (256 if cuda else 16) * MIB * (1 if quick else 16)
+    return MeasurePlan(
+        gemm_shapes=gemm_shapes(tokens, budget_flops, with_backward=not quick),
+        attention_shapes=attention,
+        memory_sizes_bytes=powers_of_two(top_memory // 64, top_memory)[::2] if quick
+        else powers_of_two(top_memory // 256, top_memory)[::2],
+        collective_sizes_bytes=powers_of_two(4 * KIB, top_collective),
+        min_repeats=3 if quick else 5,
+        max_repeats=20 if quick else 50,
+        time_budget_s=0.03 if quick else 0.2,
+    )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GroupLayout:
+    """A partition of all ranks into equal process groups, measured concurrently."""
+
+    num_ranks: int
+    """Ranks per group."""
+    spans_nodes: bool
+    """Whether a group holds ranks of more than one node (ranks fill nodes in order)."""
+    groups: tuple[tuple[int, ...], ...]
+
+
+def _partition(world: int, size: int, stride: int) -> tuple[tuple[int, ...], ...]:
+    """Groups of ``size`` ranks ``stride`` apart covering 0..world-1 (stride 1: contiguous)."""
+    starts = [b * size * stride + i for b in range(world // (size * stride)) for i in range(stride)]
+    return tuple(tuple(s + j * stride for j in range(size)) for s in starts)
+
+
+def group_layouts(world: int, ranks_per_node: int) -> tuple[GroupLayout, ...]:
+    """Every group size the world allows (each divisor >= 2), placed inside a node (contiguous
+    ranks) and, on several nodes, across nodes (ranks ``world/size`` apart, one per node where
+    possible). Layouts with the same (size, spans) are measured once."""
+    layouts: dict[tuple[int, bool], GroupLayout] = {}
+    for size in range(2, world + 1):
+        if world % size:
+            continue
+        for stride in (1, world // size):
+            groups = _partition(world, size, stride)
+            spans = any(len({r // ranks_per_node for r in g}) > 1 for g in groups)
+            layouts.setdefault((size, spans), GroupLayout(num_ranks=size, spans_nodes=spans, groups=groups))
+    return tuple(layouts[key] for key in sorted(layouts))
