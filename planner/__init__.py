@@ -1,1 +1,20 @@
-"""autoplan planner (stub while the API is written)."""
+"""autoplan: choose the parallel layout of a transformer training job.
+
+    >>> import planner
+    >>> report = planner.plan(model="llama3-8b", hardware="h100-sxm-80gb", gpus=8,
+    ...                       global_batch=64, seq_len=4096)
+    >>> report.best.layout.tp, report.best.step_time_s
+
+``plan`` searches the whole space exactly (branch and bound over the analytic cost model);
+``evaluate`` costs one explicit ``Layout``. Importing this package loads no torch.
+"""
+
+from costmodels.breakdown import CostBreakdown
+from costmodels.layout import Layout, LayoutError
+from hardware_specs.errors import AutoplanError, SpecError
+
+from .api import PlanError, evaluate, plan, resolve_job
+from .report import PlanReport
+
+__all__ = ["AutoplanError", "CostBreakdown", "Layout", "LayoutError", "PlanError", "PlanReport", "SpecError",
+           "evaluate", "plan", "resolve_job"]

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import click
 
-from .cli_common import run_command
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
@@ -20,4 +19,9 @@ def main() -> None:
 
 # Commands live in their own modules; each is registered here.
 # (register-commands: keep one line per module)
+from .cli_plan import evaluate_command, explain_command, hardware_command, models_command, plan_command  # noqa: E402
+
+for _command in (plan_command, evaluate_command, explain_command, models_command, hardware_command):
+    main.add_command(_command)
 from .cli_profile import profile_command; main.add_command(profile_command)  # noqa: E402
+from .cli_launch import launch_command; main.add_command(launch_command)  # noqa: E402

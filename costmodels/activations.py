@@ -1,0 +1,121 @@
+"""Activation memory saved for backward, per layer and per micro-batch, on one rank (bytes).
+
+Op-level derivation of Korthikanti et al., "Reducing Activation Recomputation in Large
+Transformer Models" (2022), Sec. 4.1, generalised per tensor so that GQA, gated MLPs, fused
+attention and the absence of dropout change the count (with a GPT block, 4h MLP, MHA, dropout and
+eager attention it reproduces s·b·h·(34 + 5·a·s/h) exactly; with TP it gives
+s·b·h·(10 + 24/t + 5·a·s/(h·t)), with TP+SP s·b·h·(34/t + 5·a·s/(h·t)), and with selective
+recomputation s·b·h·34/t).
+
+Symbols: B bytes per activation element (2 for 16-bit, 4 for fp32), masks 1 byte,
+s local sequence length (s/cp), b micro-batch, t tensor-parallel degree, r = 1/t with sequence
+parallel else 1 (norms, dropout and block inputs are split only with SP).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .flops import _kv_per_rank
+from .model_spec import ModelSpec
+
+MASK_BYTES = 1
+LSE_BYTES = 4
+LOGITS_BYTES = 4
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ActivationShape:
+    """What one rank processes: micro-batch, local sequence, key length, parallel split."""
+
+    b: int
+    s: int
+    """Local query tokens per sequence (s / cp)."""
+    s_kv: int
+    """Key/value length attended to per query block (s / cp for fused ring attention, s for eager)."""
+    tp: int
+    sequence_parallel: bool
+    elem_bytes: int
+    fused_attention: bool
+
+    @property
+    def r(self) -> float:
+        return 1.0 / self.tp if self.sequence_parallel else 1.0
+
+
+def attention_core_bytes(model: ModelSpec, x: ActivationShape) -> float:
+    """Scores, softmax and dropout tensors: B·b·(a/t)·s·s_kv (+ mask and dropout output), or the
+    fp32 log-sum-exp of a fused kernel. This is what selective recomputation drops."""
+    heads = model.num_attention_heads / x.tp
+    if x.fused_attention:
+        return LSE_BYTES * x.b * heads * x.s
+    scores = x.b * heads * x.s * x.s_kv
+    if model.dropout:
+        return scores * (2 * x.elem_bytes + MASK_BYTES)
+    return scores * x.elem_bytes
+
+
+def attention_block_bytes(model: ModelSpec, x: ActivationShape) -> float:
+    """Attention half without its core: norm input, qkv input, Q, K, V, out-proj input, dropout mask."""
+    B, sbh = x.elem_bytes, x.s * x.b * model.hidden_size
+    q, kv = model.q_dim / x.tp, _kv_per_rank(model, x.tp)
+    norm_input = B * sbh * x.r
+    qkv_input = B * sbh * x.r
+    q_k_v = B * x.s * x.b * (q + 2 * kv)
+    out_input = B * x.s * x.b * q
+    mask = MASK_BYTES * sbh * x.r if model.dropout else 0.0
+    return norm_input + qkv_input + q_k_v + out_input + mask
+
+
+def mlp_block_bytes(model: ModelSpec, x: ActivationShape, ffn_hidden: int, tokens_factor: float = 1.0) -> float:
+    """MLP half: input (and its norm), then 2·f/t (plain: GeLU input, fc2 input) or
+    3·f/t (gated: gate output, up output, their product) elements per token."""
+    B, sbh = x.elem_bytes, x.s * x.b * model.hidden_size
+    f = ffn_hidden / x.tp
+    per_token = (3 if model.gated_mlp else 2) * f
+    inner = B * x.s * x.b * per_token * tokens_factor
+    norm_input = B * sbh * x.r
+    mlp_input = B * sbh * x.r
+    mask = MASK_BYTES * sbh * x.r if model.dropout else 0.0
+    return norm_input + mlp_input + inner + mask
+
+
+def moe_block_bytes(model: ModelSpec, x: ActivationShape) -> float:
+    """MoE half: router logits (fp32), dispatched token copies (top-k × capacity), expert MLPs,
+    shared experts. Tokens routed to a rank's experts equal its own tokens × k × capacity on average."""
+    moe = model.moe
+    assert moe is not None
+    tokens = x.s * x.b * x.r
+    router = LOGITS_BYTES * tokens * moe.num_experts
+    routed = moe.top_k * moe.capacity_factor
+    dispatched = x.elem_bytes * tokens * routed * model.hidden_size * 2  # dispatch and combine buffers
+    experts = mlp_block_bytes(model, x, moe.expert_ffn_hidden_size, tokens_factor=routed * x.r)
+    shared = 0.0
+    if moe.num_shared_experts:
+        shared = mlp_block_bytes(model, x, moe.expert_ffn_hidden_size * moe.num_shared_experts)
+        shared -= 2 * x.elem_bytes * x.s * x.b * model.hidden_size * x.r  # input and norm counted once
+    return router + dispatched + experts + shared
+
+
+def layer_bytes(model: ModelSpec, x: ActivationShape, *, moe_layer: bool, recompute: str) -> float:
+    """Bytes one layer keeps for backward for one micro-batch under ``recompute``.
+
+    none: everything; selective: all but the attention core; full: the layer input only
+    (B·s·b·h·r, the checkpoint).
+    """
+    if recompute == "full":
+        return x.elem_bytes * x.s * x.b * model.hidden_size * x.r
+    mlp = moe_block_bytes(model, x) if moe_layer else mlp_block_bytes(model, x, model.ffn_hidden_size)
+    core = 0.0 if recompute == "selective" else attention_core_bytes(model, x)
+    return attention_block_bytes(model, x) + core + mlp
+
+
+def first_stage_extra_bytes(model: ModelSpec, x: ActivationShape) -> float:
+    """Embedding dropout mask on the first stage (Korthikanti et al. Sec. 4.2), zero without dropout."""
+    return MASK_BYTES * x.s * x.b * model.hidden_size * x.r if model.dropout else 0.0
+
+
+def last_stage_extra_bytes(model: ModelSpec, x: ActivationShape) -> float:
+    """Final norm input, output-projection input and fp32 logits 4·s·b·V/t on the last stage."""
+    sbh = x.s * x.b * model.hidden_size
+    return 2 * x.elem_bytes * sbh * x.r + LOGITS_BYTES * x.s * x.b * model.vocab_size / x.tp

@@ -1,0 +1,51 @@
+"""Named, documented constants of the cost model that no datasheet gives.
+
+Each is an assumption stated once. A measured profile replaces the rates it covers;
+``autoplan validate --calibrate`` fits the multiplicative factors from real runs and
+stores them in the profile's ``calibration`` table (keys are these field names).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields, replace
+from typing import Mapping
+
+from hardware_specs.units import MIB
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Assumptions:
+    """Efficiencies, overheads and buffer sizes the analytic model uses."""
+
+    gemm_efficiency: float = 0.75
+    """Achieved share of datasheet peak FLOP/s for large dense GEMMs (cuBLAS on A100/H100
+    typically reaches 70-80% on transformer shapes; Megatron-LM reports 163 of 312 TFLOP/s,
+    52% MFU, end to end on A100 - Narayanan et al. SC'21, Table 1)."""
+    memory_bandwidth_efficiency: float = 0.8
+    """Achieved share of datasheet memory bandwidth for memory-bound kernels (norms, activations,
+    optimizer step); STREAM-style copies reach 80-90% on HBM."""
+    link_efficiency: float = 0.8
+    """Achieved share of link bandwidth for collectives (NCCL bus bandwidth vs link rate)."""
+    compute_scale: float = 1.0
+    """Calibration factor multiplying every compute time (1.0 = uncalibrated)."""
+    communication_scale: float = 1.0
+    """Calibration factor multiplying every collective time."""
+    memory_bound_scale: float = 1.0
+    """Calibration factor multiplying memory-bound kernel times."""
+    overlap_fraction: float = 1.0
+    """Share of backward compute that data-parallel communication can hide behind (1 = all)."""
+    step_overhead_s: float = 0.0
+    """Fixed per-step time not modelled elsewhere (Python, launch latency); calibrated."""
+    allocator_fragmentation: float = 0.05
+    """Extra memory the caching allocator holds over live activations and buffers (fraction)."""
+    dp_bucket_bytes: float = 25 * MIB
+    """Gradient bucket size for DDP / ZeRO-1/2 reduction (PyTorch DDP default bucket_cap_mb=25);
+    two buckets are in flight."""
+
+    def with_calibration(self, calibration: Mapping[str, float]) -> "Assumptions":
+        """A copy with the fields named in ``calibration`` replaced; unknown keys are ignored."""
+        names = {f.name for f in fields(self)}
+        return replace(self, **{k: float(v) for k, v in calibration.items() if k in names})
+
+
+DEFAULT_ASSUMPTIONS = Assumptions()

@@ -1,0 +1,136 @@
+"""``CostBreakdown``: the cost model's answer for one layout. Named terms sum to the totals."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from hardware_specs.units import GIB
+
+from .layout import Layout
+
+TIME_TERMS: tuple[str, ...] = (
+    "compute_s", "recompute_s", "tp_comm_s", "cp_comm_s", "ep_comm_s", "dp_comm_s", "pp_comm_s",
+    "bubble_s", "optimizer_s", "offload_s", "overhead_s",
+)
+MEMORY_TERMS: tuple[str, ...] = (
+    "params_bytes", "grads_bytes", "optimizer_bytes", "activations_bytes", "buffers_bytes", "overhead_bytes",
+)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StageMemory:
+    """Device memory of one pipeline rank, by component (bytes)."""
+
+    params_bytes: float
+    grads_bytes: float
+    optimizer_bytes: float
+    activations_bytes: float
+    """Saved for backward at the schedule's peak (in-flight micro-batches), plus recompute working set."""
+    buffers_bytes: float
+    """Communication buffers: DP buckets, ZeRO-3 prefetched params, TP gathers, pipeline send/recv."""
+    overhead_bytes: float
+    """Runtime context and allocator fragmentation allowance."""
+
+    @property
+    def total_bytes(self) -> float:
+        return sum(getattr(self, name) for name in MEMORY_TERMS)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CostBreakdown:
+    """Per-GPU memory, step time and traffic of one layout. ``fits`` is a value, not an exception."""
+
+    layout: Layout
+    stages: tuple[StageMemory, ...]
+    """Memory of each pipeline rank, rank 0 first."""
+    memory_capacity_bytes: float
+    """Usable device memory: --memory-fraction × device memory."""
+    compute_s: float
+    """GEMMs, attention and memory-bound kernels, forward and backward, on the critical path."""
+    recompute_s: float
+    """Forward work repeated in backward (activation recomputation)."""
+    tp_comm_s: float
+    cp_comm_s: float
+    ep_comm_s: float
+    dp_comm_s: float
+    """Data-parallel / ZeRO traffic not hidden behind compute."""
+    pp_comm_s: float
+    """Pipeline send/recv on the critical path."""
+    bubble_s: float
+    optimizer_s: float
+    offload_s: float
+    """Optimizer offload: host transfers and the CPU optimizer step."""
+    overhead_s: float
+    """Fixed per-step overhead (calibrated; 0 by default)."""
+    comm_bytes_per_gpu: dict[str, float] = field(default_factory=dict)
+    """Bytes sent per GPU per step, by collective (e.g. ``tp_all_reduce``)."""
+    model_flops_per_step: float
+    """Model FLOPs of one step over the whole job (PaLM definition)."""
+    hardware_flops_per_step: float
+    """Model FLOPs plus recomputation."""
+    tokens_per_step: int
+    num_gpus: int
+    peak_flops_per_gpu: float
+    sources: dict[str, str] = field(default_factory=dict)
+    """Per term, ``profile`` or ``datasheet``."""
+
+    @property
+    def step_time_s(self) -> float:
+        return sum(getattr(self, name) for name in TIME_TERMS)
+
+    @property
+    def peak_stage(self) -> StageMemory:
+        return max(self.stages, key=lambda st: st.total_bytes)
+
+    @property
+    def peak_memory_bytes(self) -> float:
+        return self.peak_stage.total_bytes
+
+    @property
+    def fits(self) -> bool:
+        return self.peak_memory_bytes <= self.memory_capacity_bytes
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.tokens_per_step / self.step_time_s
+
+    @property
+    def mfu(self) -> float:
+        """Model FLOPs utilisation (PaLM): model FLOPs/s over the job's peak FLOP/s."""
+        return self.model_flops_per_step / self.step_time_s / (self.num_gpus * self.peak_flops_per_gpu)
+
+    @property
+    def hfu(self) -> float:
+        """Hardware FLOPs utilisation: counts recomputation too."""
+        return self.hardware_flops_per_step / self.step_time_s / (self.num_gpus * self.peak_flops_per_gpu)
+
+    @property
+    def bubble_fraction(self) -> float:
+        """Share of the step spent idle in the pipeline bubble."""
+        return self.bubble_s / self.step_time_s
+
+    def predicted_dict(self) -> dict[str, Any]:
+        """The ``predicted`` object of a plan file (GiB and seconds, rounded for stable bytes)."""
+        peak = self.peak_stage
+        return {
+            "step_time_s": _r(self.step_time_s),
+            "tokens_per_s": _r(self.tokens_per_s),
+            "tokens_per_s_per_gpu": _r(self.tokens_per_s / self.num_gpus),
+            "mfu": _r(self.mfu),
+            "hfu": _r(self.hfu),
+            "fits": self.fits,
+            "peak_memory_gib": _r(peak.total_bytes / GIB),
+            "memory_capacity_gib": _r(self.memory_capacity_bytes / GIB),
+            "memory_gib": {name.removesuffix("_bytes"): _r(getattr(peak, name) / GIB) for name in MEMORY_TERMS},
+            "memory_gib_per_stage": [_r(st.total_bytes / GIB) for st in self.stages],
+            "time_s": {name.removesuffix("_s"): _r(getattr(self, name)) for name in TIME_TERMS},
+            "comm_gib_per_gpu": {k: _r(v / GIB) for k, v in sorted(self.comm_bytes_per_gpu.items())},
+            "bubble_fraction": _r(self.bubble_fraction),
+            "sources": dict(sorted(self.sources.items())),
+        }
+
+
+def _r(value: float) -> float:
+    """Six significant digits: enough for any report, and stable across platforms."""
+    return float(f"{value:.6g}")

@@ -1,0 +1,107 @@
+"""Time of one collective on a process group, by the alpha-beta model or a measured profile.
+
+Ring algorithms (Thakur, Rabenseifner & Gropp, 2005; NCCL's bus-bandwidth convention), with S the
+full buffer in bytes and n ranks:
+- all-reduce: 2(n-1)·α + 2(n-1)/n · S/β
+- all-gather, reduce-scatter, all-to-all: (n-1)·α + (n-1)/n · S/β
+- send/recv (one hop), broadcast (pipelined): α + S/β
+Groups that span nodes use the hierarchical (2-D) algorithm: reduce-scatter inside the node,
+the collective of 1/k of the data across nodes, all-gather inside the node (k ranks per node).
+The inter-node bandwidth of a rank is the node's NIC bandwidth shared by every device of the node,
+since in SPMD training all devices of a node run the same collective at once.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Literal
+
+from hardware_specs.schema import ClusterSpec
+
+from .assumptions import DEFAULT_ASSUMPTIONS, Assumptions
+
+if TYPE_CHECKING:
+    from profiles import HardwareProfile
+
+Collective = Literal["all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send_recv", "broadcast"]
+COLLECTIVES: tuple[str, ...] = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send_recv", "broadcast")
+
+
+def ring_time_s(op: str, size_bytes: float, n: int, alpha_s: float, beta_bytes_per_s: float) -> float:
+    """Alpha-beta time of a ring collective of an ``S = size_bytes`` buffer over ``n`` ranks."""
+    if n <= 1 or size_bytes <= 0:
+        return 0.0
+    if op == "all_reduce":
+        return 2 * (n - 1) * alpha_s + 2 * (n - 1) / n * size_bytes / beta_bytes_per_s
+    if op in ("all_gather", "reduce_scatter", "all_to_all"):
+        return (n - 1) * alpha_s + (n - 1) / n * size_bytes / beta_bytes_per_s
+    if op in ("send_recv", "broadcast"):
+        return alpha_s + size_bytes / beta_bytes_per_s
+    raise ValueError(f"unknown collective {op!r}")
+
+
+def bytes_sent_per_rank(op: str, size_bytes: float, n: int) -> float:
+    """Bytes each rank sends for one ring collective (REFERENCE: 2(n-1)/n·S for all-reduce)."""
+    if n <= 1:
+        return 0.0
+    if op == "all_reduce":
+        return 2 * (n - 1) / n * size_bytes
+    if op in ("all_gather", "reduce_scatter", "all_to_all"):
+        return (n - 1) / n * size_bytes
+    return float(size_bytes)
+
+
+def collective_time_s(op: str, size_bytes: float, degree: int, stride: int, cluster: ClusterSpec,
+                      profile: "HardwareProfile | None" = None,
+                      assumptions: Assumptions = DEFAULT_ASSUMPTIONS) -> float:
+    """Seconds for ``op`` on the group of ``degree`` ranks spaced ``stride`` apart.
+
+    A measured curve from ``profile`` wins when it covers (op, degree, spans nodes); otherwise the
+    alpha-beta model on the datasheet links.
+    """
+    return collective_time_and_source(op, size_bytes, degree, stride, cluster, profile, assumptions)[0]
+
+
+def collective_time_and_source(op: str, size_bytes: float, degree: int, stride: int, cluster: ClusterSpec,
+                               profile: "HardwareProfile | None" = None,
+                               assumptions: Assumptions = DEFAULT_ASSUMPTIONS) -> tuple[float, str]:
+    """``collective_time_s`` and where its rate came from: ``"profile"`` or ``"datasheet"``."""
+    if degree <= 1 or size_bytes <= 0:
+        return 0.0, "datasheet"
+    per_node, num_nodes = cluster.group_placement(degree, stride)
+    scale = assumptions.communication_scale
+    if profile is not None:
+        measured = profile.collective_time_s(op, degree, num_nodes > 1, size_bytes)
+        if measured is not None:
+            return measured * scale, "profile"
+    return _datasheet_time_s(op, size_bytes, per_node, num_nodes, cluster, assumptions) * scale, "datasheet"
+
+
+def _datasheet_time_s(op: str, size_bytes: float, per_node: int, num_nodes: int, cluster: ClusterSpec,
+                      assumptions: Assumptions) -> float:
+    node = cluster.node
+    eta = assumptions.link_efficiency
+    intra_beta = node.intra_node.bandwidth_bytes_per_s * eta
+    inter_beta = node.inter_node.node_bandwidth_bytes_per_s / node.gpus_per_node * eta
+    intra_alpha, inter_alpha = node.intra_node.latency_s, node.inter_node.latency_s
+    if num_nodes == 1:
+        return ring_time_s(op, size_bytes, per_node, intra_alpha, intra_beta)
+    if per_node == 1:
+        return ring_time_s(op, size_bytes, num_nodes, inter_alpha, inter_beta)
+    if op == "all_reduce":
+        return (ring_time_s("reduce_scatter", size_bytes, per_node, intra_alpha, intra_beta)
+                + ring_time_s("all_reduce", size_bytes / per_node, num_nodes, inter_alpha, inter_beta)
+                + ring_time_s("all_gather", size_bytes, per_node, intra_alpha, intra_beta))
+    if op in ("all_gather", "reduce_scatter", "all_to_all"):
+        return (ring_time_s(op, size_bytes / per_node, num_nodes, inter_alpha, inter_beta)
+                + ring_time_s(op, size_bytes, per_node, intra_alpha, intra_beta))
+    return ring_time_s(op, size_bytes, 2, inter_alpha, inter_beta)
+
+
+def group_stride(layout_degrees: dict[str, int], axis: str) -> int:
+    """Rank stride of ``axis`` under the order tp (innermost), cp, dp, pp (Megatron-LM)."""
+    stride = 1
+    for name in ("tp", "cp", "dp", "pp"):
+        if name == axis:
+            return stride
+        stride *= layout_degrees[name]
+    raise ValueError(f"unknown axis {axis!r}")

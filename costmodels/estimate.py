@@ -1,0 +1,478 @@
+"""``estimate``: memory, step time and traffic of one layout, by pipeline rank.
+
+Per micro-batch, rank i spends t_i = forward + backward (2× forward compute; Narayanan et al.
+SC'21) + recomputation + exposed TP/CP/EP communication + ZeRO-3 gathers not hidden behind
+compute + pipeline send/recv. The step is m·max_i t_i + bubble (``pipeline.bubble_time_s``) +
+the slowest rank's tail: data-parallel gradient reduction not hidden behind the last backward,
+parameter all-gather not hidden behind the first forward (ZeRO-1/2), and the optimizer step.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
+
+from hardware_specs.schema import ClusterSpec
+
+from . import activations as act
+from .assumptions import DEFAULT_ASSUMPTIONS, Assumptions
+from .breakdown import CostBreakdown, StageMemory
+from .compute import Rates
+from .flops import logits_gemm, model_flops_per_token
+from .layer_costs import LayerCosts, LayerForward, LayerKey
+from .layout import Layout
+from .memory import ShardedParams, StateBytes, state_bytes, zero_state_bytes
+from .model_spec import ModelSpec
+from .params import (dense_layer_params, embedding_params, expert_params_per_layer, layer_params,
+                     lora_params_per_layer, output_params)
+from .pipeline import bubble_time_s, in_flight_microbatches
+from .training import TrainingSpec
+
+if TYPE_CHECKING:
+    from profiles import HardwareProfile
+
+DEFAULT_MEMORY_FRACTION = 0.95
+
+
+@dataclass(slots=True, kw_only=True)
+class RankTimes:
+    """Per-micro-batch and per-step times of one pipeline rank (seconds)."""
+
+    compute_s: float = 0.0
+    fwd_compute_s: float = 0.0
+    bwd_compute_s: float = 0.0
+    recompute_s: float = 0.0
+    tp_s: float = 0.0
+    cp_s: float = 0.0
+    ep_s: float = 0.0
+    dp_mb_s: float = 0.0
+    pp_s: float = 0.0
+    dp_tail_s: float = 0.0
+    optimizer_s: float = 0.0
+    offload_s: float = 0.0
+    comm_bytes: Counter = field(default_factory=Counter)
+
+    @property
+    def per_microbatch_s(self) -> float:
+        return self.compute_s + self.recompute_s + self.tp_s + self.cp_s + self.ep_s + self.dp_mb_s + self.pp_s
+
+    @property
+    def tail_s(self) -> float:
+        return self.dp_tail_s + self.optimizer_s + self.offload_s
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RankLayers:
+    """What one pipeline rank holds: its chunks' layer ranges, counts by kind, first/last flags."""
+
+    chunks: tuple[tuple[int, int], ...]
+    """[start, end) layer ranges of this rank's model chunks."""
+    num_dense: int
+    num_moe: int
+    first: bool
+    last: bool
+
+    @property
+    def num_layers(self) -> int:
+        return self.num_dense + self.num_moe
+
+
+class CostModel:
+    """The cost model for one job (model, training, cluster, profile); ``estimate`` any layout."""
+
+    def __init__(self, model: ModelSpec, training: TrainingSpec, cluster: ClusterSpec, *,
+                 profile: "HardwareProfile | None" = None, assumptions: Assumptions = DEFAULT_ASSUMPTIONS,
+                 memory_fraction: float = DEFAULT_MEMORY_FRACTION) -> None:
+        if profile is not None and profile.calibration:
+            assumptions = assumptions.with_calibration(profile.calibration)
+        self.model, self.training, self.cluster = model, training, cluster
+        self.assumptions = assumptions
+        self.rates = Rates(cluster.hardware, training.precision, profile, assumptions)
+        self.layers = LayerCosts(model, training, cluster, self.rates, profile, assumptions)
+        self.states: StateBytes = state_bytes(training)
+        self.capacity_bytes = memory_fraction * cluster.hardware.memory_bytes
+        self._prefix = _LayerPrefix(model)
+        self._core_memo: dict[tuple, RankTimes] = {}
+        self._ranks_memo: dict[tuple, list[RankLayers]] = {}
+
+    def estimate(self, layout: Layout) -> CostBreakdown:
+        """Memory per rank, step time by term and traffic for ``layout`` (assumed valid)."""
+        ranks = self.rank_layers(layout)
+        memory = tuple(self.rank_memory(layout, r, i) for i, r in enumerate(ranks))
+        times = [self.rank_times(layout, r) for r in ranks]
+        return self._assemble(layout, memory, times)
+
+    def pipeline_lower_bound_s(self, layout: Layout) -> float:
+        """m·max_i t_i + bubble without any data-parallel or optimizer time: a lower bound on the
+        step time of every layout that differs from ``layout`` only in how model states are held
+        (ZeRO stage, HSDP, offload), since those only add time. Used by the search to prune."""
+        per_mb = [self.rank_core_times(layout, r).per_microbatch_s for r in self.rank_layers(layout)]
+        return layout.num_microbatches * max(per_mb) + bubble_time_s(per_mb, layout.virtual_stages)
+
+    def model_state_peak_bytes(self, layout: Layout) -> float:
+        """Largest params + grads + optimizer bytes over the ranks: a memory lower bound that the
+        micro-batch, schedule and recomputation choices cannot lower."""
+        z, z_e = self.shard_degrees(layout)
+        frozen_bytes = 4 if self.training.precision == "fp32" else 2
+        peak = 0.0
+        for rank in self.rank_layers(layout):
+            parts = zero_state_bytes(self.rank_params(layout, rank), self.states, zero_stage=layout.zero_stage,
+                                     shard_degree=z, expert_shard_degree=z_e, offload=layout.optimizer_offload,
+                                     lora_param_bytes=frozen_bytes)
+            peak = max(peak, sum(parts))
+        return peak
+
+    # -- what each rank holds -------------------------------------------------------------
+    def rank_layers(self, layout: Layout) -> list[RankLayers]:
+        """Chunk c of rank i is model stage c·pp + i (Megatron's interleaved assignment)."""
+        key = (layout.pp, layout.virtual_stages, layout.layers_per_stage)
+        ranks = self._ranks_memo.get(key)
+        if ranks is None:
+            ranks = self._rank_layers(layout)
+            self._ranks_memo[key] = ranks
+        return ranks
+
+    def _rank_layers(self, layout: Layout) -> list[RankLayers]:
+        counts = layout.stage_layers(self.model.num_layers)
+        starts = [0]
+        for c in counts:
+            starts.append(starts[-1] + c)
+        ranks = []
+        for i in range(layout.pp):
+            chunks = tuple((starts[k], starts[k + 1]) for k in range(i, len(counts), layout.pp))
+            moe = sum(self._prefix.moe_layers(a, b) for a, b in chunks)
+            dense = sum(b - a for a, b in chunks) - moe
+            ranks.append(RankLayers(chunks=chunks, num_dense=dense, num_moe=moe, first=i == 0,
+                                    last=i == layout.pp - 1))
+        return ranks
+
+    def rank_params(self, layout: Layout, rank: RankLayers) -> ShardedParams:
+        """Parameter elements on one rank: layers / tp, experts / (tp·ep), embedding and head."""
+        model, tp = self.model, layout.tp
+        dense = sum(self._prefix.dense_params(a, b) for a, b in rank.chunks)
+        expert = sum(self._prefix.expert_params(a, b) for a, b in rank.chunks)
+        if rank.first:
+            dense += embedding_params(model)
+        if rank.last:
+            dense += output_params(model)
+            if model.tied_embeddings and layout.pp > 1:
+                dense += model.vocab_size * model.hidden_size  # the head keeps its own copy
+        lora = 0.0
+        if self.training.is_lora:
+            lora = rank.num_layers * lora_params_per_layer(model, self.training.lora_rank,
+                                                            self.training.lora_targets)
+            dense += lora
+        return ShardedParams(dense=dense / tp, expert=expert / (tp * layout.ep),
+                             trainable_dense=(lora if self.training.is_lora else dense) / tp,
+                             trainable_expert=0.0 if self.training.is_lora else expert / (tp * layout.ep))
+
+    # -- memory -----------------------------------------------------------------------------
+    def shard_degrees(self, layout: Layout) -> tuple[int, int]:
+        """ZeRO shard degree for dense states (HSDP group or dp, times cp) and for expert states."""
+        dense = layout.zero_shard_degree * layout.cp
+        return dense, max(1, dense // layout.ep)
+
+    def rank_memory(self, layout: Layout, rank: RankLayers, index: int) -> StageMemory:
+        params = self.rank_params(layout, rank)
+        z, z_e = self.shard_degrees(layout)
+        frozen_bytes = 4 if self.training.precision == "fp32" else 2
+        p, g, o = zero_state_bytes(params, self.states, zero_stage=layout.zero_stage, shard_degree=z,
+                                   expert_shard_degree=z_e, offload=layout.optimizer_offload,
+                                   lora_param_bytes=frozen_bytes)
+        activations = self.rank_activation_bytes(layout, rank, index)
+        buffers = self.rank_buffer_bytes(layout, rank, params)
+        overhead = (self.cluster.hardware.runtime_reserved_bytes
+                    + self.assumptions.allocator_fragmentation * (activations + buffers))
+        return StageMemory(params_bytes=p, grads_bytes=g, optimizer_bytes=o, activations_bytes=activations,
+                           buffers_bytes=buffers, overhead_bytes=overhead)
+
+    def layer_key(self, layout: Layout, moe: bool) -> LayerKey:
+        return LayerKey(moe=moe, b=layout.micro_batch_size, s_local=self.training.seq_len // layout.cp,
+                        tp=layout.tp, sp=layout.sequence_parallel, cp=layout.cp, ep=layout.ep, dp=layout.dp)
+
+    def rank_activation_bytes(self, layout: Layout, rank: RankLayers, index: int) -> float:
+        """Activations at the schedule's peak: in-flight micro-batches × stored bytes per layer.
+
+        With full recomputation of only ``recompute_num_layers`` per stage, the first layers of each
+        chunk store their input and the rest store everything (Megatron's 'block' method)."""
+        model = self.model
+        x = self.layers.shape(self.layer_key(layout, False))
+        counts = {False: rank.num_dense, True: rank.num_moe}
+        share = self._recomputed_layers(layout, rank.num_layers) / max(rank.num_layers, 1)
+        per_step = 0.0
+        for kind, n in counts.items():
+            if n == 0:
+                continue
+            mode_bytes = act.layer_bytes(model, x, moe_layer=kind, recompute=layout.recompute)
+            if layout.recompute == "full" and share < 1.0:
+                mode_bytes = share * mode_bytes + (1 - share) * act.layer_bytes(model, x, moe_layer=kind,
+                                                                                recompute="none")
+            per_step += n * mode_bytes
+        in_flight = in_flight_microbatches(layout.schedule, layout.pp, index, layout.num_microbatches,
+                                           layout.virtual_stages)
+        total = in_flight * per_step / layout.virtual_stages
+        if rank.first:
+            total += in_flight * act.first_stage_extra_bytes(model, x)
+        if rank.last:
+            total += in_flight * act.last_stage_extra_bytes(model, x)
+        return total + self._recompute_working_bytes(layout, x, rank.num_moe > 0)
+
+    def _recompute_working_bytes(self, layout: Layout, x: act.ActivationShape, has_moe: bool) -> float:
+        """While one layer is recomputed, its full activations (full) or its core (selective) are live."""
+        if layout.recompute == "full":
+            return act.layer_bytes(self.model, x, moe_layer=has_moe, recompute="none")
+        if layout.recompute == "selective":
+            return act.attention_core_bytes(self.model, x)
+        return 0.0
+
+    def rank_buffer_bytes(self, layout: Layout, rank: RankLayers, params: ShardedParams) -> float:
+        """Communication buffers: ZeRO-3 prefetch (two layers' params, one layer's grads), DP
+        buckets (ZeRO 0-2), one gathered TP activation, pipeline send and receive buffers."""
+        B, sb = self.rates.elem_bytes, self.states
+        tokens = layout.micro_batch_size * self.training.seq_len // layout.cp
+        block = B * tokens * self.model.hidden_size
+        buffers = 0.0
+        data_parallel = layout.dp * layout.cp > 1
+        if layout.zero_stage == 3 and data_parallel:
+            biggest = self._prefix.largest_layer / layout.tp
+            buffers += (2 * sb.param + sb.grad) * biggest
+        elif data_parallel:
+            buffers += min(2 * self.assumptions.dp_bucket_bytes, sb.grad * (params.dense + params.expert))
+        if layout.tp > 1:
+            buffers += block
+        if layout.pp > 1:
+            buffers += 2 * block * (1 / layout.tp if layout.sequence_parallel else 1.0)
+        return buffers
+
+    # -- time ---------------------------------------------------------------------------------
+    def rank_core_times(self, layout: Layout, rank: RankLayers) -> RankTimes:
+        """Per-micro-batch times of one rank: everything but data-parallel sync and the optimizer,
+        which depend on how model states are held. Memoised: many layouts share it."""
+        key = (layout.tp, layout.cp, layout.ep, layout.dp, layout.pp, layout.virtual_stages,
+               layout.micro_batch_size, layout.num_microbatches, layout.recompute, layout.recompute_num_layers,
+               layout.sequence_parallel, rank.num_dense, rank.num_moe, rank.first, rank.last)
+        core = self._core_memo.get(key)
+        if core is None:
+            core = self._rank_core_times(layout, rank)
+            self._core_memo[key] = core
+        return core
+
+    def _rank_core_times(self, layout: Layout, rank: RankLayers) -> RankTimes:
+        t = RankTimes()
+        share = self._recomputed_layers(layout, rank.num_layers) / max(rank.num_layers, 1)
+        for kind, n in ((False, rank.num_dense), (True, rank.num_moe)):
+            if n == 0:
+                continue
+            f = self.layers.forward(self.layer_key(layout, kind))
+            self._add_layers(t, f, layout, n)
+            self._add_recompute(t, f, layout, n * share)
+            if layout.recompute == "selective":
+                t.recompute_s += n * (f.attention_core_s + f.attention_core_memory_s)
+        self._add_ends(t, layout, rank)
+        t.compute_s = t.fwd_compute_s + t.bwd_compute_s
+        self._add_pipeline(t, layout)
+        return t
+
+    def rank_times(self, layout: Layout, rank: RankLayers) -> RankTimes:
+        """All times of one rank: the core plus data-parallel sync and the optimizer step."""
+        core = self.rank_core_times(layout, rank)
+        t = replace(core, comm_bytes=Counter(core.comm_bytes))
+        params = self.rank_params(layout, rank)
+        self._add_data_parallel(t, layout, params)
+        self._add_optimizer(t, layout, params)
+        return t
+
+    def _recomputed_layers(self, layout: Layout, n: int) -> int:
+        if layout.recompute != "full":
+            return 0
+        if layout.recompute_num_layers == 0:
+            return n
+        return min(layout.recompute_num_layers * layout.virtual_stages, n)
+
+    def _add_layers(self, t: RankTimes, f: LayerForward, layout: Layout, n: float) -> None:
+        """Forward + backward of ``n`` layers: backward is 2× forward compute (input and weight
+        gradients); LoRA's frozen weights need only the input gradient, 1× forward GEMMs.
+        Backward repeats the forward's TP/EP collectives and moves K, V and their gradients in CP."""
+        bwd_gemm = (1.0 if self.training.is_lora else 2.0) * f.gemm_s
+        t.fwd_compute_s += n * f.compute_s
+        t.bwd_compute_s += n * (bwd_gemm + 2 * (f.attention_core_s + f.memory_s))
+        t.tp_s += n * 2 * f.tp_s
+        t.cp_s += n * (f.cp_s + max(0.0, 2 * f.cp_total_s - 2 * f.attention_core_s))
+        t.ep_s += n * 2 * f.ep_s
+        for name, sent in f.comm_bytes.items():
+            t.comm_bytes[name] += n * (3 if name.startswith("cp") else 2) * sent * layout.num_microbatches
+
+    def _add_recompute(self, t: RankTimes, f: LayerForward, layout: Layout, n: float) -> None:
+        """Full recomputation reruns ``n`` layers' forward, their TP/CP/EP communication included."""
+        if n == 0:
+            return
+        t.recompute_s += n * f.compute_s
+        t.tp_s += n * f.tp_s
+        t.cp_s += n * f.cp_s
+        t.ep_s += n * f.ep_s
+        for name, sent in f.comm_bytes.items():
+            t.comm_bytes[name] += n * sent * layout.num_microbatches
+
+    def _add_ends(self, t: RankTimes, layout: Layout, rank: RankLayers) -> None:
+        """Embedding lookup (vocab-parallel: one all-reduce or reduce-scatter) and the output
+        projection with an fp32 cross-entropy over b·s·V/t logits (read and written 3 times)."""
+        model, B = self.model, self.rates.elem_bytes
+        tokens = layout.micro_batch_size * self.training.seq_len // layout.cp
+        if rank.first:
+            t.fwd_compute_s += self.rates.memory_time_s(2 * B * tokens * model.hidden_size)
+            if layout.tp > 1:
+                op = "reduce_scatter" if layout.sequence_parallel else "all_reduce"
+                seconds, sent = self.layers.collective("tp", op, B * tokens * model.hidden_size, layout.tp, 1)
+                t.tp_s += seconds
+                t.comm_bytes[f"tp_{op}"] += sent * layout.num_microbatches
+        if rank.last:
+            head = self.rates.gemm_time_s(logits_gemm(model, tokens, layout.tp))
+            loss = self.rates.memory_time_s(3 * 4 * tokens * model.vocab_size / layout.tp)
+            t.fwd_compute_s += head + loss
+            t.bwd_compute_s += 2 * head + loss
+
+    def _add_pipeline(self, t: RankTimes, layout: Layout) -> None:
+        """Each chunk receives its input and sends its output once forward and once backward."""
+        if layout.pp == 1:
+            return
+        tokens = layout.micro_batch_size * self.training.seq_len // layout.cp
+        size = self.rates.elem_bytes * tokens * self.model.hidden_size
+        if layout.sequence_parallel:
+            size /= layout.tp
+        stride = layout.tp * layout.cp * layout.dp
+        seconds, sent = self.layers.collective("pp", "send_recv", size, 2, stride)
+        t.pp_s += 2 * layout.virtual_stages * seconds
+        t.comm_bytes["pp_send_recv"] += 2 * layout.virtual_stages * sent * layout.num_microbatches
+
+    def _add_data_parallel(self, t: RankTimes, layout: Layout, params: ShardedParams) -> None:
+        """Gradient reduction and parameter gathers over the dp·cp group (expert grads over dp·cp/ep).
+
+        ZeRO 0: one all-reduce per step. ZeRO 1/2: reduce-scatter + all-gather per step (2Ψ, as
+        all-reduce). ZeRO-3: all-gather in forward and backward and reduce-scatter per micro-batch
+        (3Ψ per micro-batch; ZeRO paper Sec. 7). HSDP adds an all-reduce of 1/N_shard across replicas.
+        """
+        z, _ = self.shard_degrees(layout)
+        group = layout.dp * layout.cp
+        if group == 1:
+            return
+        sb, m = self.states, layout.num_microbatches
+        grads = sb.grad * (params.trainable_dense + params.trainable_expert)
+        weights = sb.param * (params.dense + params.expert) if layout.zero_stage == 3 else \
+            sb.param * (params.trainable_dense + params.trainable_expert)
+        shard = z if layout.zero_stage else group
+        overlap = self.assumptions.overlap_fraction
+        if layout.zero_stage == 0:
+            reduce_s, sent = self.layers.collective("dp", "all_reduce", grads, group, layout.tp)
+            t.comm_bytes["dp_all_reduce"] += sent
+            gather_s = 0.0
+        else:
+            reduce_s, rs_sent = self.layers.collective("dp", "reduce_scatter", grads, shard, layout.tp)
+            gather_s, ag_sent = self.layers.collective("dp", "all_gather", weights, shard, layout.tp)
+            reps = m if layout.zero_stage == 3 else 1
+            t.comm_bytes["dp_reduce_scatter"] += rs_sent * reps
+            t.comm_bytes["dp_all_gather"] += ag_sent * reps * (2 if layout.zero_stage == 3 else 1)
+        replicas = group // shard
+        if layout.zero_stage and replicas > 1:
+            ar_s, ar_sent = self.layers.collective("dp", "all_reduce", grads / shard, replicas, layout.tp * shard)
+            t.dp_tail_s += ar_s
+            t.comm_bytes["dp_all_reduce"] += ar_sent
+        if layout.zero_stage == 3:
+            fwd_mb = t.fwd_compute_s
+            bwd_mb = t.bwd_compute_s
+            t.dp_mb_s += max(0.0, gather_s - overlap * fwd_mb) + max(0.0, gather_s + reduce_s - overlap * bwd_mb)
+            return
+        t.dp_tail_s += max(0.0, reduce_s - overlap * t.bwd_compute_s)
+        t.dp_tail_s += max(0.0, gather_s - overlap * t.fwd_compute_s)
+
+    def _add_optimizer(self, t: RankTimes, layout: Layout, params: ShardedParams) -> None:
+        """Optimizer step on this rank's shard: memory-bound, reading and writing the K bytes of
+        states per parameter, reading the gradient and writing the 16-bit copy. With offload, the
+        gradient goes to the host and the parameter comes back over the host link, and the step
+        runs on the host (ZeRO-Offload, Ren et al. 2021), not overlapped."""
+        sb = self.states
+        z, z_e = self.shard_degrees(layout)
+        stepped = params.trainable_dense / (z if layout.zero_stage else 1) + \
+            params.trainable_expert / (z_e if layout.zero_stage else 1)
+        moved = (2 * sb.optimizer + sb.grad + sb.param) * stepped
+        if not layout.optimizer_offload:
+            t.optimizer_s += self.rates.memory_time_s(moved)
+            return
+        node = self.cluster.node
+        t.offload_s += (sb.grad + sb.param) * stepped / node.host_link_bandwidth_bytes_per_s
+        t.offload_s += 2 * sb.optimizer * stepped / node.host_memory_bandwidth_bytes_per_s
+
+    # -- totals -------------------------------------------------------------------------------
+    def _assemble(self, layout: Layout, memory: tuple[StageMemory, ...], times: list[RankTimes]) -> CostBreakdown:
+        m = layout.num_microbatches
+        per_mb = [t.per_microbatch_s for t in times]
+        crit = times[max(range(len(times)), key=per_mb.__getitem__)]
+        tail = times[max(range(len(times)), key=lambda i: times[i].tail_s)]
+        model_flops = model_flops_per_token(self.model, self.training.seq_len, self.training.is_lora) \
+            * self.training.tokens_per_step
+        return CostBreakdown(
+            layout=layout, stages=memory, memory_capacity_bytes=self.capacity_bytes,
+            compute_s=m * crit.compute_s, recompute_s=m * crit.recompute_s, tp_comm_s=m * crit.tp_s,
+            cp_comm_s=m * crit.cp_s, ep_comm_s=m * crit.ep_s,
+            dp_comm_s=m * crit.dp_mb_s + tail.dp_tail_s, pp_comm_s=m * crit.pp_s,
+            bubble_s=bubble_time_s(per_mb, layout.virtual_stages), optimizer_s=tail.optimizer_s,
+            offload_s=tail.offload_s, overhead_s=self.assumptions.step_overhead_s,
+            comm_bytes_per_gpu=dict(crit.comm_bytes),
+            model_flops_per_step=model_flops,
+            hardware_flops_per_step=model_flops + self._recompute_flops(layout),
+            tokens_per_step=self.training.tokens_per_step, num_gpus=layout.world_size,
+            peak_flops_per_gpu=self.rates.peak, sources=self._sources(),
+        )
+
+    def _recompute_flops(self, layout: Layout) -> float:
+        """Extra FLOPs of recomputation over the whole step: full reruns the forward of the
+        recomputed layers (2N + 4·L·(a·d)·s per token, a third of the model FLOPs); selective reruns
+        the attention core (4·L·(a·d)·s per token)."""
+        tokens, s, model = self.training.tokens_per_step, self.training.seq_len, self.model
+        attention = 4.0 * model.num_layers * model.q_dim * s * tokens
+        if layout.recompute == "selective":
+            return attention
+        if layout.recompute != "full":
+            return 0.0
+        share = 1.0 if layout.recompute_num_layers == 0 else \
+            min(1.0, layout.recompute_num_layers * layout.num_stages / model.num_layers)
+        forward = model_flops_per_token(self.model, s, self.training.is_lora) / 3 * tokens
+        return share * forward
+
+    def _sources(self) -> dict[str, str]:
+        sources = {"compute": self.rates.sources.get("gemm", "datasheet"),
+                   "attention": self.rates.sources.get("attention", "datasheet"),
+                   "memory_bound": self.rates.sources.get("memory_bound", "datasheet")}
+        sources.update({f"{k}_comm": v for k, v in self.layers.sources.items()})
+        return sources
+
+
+class _LayerPrefix:
+    """Prefix sums over layers so a rank's parameter counts cost O(chunks), not O(layers)."""
+
+    def __init__(self, model: ModelSpec) -> None:
+        self._dense, self._expert, self._moe = [0], [0], [0]
+        for j in range(model.num_layers):
+            moe = model.is_moe_layer(j)
+            self._dense.append(self._dense[-1] + dense_layer_params(model, j))
+            self._expert.append(self._expert[-1] + (expert_params_per_layer(model) if moe else 0))
+            self._moe.append(self._moe[-1] + moe)
+        self.largest_layer = max(layer_params(model, j) for j in range(model.num_layers))
+
+    def dense_params(self, start: int, end: int) -> int:
+        return self._dense[end] - self._dense[start]
+
+    def expert_params(self, start: int, end: int) -> int:
+        return self._expert[end] - self._expert[start]
+
+    def moe_layers(self, start: int, end: int) -> int:
+        return self._moe[end] - self._moe[start]
+
+
+def estimate(model: ModelSpec, training: TrainingSpec, cluster: ClusterSpec, layout: Layout, *,
+             profile: "HardwareProfile | None" = None, assumptions: Assumptions = DEFAULT_ASSUMPTIONS,
+             memory_fraction: float = DEFAULT_MEMORY_FRACTION) -> CostBreakdown:
+    """Cost of ``layout`` for one job; see ``CostModel``. The layout is assumed valid
+    (``layout.check_layout``)."""
+    return CostModel(model, training, cluster, profile=profile, assumptions=assumptions,
+                     memory_fraction=memory_fraction).estimate(layout)

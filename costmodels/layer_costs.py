@@ -1,0 +1,196 @@
+"""Forward-pass costs of one transformer layer on one rank, for one micro-batch.
+
+Backward is derived from these (2× compute, same communication) by ``estimate``.
+Communication per layer (forward): Megatron TP (Shoeybi et al. 2019, Sec. 3) all-reduces the
+B·b·s·h block output twice (attention and MLP), or with sequence parallelism (Korthikanti et al.
+2022, Sec. 4.2.2) all-gathers and reduce-scatters it twice; ring attention (Liu et al. 2023)
+passes each rank's K and V blocks around the cp ring in cp - 1 steps, hidden behind the attention
+core when that takes longer; MoE layers (GShard, Lepikhin et al. 2020) all-to-all the routed
+tokens twice (dispatch, combine) over the ep group.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from hardware_specs.schema import ClusterSpec
+
+from .activations import ActivationShape
+from .assumptions import Assumptions
+from .collectives import bytes_sent_per_rank, collective_time_and_source
+from .compute import Rates
+from .flops import Gemm, _kv_per_rank, attention_core_flops, attention_gemms, lora_flops, mlp_gemms
+from .model_spec import ModelSpec
+from .training import TrainingSpec
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LayerKey:
+    """Everything a layer's forward cost depends on besides the specs."""
+
+    moe: bool
+    b: int
+    s_local: int
+    tp: int
+    sp: bool
+    cp: int
+    ep: int
+    dp: int
+
+
+@dataclass(slots=True, kw_only=True)
+class LayerForward:
+    """Forward-pass cost of one layer on one rank for one micro-batch."""
+
+    gemm_s: float = 0.0
+    """Weight GEMMs (projections, MLP, experts) and LoRA adapters."""
+    attention_core_s: float = 0.0
+    memory_s: float = 0.0
+    """Memory-bound kernels (norms, residuals, activations, rotary, softmax if eager)."""
+    attention_core_memory_s: float = 0.0
+    """Of ``memory_s``, the eager softmax/dropout traffic (recomputed by selective recompute)."""
+    tp_s: float = 0.0
+    cp_s: float = 0.0
+    """Ring K/V exchange left exposed after overlapping with the attention core."""
+    cp_total_s: float = 0.0
+    ep_s: float = 0.0
+    comm_bytes: dict[str, float] = field(default_factory=dict)
+    flops: float = 0.0
+
+    @property
+    def compute_s(self) -> float:
+        return self.gemm_s + self.attention_core_s + self.memory_s
+
+
+class LayerCosts:
+    """Memoised per-layer forward costs for one (model, training, cluster, profile)."""
+
+    def __init__(self, model: ModelSpec, training: TrainingSpec, cluster: ClusterSpec, rates: Rates,
+                 profile: object, assumptions: Assumptions) -> None:
+        self.model, self.training, self.cluster = model, training, cluster
+        self.rates, self.profile, self.assumptions = rates, profile, assumptions
+        self.sources: dict[str, str] = {}
+        self._memo: dict[LayerKey, LayerForward] = {}
+
+    def shape(self, key: LayerKey) -> ActivationShape:
+        fused = self.training.attention == "fused"
+        return ActivationShape(b=key.b, s=key.s_local, s_kv=key.s_local if fused else key.s_local * key.cp,
+                               tp=key.tp, sequence_parallel=key.sp, elem_bytes=self.rates.elem_bytes,
+                               fused_attention=fused)
+
+    def forward(self, key: LayerKey) -> LayerForward:
+        cached = self._memo.get(key)
+        if cached is None:
+            cached = self._forward(key)
+            self._memo[key] = cached
+        return cached
+
+    def collective(self, term: str, op: str, size_bytes: float, degree: int, stride: int) -> tuple[float, float]:
+        """(seconds, bytes sent per rank) of one collective, recording the source under ``term``."""
+        seconds, source = collective_time_and_source(op, size_bytes, degree, stride, self.cluster,
+                                                     self.profile, self.assumptions)  # type: ignore[arg-type]
+        if degree > 1:
+            self.sources[term] = "profile" if source == "profile" or self.sources.get(term) == "profile" else source
+        return seconds, bytes_sent_per_rank(op, size_bytes, degree)
+
+    def _forward(self, key: LayerKey) -> LayerForward:
+        model, rates = self.model, self.rates
+        out = LayerForward()
+        tokens = key.b * key.s_local
+        gemms = attention_gemms(model, tokens, key.tp) + self._mlp_gemms(key, tokens)
+        out.gemm_s = sum(rates.gemm_time_s(g) for g in gemms)
+        out.flops = sum(g.flops for g in gemms)
+        if self.training.is_lora:
+            extra = lora_flops(model, tokens, self.training.lora_rank, self.training.lora_targets, key.tp)
+            out.gemm_s += rates.gemm_time_s(Gemm(m=tokens, n=self.training.lora_rank, k=model.hidden_size,
+                                                 count=2 * len(self.training.lora_targets)))
+            out.flops += extra
+        core_flops = attention_core_flops(model, key.b, key.s_local, key.s_local * key.cp, key.tp)
+        out.attention_core_s = rates.attention_time_s(core_flops, b=key.b, s=key.s_local,
+                                                      heads=model.num_attention_heads // key.tp,
+                                                      head_dim=model.d_head)
+        out.flops += core_flops
+        out.attention_core_memory_s = rates.memory_time_s(self._eager_core_bytes(key))
+        out.memory_s = rates.memory_time_s(self._memory_bound_bytes(key)) + out.attention_core_memory_s
+        self._add_tp(out, key, tokens)
+        self._add_cp(out, key)
+        if key.moe:
+            self._add_ep(out, key, tokens)
+        return out
+
+    def _mlp_gemms(self, key: LayerKey, tokens: int) -> list[Gemm]:
+        model = self.model
+        if not key.moe:
+            return mlp_gemms(model, tokens, model.ffn_hidden_size, key.tp)
+        moe = model.moe
+        assert moe is not None
+        local_experts = moe.num_experts // key.ep
+        routed_tokens = tokens * moe.top_k * moe.capacity_factor
+        per_expert = max(1, round(routed_tokens / local_experts))
+        gemms = [Gemm(m=tokens, n=moe.num_experts, k=model.hidden_size)]
+        gemms += [Gemm(m=g.m, n=g.n, k=g.k, count=local_experts)
+                  for g in mlp_gemms(model, per_expert, moe.expert_ffn_hidden_size, key.tp)]
+        if moe.num_shared_experts:
+            gemms += mlp_gemms(model, tokens, moe.expert_ffn_hidden_size * moe.num_shared_experts, key.tp)
+        return gemms
+
+    def _memory_bound_bytes(self, key: LayerKey) -> float:
+        """Reads + writes of one layer's memory-bound kernels in forward (bytes).
+
+        Two norms (read, write) = 4, two residual adds (2 reads, 1 write) = 6, in units of
+        B·tokens·h·r; the activation function reads 2f (gated) or f and writes f per token;
+        rotary reads and writes q and k; each of 3 dropouts reads, writes and stores a mask.
+        """
+        model, B = self.model, self.rates.elem_bytes
+        tokens = key.b * key.s_local
+        r = 1 / key.tp if key.sp else 1.0
+        block = B * tokens * model.hidden_size * r
+        ffn = model.ffn_hidden_size
+        if key.moe and model.moe is not None:
+            ffn = model.moe.expert_ffn_hidden_size * model.moe.top_k * model.moe.capacity_factor
+        act = B * tokens * ffn / key.tp * (3 if model.gated_mlp else 2)
+        rotary = 2 * B * tokens * (model.q_dim / key.tp + _kv_per_rank(model, key.tp)) \
+            if model.positions == "rotary" else 0.0
+        dropout = 3 * 2.5 * block if model.dropout else 0.0
+        return 10 * block + act + rotary + dropout
+
+    def _eager_core_bytes(self, key: LayerKey) -> float:
+        """Eager attention: the softmax reads and writes the b·(a/t)·s·s_kv scores (and dropout)."""
+        if self.training.attention == "fused":
+            return 0.0
+        x = self.shape(key)
+        scores = x.b * self.model.num_attention_heads / x.tp * x.s * x.s_kv * x.elem_bytes
+        return scores * (4 if self.model.dropout else 2)
+
+    def _add_tp(self, out: LayerForward, key: LayerKey, tokens: int) -> None:
+        if key.tp == 1:
+            return
+        size = self.rates.elem_bytes * tokens * self.model.hidden_size
+        if key.sp:
+            ag_s, ag_b = self.collective("tp", "all_gather", size, key.tp, 1)
+            rs_s, rs_b = self.collective("tp", "reduce_scatter", size, key.tp, 1)
+            out.tp_s = 2 * (ag_s + rs_s)
+            out.comm_bytes = {"tp_all_gather": 2 * ag_b, "tp_reduce_scatter": 2 * rs_b}
+        else:
+            ar_s, ar_b = self.collective("tp", "all_reduce", size, key.tp, 1)
+            out.tp_s = 2 * ar_s
+            out.comm_bytes = {"tp_all_reduce": 2 * ar_b}
+
+    def _add_cp(self, out: LayerForward, key: LayerKey) -> None:
+        if key.cp == 1:
+            return
+        block = 2 * self.rates.elem_bytes * key.b * key.s_local * _kv_per_rank(self.model, key.tp)
+        step_s, step_b = self.collective("cp", "send_recv", block, key.cp, key.tp)
+        out.cp_total_s = (key.cp - 1) * step_s
+        out.cp_s = max(0.0, out.cp_total_s - out.attention_core_s)
+        out.comm_bytes["cp_send_recv"] = (key.cp - 1) * step_b
+
+    def _add_ep(self, out: LayerForward, key: LayerKey, tokens: int) -> None:
+        moe = self.model.moe
+        if key.ep == 1 or moe is None:
+            return
+        r = 1 / key.tp if key.sp else 1.0
+        size = self.rates.elem_bytes * tokens * r * moe.top_k * moe.capacity_factor * self.model.hidden_size
+        a2a_s, a2a_b = self.collective("ep", "all_to_all", size, key.ep, key.tp * key.cp)
+        out.ep_s = 2 * a2a_s
+        out.comm_bytes["ep_all_to_all"] = 2 * a2a_b

@@ -1,0 +1,80 @@
+"""Model-state memory per rank: parameters, gradients and optimizer states under ZeRO.
+
+Convention (say which, REFERENCE.md): ZeRO (Rajbhandari et al., SC'20, Sec. 3 and Fig. 1), as
+held by DeepSpeed and by Megatron-LM's distributed optimizer with 16-bit gradients. Mixed precision
+(bf16/fp16/fp8) with Adam keeps 2Ψ 16-bit params + 2Ψ 16-bit grads + KΨ optimizer states, K = 12
+(fp32 master copy, momentum, variance); SGD with momentum has K = 8 (master, momentum).
+fp32 training keeps 4Ψ + 4Ψ and K = 8 (Adam) or 4 (SGD), no master copy.
+ZeRO-1 divides the KΨ term by the shard degree N_d, ZeRO-2 also the gradients, ZeRO-3 also the
+parameters. LoRA (Hu et al. 2021): frozen base weights keep only their parameter bytes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .training import TrainingSpec
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StateBytes:
+    """Bytes per parameter element of each model-state kind."""
+
+    param: int
+    grad: int
+    optimizer: int
+
+
+def state_bytes(training: TrainingSpec) -> StateBytes:
+    """Bytes per parameter for params, grads and optimizer states (ZeRO paper, K = 12 for mixed Adam)."""
+    if training.precision == "fp32":
+        return StateBytes(param=4, grad=4, optimizer=8 if training.optimizer == "adamw" else 4)
+    return StateBytes(param=2, grad=2, optimizer=12 if training.optimizer == "adamw" else 8)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ShardedParams:
+    """Parameter elements one rank holds before ZeRO sharding, split by how they are replicated."""
+
+    dense: float
+    """Replicated over the dense data-parallel group (dp · cp ranks)."""
+    expert: float
+    """MoE expert weights, replicated over dp · cp / ep ranks."""
+    trainable_dense: float
+    """Of ``dense``, the trainable part (all of it unless LoRA)."""
+    trainable_expert: float
+
+
+def zero_state_bytes(params: ShardedParams, sb: StateBytes, *, zero_stage: int, shard_degree: int,
+                     expert_shard_degree: int, offload: bool, lora_param_bytes: int) -> tuple[float, float, float]:
+    """(params, grads, optimizer) bytes on one rank under ``zero_stage`` (ZeRO paper Sec. 5.1).
+
+    ``shard_degree`` N_d for dense states, ``expert_shard_degree`` for expert states. With
+    ``offload`` the optimizer states (and master weights) live in host memory: zero on the device.
+    """
+    def shard(elements: float, degree: int, from_stage: int) -> float:
+        return elements / degree if zero_stage >= from_stage else elements
+
+    frozen_dense = params.dense - params.trainable_dense
+    frozen_expert = params.expert - params.trainable_expert
+    param_bytes = (sb.param * (shard(params.trainable_dense, shard_degree, 3)
+                               + shard(params.trainable_expert, expert_shard_degree, 3))
+                   + lora_param_bytes * (shard(frozen_dense, shard_degree, 3)
+                                         + shard(frozen_expert, expert_shard_degree, 3)))
+    grad_bytes = sb.grad * (shard(params.trainable_dense, shard_degree, 2)
+                            + shard(params.trainable_expert, expert_shard_degree, 2))
+    optimizer_bytes = 0.0 if offload else sb.optimizer * (
+        shard(params.trainable_dense, shard_degree, 1) + shard(params.trainable_expert, expert_shard_degree, 1))
+    return param_bytes, grad_bytes, optimizer_bytes
+
+
+def zero_closed_form_bytes(psi: float, n_d: int, stage: int, k: int = 12) -> float:
+    """The ZeRO paper's per-device model-state bytes (Fig. 1): 2Ψ+2Ψ+KΨ, (2+2)Ψ+KΨ/N_d,
+    2Ψ+(2+K)Ψ/N_d, (2+2+K)Ψ/N_d for stages 0-3."""
+    if stage == 0:
+        return (2 + 2 + k) * psi
+    if stage == 1:
+        return 4 * psi + k * psi / n_d
+    if stage == 2:
+        return 2 * psi + (2 + k) * psi / n_d
+    return (2 + 2 + k) * psi / n_d

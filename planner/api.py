@@ -1,0 +1,153 @@
+"""The Python API a scheduler calls: ``plan`` and ``evaluate``. No torch, no printing.
+
+Every argument accepts a name or a spec object; errors are ``ValueError`` subclasses whose
+messages name the field, the same lines the CLI prints.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from costmodels.breakdown import CostBreakdown
+from costmodels.estimate import CostModel
+from costmodels.layout import Layout, check_layout
+from costmodels.model_spec import ModelSpec, model_to_dict
+from costmodels.presets import load_model
+from costmodels.training import TrainingSpec
+from hardware_specs import ClusterSpec, NodeSpec, load_node, make_cluster
+from hardware_specs.errors import AutoplanError, SpecError
+
+from .brute_force import solve_brute_force
+from .report import ClosestMiss, PlanReport
+from .search import solve
+from .space import SearchOptions
+
+if TYPE_CHECKING:
+    from profiles import HardwareProfile
+
+
+class PlanError(AutoplanError):
+    """A request the planner cannot answer as asked (bad option combination)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Job:
+    """A resolved request: specs plus the names the user gave (for the plan file)."""
+
+    model: ModelSpec
+    training: TrainingSpec
+    cluster: ClusterSpec
+    profile: "HardwareProfile | None"
+    memory_fraction: float
+    inputs: dict[str, Any]
+
+    def cost_model(self) -> CostModel:
+        return CostModel(self.model, self.training, self.cluster, profile=self.profile,
+                         memory_fraction=self.memory_fraction)
+
+
+def resolve_job(*, model: str | ModelSpec, hardware: str | NodeSpec, gpus: int, global_batch: int,
+                seq_len: int, gpus_per_node: int | None = None, precision: str = "bf16",
+                optimizer: str = "adamw", lora_rank: int = 0, attention: str = "fused",
+                memory_fraction: float = 0.95, profile: "str | Path | HardwareProfile | None" = None) -> Job:
+    """Turn names and numbers into specs, validating each where it enters."""
+    model_spec = model if isinstance(model, ModelSpec) else load_model(model)
+    node = hardware if isinstance(hardware, NodeSpec) else load_node(hardware)
+    for name, value in (("gpus", gpus), ("global_batch", global_batch), ("seq_len", seq_len)):
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise SpecError(f"--{name.replace('_', '-')} must be a positive integer, got {value!r}")
+    if not isinstance(memory_fraction, (int, float)) or not 0 < memory_fraction <= 1:
+        raise SpecError(f"--memory-fraction must be in (0, 1], got {memory_fraction!r}")
+    training = TrainingSpec(global_batch_size=global_batch, seq_len=seq_len, precision=precision,
+                            optimizer=optimizer, lora_rank=lora_rank, attention=attention)
+    if training.precision not in ("fp8", "fp32") and not node.hardware.supports(training.precision):
+        raise SpecError(f"--precision {precision}: {node.hardware.name} has no {precision} rate; use fp16")
+    cluster = make_cluster(node, gpus, gpus_per_node)
+    loaded = _load_profile(profile)
+    inputs = {
+        "model": model if isinstance(model, str) else model.name,
+        "model_spec": model_to_dict(model_spec),
+        "hardware": hardware if isinstance(hardware, str) else node.hardware.name,
+        "gpus": gpus, "gpus_per_node": cluster.gpus_per_node,
+        "training": {"global_batch_size": global_batch, "seq_len": seq_len, "precision": precision,
+                     "optimizer": optimizer, "lora_rank": lora_rank, "attention": attention},
+        "memory_fraction": memory_fraction,
+        "profile": str(profile) if isinstance(profile, (str, Path)) else None,
+    }
+    return Job(model=model_spec, training=training, cluster=cluster, profile=loaded,
+               memory_fraction=float(memory_fraction), inputs=inputs)
+
+
+def _load_profile(profile: "str | Path | HardwareProfile | None") -> "HardwareProfile | None":
+    if profile is None or not isinstance(profile, (str, Path)):
+        return profile
+    from profiles import load_profile
+
+    return load_profile(Path(profile))
+
+
+def plan(*, model: str | ModelSpec, hardware: str | NodeSpec, gpus: int, global_batch: int, seq_len: int,
+         top_k: int = 5, solver: str = "search", allow_cross_node_tp: bool = False,
+         **options: Any) -> PlanReport:
+    """The fastest layout that fits, ranked alternatives, and why others were rejected.
+
+    ``options``: gpus_per_node, precision, optimizer, lora_rank, attention, memory_fraction, profile
+    (see ``resolve_job``). ``solver``: ``search`` (branch and bound, exact) or ``brute-force``.
+    """
+    job = resolve_job(model=model, hardware=hardware, gpus=gpus, global_batch=global_batch,
+                      seq_len=seq_len, **options)
+    if not isinstance(top_k, int) or top_k < 1:
+        raise PlanError(f"--top must be a positive integer, got {top_k!r}")
+    if solver not in ("search", "brute-force"):
+        raise PlanError(f"solver must be 'search' or 'brute-force', got {solver!r}")
+    search_options = SearchOptions(allow_cross_node_tp=allow_cross_node_tp)
+    started = time.perf_counter()
+    run = solve if solver == "search" else solve_brute_force
+    result = run(job.cost_model(), gpus, job.cluster.gpus_per_node, search_options, top_k + 1)
+    seconds = time.perf_counter() - started
+    ranked = result.ranked
+    misses = tuple(ClosestMiss(breakdown=b, suggestions=suggest_fixes(b, job)) for b in result.closest_misses)
+    return PlanReport(
+        inputs={**job.inputs, "top_k": top_k, "allow_cross_node_tp": allow_cross_node_tp},
+        best=ranked[0] if ranked else None, candidates=ranked[1:], rejected=result.rejected,
+        closest_misses=misses,
+        search={"solver": solver, "space_size": result.num_candidates, "evaluated": result.num_evaluated,
+                "seconds": round(seconds, 4)},
+    )
+
+
+def evaluate(*, model: str | ModelSpec, hardware: str | NodeSpec, gpus: int, global_batch: int, seq_len: int,
+             layout: Layout, **options: Any) -> CostBreakdown:
+    """Cost of one explicit ``layout``; raises ``LayoutError`` naming the rule it breaks."""
+    job = resolve_job(model=model, hardware=hardware, gpus=gpus, global_batch=global_batch,
+                      seq_len=seq_len, **options)
+    check_layout(layout, job.model, job.training, gpus, job.cluster.gpus_per_node)
+    return job.cost_model().estimate(layout)
+
+
+def suggest_fixes(miss: CostBreakdown, job: Job) -> tuple[str, ...]:
+    """What would make ``miss`` fit: the levers it does not use yet, and how many GPUs would do."""
+    layout = miss.layout
+    out = []
+    if layout.zero_stage < 3:
+        out.append("ZeRO-3 (--zero 3) to shard parameters as well")
+    if layout.recompute != "full":
+        out.append("full activation recomputation (--recompute full)")
+    if not layout.optimizer_offload:
+        out.append("optimizer offload to host memory")
+    if layout.micro_batch_size > 1:
+        out.append("a smaller micro-batch")
+    peak = miss.peak_stage
+    states = peak.params_bytes + peak.grads_bytes + peak.optimizer_bytes
+    room = miss.memory_capacity_bytes - (peak.total_bytes - states)
+    if room > 0 and states > 0:
+        per_node = job.cluster.gpus_per_node
+        needed = math.ceil(job.cluster.num_gpus * states / room / per_node) * per_node
+        out.append(f"about {needed} GPUs or more (model states shrink as ZeRO shards them wider)")
+    else:
+        out.append("activations alone exceed memory: a shorter sequence, more tp/cp, or recomputation")
+    return tuple(out)

@@ -1,0 +1,225 @@
+"""``autoplan plan``, ``evaluate``, ``explain``, ``models`` and ``hardware``."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any, Callable
+
+import click
+from rich.console import Console
+
+from .cli_common import EXIT_INFEASIBLE, run_command, write_atomic
+
+JOB_OPTIONS: list[Callable] = [
+    click.option("--model", "model", required=True, help="Preset name (see 'autoplan models') or a config.json path."),
+    click.option("--hardware", required=True, help="Preset name (see 'autoplan hardware') or a node TOML path."),
+    click.option("--gpus", type=click.IntRange(min=1), required=True, help="Total GPUs."),
+    click.option("--global-batch", type=click.IntRange(min=1), required=True, help="Sequences per optimizer step."),
+    click.option("--seq-len", type=click.IntRange(min=1), required=True, help="Tokens per sequence."),
+    click.option("--gpus-per-node", type=click.IntRange(min=1), default=None, help="Override the node type's GPU count."),
+    click.option("--precision", type=click.Choice(["bf16", "fp16", "fp8", "fp32"]), default="bf16", show_default=True),
+    click.option("--optimizer", type=click.Choice(["adamw", "sgd"]), default="adamw", show_default=True),
+    click.option("--lora-rank", type=click.IntRange(min=0), default=0, show_default=True,
+                 help="LoRA rank (0 = full training); adapters on q, k, v, o."),
+    click.option("--attention", type=click.Choice(["fused", "eager"]), default="fused", show_default=True,
+                 help="fused: flash-style kernel, scores not stored; eager: scores stored."),
+    click.option("--memory-fraction", type=click.FloatRange(min=0, max=1, min_open=True), default=0.95,
+                 show_default=True, help="Usable share of device memory."),
+    click.option("--profile", type=click.Path(dir_okay=False), default=None,
+                 help="Measured profile JSON (autoplan profile); datasheet rates otherwise."),
+    click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True,
+                 help="json prints JSON only on stdout."),
+    click.option("--out", type=click.Path(dir_okay=False, allow_dash=True), default=None,
+                 help="Write the plan file here (atomically; '-' for stdout)."),
+]
+
+
+def job_options(func: Callable) -> Callable:
+    for option in reversed(JOB_OPTIONS):
+        func = option(func)
+    return func
+
+
+def _job_kwargs(kw: dict[str, Any]) -> dict[str, Any]:
+    keys = ("model", "hardware", "gpus", "global_batch", "seq_len", "gpus_per_node", "precision", "optimizer",
+            "lora_rank", "attention", "memory_fraction", "profile")
+    return {k: kw[k] for k in keys}
+
+
+def _emit(report_dict: dict[str, Any], text: str, fmt: str, out: str | None, console_view: Callable) -> None:
+    if out:
+        write_atomic(out, text)
+    if fmt == "json":
+        if out != "-":
+            click.echo(text, nl=False)
+    elif out != "-":
+        console_view()
+
+
+@click.command("plan")
+@job_options
+@click.option("--top", "top_k", type=click.IntRange(min=1), default=5, show_default=True,
+              help="Alternatives to list (best layout of each next-best mesh).")
+@click.option("--allow-cross-node-tp", is_flag=True, help="Let tensor parallel span nodes.")
+@click.option("--solver", type=click.Choice(["search", "brute-force"]), default="search", show_default=True,
+              help="search: exact branch and bound; brute-force: evaluate every layout (slow, for checking).")
+def plan_command(fmt: str, out: str | None, top_k: int, allow_cross_node_tp: bool, solver: str, **kw: Any) -> None:
+    """Find the fastest layout that fits, with ranked alternatives.
+
+    Exits 1 when no layout fits, printing the closest misses and what would make them fit.
+    """
+    def work() -> None:
+        from . import api
+
+        report = api.plan(top_k=top_k, solver=solver, allow_cross_node_tp=allow_cross_node_tp, **_job_kwargs(kw))
+        data = report.to_dict()
+        text = report.to_json()
+        timed = report.to_dict(with_timing=True)
+        _emit(data, text, fmt, out, lambda: _print(timed))
+        if not report.feasible:
+            miss = report.closest_misses[0] if report.closest_misses else None
+            detail = (f"; closest needs {miss.needed_gib:.1f} GiB of {miss.available_gib:.1f} GiB "
+                      f"and would fit with {miss.suggestions[-1]}") if miss else ""
+            click.echo(f"error: no layout fits in memory{detail}", err=True)
+            sys.exit(EXIT_INFEASIBLE)
+
+    run_command(work)
+
+
+@click.command("evaluate")
+@job_options
+@click.option("--dp", type=click.IntRange(min=1), required=True)
+@click.option("--tp", type=click.IntRange(min=1), required=True)
+@click.option("--pp", type=click.IntRange(min=1), required=True)
+@click.option("--cp", type=click.IntRange(min=1), default=1, show_default=True)
+@click.option("--ep", type=click.IntRange(min=1), default=1, show_default=True)
+@click.option("--zero", type=click.IntRange(0, 3), default=0, show_default=True)
+@click.option("--hsdp-shard", type=click.IntRange(min=0), default=0, help="HSDP shard-group size (0 = all dp).")
+@click.option("--micro-batch", type=click.IntRange(min=1), default=1, show_default=True)
+@click.option("--schedule", type=click.Choice(["gpipe", "1f1b", "interleaved"]), default="1f1b", show_default=True)
+@click.option("--virtual-stages", type=click.IntRange(min=1), default=1, show_default=True)
+@click.option("--recompute", type=click.Choice(["none", "selective", "full"]), default="none", show_default=True)
+@click.option("--recompute-layers", type=click.IntRange(min=0), default=0,
+              help="With --recompute full: layers per stage to recompute (0 = all).")
+@click.option("--sequence-parallel/--no-sequence-parallel", default=None,
+              help="Megatron sequence parallelism (default: on when tp > 1).")
+@click.option("--offload", is_flag=True, help="Optimizer states in host memory.")
+def evaluate_command(fmt: str, out: str | None, dp: int, tp: int, pp: int, cp: int, ep: int, zero: int,
+                     hsdp_shard: int, micro_batch: int, schedule: str, virtual_stages: int, recompute: str,
+                     recompute_layers: int, sequence_parallel: bool | None, offload: bool, **kw: Any) -> None:
+    """Cost one explicit layout: memory per GPU, step time by term, traffic."""
+    def work() -> None:
+        from costmodels.layout import Layout, LayoutError
+
+        from . import api
+        from .report import PlanReport, plan_dict
+
+        per_replica, rest = divmod(kw["global_batch"], dp * micro_batch)
+        if rest or per_replica == 0:
+            raise LayoutError(f"--global-batch {kw['global_batch']} is not divisible by dp {dp} x "
+                              f"--micro-batch {micro_batch}")
+        layout = Layout(dp=dp, tp=tp, pp=pp, cp=cp, ep=ep, zero_stage=zero, hsdp_shard_degree=hsdp_shard,
+                        micro_batch_size=micro_batch, num_microbatches=per_replica, schedule=schedule,
+                        virtual_stages=virtual_stages, recompute=recompute, recompute_num_layers=recompute_layers,
+                        sequence_parallel=tp > 1 if sequence_parallel is None else sequence_parallel,
+                        optimizer_offload=offload)
+        breakdown = api.evaluate(layout=layout, **_job_kwargs(kw))
+        job = api.resolve_job(**_job_kwargs(kw))
+        report = PlanReport(inputs=job.inputs, best=breakdown, candidates=(),
+                            search={"solver": "evaluate", "space_size": 1, "evaluated": 1})
+        single = plan_dict(breakdown)
+        text = json.dumps(single, indent=2, sort_keys=True) + "\n"
+        if out:
+            write_atomic(out, report.to_json())
+        if fmt == "json":
+            if out != "-":
+                click.echo(text, nl=False)
+        elif out != "-":
+            console = Console()
+            print_plan_view(console, single)
+
+    run_command(work)
+
+
+def print_plan_view(console: Console, single: dict[str, Any]) -> None:
+    from .render import print_plan
+
+    print_plan(console, single, "layout")
+
+
+def _print(report: dict[str, Any]) -> None:
+    from .render import print_report
+
+    print_report(Console(), report)
+
+
+@click.command("explain")
+@click.argument("plan_file", type=click.Path(dir_okay=False))
+def explain_command(plan_file: str) -> None:
+    """Show a plan file: layout, memory by component, time by term, traffic, sources."""
+    def work() -> None:
+        from .plan_file import read_plan_file
+
+        _print(read_plan_file(Path(plan_file)))
+
+    run_command(work)
+
+
+@click.command("models")
+@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
+def models_command(fmt: str) -> None:
+    """List the model presets with their parameter counts."""
+    from costmodels.model_spec import model_to_dict
+    from costmodels.params import active_params, total_params
+    from costmodels.presets import PRESETS
+
+    if fmt == "json":
+        data = {name: {**model_to_dict(m), "params": total_params(m), "active_params": active_params(m)}
+                for name, m in PRESETS.items()}
+        click.echo(json.dumps(data, indent=2, sort_keys=True))
+        return
+    from rich.table import Table
+
+    table = Table(box=None, header_style="bold", padding=(0, 2))
+    for col in ("name", "params", "active", "layers", "hidden", "heads/kv", "ffn", "vocab", "moe"):
+        table.add_column(col, justify="left" if col in ("name", "moe") else "right")
+    for name, m in PRESETS.items():
+        moe = f"{m.moe.num_experts}x top-{m.moe.top_k}" if m.moe else ""
+        table.add_row(name, f"{total_params(m) / 1e9:.2f}B", f"{active_params(m) / 1e9:.2f}B", str(m.num_layers),
+                      str(m.hidden_size), f"{m.num_attention_heads}/{m.num_kv_heads}", str(m.ffn_hidden_size),
+                      str(m.vocab_size), moe)
+    Console().print(table)
+
+
+@click.command("hardware")
+@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
+def hardware_command(fmt: str) -> None:
+    """List the hardware presets (datasheet figures, each with a source in its TOML)."""
+    from hardware_specs import list_hardware, load_node
+    from hardware_specs.units import GB, GIB, TERA
+
+    nodes = {name: load_node(name) for name in list_hardware()}
+    rows = {name: {"display_name": n.hardware.display_name, "device_type": n.hardware.device_type,
+                   "tflops": {k: v / TERA for k, v in sorted(n.hardware.peak_flops_per_s.items())},
+                   "memory_gib": n.hardware.memory_bytes / GIB,
+                   "memory_bandwidth_gb_per_s": n.hardware.memory_bandwidth_bytes_per_s / GB,
+                   "gpus_per_node": n.gpus_per_node, "intra_node": n.intra_node.kind,
+                   "intra_node_gb_per_s": n.intra_node.bandwidth_bytes_per_s / GB,
+                   "inter_node_gb_per_s_per_node": n.inter_node.node_bandwidth_bytes_per_s / GB}
+            for name, n in nodes.items()}
+    if fmt == "json":
+        click.echo(json.dumps(rows, indent=2, sort_keys=True))
+        return
+    from rich.table import Table
+
+    table = Table(box=None, header_style="bold", padding=(0, 2))
+    for col in ("name", "bf16 TFLOP/s", "fp8", "memory GiB", "HBM GB/s", "GPUs/node", "intra-node GB/s", "network GB/s/node"):
+        table.add_column(col, justify="left" if col == "name" else "right")
+    for name, r in rows.items():
+        t = r["tflops"]
+        table.add_row(name, f"{t.get('bf16', t['fp16']):g}", f"{t['fp8']:g}" if "fp8" in t else "-",
+                      f"{r['memory_gib']:g}", f"{r['memory_bandwidth_gb_per_s']:g}", str(r["gpus_per_node"]),
+                      f"{r['intra_node']} {r['intra_node_gb_per_s']:g}", f"{r['inter_node_gb_per_s_per_node']:g}")
+    Console().print(table)

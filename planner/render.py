@@ -1,0 +1,101 @@
+"""Human-readable views of plans (rich tables), built from the plan-file dictionaries so that
+``plan``, ``evaluate`` and ``explain plan.json`` print the same thing."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+TIME_LABELS = {"compute": "compute", "recompute": "recompute", "tp_comm": "TP comm (exposed)",
+               "cp_comm": "CP comm (exposed)", "ep_comm": "EP comm (exposed)", "dp_comm": "DP comm (exposed)",
+               "pp_comm": "PP send/recv", "bubble": "pipeline bubble", "optimizer": "optimizer step",
+               "offload": "offload (host)", "overhead": "fixed overhead"}
+
+
+def layout_summary(layout: dict[str, Any]) -> str:
+    """One line: ``dp 8 · tp 8 · pp 4 · ZeRO-1 · mb 1 × 64 · 1f1b · recompute selective · SP``."""
+    parts = [f"dp {layout['dp']}", f"tp {layout['tp']}", f"pp {layout['pp']}"]
+    if layout["cp"] > 1:
+        parts.append(f"cp {layout['cp']}")
+    if layout["ep"] > 1:
+        parts.append(f"ep {layout['ep']}")
+    zero = f"ZeRO-{layout['zero_stage']}"
+    if layout.get("hsdp_shard_degree"):
+        zero += f" (HSDP shard {layout['hsdp_shard_degree']})"
+    parts.append(zero)
+    parts.append(f"mb {layout['micro_batch_size']} x {layout['num_microbatches']}")
+    if layout["pp"] > 1:
+        sched = layout["schedule"]
+        parts.append(f"{sched} v={layout['virtual_stages']}" if sched == "interleaved" else sched)
+    parts.append(f"recompute {layout['recompute']}")
+    if layout["sequence_parallel"]:
+        parts.append("SP")
+    if layout["optimizer_offload"]:
+        parts.append("offload")
+    return " · ".join(parts)
+
+
+def print_plan(console: Console, plan: dict[str, Any], title: str) -> None:
+    """Layout, headline figures, memory by component against capacity, time by term, traffic."""
+    p = plan["predicted"]
+    console.print(f"[bold]{title}[/bold]: {layout_summary(plan['layout'])}")
+    console.print(f"  step {p['step_time_s']:.3f} s · {p['tokens_per_s']:,.0f} tokens/s "
+                  f"({p['tokens_per_s_per_gpu']:,.0f}/GPU) · MFU {p['mfu']:.1%} · HFU {p['hfu']:.1%} · "
+                  f"bubble {p['bubble_fraction']:.1%}")
+    fits = "[green]fits[/green]" if p["fits"] else "[red]does not fit[/red]"
+    console.print(f"  peak memory {p['peak_memory_gib']:.1f} / {p['memory_capacity_gib']:.1f} GiB per GPU ({fits})")
+    table = Table(show_header=True, header_style="bold", box=None, padding=(0, 2))
+    table.add_column("memory per GPU (GiB)")
+    table.add_column("", justify="right")
+    table.add_column("time per step (s)")
+    table.add_column("", justify="right")
+    table.add_column("traffic per GPU (GiB)")
+    table.add_column("", justify="right")
+    mem = list(p["memory_gib"].items())
+    times = [(TIME_LABELS.get(k, k), v) for k, v in p["time_s"].items() if v > 0]
+    comm = list(p["comm_gib_per_gpu"].items())
+    for i in range(max(len(mem), len(times), len(comm))):
+        row = []
+        for items, fmt in ((mem, "{:.2f}"), (times, "{:.3f}"), (comm, "{:.1f}")):
+            row += [items[i][0], fmt.format(items[i][1])] if i < len(items) else ["", ""]
+        table.add_row(*row)
+    console.print(table)
+    sources = p.get("sources", {})
+    if sources:
+        console.print("  sources: " + ", ".join(f"{k}={v}" for k, v in sources.items()), style="dim")
+
+
+def print_candidates(console: Console, candidates: list[dict[str, Any]]) -> None:
+    if not candidates:
+        return
+    table = Table(title="alternatives (best layout of each next-best mesh)", box=None, padding=(0, 2),
+                  header_style="bold", title_justify="left")
+    for col in ("#", "layout", "step s", "tokens/s", "MFU", "peak GiB"):
+        table.add_column(col, justify="right" if col != "layout" else "left")
+    for i, c in enumerate(candidates, start=2):
+        p = c["predicted"]
+        table.add_row(str(i), layout_summary(c["layout"]), f"{p['step_time_s']:.3f}", f"{p['tokens_per_s']:,.0f}",
+                      f"{p['mfu']:.1%}", f"{p['peak_memory_gib']:.1f}")
+    console.print(table)
+
+
+def print_report(console: Console, report: dict[str, Any]) -> None:
+    """A whole plan file: inputs, best plan, alternatives, search statistics, or the closest misses."""
+    i, t = report["inputs"], report["inputs"]["training"]
+    console.print(f"[bold]{i['model']}[/bold] on {i['gpus']} x {i['hardware']} ({i['gpus_per_node']} per node) · "
+                  f"global batch {t['global_batch_size']} x {t['seq_len']} tokens · {t['precision']} · {t['optimizer']}"
+                  + (f" · LoRA r={t['lora_rank']}" if t["lora_rank"] else ""))
+    if report["best"] is not None:
+        print_plan(console, report["best"], "best")
+        print_candidates(console, report["candidates"])
+    for miss in report.get("closest_misses", []):
+        print_plan(console, miss, "closest miss")
+        console.print(f"  needs {miss['needed_gib']:.1f} GiB, has {miss['available_gib']:.1f} GiB; would fit with: "
+                      + "; ".join(miss["suggestions"]))
+    s = report["search"]
+    rejected = ", ".join(f"{n:,} {why}" for why, n in s["rejected"].items())
+    timing = f" in {s['seconds']:.2f} s" if "seconds" in s else ""
+    console.print(f"searched {s['space_size']:,} layouts ({s['evaluated']:,} evaluated in full){timing}; "
+                  f"rejected: {rejected or 'none'}", style="dim")

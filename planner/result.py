@@ -1,0 +1,36 @@
+"""What a solver returns: the best plan per mesh, counts of rejected candidates, closest misses."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+
+from costmodels.breakdown import CostBreakdown
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SolverResult:
+    """Ranked feasible plans (one per distinct mesh, best first) and what was rejected."""
+
+    ranked: tuple[CostBreakdown, ...]
+    """Best plan of each of the ``top_k`` best meshes, fastest first."""
+    rejected: dict[str, int] = field(default_factory=dict)
+    """Candidates not chosen, by reason: ``memory`` (does not fit), ``slower`` (pruned by a time
+    bound or beaten)."""
+    closest_misses: tuple[CostBreakdown, ...] = ()
+    """When nothing fits: the candidates that came closest to fitting, least overshoot first."""
+    num_candidates: int = 0
+    """Size of the space."""
+    num_evaluated: int = 0
+    """Candidates the cost model evaluated in full."""
+
+
+def overshoot_key(breakdown: CostBreakdown) -> tuple:
+    from .ranking import layout_key
+
+    return (round(breakdown.peak_memory_bytes - breakdown.memory_capacity_bytes), layout_key(breakdown.layout))
+
+
+def count(rejected: Counter, reason: str, n: int) -> None:
+    if n:
+        rejected[reason] += n

@@ -1,0 +1,100 @@
+"""Exact search over the layout space by branch and bound.
+
+For each mesh (dp, tp, pp, cp, ep) and each schedule choice (micro-batch, schedule, virtual stages,
+recomputation, sequence parallel) the cost model gives the pipeline's step time without
+data-parallel sync and optimizer: ``CostModel.pipeline_lower_bound_s``. Every way of holding model
+states (ZeRO stage, HSDP, offload) only adds time to it, so it bounds the whole subtree below.
+Schedule choices are visited best bound first; a subtree is cut when its bound exceeds both the
+mesh's best plan so far and the K-th best mesh's plan (it can change neither). Model-state
+memory alone (no activations) bounds memory from below, cutting (mesh, ZeRO) pairs that cannot fit.
+The pruning is admissible, so the result equals ``brute_force.solve_brute_force`` exactly.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import Counter
+
+from costmodels.breakdown import CostBreakdown
+from costmodels.estimate import CostModel
+
+from .ranking import rank_key
+from .result import SolverResult, count, overshoot_key
+from .space import (MeshChoice, SearchOptions, StateChoice, make_layout, mesh_choices, schedule_choices,
+                    state_choices)
+
+
+class _Ranking:
+    """The best plan per mesh, and the bound a new mesh must beat to enter the top K."""
+
+    def __init__(self, top_k: int) -> None:
+        self.top_k = top_k
+        self.best: dict[MeshChoice, tuple] = {}
+        self._heap: list[float] = []  # negated step times of the current top-K mesh bests
+
+    def threshold_s(self) -> float:
+        """Step time of the K-th best mesh (inf while fewer than K meshes have a plan)."""
+        times = sorted(k[0] for k, _ in self.best.values())
+        return times[self.top_k - 1] if len(times) >= self.top_k else float("inf")
+
+    def offer(self, mesh: MeshChoice, breakdown: CostBreakdown) -> None:
+        key = rank_key(breakdown)
+        if mesh not in self.best or key < self.best[mesh][0]:
+            self.best[mesh] = (key, breakdown)
+
+    def ranked(self) -> tuple[CostBreakdown, ...]:
+        return tuple(b for _, b in sorted(self.best.values(), key=lambda kb: kb[0])[: self.top_k])
+
+
+def solve(cost_model: CostModel, num_gpus: int, gpus_per_node: int, options: SearchOptions, top_k: int,
+          num_misses: int = 3) -> SolverResult:
+    """The top-K meshes' best plans under the cost model, found by branch and bound."""
+    model, training = cost_model.model, cost_model.training
+    ranking = _Ranking(top_k)
+    rejected: Counter = Counter()
+    misses: list[CostBreakdown] = []
+    total = evaluated = 0
+    for mesh in mesh_choices(model, training, num_gpus, gpus_per_node, options):
+        scheds = schedule_choices(mesh, model, training, options)
+        states = state_choices(mesh, gpus_per_node, options)
+        total += len(scheds) * len(states)
+        fitting = _states_that_may_fit(cost_model, mesh, states, scheds[0])
+        count(rejected, "memory", (len(states) - len(fitting)) * len(scheds))
+        if not fitting:
+            misses += [cost_model.estimate(make_layout(mesh, s, scheds[0])) for s in states[:1]]
+            continue
+        bounds = sorted(((cost_model.pipeline_lower_bound_s(make_layout(mesh, fitting[0], sc)), i)
+                         for i, sc in enumerate(scheds)))
+        for visited, (bound, i) in enumerate(bounds):
+            mesh_best = ranking.best.get(mesh, ((float("inf"),), None))[0][0]
+            if bound > min(mesh_best, ranking.threshold_s()):
+                count(rejected, "slower", (len(bounds) - visited) * len(fitting))
+                break
+            for state in fitting:
+                breakdown = cost_model.estimate(make_layout(mesh, state, scheds[i]))
+                evaluated += 1
+                if breakdown.fits:
+                    ranking.offer(mesh, breakdown)
+                    rejected["slower"] += 1
+                else:
+                    rejected["memory"] += 1
+                    misses.append(breakdown)
+                    if len(misses) > 64:
+                        misses = heapq.nsmallest(num_misses, misses, key=overshoot_key)
+    ranked = ranking.ranked()
+    rejected["slower"] -= len(ranked)
+    closest = tuple(heapq.nsmallest(num_misses, misses, key=overshoot_key)) if not ranked else ()
+    return SolverResult(ranked=ranked, rejected={k: v for k, v in rejected.items() if v},
+                        closest_misses=closest, num_candidates=total, num_evaluated=evaluated)
+
+
+def _states_that_may_fit(cost_model: CostModel, mesh: MeshChoice, states: list[StateChoice],
+                         sched) -> list[StateChoice]:
+    """States whose parameters, gradients and optimizer states alone fit on every rank (a lower
+    bound on memory: activations, buffers and overhead only add)."""
+    out = []
+    for state in states:
+        layout = make_layout(mesh, state, sched)
+        if cost_model.model_state_peak_bytes(layout) <= cost_model.capacity_bytes:
+            out.append(state)
+    return out
