@@ -88,7 +88,7 @@ def _mp_policy(precision: str, device: torch.device):
 
 
 def setup_job(spec: ModelSpec, layout: Layout, *, device: torch.device, seed: int = 0, lr: float = 3e-4,
-              weight_decay: float = 0.1, precision: str = "fp32") -> Job:
+              weight_decay: float = 0.1, precision: str = "fp32", optimizer: str = "adamw") -> Job:
     """Mesh, model parts (meta -> parallelise -> materialise the local shard -> init), optimizers, schedule."""
     distributed = layout.world_size > 1 or dist.is_initialized()
     meshes = build_meshes(layout, device.type) if distributed else None
@@ -102,8 +102,7 @@ def setup_job(spec: ModelSpec, layout: Layout, *, device: torch.device, seed: in
         init_weights(part, seed=seed)
         part.train()
         job.parts.append((index, part))
-        job.optimizers.append(torch.optim.AdamW(part.parameters(), lr=lr, weight_decay=weight_decay,
-                                                foreach=False))
+        job.optimizers.append(_optimizer(optimizer, part.parameters(), lr, weight_decay))
     indices = [index for index, _ in job.parts]
     job.has_first, job.has_last = 0 in indices, layout.num_stages - 1 in indices
     if device.type == "cuda" and precision in MIXED_DTYPES and (meshes is None or meshes.dp is None):
@@ -113,6 +112,13 @@ def setup_job(spec: ModelSpec, layout: Layout, *, device: torch.device, seed: in
 
         job.schedule = build_schedule(job, loss_fn)
     return job
+
+
+def _optimizer(name: str, params, lr: float, weight_decay: float) -> torch.optim.Optimizer:
+    """AdamW, or SGD with momentum 0.9 (the plan's optimizer); per-tensor loops (mixed meshes)."""
+    if name == "sgd":
+        return torch.optim.SGD(params, lr=lr, momentum=0.9, weight_decay=weight_decay, foreach=False)
+    return torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay, foreach=False)
 
 
 def loss_fn(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:

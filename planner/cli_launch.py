@@ -1,0 +1,30 @@
+"""``autoplan launch plan.json --out DIR``: write a job that trains the plan under torchrun."""
+
+from __future__ import annotations
+
+import click
+
+from .cli_common import run_command
+
+
+@click.command("launch")
+@click.argument("plan_file", type=click.Path(dir_okay=False))
+@click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False),
+              help="directory to write train.py, launch.sh, slurm.sbatch, plan.json, exports/")
+@click.option("--python", "python", default=None,
+              help="interpreter launch.sh uses by default (default: the one running autoplan)")
+def launch_command(plan_file: str, out_dir: str, python: str | None) -> None:
+    """Write a self-contained job for PLAN_FILE; run it with DIR/launch.sh.
+
+    \b
+    The job applies the plan's best layout with FSDP2, TP/SP, pipelining and recomputation,
+    on CUDA with NCCL when present, else on CPU with gloo. Plans with parts the job cannot
+    apply (context or expert parallelism, ...) are refused with a line naming the field.
+    """
+    from .emit.job import read_plan, write_job
+
+    def work() -> None:
+        files = write_job(read_plan(plan_file), out_dir, python=python)
+        click.echo(f"wrote {len(files)} files to {out_dir}; run: {out_dir}/launch.sh --steps 20")
+
+    run_command(work)

@@ -1,0 +1,221 @@
+"""Framework exports of a plan: Megatron-LM arguments, a DeepSpeed JSON config, a torchtitan TOML.
+
+Each exporter maps the layout field by field and returns the list of what does not translate
+(written next to the files, never dropped silently). The option names used are listed below
+with their source, and a test checks every emitted name against these lists.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+
+from costmodels.layout import Layout
+from costmodels.model_spec import ModelSpec
+from costmodels.training import TrainingSpec
+
+MEGATRON_OPTIONS = frozenset({
+    "--num-layers", "--hidden-size", "--ffn-hidden-size", "--num-attention-heads", "--group-query-attention",
+    "--num-query-groups", "--kv-channels", "--seq-length", "--max-position-embeddings", "--micro-batch-size",
+    "--global-batch-size", "--tensor-model-parallel-size", "--pipeline-model-parallel-size",
+    "--num-layers-per-virtual-pipeline-stage", "--sequence-parallel", "--context-parallel-size",
+    "--expert-model-parallel-size", "--num-experts", "--moe-router-topk", "--moe-ffn-hidden-size",
+    "--use-distributed-optimizer", "--use-torch-fsdp2", "--recompute-granularity", "--recompute-method",
+    "--recompute-num-layers", "--bf16", "--fp16", "--fp8-format", "--swiglu", "--normalization",
+    "--position-embedding-type", "--untie-embeddings-and-output-weights", "--disable-bias-linear",
+    "--add-qkv-bias", "--attention-dropout", "--hidden-dropout", "--optimizer", "--clip-grad",
+    "--tokenizer-type", "--vocab-size",
+})
+"""Options of NVIDIA/Megatron-LM ``megatron/training/arguments.py`` (parser groups network size,
+regularization, training, mixed precision, distributed, tokenizer, moe) used by the export."""
+
+DEEPSPEED_KEYS = frozenset({
+    "train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps", "gradient_clipping",
+    "zero_optimization", "zero_optimization.stage", "zero_optimization.offload_optimizer",
+    "zero_optimization.offload_optimizer.device", "bf16", "bf16.enabled", "fp16", "fp16.enabled",
+    "optimizer", "optimizer.type", "optimizer.params", "optimizer.params.lr", "optimizer.params.weight_decay",
+    "steps_per_print",
+})
+"""Keys of the DeepSpeed configuration JSON (deepspeed.ai/docs/config-json: batch size, optimizer,
+fp16/bf16, gradient clipping, ZeRO optimizations), dotted for nesting."""
+
+TORCHTITAN_KEYS = frozenset({
+    "job.description", "job.dump_folder", "model.name", "model.flavor", "optimizer.name", "optimizer.lr",
+    "optimizer.weight_decay", "training.local_batch_size", "training.global_batch_size", "training.seq_len",
+    "training.max_norm", "training.steps", "training.mixed_precision_param", "training.mixed_precision_reduce",
+    "parallelism.data_parallel_replicate_degree", "parallelism.data_parallel_shard_degree",
+    "parallelism.fsdp_reshard_after_forward", "parallelism.tensor_parallel_degree",
+    "parallelism.pipeline_parallel_degree", "parallelism.pipeline_parallel_schedule",
+    "parallelism.pipeline_parallel_microbatch_size", "parallelism.pipeline_parallel_layers_per_stage",
+    "parallelism.context_parallel_degree", "parallelism.expert_parallel_degree",
+    "activation_checkpoint.mode", "activation_checkpoint.selective_ac_option",
+})
+"""Fields of pytorch/torchtitan ``torchtitan/config/job_config.py`` (commit 000204a4: Job, Model,
+Optimizer, Training, Parallelism, ActivationCheckpoint), as section.field."""
+
+
+def _megatron_model(model: ModelSpec) -> tuple[list[str], list[str]]:
+    args = ["--num-layers", str(model.num_layers), "--hidden-size", str(model.hidden_size),
+            "--ffn-hidden-size", str(model.ffn_hidden_size), "--num-attention-heads", str(model.num_attention_heads),
+            "--kv-channels", str(model.d_head), "--tokenizer-type", "NullTokenizer",
+            "--vocab-size", str(model.vocab_size),
+            "--normalization", "RMSNorm" if model.norm == "rmsnorm" else "LayerNorm",
+            "--position-embedding-type", "rope" if model.positions == "rotary" else "learned_absolute"]
+    if model.num_kv_heads != model.num_attention_heads:
+        args += ["--group-query-attention", "--num-query-groups", str(model.num_kv_heads)]
+    args += ["--swiglu"] if model.gated_mlp else []
+    args += [] if model.tied_embeddings else ["--untie-embeddings-and-output-weights"]
+    args += [] if model.linear_bias else ["--disable-bias-linear"]
+    args += ["--add-qkv-bias"] if model.qkv_bias and not model.linear_bias else []
+    args += [] if model.dropout else ["--attention-dropout", "0", "--hidden-dropout", "0"]
+    notes = []
+    if model.gated_mlp and model.activation != "silu":
+        notes.append("activation: Megatron's --swiglu is SiLU-gated; a gated GELU MLP does not translate")
+    if model.moe is not None:
+        args += ["--num-experts", str(model.moe.num_experts), "--moe-router-topk", str(model.moe.top_k),
+                 "--moe-ffn-hidden-size", str(model.moe.expert_ffn_hidden_size)]
+        notes.append("moe: shared experts, dense prefix and layer interval need --moe-layer-freq / "
+                     "--moe-shared-expert-intermediate-size, set by hand")
+    return args, notes
+
+
+def megatron_args(model: ModelSpec, training: TrainingSpec, layout: Layout, seq_len: int) -> tuple[list[str], list[str]]:
+    """(argument tokens, untranslated notes) for Megatron-LM's pretrain_gpt.py."""
+    args, notes = _megatron_model(model)
+    L = layout
+    args += ["--seq-length", str(seq_len), "--max-position-embeddings", str(max(seq_len, model.max_position_embeddings)),
+             "--micro-batch-size", str(L.micro_batch_size), "--global-batch-size", str(training.global_batch_size),
+             "--tensor-model-parallel-size", str(L.tp), "--pipeline-model-parallel-size", str(L.pp),
+             "--context-parallel-size", str(L.cp), "--optimizer", "sgd" if training.optimizer == "sgd" else "adam",
+             "--clip-grad", "1.0"]
+    if L.virtual_stages > 1:
+        args += ["--num-layers-per-virtual-pipeline-stage", str(model.num_layers // L.num_stages)]
+    if L.sequence_parallel:
+        args += ["--sequence-parallel"]
+    if L.ep > 1:
+        args += ["--expert-model-parallel-size", str(L.ep)]
+    if L.zero_stage in (1, 2):
+        args += ["--use-distributed-optimizer"]
+        notes.append(f"zero_stage {L.zero_stage}: Megatron's distributed optimizer shards optimizer states "
+                     "and reduce-scatters gradients (ZeRO-1/2 behaviour)")
+    if L.zero_stage == 3:
+        args += ["--use-torch-fsdp2"]
+    if L.recompute == "full":
+        count = L.recompute_num_layers
+        args += ["--recompute-granularity", "full", "--recompute-method", "block" if count else "uniform",
+                 "--recompute-num-layers", str(count or 1)]
+    elif L.recompute == "selective":
+        args += ["--recompute-granularity", "selective"]
+    args += {"bf16": ["--bf16"], "fp16": ["--fp16"], "fp8": ["--bf16", "--fp8-format", "hybrid"]}.get(
+        training.precision, [])
+    if L.schedule == "gpipe" and L.pp > 1:
+        notes.append("schedule gpipe: Megatron runs 1F1B (same bubble, less activation memory)")
+    if L.layers_per_stage and len(set(L.layers_per_stage)) > 1:
+        notes.append(f"layers_per_stage {list(L.layers_per_stage)}: uneven splits need "
+                     "--decoder-first/last-pipeline-num-layers or a pipeline layout, set by hand")
+    if L.hsdp_shard_degree and L.hsdp_shard_degree < L.dp:
+        notes.append(f"hsdp_shard_degree {L.hsdp_shard_degree}: no Megatron equivalent; states shard over all dp")
+    if L.optimizer_offload:
+        notes.append("optimizer_offload: use --optimizer-cpu-offload (Megatron-Core >= 0.10) by hand")
+    return args, notes
+
+
+def megatron_script(args: list[str], notes: list[str]) -> str:
+    """A sourceable bash file defining MEGATRON_ARGS (every token shell-quoted)."""
+    lines = ["#!/usr/bin/env bash", "# Megatron-LM arguments for this plan: torchrun ... pretrain_gpt.py \"${MEGATRON_ARGS[@]}\"",
+             "# Add data, tokenizer, learning-rate and checkpoint arguments of your own."]
+    lines += [f"# not translated: {json.dumps(note)}" for note in notes]
+    pairs = []
+    for token in args:
+        if token.startswith("--") or not pairs:
+            pairs.append([token])
+        else:
+            pairs[-1].append(token)
+    lines.append("MEGATRON_ARGS=(")
+    lines += ["  " + " ".join(shlex.quote(t) for t in pair) for pair in pairs]
+    lines.append(")")
+    return "\n".join(lines) + "\n"
+
+
+def deepspeed_config(training: TrainingSpec, layout: Layout) -> tuple[dict, list[str]]:
+    """(DeepSpeed config dict, untranslated notes). DeepSpeed takes tp/pp in code, not in JSON."""
+    L = layout
+    zero: dict = {"stage": L.zero_stage}
+    if L.optimizer_offload:
+        zero["offload_optimizer"] = {"device": "cpu"}
+    config = {"train_batch_size": training.global_batch_size, "train_micro_batch_size_per_gpu": L.micro_batch_size,
+              "gradient_accumulation_steps": L.num_microbatches, "gradient_clipping": 1.0,
+              "zero_optimization": zero, "bf16": {"enabled": training.precision in ("bf16", "fp8")},
+              "fp16": {"enabled": training.precision == "fp16"},
+              "optimizer": {"type": "SGD" if training.optimizer == "sgd" else "AdamW",
+                            "params": {"lr": 3e-4, "weight_decay": 0.1}},
+              "steps_per_print": 10}
+    notes = []
+    if L.tp > 1 or L.pp > 1 or L.cp > 1 or L.ep > 1:
+        notes.append(f"tp {L.tp}, pp {L.pp}, cp {L.cp}, ep {L.ep}: DeepSpeed sets these in code "
+                     "(PipelineModule(num_stages=...), an mpu / AutoTP), not in the JSON")
+    if L.recompute != "none":
+        notes.append(f"recompute {L.recompute}: call deepspeed.checkpointing.checkpoint in the model's blocks")
+    if L.hsdp_shard_degree and L.hsdp_shard_degree < L.dp:
+        notes.append("hsdp_shard_degree: closest is ZeRO++ hpZ (zero_hpz_partition_size), set by hand")
+    if training.precision == "fp8":
+        notes.append("precision fp8: DeepSpeed JSON has no FP8 switch (Transformer Engine); bf16 set")
+    return config, notes
+
+
+def _toml_value(value) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    return json.dumps(str(value))  # a JSON string is a valid TOML basic string
+
+
+def torchtitan_config(model_name: str, model: ModelSpec, training: TrainingSpec, layout: Layout,
+                      seq_len: int) -> tuple[dict, list[str]]:
+    """({section: {field: value}}, untranslated notes) for torchtitan's train.py --job.config_file."""
+    L = layout
+    hsdp = L.zero_stage > 0 and 0 < L.hsdp_shard_degree < L.dp
+    replicate = L.dp if L.zero_stage == 0 else (L.dp // L.hsdp_shard_degree if hsdp else 1)
+    parallelism = {"data_parallel_replicate_degree": replicate, "data_parallel_shard_degree": L.dp // replicate,
+                   "fsdp_reshard_after_forward": "always" if L.zero_stage == 3 else "never",
+                   "tensor_parallel_degree": L.tp, "pipeline_parallel_degree": L.pp,
+                   "pipeline_parallel_schedule": {"gpipe": "GPipe", "1f1b": "1F1B",
+                                                  "interleaved": "Interleaved1F1B"}[L.schedule],
+                   "pipeline_parallel_microbatch_size": L.micro_batch_size,
+                   "context_parallel_degree": L.cp, "expert_parallel_degree": L.ep}
+    counts = L.stage_layers(model.num_layers)
+    if L.pp > 1 and len(set(counts)) == 1:
+        parallelism["pipeline_parallel_layers_per_stage"] = counts[0]
+    config = {
+        "job": {"description": f"autoplan layout for {model_name}", "dump_folder": "./outputs"},
+        "model": {"name": "llama3", "flavor": model_name},
+        "optimizer": {"name": "AdamW", "lr": 3e-4, "weight_decay": 0.1},
+        "training": {"local_batch_size": L.micro_batch_size * (L.num_microbatches if L.pp > 1 else 1),
+                     "global_batch_size": training.global_batch_size, "seq_len": seq_len, "max_norm": 1.0,
+                     "steps": 1000, "mixed_precision_param": "float32" if training.precision == "fp32" else "bfloat16",
+                     "mixed_precision_reduce": "float32"},
+        "parallelism": parallelism,
+        "activation_checkpoint": {"mode": L.recompute, "selective_ac_option": "op"},
+    }
+    notes = [f"model.flavor: register a torchtitan flavor with this architecture ({model.num_layers} layers, "
+             f"hidden {model.hidden_size}); the name alone does not define it"]
+    if L.tp > 1 and not L.sequence_parallel:
+        notes.append("sequence_parallel false: torchtitan always applies sequence parallel with TP")
+    if L.zero_stage in (1, 2):
+        notes.append(f"zero_stage {L.zero_stage}: torchtitan shards parameters too (FSDP2); "
+                     "reshard_after_forward 'never' is the closest")
+    if L.pp > 1 and len(set(counts)) > 1:
+        notes.append(f"layers_per_stage {list(counts)}: uneven; set pipeline_parallel_split_points by hand")
+    if L.optimizer_offload:
+        notes.append("optimizer_offload: training.enable_cpu_offload offloads parameters and gradients too")
+    return config, notes
+
+
+def toml_text(config: dict, header: list[str]) -> str:
+    """Write a two-level {section: {key: scalar}} dict as TOML."""
+    lines = [f"# {json.dumps(line)}" for line in header]
+    for section, values in config.items():
+        lines += ["", f"[{section}]"]
+        lines += [f"{key} = {_toml_value(value)}" for key, value in values.items()]
+    return "\n".join(lines) + "\n"

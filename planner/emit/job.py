@@ -1,0 +1,156 @@
+"""``write_job``: turn a plan file into a self-contained job directory.
+
+DIR/train.py, DIR/launch.sh, DIR/slurm.sbatch, DIR/plan.json (a copy), DIR/runtime/ (the
+runtime modules and the spec modules they import, so the job runs without autoplan installed)
+and DIR/exports/ (Megatron-LM, DeepSpeed, torchtitan). Importing this module does not import torch.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+from pathlib import Path
+
+from costmodels.layout import Layout, layout_problems
+from costmodels.model_spec import ModelSpec, model_from_dict
+from costmodels.training import TrainingSpec
+from hardware_specs.errors import AutoplanError
+
+from . import frameworks, scripts
+
+RUNTIME_MODULES = ("__init__", "model", "init", "parallel", "pipelining", "clip", "data", "trainer",
+                   "checkpoint", "main")
+SPEC_MODULES = {"costmodels": ("model_spec", "layout", "training"), "hardware_specs": ("errors",)}
+
+
+class PlanFileError(AutoplanError):
+    """A plan file that cannot be read, or a plan the generated job cannot apply."""
+
+
+def read_plan(path: str | Path) -> dict:
+    """The plan JSON at ``path`` (a plan file or a single {"layout", "predicted"} plan is rejected)."""
+    try:
+        with open(path, encoding="utf-8") as handle:
+            plan = json.load(handle)
+    except OSError as err:
+        raise PlanFileError(f"plan: cannot read {path} ({err.strerror})") from None
+    except json.JSONDecodeError as err:
+        raise PlanFileError(f"plan: {path} is not JSON ({err.msg} at line {err.lineno})") from None
+    for key in ("inputs", "best"):
+        if not isinstance(plan, dict) or key not in plan:
+            raise PlanFileError(f"plan: {path} has no {key!r}; write it with 'autoplan plan --out plan.json'")
+    return plan
+
+
+def plan_parts(plan: dict) -> tuple[ModelSpec, TrainingSpec, Layout]:
+    """(model, training, layout) of the plan's best candidate, validated."""
+    inputs = plan["inputs"]
+    try:
+        model = model_from_dict(inputs["model_spec"])
+        raw = dict(inputs["training"])
+        if "lora_targets" in raw:
+            raw["lora_targets"] = tuple(raw["lora_targets"])
+        training = TrainingSpec(**raw)
+        layout = Layout.from_dict(plan["best"]["layout"])
+    except (KeyError, TypeError) as err:
+        raise PlanFileError(f"plan: missing or malformed field {err}") from None
+    return model, training, layout
+
+
+def unsupported(model: ModelSpec, training: TrainingSpec, layout: Layout) -> list[str]:
+    """Parts of the plan the generated job cannot apply, one sentence each naming the field."""
+    L, out = layout, []
+    if L.cp > 1:
+        out.append(f"layout.cp = {L.cp}: context parallelism is not applied by the generated job "
+                   "(torch's context_parallel is CUDA-only and experimental); re-plan with --cp 1")
+    if L.ep > 1:
+        out.append(f"layout.ep = {L.ep}: expert parallelism is not applied by the generated job; re-plan with --ep 1")
+    if model.tied_embeddings and L.pp > 1:
+        out.append(f"layout.pp = {L.pp}: {model.name} ties input and output embeddings, which separate pipeline "
+                   "stages cannot share; re-plan with --pp 1")
+    if model.tied_embeddings and L.tp > 1:
+        out.append(f"layout.tp = {L.tp}: tied embeddings are not split by the generated job; re-plan with --tp 1")
+    if model.moe is not None and L.tp > 1:
+        out.append(f"layout.tp = {L.tp}: MoE layers are not tensor-parallel in the generated job; re-plan with --tp 1")
+    if model.num_kv_heads % L.tp:
+        out.append(f"layout.tp = {L.tp} does not divide the {model.num_kv_heads} key/value heads; pick a divisor")
+    if L.optimizer_offload:
+        out.append("layout.optimizer_offload: optimizer offload is not applied by the generated job; re-plan without it")
+    if training.lora_rank:
+        out.append(f"training.lora_rank = {training.lora_rank}: LoRA is not applied by the generated job")
+    return out
+
+
+def check_plan(plan: dict) -> tuple[ModelSpec, TrainingSpec, Layout]:
+    """Validate a plan for launching; raise ``PlanFileError`` with the first problem."""
+    model, training, layout = plan_parts(plan)
+    gpus = int(plan["inputs"].get("gpus", layout.world_size))
+    per_node = int(plan["inputs"].get("gpus_per_node") or gpus)
+    problems = layout_problems(layout, model, training, gpus, per_node) + unsupported(model, training, layout)
+    if problems:
+        raise PlanFileError(problems[0])
+    return model, training, layout
+
+
+def _copy_runtime(out: Path) -> None:
+    runtime = out / "runtime"
+    package = runtime / "planner_runtime"
+    package.mkdir(parents=True, exist_ok=True)
+    source = Path(__file__).resolve().parent.parent / "runtime"
+    for name in RUNTIME_MODULES:
+        shutil.copyfile(source / f"{name}.py", package / f"{name}.py")
+    root = Path(__file__).resolve().parent.parent.parent
+    for pkg, modules in SPEC_MODULES.items():
+        (runtime / pkg).mkdir(exist_ok=True)
+        (runtime / pkg / "__init__.py").write_text('"""Copied by autoplan launch (specs only)."""\n', encoding="utf-8")
+        for name in modules:
+            shutil.copyfile(root / pkg / f"{name}.py", runtime / pkg / f"{name}.py")
+
+
+def _write(path: Path, text: str, executable: bool = False) -> None:
+    from planner.cli_common import write_atomic
+
+    write_atomic(path, text)
+    if executable:
+        os.chmod(path, 0o755)
+
+
+def _summary(plan: dict, layout: Layout) -> str:
+    L = layout
+    return (f"model {plan['inputs'].get('model')} on {plan['inputs'].get('hardware')}: dp {L.dp} tp {L.tp} pp {L.pp} "
+            f"zero {L.zero_stage} schedule {L.schedule} recompute {L.recompute}")
+
+
+def write_job(plan: dict, out: str | Path, *, python: str | None = None) -> list[Path]:
+    """Write the job directory for ``plan``; returns the files written. Refuses unsupported plans."""
+    model, training, layout = check_plan(plan)
+    out = Path(out)
+    name = str(plan["inputs"].get("model", model.name))
+    summary = _summary(plan, layout)
+    _copy_runtime(out)
+    _write(out / "plan.json", json.dumps(plan, indent=2, sort_keys=True) + "\n")
+    _write(out / "train.py", scripts.TRAIN_PY)
+    _write(out / "launch.sh", scripts.launch_sh(world_size=layout.world_size, summary=summary,
+                                                python=python or sys.executable), executable=True)
+    per_node = int(plan["inputs"].get("gpus_per_node") or layout.world_size)
+    _write(out / "slurm.sbatch", scripts.slurm_sbatch(world_size=layout.world_size, gpus_per_node=per_node,
+                                                       name=name, summary=summary))
+    _write_exports(out / "exports", name, model, training, layout)
+    return sorted(p for p in out.rglob("*") if p.is_file() and "__pycache__" not in p.parts)
+
+
+def _write_exports(out: Path, name: str, model: ModelSpec, training: TrainingSpec, layout: Layout) -> None:
+    seq_len = training.seq_len
+    args, m_notes = frameworks.megatron_args(model, training, layout, seq_len)
+    _write(out / "megatron_args.sh", frameworks.megatron_script(args, m_notes))
+    ds, d_notes = frameworks.deepspeed_config(training, layout)
+    _write(out / "deepspeed.json", json.dumps(ds, indent=2, sort_keys=True) + "\n")
+    tt, t_notes = frameworks.torchtitan_config(name, model, training, layout, seq_len)
+    _write(out / "torchtitan.toml", frameworks.toml_text(tt, [f"torchtitan config for {name}"]))
+    notes = ["What does not translate (also in each file where comments are allowed):"]
+    for framework, items in (("Megatron-LM", m_notes), ("DeepSpeed", d_notes), ("torchtitan", t_notes)):
+        notes += [f"- {framework}: {item}" for item in items] or [f"- {framework}: everything maps"]
+    _write(out / "NOTES.md", "\n".join(notes) + "\n")
+
