@@ -1,0 +1,190 @@
+"""Inter-operator pass of Alpa: slice a layer sequence into pipeline stages by dynamic programming.
+
+Alpa (Zheng et al., OSDI'22, section 5.2, eq. 2-3) minimises the pipeline latency
+
+    T* = min over slicings of { sum_{i=1..S} t_i  +  (B - 1) * max_{j} t_j }        (eq. 2)
+
+where t_i is the time of stage i for one micro-batch (forward + backward) and B the number
+of micro-batches. The max term is handled by enumerating t_max over the candidate stage
+times and solving, for each t_max,
+
+    F(s, k; t_max) = min_{k <= i <= K} { t(k..i) + F(s - 1, i + 1; t_max) }          (eq. 3)
+                     subject to t(k..i) <= t_max and memory(k..i) <= cap,
+    F(0, K + 1; t_max) = 0,
+
+F(s, k) being the least total latency of putting layers k..K on s stages. Then
+T*(t_max) = F(S, 1; t_max) + (B - 1) * t_max. Our stages all use the same sub-mesh (the
+planner fixes dp x tp per stage), so only the layer boundaries are chosen; the first and
+last stage also carry the embedding and output layer (``first_extra_*``, ``last_extra_*``),
+which makes non-uniform stages worthwhile.
+
+Pure Python: no torch, no I/O. ``brute_force_slice_stages`` is the twin used by the tests.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+from itertools import combinations
+from typing import Sequence
+
+_REL_EPS = 1e-12
+
+
+def _prefix(values: Sequence[float]) -> list[float]:
+    out = [0.0]
+    for v in values:
+        out.append(out[-1] + float(v))
+    return out
+
+
+class _Stages:
+    """Stage time and memory of layers [k, i) on stage index ``s`` (0-based)."""
+
+    def __init__(self, costs, mem, act, inflight, num_stages, extras):
+        self.t, self.m, self.a = _prefix(costs), _prefix(mem), _prefix(act)
+        self.inflight, self.num_stages = inflight, num_stages
+        self.first_s, self.last_s, self.first_b, self.last_b = extras
+
+    def time_s(self, s: int, k: int, i: int) -> float:
+        extra = (self.first_s if s == 0 else 0.0) + (self.last_s if s == self.num_stages - 1 else 0.0)
+        return self.t[i] - self.t[k] + extra
+
+    def memory_bytes(self, s: int, k: int, i: int) -> float:
+        extra = (self.first_b if s == 0 else 0.0) + (self.last_b if s == self.num_stages - 1 else 0.0)
+        return self.m[i] - self.m[k] + self.inflight[s] * (self.a[i] - self.a[k]) + extra
+
+
+def _solve_dp(st: _Stages, num_layers: int, t_max: float, cap: float):
+    """Eq. 3 for one t_max: returns (F(S, 1), layers per stage) or None if infeasible.
+
+    Ties in F are broken by the smaller sum of squared stage times (more balanced stages).
+    """
+    S, K = st.num_stages, num_layers
+    tol = _REL_EPS * max(1.0, abs(t_max))
+    # best[s][k]: (F, sum of squares, next boundary) for stages s..S-1 over layers k..K-1
+    inf = (math.inf, math.inf, -1)
+    best = [[inf] * (K + 1) for _ in range(S + 1)]
+    best[S][K] = (0.0, 0.0, K)
+    for s in range(S - 1, -1, -1):
+        for k in range(K - (S - s), s - 1, -1):
+            cand = inf
+            for i in range(k + 1, K - (S - s - 1) + 1):
+                rest = best[s + 1][i]
+                if rest[0] == math.inf:
+                    continue
+                t = st.time_s(s, k, i)
+                if t > t_max + tol:
+                    break
+                if st.memory_bytes(s, k, i) > cap:
+                    continue
+                key = (t + rest[0], t * t + rest[1], i)
+                if key[0] < cand[0] - tol or (key[0] <= cand[0] + tol and key[1] < cand[1]):
+                    cand = key
+            best[s][k] = cand
+    if best[0][0][0] == math.inf:
+        return None
+    counts, k = [], 0
+    for s in range(S):
+        i = best[s][k][2]
+        counts.append(i - k)
+        k = i
+    return best[0][0][0], tuple(counts)
+
+
+def _candidate_t_max(st: _Stages, num_layers: int) -> list[float]:
+    """Every stage time a slicing can produce (Alpa enumerates t_max over these)."""
+    values = set()
+    for s in {0, st.num_stages - 1, min(1, st.num_stages - 1)}:
+        for k in range(num_layers):
+            for i in range(k + 1, num_layers + 1):
+                values.add(st.time_s(s, k, i))
+    return sorted(values)
+
+
+def slice_stages(layer_costs_s: Sequence[float], layer_memory_bytes: Sequence[float], num_stages: int,
+                 num_microbatches: int, memory_cap_bytes: float, *, first_extra_s: float = 0.0,
+                 last_extra_s: float = 0.0, first_extra_bytes: float = 0.0, last_extra_bytes: float = 0.0,
+                 layer_activation_bytes: Sequence[float] | None = None,
+                 inflight_microbatches: Sequence[int] | None = None) -> tuple[int, ...] | None:
+    """Layers per pipeline stage minimising Alpa's eq. 2 under a per-stage memory cap.
+
+    ``layer_costs_s[l]``: forward + backward time of layer l for one micro-batch (seconds).
+    ``layer_memory_bytes[l]``: memory of layer l that does not grow with micro-batches in
+    flight (weights, gradients, optimizer states), bytes. ``layer_activation_bytes[l]``
+    (optional): activation bytes of one micro-batch, multiplied on stage s by
+    ``inflight_microbatches[s]`` (1F1B: S - s; GPipe: B; default 1 for every stage).
+    Extras are added to the first / last stage. Returns a tuple of ``num_stages`` positive
+    counts summing to the number of layers, or None when no slicing fits.
+    """
+    K, S, B = len(layer_costs_s), num_stages, num_microbatches
+    if len(layer_memory_bytes) != K:
+        raise ValueError("layer_memory_bytes must have one entry per layer")
+    if S < 1 or B < 1:
+        raise ValueError("num_stages and num_microbatches must be at least 1")
+    if S > K:
+        return None
+    act = list(layer_activation_bytes) if layer_activation_bytes is not None else [0.0] * K
+    inflight = list(inflight_microbatches) if inflight_microbatches is not None else [1] * S
+    st = _Stages(layer_costs_s, layer_memory_bytes, act, inflight, S,
+                 (first_extra_s, last_extra_s, first_extra_bytes, last_extra_bytes))
+    cands = _candidate_t_max(st, K)
+    # Feasibility only grows with t_max: binary-search the first feasible candidate.
+    lo = bisect.bisect_left(range(len(cands)), True,
+                            key=lambda j: _solve_dp(st, K, cands[j], memory_cap_bytes) is not None)
+    if lo == len(cands):
+        return None
+    f_min = _solve_dp(st, K, math.inf, memory_cap_bytes)[0]  # lower bound on F for any t_max
+    best_value, best_counts = math.inf, None
+    for t_max in cands[lo:]:
+        if f_min + (B - 1) * t_max >= best_value:
+            break  # no larger t_max can win (Alpa's early stop, section 5.2)
+        found = _solve_dp(st, K, t_max, memory_cap_bytes)
+        if found is not None and found[0] + (B - 1) * t_max < best_value:
+            best_value, best_counts = found[0] + (B - 1) * t_max, found[1]
+    return best_counts
+
+
+def pipeline_latency_s(counts: Sequence[int], layer_costs_s: Sequence[float], num_microbatches: int, *,
+                       first_extra_s: float = 0.0, last_extra_s: float = 0.0) -> float:
+    """Alpa eq. 2 for a given slicing: sum of stage times + (B - 1) x the largest."""
+    times, k = [], 0
+    for s, n in enumerate(counts):
+        t = sum(layer_costs_s[k:k + n]) + (first_extra_s if s == 0 else 0.0)
+        times.append(t + (last_extra_s if s == len(counts) - 1 else 0.0))
+        k += n
+    return sum(times) + (num_microbatches - 1) * max(times)
+
+
+def stage_memory_bytes(counts: Sequence[int], layer_memory_bytes: Sequence[float], *,
+                       first_extra_bytes: float = 0.0, last_extra_bytes: float = 0.0,
+                       layer_activation_bytes: Sequence[float] | None = None,
+                       inflight_microbatches: Sequence[int] | None = None) -> list[float]:
+    """Memory of each stage of a slicing (same accounting as ``slice_stages``)."""
+    act = layer_activation_bytes or [0.0] * len(layer_memory_bytes)
+    inflight = inflight_microbatches or [1] * len(counts)
+    out, k = [], 0
+    for s, n in enumerate(counts):
+        m = sum(layer_memory_bytes[k:k + n]) + inflight[s] * sum(act[k:k + n])
+        m += (first_extra_bytes if s == 0 else 0.0) + (last_extra_bytes if s == len(counts) - 1 else 0.0)
+        out.append(m)
+        k += n
+    return out
+
+
+def brute_force_slice_stages(layer_costs_s, layer_memory_bytes, num_stages, num_microbatches,
+                             memory_cap_bytes, **extras) -> tuple[float, tuple[int, ...]] | None:
+    """Twin of ``slice_stages``: every slicing, returns (best eq. 2 value, one best slicing)."""
+    K = len(layer_costs_s)
+    time_extras = {k: v for k, v in extras.items() if k in ("first_extra_s", "last_extra_s")}
+    mem_extras = {k: v for k, v in extras.items() if k not in time_extras}
+    best = None
+    for cuts in combinations(range(1, K), num_stages - 1):
+        bounds = (0, *cuts, K)
+        counts = tuple(bounds[j + 1] - bounds[j] for j in range(num_stages))
+        if max(stage_memory_bytes(counts, layer_memory_bytes, **mem_extras)) > memory_cap_bytes:
+            continue
+        value = pipeline_latency_s(counts, layer_costs_s, num_microbatches, **time_extras)
+        if best is None or value < best[0]:
+            best = (value, counts)
+    return best
