@@ -8,12 +8,16 @@ starting processes costs far more on a small machine than a few steps of a tiny 
 ``cases.json`` is a list of {"name", "model", "layout", "seq_len", "steps", "lr", "max_norm",
 "seed"}; "model" is a preset name or a ModelSpec dict. Cases whose world size differs from the
 launch are skipped. ``results.json`` maps each name to its per-step {"loss", "grad_norm"}.
+Run without torchrun (``python -m planner.runtime.harness ...``) it runs the single-process
+cases, without a process group: the reference.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import sys
+import warnings
 
 import torch
 import torch.distributed as dist
@@ -38,22 +42,26 @@ def run_case(case: dict, device: torch.device) -> list[dict]:
 
 
 def main(argv: list[str]) -> None:
+    warnings.filterwarnings("ignore", message=".*returned a view tensor.*")
     cases_path, out_path = argv
     device = pick_device()
-    init_distributed(device)
-    world = dist.get_world_size()
-    results = {}
+    distributed = "WORLD_SIZE" in os.environ
+    if distributed:
+        init_distributed(device)
+    world = dist.get_world_size() if distributed else 1
     with open(cases_path, encoding="utf-8") as handle:
         cases = json.load(handle)
+    results = {}
     for case in cases:
         if Layout.from_dict(case["layout"]).world_size == world:
             results[case["name"]] = run_case(case, device)
-            dist.barrier()
-    if dist.get_rank() == 0:
+            if distributed:
+                dist.barrier()
+    if not distributed or dist.get_rank() == 0:
         with open(out_path, "w", encoding="utf-8") as handle:
             json.dump(results, handle, indent=1, sort_keys=True)
-    dist.destroy_process_group()
-
+    if distributed:
+        dist.destroy_process_group()
 
 if __name__ == "__main__":
     main(sys.argv[1:])
