@@ -1,0 +1,72 @@
+"""Activation bytes per layer against Korthikanti et al. 2022 (Sec. 4, Table 2) closed forms.
+
+Their setting: GPT block, 4h MLP, MHA, dropout, eager attention, 16-bit activations. Those closed
+forms hold exactly for our op-level derivation in that setting.
+"""
+
+import pytest
+
+from costmodels.activations import ActivationShape, layer_bytes
+from costmodels.model_spec import ModelSpec
+from costmodels.presets import PRESETS
+
+GPT = PRESETS["gpt3-175b"]  # h = 12288, a = 96, dropout, plain GELU MLP, MHA
+S, B = 2048, 1
+
+
+def shape(tp=1, sp=False, fused=False):
+    return ActivationShape(b=B, s=S, s_kv=S, tp=tp, sequence_parallel=sp, elem_bytes=2, fused_attention=fused)
+
+
+def korthikanti(tp=1, sp=False, selective=False):
+    s, b, h, a, t = S, B, GPT.hidden_size, GPT.num_attention_heads, tp
+    scores = 0 if selective else 5 * a * s / (h * t)
+    if tp == 1:
+        return s * b * h * (34 + scores)
+    if sp:
+        return s * b * h * (34 / t + scores)
+    return s * b * h * (10 + 24 / t + scores)
+
+
+def test_no_parallelism_is_34_plus_5as_over_h():
+    assert layer_bytes(GPT, shape(), moe_layer=False, recompute="none") == pytest.approx(korthikanti())
+
+
+@pytest.mark.parametrize("t", [2, 4, 8])
+def test_tensor_parallel_without_sp(t):
+    assert layer_bytes(GPT, shape(tp=t), moe_layer=False, recompute="none") == pytest.approx(korthikanti(tp=t))
+
+
+@pytest.mark.parametrize("t", [2, 4, 8])
+def test_tensor_and_sequence_parallel(t):
+    got = layer_bytes(GPT, shape(tp=t, sp=True), moe_layer=False, recompute="none")
+    assert got == pytest.approx(korthikanti(tp=t, sp=True))
+
+
+@pytest.mark.parametrize("t", [2, 8])
+def test_selective_recompute_with_tp_sp_is_34_over_t(t):
+    got = layer_bytes(GPT, shape(tp=t, sp=True), moe_layer=False, recompute="selective")
+    assert got == pytest.approx(korthikanti(tp=t, sp=True, selective=True))
+
+
+def test_full_recompute_keeps_only_the_layer_input():
+    assert layer_bytes(GPT, shape(), moe_layer=False, recompute="full") == 2 * S * B * GPT.hidden_size
+
+
+def test_fused_attention_drops_the_score_term():
+    eager = layer_bytes(GPT, shape(), moe_layer=False, recompute="none")
+    fused = layer_bytes(GPT, shape(fused=True), moe_layer=False, recompute="none")
+    h, a = GPT.hidden_size, GPT.num_attention_heads
+    lse = 4 * B * a * S  # fp32 log-sum-exp the fused kernel keeps
+    assert eager - fused == pytest.approx(5 * a * S * S * B - lse)
+
+
+def test_gqa_and_gated_mlp_change_the_constant_per_tensor():
+    # Llama-style, no dropout, fused, per s·b·h at 2 bytes: attention norm input 2, qkv input 2, Q 2,
+    # K and V 2·kv/a each, out-proj input 2, MLP norm input 2, MLP input 2, three f/h gated MLP tensors.
+    m = ModelSpec(name="x", num_layers=1, hidden_size=4096, ffn_hidden_size=14336, num_attention_heads=32,
+                  num_kv_heads=8, vocab_size=100, gated_mlp=True, norm="rmsnorm", positions="rotary")
+    x = ActivationShape(b=1, s=S, s_kv=S, tp=1, sequence_parallel=False, elem_bytes=2, fused_attention=True)
+    sbh = S * 4096
+    expected = sbh * (2 + 2 + 2 + 2 * (8 / 32) * 2 + 2 + 2 + 2 + 2 * 3 * 14336 / 4096) + 4 * 32 * S
+    assert layer_bytes(m, x, moe_layer=False, recompute="none") == pytest.approx(expected)

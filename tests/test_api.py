@@ -1,0 +1,68 @@
+"""The Python API: light import, names or specs, same answer as the CLI, no mutation."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import planner
+from costmodels.presets import load_model
+from hardware_specs import load_node
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_import_and_plan_load_no_torch():
+    code = ("import sys, planner; planner.plan(model='tiny-llama', hardware='cpu', gpus=2, global_batch=4, "
+            "seq_len=128); print('torch' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
+
+
+@pytest.mark.parametrize("package", ["planner", "costmodels", "profiles", "hardware_specs"])
+def test_packages_import_from_this_repository(package):
+    module = __import__(package)
+    assert Path(module.__file__).resolve().parent == ROOT / package
+
+
+def test_plan_accepts_spec_objects_and_matches_names():
+    by_name = planner.plan(model="llama3-8b", hardware="h100-sxm-80gb", gpus=8, global_batch=64, seq_len=4096)
+    by_spec = planner.plan(model=load_model("llama3-8b"), hardware=load_node("h100-sxm-80gb"), gpus=8,
+                           global_batch=64, seq_len=4096)
+    assert by_name.best.layout == by_spec.best.layout
+
+
+def test_evaluate_returns_breakdown_whose_terms_sum():
+    b = planner.evaluate(model="llama3-8b", hardware="h100-sxm-80gb", gpus=8, global_batch=64, seq_len=4096,
+                         layout=planner.Layout(dp=4, tp=2, sequence_parallel=True, num_microbatches=16))
+    terms = [b.compute_s, b.recompute_s, b.tp_comm_s, b.cp_comm_s, b.ep_comm_s, b.dp_comm_s, b.pp_comm_s,
+             b.bubble_s, b.optimizer_s, b.offload_s, b.overhead_s]
+    assert sum(terms) == pytest.approx(b.step_time_s)
+    for stage in b.stages:
+        parts = [stage.params_bytes, stage.grads_bytes, stage.optimizer_bytes, stage.activations_bytes,
+                 stage.buffers_bytes, stage.overhead_bytes]
+        assert sum(parts) == pytest.approx(stage.total_bytes)
+    assert 0 < b.mfu <= b.hfu < 1
+
+
+def test_errors_are_value_errors_naming_the_field():
+    with pytest.raises(ValueError, match="--gpus"):
+        planner.plan(model="llama3-8b", hardware="h100-sxm-80gb", gpus=-1, global_batch=64, seq_len=4096)
+    with pytest.raises(planner.LayoutError, match="tp 3"):
+        planner.evaluate(model="llama3-8b", hardware="h100-sxm-80gb", gpus=6, global_batch=6, seq_len=4096,
+                         gpus_per_node=6, layout=planner.Layout(dp=2, tp=3, num_microbatches=3))
+
+
+def test_report_json_round_trips():
+    report = planner.plan(model="mixtral-8x7b", hardware="h100-sxm-80gb", gpus=32, global_batch=128, seq_len=4096)
+    data = json.loads(report.to_json())
+    assert data["best"]["layout"] == report.best.layout.to_dict()
+    assert report.search["space_size"] == sum(report.rejected.values()) + 1 + len(report.candidates)
+
+
+def test_moe_plan_uses_expert_parallelism_where_it_pays():
+    report = planner.plan(model="mixtral-8x7b", hardware="h100-sxm-80gb", gpus=64, global_batch=256, seq_len=4096)
+    layouts = [report.best.layout] + [c.layout for c in report.candidates]
+    assert any(l.ep > 1 for l in layouts)

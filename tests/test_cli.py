@@ -1,0 +1,122 @@
+"""The CLI through CliRunner and as a real subprocess: outputs, determinism, bad input, exit codes."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from planner.cli import main
+
+JOB = ["--model", "llama2-7b", "--hardware", "a100-sxm-80gb", "--gpus", "16", "--global-batch", "64",
+       "--seq-len", "2048"]
+
+
+def run(args):
+    return CliRunner().invoke(main, args)
+
+
+def test_plan_table_names_the_layout_and_figures():
+    result = run(["plan", *JOB])
+    assert result.exit_code == 0, result.output
+    for text in ("best:", "tokens/s", "MFU", "peak memory", "alternatives"):
+        assert text in result.output
+
+
+def test_plan_json_is_json_only_and_has_the_contract_fields():
+    result = run(["plan", *JOB, "--format", "json", "--top", "3"])
+    data = json.loads(result.stdout)
+    assert set(data) >= {"schema_version", "inputs", "best", "candidates", "search"}
+    layout = data["best"]["layout"]
+    assert layout["dp"] * layout["tp"] * layout["pp"] * layout["cp"] == 16
+    assert layout["dp"] * layout["micro_batch_size"] * layout["num_microbatches"] == 64
+    pred = data["best"]["predicted"]
+    assert pred["fits"] and pred["peak_memory_gib"] <= pred["memory_capacity_gib"]
+    assert sum(pred["time_s"].values()) == pytest.approx(pred["step_time_s"], rel=1e-4)
+    assert len(data["candidates"]) == 3
+
+
+def test_plan_out_is_byte_identical_for_the_same_inputs(tmp_path):
+    a, b = tmp_path / "a.json", tmp_path / "b.json"
+    assert run(["plan", *JOB, "--out", str(a)]).exit_code == 0
+    assert run(["plan", *JOB, "--out", str(b), "--format", "json"]).exit_code == 0
+    assert a.read_bytes() == b.read_bytes()
+    assert "seconds" not in json.loads(a.read_text())["search"]
+
+
+def test_evaluate_json_prints_one_plan_and_explain_reads_the_file(tmp_path):
+    out = tmp_path / "eval.json"
+    result = run(["evaluate", *JOB, "--dp", "4", "--tp", "2", "--pp", "2", "--zero", "1", "--micro-batch", "2",
+                  "--schedule", "interleaved", "--virtual-stages", "2", "--recompute", "selective",
+                  "--format", "json", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    single = json.loads(result.stdout)
+    assert set(single) == {"layout", "predicted"} and single["layout"]["num_microbatches"] == 8
+    explained = run(["explain", str(out)])
+    assert explained.exit_code == 0 and "dp 4 · tp 2 · pp 2" in explained.output
+
+
+def test_models_and_hardware_list_presets():
+    models = json.loads(run(["models", "--format", "json"]).stdout)
+    assert models["llama3-70b"]["params"] == 70_553_706_496
+    hardware = json.loads(run(["hardware", "--format", "json"]).stdout)
+    assert hardware["h100-sxm-80gb"]["tflops"]["bf16"] == 989
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["plan", "--model", "llama3-7b", *JOB[2:]], "did you mean"),
+    (["plan", *JOB[:2], "--hardware", "h100", *JOB[4:]], "--hardware"),
+    (["plan", *JOB[:4], "--gpus", "0", *JOB[6:]], "--gpus"),
+    (["plan", *JOB[:4], "--gpus", "12", *JOB[6:]], "multiple of 8"),
+    (["plan", *JOB, "--memory-fraction", "1.5"], "--memory-fraction"),
+    (["plan", *JOB[:2], "--hardware", "v100-sxm-32gb", *JOB[4:]], "--precision"),
+    (["evaluate", *JOB, "--dp", "3", "--tp", "2", "--pp", "2"], "global-batch"),
+    (["evaluate", *JOB, "--dp", "2", "--tp", "2", "--pp", "2"], "--gpus is 16"),
+    (["evaluate", *JOB, "--dp", "4", "--tp", "2", "--pp", "2", "--virtual-stages", "2"], "interleaved"),
+    (["evaluate", "--model", "tiny-gpt", *JOB[2:], "--dp", "2", "--tp", "8", "--pp", "1"], "4 attention heads"),
+])
+def test_bad_input_is_one_line_and_exit_2(args, needle):
+    result = run(args)
+    assert result.exit_code == 2, result.output
+    assert needle in result.output
+    assert "Traceback" not in result.output
+
+
+def test_bad_files_are_one_line_exit_2(tmp_path):
+    broken = tmp_path / "config.json"
+    broken.write_text("{ not json")
+    assert "not valid JSON" in run(["plan", "--model", str(broken), *JOB[2:]]).output
+    toml = tmp_path / "node.toml"
+    toml.write_text("schema_version = 1\nname = [")
+    result = run(["plan", *JOB[:2], "--hardware", str(toml), *JOB[4:]])
+    assert result.exit_code == 2 and "not valid TOML" in result.output
+    plan = tmp_path / "plan.json"
+    plan.write_text(json.dumps({"schema_version": 99}))
+    result = run(["explain", str(plan)])
+    assert result.exit_code == 2 and "schema_version" in result.output
+
+
+def test_infeasible_request_exits_1_with_closest_miss(tmp_path):
+    out = tmp_path / "plan.json"
+    result = run(["plan", "--model", "llama3-405b", "--hardware", "a100-sxm-40gb", "--gpus", "8",
+                  "--global-batch", "8", "--seq-len", "4096", "--out", str(out)])
+    assert result.exit_code == 1
+    assert "closest miss" in result.output and "would fit with" in result.output
+    data = json.loads(out.read_text())
+    assert data["best"] is None and data["closest_misses"][0]["needed_gib"] > data["closest_misses"][0]["available_gib"]
+
+
+def test_out_is_not_written_on_error(tmp_path):
+    out = tmp_path / "plan.json"
+    run(["plan", "--model", "nope", *JOB[2:], "--out", str(out)])
+    assert not out.exists() and list(tmp_path.iterdir()) == []
+
+
+def test_real_subprocess_plan_and_usage_error():
+    exe = Path(sys.executable).with_name("autoplan")
+    ok = subprocess.run([str(exe), "plan", *JOB, "--format", "json"], capture_output=True, text=True, check=False)
+    assert ok.returncode == 0 and json.loads(ok.stdout)["best"]["predicted"]["fits"]
+    bad = subprocess.run([str(exe), "plan", "--model", "gpt5", *JOB[2:]], capture_output=True, text=True, check=False)
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "gpt5" in bad.stderr

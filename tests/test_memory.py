@@ -1,0 +1,73 @@
+"""Model-state memory against the ZeRO paper's closed forms, and its monotonicity."""
+
+import itertools
+
+import pytest
+
+from costmodels.estimate import CostModel
+from costmodels.layout import Layout
+from costmodels.memory import ShardedParams, state_bytes, zero_closed_form_bytes, zero_state_bytes
+from costmodels.presets import load_model
+from costmodels.training import TrainingSpec
+from hardware_specs import load_node, make_cluster
+
+
+@pytest.mark.parametrize("stage", [0, 1, 2, 3])
+@pytest.mark.parametrize("n_d", [1, 8, 64])
+def test_zero_stages_match_paper_closed_forms(stage, n_d):
+    # Rajbhandari et al. SC'20, Fig. 1: 7.5B params, N_d = 64, K = 12 gives 120 / 31.4 / 16.6 / 1.9 GB.
+    psi = 7.5e9
+    sb = state_bytes(TrainingSpec(global_batch_size=1, seq_len=1))
+    p, g, o = zero_state_bytes(ShardedParams(dense=psi, expert=0, trainable_dense=psi, trainable_expert=0), sb,
+                               zero_stage=stage, shard_degree=n_d, expert_shard_degree=n_d, offload=False,
+                               lora_param_bytes=2)
+    assert p + g + o == pytest.approx(zero_closed_form_bytes(psi, n_d, stage))
+
+
+def test_zero_paper_figure_1_numbers():
+    figures_gb = {0: 120, 1: 31.4, 2: 16.6, 3: 1.9}
+    for stage, gb in figures_gb.items():
+        assert zero_closed_form_bytes(7.5e9, 64, stage) / 1e9 == pytest.approx(gb, abs=0.06)
+
+
+def _states(layout, model="llama2-7b", gpus=8):
+    cm = CostModel(load_model(model), TrainingSpec(global_batch_size=64, seq_len=2048),
+                   make_cluster(load_node("a100-sxm-80gb"), gpus))
+    stage = cm.estimate(layout).peak_stage
+    return stage.params_bytes + stage.grads_bytes + stage.optimizer_bytes
+
+
+def test_more_tp_or_zero_never_raises_model_state_memory():
+    for tp, zero in itertools.product((1, 2, 4, 8), (0, 1, 2, 3)):
+        dp = 8 // tp
+        here = _states(Layout(dp=dp, tp=tp, zero_stage=zero if dp > 1 else 0, num_microbatches=64 // dp))
+        if tp < 8:
+            dp2 = 8 // (2 * tp)
+            more_tp = _states(Layout(dp=dp2, tp=2 * tp, zero_stage=zero if dp2 > 1 else 0,
+                                     num_microbatches=64 // dp2))
+            assert more_tp <= here * (1 + 1e-9)
+        if zero < 3 and dp > 1:
+            assert _states(Layout(dp=dp, tp=tp, zero_stage=zero + 1, num_microbatches=64 // dp)) <= here
+
+
+def test_lora_keeps_no_grads_or_optimizer_for_frozen_weights():
+    model = load_model("llama2-7b")
+    full = CostModel(model, TrainingSpec(global_batch_size=8, seq_len=512), make_cluster(load_node("a100-sxm-80gb"), 1))
+    lora = CostModel(model, TrainingSpec(global_batch_size=8, seq_len=512, lora_rank=16),
+                     make_cluster(load_node("a100-sxm-80gb"), 1))
+    layout = Layout(num_microbatches=8)
+    f, l = full.estimate(layout).peak_stage, lora.estimate(layout).peak_stage
+    # LoRA on q, k, v, o with r = 16: 32 layers x 16 x (4096+4096) x 4 = 16.8M trainable params.
+    trainable = 32 * 16 * (4096 + 4096) * 4
+    assert l.grads_bytes == pytest.approx(2 * trainable)
+    assert l.optimizer_bytes == pytest.approx(12 * trainable)
+    assert l.params_bytes == pytest.approx(f.params_bytes + 2 * trainable)
+
+
+def test_offload_moves_optimizer_states_off_the_device():
+    layout = Layout(dp=8, zero_stage=1, num_microbatches=8, optimizer_offload=True)
+    cm = CostModel(load_model("llama2-7b"), TrainingSpec(global_batch_size=64, seq_len=2048),
+                   make_cluster(load_node("a100-sxm-80gb"), 8))
+    breakdown = cm.estimate(layout)
+    assert breakdown.peak_stage.optimizer_bytes == 0
+    assert breakdown.offload_s > 0 and breakdown.optimizer_s == 0

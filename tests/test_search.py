@@ -1,0 +1,59 @@
+"""The branch-and-bound search returns exactly what brute force returns, on many small cases."""
+
+import random
+
+import pytest
+
+from costmodels.estimate import CostModel
+from costmodels.layout import check_layout
+from costmodels.presets import load_model
+from costmodels.training import TrainingSpec
+from hardware_specs import load_node, make_cluster
+from planner.brute_force import solve_brute_force
+from planner.search import solve
+from planner.space import SearchOptions, all_layouts
+
+
+def _case(seed):
+    rng = random.Random(seed)
+    model = load_model(rng.choice(["tiny-llama", "tiny-gpt", "tiny-mixtral", "llama2-7b", "gpt3-1.3b"]))
+    gpus = rng.choice([1, 2, 4, 8])
+    hardware = rng.choice(["a100-sxm-40gb", "h100-sxm-80gb", "l40s", "v100-sxm-32gb"])
+    training = TrainingSpec(global_batch_size=rng.choice([4, 8, 16]), seq_len=rng.choice([256, 512, 2048]),
+                            precision="fp16" if hardware.startswith("v100") else rng.choice(["bf16", "fp32"]),
+                            optimizer=rng.choice(["adamw", "sgd"]), attention=rng.choice(["fused", "eager"]))
+    cluster = make_cluster(load_node(hardware), gpus, rng.choice([None, 2, 4]) if gpus >= 4 else None)
+    memory_fraction = rng.choice([0.02, 0.1, 0.5, 0.95])
+    return model, training, cluster, memory_fraction
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_search_equals_brute_force(seed):
+    model, training, cluster, fraction = _case(seed)
+    options = SearchOptions()
+    fast = solve(CostModel(model, training, cluster, memory_fraction=fraction), cluster.num_gpus,
+                 cluster.gpus_per_node, options, top_k=4)
+    slow = solve_brute_force(CostModel(model, training, cluster, memory_fraction=fraction), cluster.num_gpus,
+                             cluster.gpus_per_node, options, top_k=4)
+    assert [b.layout for b in fast.ranked] == [b.layout for b in slow.ranked]
+    assert [b.step_time_s for b in fast.ranked] == [b.step_time_s for b in slow.ranked]
+    assert fast.num_candidates == slow.num_candidates
+    assert sum(fast.rejected.values()) + len(fast.ranked) == fast.num_candidates
+    assert bool(fast.closest_misses) == bool(slow.closest_misses)
+
+
+def test_every_candidate_is_valid_and_meets_the_global_batch():
+    model, training = load_model("tiny-mixtral"), TrainingSpec(global_batch_size=16, seq_len=256)
+    n = 0
+    for layout in all_layouts(model, training, 8, 8, SearchOptions()):
+        check_layout(layout, model, training, 8, 8)
+        assert layout.dp * layout.micro_batch_size * layout.num_microbatches == 16
+        n += 1
+    assert n > 500
+
+
+def test_search_prunes_most_of_a_large_space():
+    model, training = load_model("llama3-70b"), TrainingSpec(global_batch_size=256, seq_len=4096)
+    cluster = make_cluster(load_node("h100-sxm-80gb"), 32)
+    result = solve(CostModel(model, training, cluster), 32, 8, SearchOptions(), top_k=3)
+    assert result.ranked and result.num_evaluated < result.num_candidates / 5
