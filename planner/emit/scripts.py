@@ -51,7 +51,8 @@ def launch_sh(*, world_size: int, summary: str, python: str) -> str:
 #   Run the same command on every node; c10d assigns node ranks.
 set -euo pipefail
 HERE="$(cd "$(dirname "${{BASH_SOURCE[0]}}")" && pwd)"
-PYTHON="${{PYTHON:-{shlex.quote(python)}}}"
+DEFAULT_PYTHON={shlex.quote(python)}
+PYTHON="${{PYTHON:-$DEFAULT_PYTHON}}"
 WORLD_SIZE={world_size}
 NNODES="${{NNODES:-1}}"
 NPROC_PER_NODE="${{NPROC_PER_NODE:-$((WORLD_SIZE / NNODES))}}"
