@@ -95,6 +95,7 @@ class CostModel:
         self._prefix = _LayerPrefix(model)
         self._core_memo: dict[tuple, RankTimes] = {}
         self._ranks_memo: dict[tuple, list[RankLayers]] = {}
+        self._params_memo: dict[tuple, ShardedParams] = {}
 
     def estimate(self, layout: Layout) -> CostBreakdown:
         """Memory per rank, step time by term and traffic for ``layout`` (assumed valid)."""
@@ -149,6 +150,14 @@ class CostModel:
 
     def rank_params(self, layout: Layout, rank: RankLayers) -> ShardedParams:
         """Parameter elements on one rank: layers / tp, experts / (tp·ep), embedding and head."""
+        key = (layout.tp, layout.ep, layout.pp, rank)
+        params = self._params_memo.get(key)
+        if params is None:
+            params = self._rank_params(layout, rank)
+            self._params_memo[key] = params
+        return params
+
+    def _rank_params(self, layout: Layout, rank: RankLayers) -> ShardedParams:
         model, tp = self.model, layout.tp
         dense = sum(self._prefix.dense_params(a, b) for a, b in rank.chunks)
         expert = sum(self._prefix.expert_params(a, b) for a, b in rank.chunks)

@@ -7,10 +7,12 @@ from costmodels.breakdown import CostBreakdown
 from costmodels.layout import Layout
 
 
+_FIELDS = tuple(Layout.__dataclass_fields__)
+
+
 def layout_key(layout: Layout) -> tuple:
-    """The layout's fields as a tuple, for tie-breaking."""
-    d = layout.to_dict()
-    return tuple((k, tuple(v) if isinstance(v, list) else v) for k, v in d.items())
+    """The layout's fields in declaration order, for tie-breaking."""
+    return tuple(getattr(layout, name) for name in _FIELDS)
 
 
 def rank_key(breakdown: CostBreakdown) -> tuple:

@@ -4,8 +4,9 @@ For each mesh (dp, tp, pp, cp, ep) and each schedule choice (micro-batch, schedu
 recomputation, sequence parallel) the cost model gives the pipeline's step time without
 data-parallel sync and optimizer: ``CostModel.pipeline_lower_bound_s``. Every way of holding model
 states (ZeRO stage, HSDP, offload) only adds time to it, so it bounds the whole subtree below.
-Schedule choices are visited best bound first; a subtree is cut when its bound exceeds both the
-mesh's best plan so far and the K-th best mesh's plan (it can change neither). Model-state
+Schedule choices are visited best bound first, grouped so that one bound (without recomputation,
+which only adds time) covers the three recomputation modes; a subtree is cut when its bound exceeds
+the smaller of the mesh's best plan so far and the K-th best mesh's plan (it can change neither). Model-state
 memory alone (no activations) bounds memory from below, cutting (mesh, ZeRO) pairs that cannot fit.
 The pruning is admissible, so the result equals ``brute_force.solve_brute_force`` exactly.
 """
@@ -14,14 +15,15 @@ from __future__ import annotations
 
 import heapq
 from collections import Counter
+from dataclasses import replace
 
 from costmodels.breakdown import CostBreakdown
 from costmodels.estimate import CostModel
 
 from .ranking import rank_key
 from .result import SolverResult, count, overshoot_key
-from .space import (MeshChoice, SearchOptions, StateChoice, make_layout, mesh_choices, schedule_choices,
-                    state_choices)
+from .space import (MeshChoice, ScheduleChoice, SearchOptions, StateChoice, make_layout, mesh_choices,
+                    schedule_choices, state_choices)
 
 
 class _Ranking:
@@ -63,21 +65,26 @@ def solve(cost_model: CostModel, num_gpus: int, gpus_per_node: int, options: Sea
         if not fitting:
             misses += [cost_model.estimate(make_layout(mesh, s, scheds[0])) for s in states[:1]]
             continue
-        bounds = sorted(((cost_model.pipeline_lower_bound_s(make_layout(mesh, fitting[0], sc)), i)
-                         for i, sc in enumerate(scheds)))
-        for visited, (bound, i) in enumerate(bounds):
-            mesh_best = ranking.best.get(mesh, ((float("inf"),), None))[0][0]
-            if bound > min(mesh_best, ranking.threshold_s()):
-                count(rejected, "slower", (len(bounds) - visited) * len(fitting))
+        groups = _groups_by_bound(cost_model, mesh, fitting[0], scheds)
+        for visited, (bound, members) in enumerate(groups):
+            if bound > _cutoff(ranking, mesh):
+                count(rejected, "slower", sum(len(m) for _, m in groups[visited:]) * len(fitting))
                 break
-            for state in fitting:
-                breakdown = cost_model.estimate(make_layout(mesh, state, scheds[i]))
-                evaluated += 1
-                if breakdown.fits:
-                    ranking.offer(mesh, breakdown)
-                    rejected["slower"] += 1
-                else:
+            for member_index, sched in enumerate(members):
+                if member_index and cost_model.pipeline_lower_bound_s(make_layout(mesh, fitting[0], sched)) \
+                        > _cutoff(ranking, mesh):
+                    count(rejected, "slower", len(fitting))
+                    continue
+                for state in fitting:
+                    breakdown = cost_model.estimate(make_layout(mesh, state, sched))
+                    evaluated += 1
+                    if breakdown.fits:
+                        ranking.offer(mesh, breakdown)
+                        rejected["slower"] += 1
+                        continue
                     rejected["memory"] += 1
+                    if ranking.best:
+                        continue  # closest misses are reported only when nothing fits
                     misses.append(breakdown)
                     if len(misses) > 64:
                         misses = heapq.nsmallest(num_misses, misses, key=overshoot_key)
@@ -86,6 +93,39 @@ def solve(cost_model: CostModel, num_gpus: int, gpus_per_node: int, options: Sea
     closest = tuple(heapq.nsmallest(num_misses, misses, key=overshoot_key)) if not ranked else ()
     return SolverResult(ranked=ranked, rejected={k: v for k, v in rejected.items() if v},
                         closest_misses=closest, num_candidates=total, num_evaluated=evaluated)
+
+
+def _cutoff(ranking: _Ranking, mesh: MeshChoice) -> float:
+    """A subtree whose bound exceeds this can change neither the mesh's best nor the top K."""
+    mesh_best = ranking.best[mesh][0][0] if mesh in ranking.best else float("inf")
+    return min(mesh_best, ranking.threshold_s())
+
+
+def _groups_by_bound(cost_model: CostModel, mesh: MeshChoice, state: StateChoice,
+                     scheds: list[ScheduleChoice]) -> list[tuple[float, list[ScheduleChoice]]]:
+    """Schedule choices grouped by all but the recomputation mode, best bound first.
+
+    Recomputation only adds time (recompute and its communication are non-negative terms), so the
+    bound of the 'none' member bounds its whole group; members follow in the order none,
+    selective, full.
+    """
+    order = {mode: i for i, mode in enumerate(("none", "selective", "full"))}
+    groups: dict[tuple, list[ScheduleChoice]] = {}
+    for sched in scheds:
+        key = (sched.micro_batch_size, sched.schedule, sched.virtual_stages, sched.sequence_parallel)
+        groups.setdefault(key, []).append(sched)
+    out = []
+    for members in groups.values():
+        members.sort(key=lambda sc: order[sc.recompute])
+        floor = min(members, key=lambda sc: order[sc.recompute])
+        lowest = replace(floor, recompute="none")
+        out.append((cost_model.pipeline_lower_bound_s(make_layout(mesh, state, lowest)), members))
+    out.sort(key=lambda item: (item[0], _sched_key(item[1][0])))
+    return out
+
+
+def _sched_key(sched: ScheduleChoice) -> tuple:
+    return (sched.micro_batch_size, sched.schedule, sched.virtual_stages, sched.sequence_parallel, sched.recompute)
 
 
 def _states_that_may_fit(cost_model: CostModel, mesh: MeshChoice, states: list[StateChoice],
