@@ -112,14 +112,38 @@ def comm_tasks(plan: MeasurePlan, device: Any, timer: Any, raw: dict[str, Any]) 
     return tasks
 
 
-def median_over_ranks(per_rank: list[dict[str, Any]]) -> dict[str, Any]:
-    """Rank 0's compute records with each ``time_s`` replaced by the median over all ranks."""
-    merged = per_rank[0]
+def pool_medians(records: list[dict[str, Any]], value: str = "time_s") -> list[dict[str, Any]]:
+    """Records with equal keys (all but ``value``) merged into one whose ``value`` is the median;
+    first-seen order is kept. Used over rounds and ranks."""
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for record in records:
+        key = json.dumps({k: v for k, v in record.items() if k != value}, sort_keys=True)
+        groups.setdefault(key, []).append(record)
+    return [{**group[0], value: statistics.median(r[value] for r in group)} for group in groups.values()]
+
+
+def merge_compute(per_rank: list[dict[str, Any]]) -> dict[str, Any]:
+    """Compute records of every rank and round, pooled to one median per point."""
+    merged: dict[str, Any] = {}
     for family in ("gemm", "attention", "memory"):
-        for key, points in merged[family].items():
-            for i, point in enumerate(points):
-                point["time_s"] = statistics.median(r[family][key][i]["time_s"] for r in per_rank)
+        keys = sorted({key for r in per_rank for key in r[family]})
+        merged[family] = {key: pool_medians([p for r in per_rank for p in r[family].get(key, [])])
+                          for key in keys}
     return merged
+
+
+def merge_curves(curves: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Collective sweeps of every round, pooled to one median per (op, group, size)."""
+    points = [{**{k: c[k] for k in ("op", "num_ranks", "spans_nodes", "dtype")}, "size": s, "time_s": t}
+              for c in curves for s, t in zip(c["sizes_bytes"], c["median_time_s"])]
+    merged: dict[tuple[Any, ...], dict[str, Any]] = {}
+    for p in pool_medians(points):
+        key = (p["op"], p["num_ranks"], p["spans_nodes"], p["dtype"])
+        curve = merged.setdefault(key, dict(zip(("op", "num_ranks", "spans_nodes", "dtype"), key),
+                                             sizes_bytes=[], median_time_s=[]))
+        curve["sizes_bytes"].append(p["size"])
+        curve["median_time_s"].append(p["time_s"])
+    return list(merged.values())
 
 
 def device_name(device: Any) -> str:
@@ -137,7 +161,17 @@ def device_name(device: Any) -> str:
     return platform.processor() or platform.machine()
 
 
-def provenance(args: argparse.Namespace, device: Any, hosts: list[str], skipped: dict[str, str]) -> dict[str, Any]:
+def load_average() -> list[float] | None:
+    """The host's 1, 5 and 15 minute load averages (None where the OS has none): other work
+    on the machine while profiling slows every measurement down."""
+    try:
+        return [round(x, 2) for x in os.getloadavg()]
+    except OSError:
+        return None
+
+
+def provenance(args: argparse.Namespace, device: Any, hosts: list[str], skipped: dict[str, str],
+               load_before: list[float] | None) -> dict[str, Any]:
     """Where and how the profile was measured."""
     import torch
     import torch.distributed as dist
@@ -155,7 +189,7 @@ def provenance(args: argparse.Namespace, device: Any, hosts: list[str], skipped:
         "threads_per_process": torch.get_num_threads(), "mode": "quick" if args.quick else "full",
         "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "command": args.command or " ".join(["python -m profiles.harness", *sys.argv[1:]]),
-        "skipped": skipped,
+        "skipped": skipped, "load_average_before": load_before, "load_average_after": load_average(),
     }
 
 
@@ -187,6 +221,7 @@ def main(argv: list[str] | None = None) -> None:
     from .build import build_profile
     from .io import write_profile
 
+    load_before = load_average()
     device = setup(args.device)
     rank = dist.get_rank()
     timer = bc.Timer(device)
@@ -195,20 +230,23 @@ def main(argv: list[str] | None = None) -> None:
     raw: dict[str, Any] = {"gemm": {}, "attention": {}, "memory": {}, "collectives": []}
     tasks = compute_tasks(plan, dtypes, device, timer, raw)
     comm = comm_tasks(plan, device, timer, raw) if dist.get_world_size() > 1 else []
-    progress = Progress(args.progress_file, len(tasks) + len(comm), enabled=rank == 0)
-    for what, run in tasks:
-        run()
-        progress.step(what)
+    progress = Progress(args.progress_file, plan.rounds * (len(tasks) + len(comm)), enabled=rank == 0)
+    for _ in range(plan.rounds):
+        for what, run in tasks:
+            run()
+            progress.step(what)
     per_rank: list[Any] = [None] * dist.get_world_size()
     dist.all_gather_object(per_rank, ({k: raw[k] for k in ("gemm", "attention", "memory")}, socket.gethostname()))
-    for what, run in comm:
-        run()
-        progress.step(what)
+    for _ in range(plan.rounds):
+        for what, run in comm:
+            run()
+            progress.step(what)
     if rank == 0:
-        merged = median_over_ranks([r[0] for r in per_rank])
-        raw.update(merged)
+        raw.update(merge_compute([r[0] for r in per_rank]))
+        raw["collectives"] = merge_curves(raw["collectives"])
         profile = build_profile(raw, device_type=args.device,
-                                provenance=provenance(args, device, [r[1] for r in per_rank], skipped))
+                                provenance=provenance(args, device, [r[1] for r in per_rank], skipped,
+                                                       load_before))
         write_profile(args.out, profile)
     dist.barrier()
     dist.destroy_process_group()

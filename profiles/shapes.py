@@ -92,7 +92,11 @@ class MeasurePlan:
     min_repeats: int
     max_repeats: int
     time_budget_s: float
-    """Target seconds of timed repeats per measured point (after warm-up)."""
+    """Target seconds of timed repeats per measured point and round (after warm-up)."""
+    rounds: int
+    """Sweeps over every point; a point's time is the median of its per-round medians (and, for
+    compute, of every rank's), so a burst of load from other processes spoils one round of a
+    point, not the point."""
 
 
 def powers_of_two(low: int, high: int) -> tuple[int, ...]:
@@ -128,7 +132,8 @@ def make_plan(device_type: str, quick: bool) -> MeasurePlan:
         collective_sizes_bytes=powers_of_two(4 * KIB, top_collective),
         min_repeats=3 if quick else 5,
         max_repeats=20 if quick else 50,
-        time_budget_s=0.03 if quick else 0.2,
+        time_budget_s=0.03 if quick else 0.1,
+        rounds=2 if quick else 3,
     )
 
 

@@ -1,0 +1,88 @@
+"""The profiler for real: ``autoplan profile --quick`` under torchrun with 2 gloo processes.
+
+One launch per test session (about 15-30 s here); every test reads its output.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from hardware_specs import load_node
+from profiles import HardwareProfile, load_profile
+from profiles.fit import COLLECTIVE_OPS
+from profiles.schema import MEMORY_KERNELS
+from profiles.shapes import make_plan
+
+pytestmark = pytest.mark.torchrun
+
+
+class Run:
+    def __init__(self, proc: subprocess.CompletedProcess[str], path: Path) -> None:
+        self.proc, self.path = proc, path
+        self.profile: HardwareProfile | None = load_profile(path) if proc.returncode == 0 else None
+
+
+@pytest.fixture(scope="session")
+def quick_run(tmp_path_factory: pytest.TempPathFactory) -> Run:
+    out = tmp_path_factory.mktemp("profile") / "quick.json"
+    exe = shutil.which("autoplan", path=str(Path(sys.executable).parent)) or "autoplan"
+    proc = subprocess.run([exe, "profile", "--device", "cpu", "--nproc", "2", "--out", str(out), "--quick"],
+                          capture_output=True, text=True, timeout=300, env={**os.environ, "COLUMNS": "120"})
+    return Run(proc, out)
+
+
+def test_quick_profile_command_succeeds_and_writes_a_valid_profile(quick_run: Run) -> None:
+    assert quick_run.proc.returncode == 0, quick_run.proc.stderr[-3000:]
+    p = quick_run.profile
+    assert p is not None and p.device_type == "cpu"
+    prov = p.provenance
+    assert (prov["num_devices"], prov["num_nodes"], prov["backend"]) == (2, 1, "gloo")
+    assert prov["threads_per_process"] == 1 and prov["mode"] == "quick"
+    assert prov["command"] == f"autoplan profile --device cpu --nproc 2 --out {quick_run.path} --quick"
+    for key in ("torch_version", "device_name", "date", "hosts", "platform"):
+        assert prov[key], key
+
+
+def test_quick_profile_measured_every_planned_point(quick_run: Run) -> None:
+    p = quick_run.profile
+    assert p is not None
+    plan = make_plan("cpu", quick=True)
+    for dtype in ("fp32", "bf16"):
+        assert sorted((q.m, q.n, q.k) for q in p.gemm[dtype].points) == sorted(plan.gemm_shapes)
+        assert len(p.attention[dtype].points) == len(plan.attention_shapes)
+    assert set(p.memory) == set(MEMORY_KERNELS)
+    assert {(c.op, c.num_ranks, c.spans_nodes) for c in p.collectives} == {(op, 2, False) for op in COLLECTIVE_OPS}
+    for curve in p.collectives:
+        assert curve.sizes_bytes == plan.collective_sizes_bytes
+        assert all(a <= b for a, b in zip(curve.smoothed_time_s, curve.smoothed_time_s[1:]))
+
+
+def test_measured_rates_are_physically_plausible(quick_run: Run) -> None:
+    """Units check: achieved rates sit between 1% and 300% of this core's datasheet peak (turbo
+    clocks and noise allow a little over 100%; a seconds/milliseconds slip would be 1000x off)."""
+    p = quick_run.profile
+    assert p is not None
+    spec = load_node("cpu").hardware
+    for dtype, table in p.gemm.items():
+        ratio = table.peak_flops_per_s() / spec.peak_flops(dtype)
+        assert 0.01 < ratio < 3.0, (dtype, ratio)
+    bandwidth = p.memory_bandwidth_bytes_per_s()
+    assert bandwidth is not None and 1e8 < bandwidth < 1e12
+    for curve in p.collectives:
+        # A message can never beat the memory bus: bus bandwidth stays below 10x the copy rate.
+        assert 0 < curve.peak_bus_bandwidth_bytes_per_s() < 10 * bandwidth, curve.op
+        assert 0 < curve.median_time_s[0] < 0.1, curve.op  # a 4 KiB message takes under 100 ms
+
+
+def test_summary_table_reports_compute_and_bus_bandwidth(quick_run: Run) -> None:
+    out = quick_run.proc.stdout
+    assert "TFLOP/s" in out and "GB/s" in out
+    for op in COLLECTIVE_OPS:
+        assert op in out
+    assert f"wrote {quick_run.path}" in out
