@@ -24,7 +24,7 @@ from typing import Any, Callable
 
 from .fit import COLLECTIVE_OPS
 from .schema import MEMORY_KERNELS
-from .shapes import MeasurePlan, group_layouts, make_plan
+from .shapes import MeasurePlan, fit_to_memory, group_layouts, make_plan
 
 Task = tuple[str, Callable[[], Any]]
 
@@ -226,6 +226,10 @@ def main(argv: list[str] | None = None) -> None:
     rank = dist.get_rank()
     timer = bc.Timer(device)
     plan = make_plan(args.device, args.quick)
+    if device.type == "cuda":
+        import torch
+
+        plan = fit_to_memory(plan, torch.cuda.get_device_properties(device).total_memory)
     dtypes, skipped = bc.supported_gemm_dtypes(device)
     raw: dict[str, Any] = {"gemm": {}, "attention": {}, "memory": {}, "collectives": []}
     tasks = compute_tasks(plan, dtypes, device, timer, raw)

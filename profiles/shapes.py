@@ -8,7 +8,7 @@ device's time budget is scaled down by powers of two until one layer's largest G
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from hardware_specs.units import KIB, MIB
 
@@ -135,6 +135,14 @@ def make_plan(device_type: str, quick: bool) -> MeasurePlan:
         time_budget_s=0.03 if quick else 0.1,
         rounds=2 if quick else 3,
     )
+
+
+def fit_to_memory(plan: MeasurePlan, memory_bytes: int) -> MeasurePlan:
+    """``plan`` without buffers above 1/16 of device memory (a collective holds up to three
+    buffers of its size at once, a copy two; the rest is headroom for the runtime)."""
+    cap = memory_bytes // 16
+    return replace(plan, memory_sizes_bytes=tuple(s for s in plan.memory_sizes_bytes if s <= cap),
+                   collective_sizes_bytes=tuple(s for s in plan.collective_sizes_bytes if s <= cap))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
