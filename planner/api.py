@@ -24,7 +24,7 @@ from hardware_specs.errors import AutoplanError, SpecError
 from .brute_force import solve_brute_force
 from .report import ClosestMiss, PlanReport
 from .search import solve
-from .space import SearchOptions
+from .space import LAUNCHABLE, SearchOptions
 
 if TYPE_CHECKING:
     from profiles import HardwareProfile
@@ -92,11 +92,12 @@ def _load_profile(profile: "str | Path | HardwareProfile | None") -> "HardwarePr
 
 def plan(*, model: str | ModelSpec, hardware: str | NodeSpec, gpus: int, global_batch: int, seq_len: int,
          top_k: int = 5, solver: str = "search", allow_cross_node_tp: bool = False,
-         **options: Any) -> PlanReport:
+         launchable: bool = False, **options: Any) -> PlanReport:
     """The fastest layout that fits, ranked alternatives, and why others were rejected.
 
     ``options``: gpus_per_node, precision, optimizer, lora_rank, attention, memory_fraction, profile
     (see ``resolve_job``). ``solver``: ``search`` (branch and bound, exact) or ``brute-force``.
+    ``launchable``: search only layouts ``autoplan launch`` applies (no cp, ep or offload).
     """
     job = resolve_job(model=model, hardware=hardware, gpus=gpus, global_batch=global_batch,
                       seq_len=seq_len, **options)
@@ -104,7 +105,7 @@ def plan(*, model: str | ModelSpec, hardware: str | NodeSpec, gpus: int, global_
         raise PlanError(f"--top must be a positive integer, got {top_k!r}")
     if solver not in ("search", "brute-force"):
         raise PlanError(f"solver must be 'search' or 'brute-force', got {solver!r}")
-    search_options = SearchOptions(allow_cross_node_tp=allow_cross_node_tp)
+    search_options = SearchOptions(allow_cross_node_tp=allow_cross_node_tp, **(LAUNCHABLE if launchable else {}))
     started = time.perf_counter()
     run = solve if solver == "search" else solve_brute_force
     result = run(job.cost_model(), gpus, job.cluster.gpus_per_node, search_options, top_k + 1)
@@ -112,7 +113,7 @@ def plan(*, model: str | ModelSpec, hardware: str | NodeSpec, gpus: int, global_
     ranked = result.ranked
     misses = tuple(ClosestMiss(breakdown=b, suggestions=suggest_fixes(b, job)) for b in result.closest_misses)
     return PlanReport(
-        inputs={**job.inputs, "top_k": top_k, "allow_cross_node_tp": allow_cross_node_tp},
+        inputs={**job.inputs, "top_k": top_k, "allow_cross_node_tp": allow_cross_node_tp, "launchable": launchable},
         best=ranked[0] if ranked else None, candidates=ranked[1:], rejected=result.rejected,
         closest_misses=misses,
         search={"solver": solver, "space_size": result.num_candidates, "evaluated": result.num_evaluated,

@@ -63,9 +63,12 @@ def _emit(report_dict: dict[str, Any], text: str, fmt: str, out: str | None, con
 @click.option("--top", "top_k", type=click.IntRange(min=1), default=5, show_default=True,
               help="Alternatives to list (best layout of each next-best mesh).")
 @click.option("--allow-cross-node-tp", is_flag=True, help="Let tensor parallel span nodes.")
+@click.option("--launchable", is_flag=True,
+              help="Only layouts 'autoplan launch' can run here (no context/expert parallelism or offload).")
 @click.option("--solver", type=click.Choice(["search", "brute-force"]), default="search", show_default=True,
               help="search: exact branch and bound; brute-force: evaluate every layout (slow, for checking).")
-def plan_command(fmt: str, out: str | None, top_k: int, allow_cross_node_tp: bool, solver: str, **kw: Any) -> None:
+def plan_command(fmt: str, out: str | None, top_k: int, allow_cross_node_tp: bool, launchable: bool, solver: str,
+                 **kw: Any) -> None:
     """Find the fastest layout that fits, with ranked alternatives.
 
     Exits 1 when no layout fits, printing the closest misses and what would make them fit.
@@ -73,7 +76,8 @@ def plan_command(fmt: str, out: str | None, top_k: int, allow_cross_node_tp: boo
     def work() -> None:
         from . import api
 
-        report = api.plan(top_k=top_k, solver=solver, allow_cross_node_tp=allow_cross_node_tp, **_job_kwargs(kw))
+        report = api.plan(top_k=top_k, solver=solver, allow_cross_node_tp=allow_cross_node_tp, launchable=launchable,
+                          **_job_kwargs(kw))
         data = report.to_dict()
         text = report.to_json()
         timed = report.to_dict(with_timing=True)

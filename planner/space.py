@@ -31,6 +31,12 @@ class SearchOptions:
     allow_hsdp: bool = True
     max_cp: int = 0
     """Largest context-parallel degree (0 = no limit)."""
+    max_ep: int = 0
+    """Largest expert-parallel degree (0 = no limit)."""
+
+
+LAUNCHABLE = dict(max_cp=1, max_ep=1, allow_offload=False)
+"""Options that keep the search to what ``autoplan launch`` applies (no cp, ep or offload)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -66,15 +72,15 @@ def mesh_choices(model: ModelSpec, training: TrainingSpec, num_gpus: int, gpus_p
                 dp = num_gpus // (tp * pp * cp)
                 if training.global_batch_size % dp:
                     continue
-                for ep in _expert_degrees(model, dp):
+                for ep in _expert_degrees(model, dp, options.max_ep):
                     out.append(MeshChoice(dp=dp, tp=tp, pp=pp, cp=cp, ep=ep))
     return out
 
 
-def _expert_degrees(model: ModelSpec, dp: int) -> list[int]:
+def _expert_degrees(model: ModelSpec, dp: int, max_ep: int) -> list[int]:
     if model.moe is None:
         return [1]
-    return [e for e in divisors(dp) if model.moe.num_experts % e == 0]
+    return [e for e in divisors(dp) if model.moe.num_experts % e == 0 and (not max_ep or e <= max_ep)]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

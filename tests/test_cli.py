@@ -120,3 +120,12 @@ def test_real_subprocess_plan_and_usage_error():
     assert ok.returncode == 0 and json.loads(ok.stdout)["best"]["predicted"]["fits"]
     bad = subprocess.run([str(exe), "plan", "--model", "gpt5", *JOB[2:]], capture_output=True, text=True, check=False)
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "gpt5" in bad.stderr
+
+
+def test_launchable_plans_use_no_cp_ep_or_offload():
+    result = run(["plan", "--model", "mixtral-8x7b", "--hardware", "h100-sxm-80gb", "--gpus", "32",
+                  "--global-batch", "64", "--seq-len", "8192", "--launchable", "--format", "json"])
+    data = json.loads(result.stdout)
+    for plan in [data["best"], *data["candidates"]]:
+        layout = plan["layout"]
+        assert layout["cp"] == 1 and layout["ep"] == 1 and not layout["optimizer_offload"]
