@@ -9,6 +9,7 @@ full graph's objective restricted to "every block the same" (a test checks this)
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import networkx as nx
@@ -29,6 +30,8 @@ class Built:
     strategies: tuple[tuple[Strategy, ...], ...]
     representative: dict
     """Graph op -> problem node index."""
+    key_placements: tuple[tuple[tuple[str, tuple], ...], ...]
+    """Per use, per demand key: ("fwd" | "bwd", the placement the consumers ask for)."""
 
 
 def _tensor_bytes(data: dict) -> float:
@@ -38,33 +41,54 @@ def _tensor_bytes(data: dict) -> float:
     return n * {"fp32": 4, "bf16": 2, "fp16": 2}.get(data["dtype"], 4)
 
 
-def _use(graph, u, consumers, index, strategies, mesh, ctx, weight) -> TensorUse | None:
+PARAM_OP_KINDS = ("linear", "embedding")
+
+
+def is_module_edge(data: dict) -> bool:
+    """A linear or embedding op that is its own submodule (a PyTorch style can attach to it)."""
+    return data["kind"] in PARAM_OP_KINDS and bool(data.get("module")) and any(
+        p["name"].rsplit(".", 1)[0] == data["module"] for p in data["params"])
+
+
+def _key_cost_s(src, dst, size, mesh, ctx, at_module_edge: bool) -> float:
+    """Seconds to change ``src`` into ``dst``; infinite (forbidden) when a module-level axis
+    would need the change away from a linear or embedding module, where no PyTorch parallel
+    style can put it (ops between modules run on local tensors)."""
+    if not at_module_edge and any(a.module_level and src[k] != dst[k] for k, a in enumerate(mesh.axes)):
+        return math.inf
+    return conversion_time_s(src, dst, size, mesh, ctx.cluster)
+
+
+def _use(graph, u, consumers, index, strategies, mesh, ctx, weight):
     """Forward and backward demand keys of tensor ``u`` read by ``consumers`` [(op, input idx)]."""
     data = graph.nodes[u]
+    producer_edge = is_module_edge(data)
     size = _tensor_bytes(data)
     pu = index[u]
-    labels, costs, keymap = [], [], {}
+    labels, costs, keymap, placements = [], [], {}, []
     demands = []
     for v, i in consumers:
         pv = index[v]
+        edge = producer_edge or is_module_edge(graph.nodes[v])
         for direction in ("fwd", "bwd") if data["requires_grad"] else ("fwd",):
             keys = []
             for st in strategies[pv]:
                 want = st.ins[i] if direction == "fwd" else st.grads[i]
-                label = f"{direction}:{placement_label(want)}"
+                label = f"{direction}:{placement_label(want)}" + ("" if edge else ":inside")
                 if label not in keymap:
                     keymap[label] = len(labels)
                     labels.append(label)
+                    placements.append((direction, want))
                     costs.append(tuple(
-                        conversion_time_s(p.out, want, size, mesh, ctx.cluster) if direction == "fwd"
-                        else conversion_time_s(want, grad_wanted(p.out), size, mesh, ctx.cluster)
+                        _key_cost_s(p.out, want, size, mesh, ctx, edge) if direction == "fwd"
+                        else _key_cost_s(want, grad_wanted(p.out), size, mesh, ctx, edge)
                         for p in strategies[pu]))
                 keys.append(keymap[label])
             demands.append(Demand(consumer=pv, key_of_strategy=tuple(keys)))
     if not demands:
         return None
     return TensorUse(producer=pu, weight=weight, key_costs_s=tuple(costs), key_labels=tuple(labels),
-                     demands=tuple(demands))
+                     demands=tuple(demands)), tuple(placements)
 
 
 def _merged_uses(graph: nx.DiGraph, rep: dict) -> dict[tuple, int]:
@@ -97,15 +121,17 @@ def build_problem(graph: nx.DiGraph, mesh: Mesh, ctx: CostContext, *, blocks: Bl
         if not sts:
             raise ValueError(f"op {n} ({graph.nodes[n]['op']}) has no valid strategy on this mesh")
         strategies.append(tuple(sts))
-    uses = []
+    uses, key_placements = [], []
     for (u, consumers), count in sorted(_merged_uses(graph, rep).items(), key=lambda kv: (index[kv[0][0]], sorted(kv[0][1]))):
         use = _use(graph, u, sorted(consumers, key=lambda c: (index[c[0]], c[1])), index, strategies, mesh, ctx, count)
         if use is not None:
-            uses.append(use)
+            uses.append(use[0])
+            key_placements.append(use[1])
     problem = Problem(node_names=tuple(nodes), strategy_names=tuple(tuple(s.name for s in sts) for sts in strategies),
                       node_cost_s=tuple(tuple(s.compute_s + s.comm_s for s in sts) for sts in strategies),
                       node_memory_bytes=tuple(tuple(s.memory_bytes for s in sts) for sts in strategies),
                       node_weight=tuple(float(weight[n]) for n in nodes), uses=tuple(uses),
                       memory_cap_bytes=memory_cap_bytes)
     return Built(problem=problem, nodes=tuple(nodes), strategies=tuple(strategies),
-                 representative={n: index[rep.get(n, n)] for n in graph.nodes})
+                 representative={n: index[rep.get(n, n)] for n in graph.nodes},
+                 key_placements=tuple(key_placements))

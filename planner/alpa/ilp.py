@@ -2,15 +2,18 @@
 
 Variables and constraints, labelled as in the paper:
 
-- s_v[i] in {0, 1}, sum_i s_v[i] = 1                       one strategy per operator (one-hot s_v)
-- h_k in [0, 1], h_k >= sum_{j: key(v, j) = k} s_v[j]      consumer v demands layout k of a tensor
-- e_k >= sum_i C_k[i] s_u[i] - M_k (1 - h_k), e_k >= 0    the linearised resharding term
-                                                            (Alpa's e_vu; M_k = max_i C_k[i])
-- sum_v w_v s_v^T m_v <= memory cap                          per-device memory (section 4.2)
-- minimise sum_v w_v s_v^T (c_v + d_v) + sum_use w_use sum_k e_k
+- s_v[i] in {0, 1}, sum_i s_v[i] = 1                      one strategy per operator (one-hot s_v)
+- a tensor read by one consumer v (most edges): Alpa's linearisation of s_u^T R_uv s_v,
+  e_ij >= 0, sum_j e_ij = s_u[i], sum_i e_ij = s_v[j], cost sum_ij R_uv[i][j] e_ij
+- a tensor read by several consumers (layout changes priced once per tensor, see
+  ``problem.py``): h_k in [0, 1], h_k >= sum_{j: key(v, j) = k} s_v[j] for each consumer v,
+  e_k >= sum_i C_k[i] s_u[i] - M_k (1 - h_k), e_k >= 0, M_k = max_i C_k[i]
+- forbidden pairs (cost inf): e_ij <= 0, or s_u[i] + h_k <= 1
+- sum_v w_v s_v^T m_v <= memory cap                         per-device memory (section 4.2)
+- minimise sum_v w_v s_v^T (c_v + d_v) + the e terms above, weighted by repeat counts w
 
 At an integer s the minimisation drives h_k to the largest demand (0 or 1) and e_k to
-C_k[s_u] h_k, so the optimum equals ``problem.evaluate``'s minimum (tests check against the
+C_k[s_u] h_k (the edge form is exact at integer s), so the optimum equals ``problem.evaluate``'s minimum (tests check against the
 brute-force twin). HiGHS (through highspy) is the default solver; PuLP's bundled CBC is the
 fallback. CBC's ``LpStatus`` says "Optimal" even when it stops at the time limit, so we read
 ``sol_status`` and report the relative gap.
@@ -18,11 +21,12 @@ fallback. CBC's ``LpStatus`` says "Optimal" even when it stops at the time limit
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass
 from typing import Literal
 
-from .problem import Problem, evaluate
+from .problem import Problem, TensorUse, evaluate
 
 SolverName = Literal["highs", "cbc"]
 
@@ -46,6 +50,65 @@ class Solution:
     num_constraints: int
 
 
+COST_SCALE = 1e6
+"""The ILP works in microseconds: second-scale coefficients near 1e-9 upset solver tolerances."""
+
+
+def _edge_costs(use: TensorUse, num_u: int, num_v: int) -> list[list[float]]:
+    """R_vu of Alpa's eq. 1 for a tensor read by one consumer: [producer strategy][consumer strategy]."""
+    table = [[0.0] * num_v for _ in range(num_u)]
+    for j in range(num_v):
+        keys = {d.key_of_strategy[j] for d in use.demands} - {-1}
+        for i in range(num_u):
+            table[i][j] = COST_SCALE * sum(use.key_costs_s[k][i] for k in keys)
+    return table
+
+
+def _add_edge_terms(lp, n: int, use: TensorUse, s) -> list:
+    """One consumer: Alpa's linearisation, e_ij >= 0 with sum_j e_ij = s_u[i], sum_i e_ij = s_v[j]."""
+    import pulp
+
+    su, sv = s[use.producer], s[use.demands[0].consumer]
+    table = _edge_costs(use, len(su), len(sv))
+    if not any(c for row in table for c in row):
+        return []
+    e = [[pulp.LpVariable(f"e_{n}_{i}_{j}", lowBound=0, upBound=0 if table[i][j] == math.inf else None)
+          for j in range(len(sv))] for i in range(len(su))]
+    for i in range(len(su)):
+        lp += pulp.lpSum(e[i]) == su[i], f"edge_row_{n}_{i}"
+    for j in range(len(sv)):
+        lp += pulp.lpSum(e[i][j] for i in range(len(su))) == sv[j], f"edge_col_{n}_{j}"
+    return [use.weight * table[i][j] * e[i][j] for i in range(len(su)) for j in range(len(sv))
+            if table[i][j] and table[i][j] != math.inf]
+
+
+def _add_demand_terms(lp, n: int, use: TensorUse, s) -> list:
+    """Several consumers: h_k >= demand of each consumer, e_k >= C_k s_u - M_k (1 - h_k)."""
+    import pulp
+
+    terms = []
+    for k, costs_s in enumerate(use.key_costs_s):
+        costs = [0.0 if c == math.inf else COST_SCALE * c for c in costs_s]
+        big_m = max(costs)
+        forbidden = [i for i, c in enumerate(costs_s) if c == math.inf]
+        if big_m <= 0 and not forbidden:
+            continue
+        h = pulp.LpVariable(f"h_{n}_{k}", lowBound=0, upBound=1)
+        for d_index, d in enumerate(use.demands):
+            picks = [s[d.consumer][j] for j, key in enumerate(d.key_of_strategy) if key == k]
+            if picks:
+                lp += h >= pulp.lpSum(picks), f"demand_{n}_{k}_{d_index}"
+        for i in forbidden:
+            lp += s[use.producer][i] + h <= 1, f"forbid_{n}_{k}_{i}"
+        if big_m <= 0:
+            continue
+        e = pulp.LpVariable(f"e_{n}_{k}", lowBound=0)
+        lp += (e >= pulp.lpSum(c * x for c, x in zip(costs, s[use.producer]) if c) - big_m * (1 - h),
+               f"reshard_{n}_{k}")
+        terms.append(use.weight * e)
+    return terms
+
+
 def _build(problem: Problem):
     import pulp
 
@@ -55,21 +118,12 @@ def _build(problem: Problem):
     objective = []
     for v, costs in enumerate(problem.node_cost_s):
         lp += pulp.lpSum(s[v]) == 1, f"onehot_{v}"
-        objective += [problem.node_weight[v] * c * x for c, x in zip(costs, s[v]) if c]
+        objective += [problem.node_weight[v] * COST_SCALE * c * x for c, x in zip(costs, s[v]) if c]
     for n, use in enumerate(problem.uses):
-        for k, costs in enumerate(use.key_costs_s):
-            big_m = max(costs)
-            if big_m <= 0:
-                continue
-            h = pulp.LpVariable(f"h_{n}_{k}", lowBound=0, upBound=1)
-            e = pulp.LpVariable(f"e_{n}_{k}", lowBound=0)
-            for d_index, d in enumerate(use.demands):
-                picks = [s[d.consumer][j] for j, key in enumerate(d.key_of_strategy) if key == k]
-                if picks:
-                    lp += h >= pulp.lpSum(picks), f"demand_{n}_{k}_{d_index}"
-            lp += (e >= pulp.lpSum(c * x for c, x in zip(costs, s[use.producer]) if c)
-                   - big_m * (1 - h)), f"reshard_{n}_{k}"
-            objective.append(use.weight * e)
+        if len({d.consumer for d in use.demands}) == 1:
+            objective += _add_edge_terms(lp, n, use, s)
+        else:
+            objective += _add_demand_terms(lp, n, use, s)
     if problem.memory_cap_bytes != float("inf"):
         lp += pulp.lpSum(problem.node_weight[v] * m * x for v, mem in enumerate(problem.node_memory_bytes)
                          for m, x in zip(mem, s[v]) if m) <= problem.memory_cap_bytes, "memory"

@@ -31,6 +31,9 @@ class MeshAxis:
     """Rank distance between neighbours on this axis (innermost axis: 1)."""
     tags: frozenset[str] = ALL_TAGS
     """Strategy families allowed on this axis (``replicate`` always is)."""
+    module_level: bool = False
+    """Layouts may change only at linear / embedding modules and sources stay replicated, so
+    the solution is a module-level PyTorch plan (``parallelize_module``)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -62,7 +65,7 @@ def dp_tp_mesh(dp: int, tp: int) -> Mesh:
     axes = []
     if dp > 1:
         axes.append(MeshAxis(name="dp", degree=dp, stride=tp, tags=frozenset({"batch"})))
-    axes.append(MeshAxis(name="tp", degree=tp, stride=1, tags=frozenset({"model", "seq"})))
+    axes.append(MeshAxis(name="tp", degree=tp, stride=1, tags=frozenset({"model", "seq"}), module_level=True))
     return Mesh(axes=tuple(axes))
 
 

@@ -75,6 +75,8 @@ def _follow(fx_node, name: str, val, in_nodes, in_args) -> list | None:
     if name == "stack":
         dim = (args[1] if len(args) > 1 else 0) % len(out)
         return [dims.insert_map(len(s), dim) for s in shapes]
+    if name == "repeat_interleave":
+        return [dims.identity_map(len(src))]  # block-sharded input dims repeat into block shards
     if name == "expand":
         return [dims.broadcast_map(src, out)]
     if name in COPY_OPS or name in NORM_OPS or name in SOFTMAX_OPS or _is_pointwise(fx_node):

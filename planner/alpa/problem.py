@@ -42,7 +42,8 @@ class TensorUse:
     weight: float
     """How many identical copies of this use the full graph holds."""
     key_costs_s: tuple[tuple[float, ...], ...]
-    """[key][producer strategy]: seconds to convert the tensor (or its gradient) for that key."""
+    """[key][producer strategy]: seconds to convert the tensor (or its gradient) for that key;
+    ``math.inf`` forbids the pair."""
     key_labels: tuple[str, ...]
     """Human-readable key names, e.g. ``fwd:R,S1`` (for reports)."""
     demands: tuple[Demand, ...]
@@ -91,7 +92,7 @@ def brute_force(problem: Problem) -> tuple[float, tuple[int, ...]] | None:
     best = None
     for choice in itertools.product(*(range(len(c)) for c in problem.node_cost_s)):
         cost, memory = evaluate(problem, choice)
-        if memory > problem.memory_cap_bytes:
+        if memory > problem.memory_cap_bytes or cost == math.inf:
             continue
         if best is None or cost < best[0]:
             best = (cost, choice)

@@ -48,6 +48,14 @@ class Strategy:
     """Per mesh axis: parameter name -> sharded dim."""
 
 
+def bucketed_all_reduce_s(size_bytes: float, degree: int, stride: int, cluster) -> float:
+    """Gradient all-reduce of one parameter when gradients are bucketed (PyTorch DDP, Li et al.,
+    VLDB'20, section 3.2.2: 25 MB buckets): the bandwidth term only, the per-message latency is
+    shared by the bucket. Computed as time(S) - time(1 byte) of the collective model."""
+    full = collective_time_s("all_reduce", size_bytes, degree, stride, cluster)
+    return max(0.0, full - collective_time_s("all_reduce", 1.0, degree, stride, cluster))
+
+
 def _divides(shape, placement_per_axis: list, mesh: Mesh) -> bool:
     """Every sharded dim is divisible by the product of the degrees sharding it."""
     factor = {}
@@ -102,7 +110,7 @@ def _costs(node: dict, combo: tuple[Atom, ...], mesh: Mesh, ctx: CostContext) ->
         for a, (atom, axis) in enumerate(zip(combo, mesh.axes)):
             if atom.split and p["name"] not in atom.param_dims:
                 grad_bytes = numel * p["itemsize"] / _param_factor(p["name"], combo, mesh, skip=a)
-                comm_s += collective_time_s("all_reduce", grad_bytes, axis.degree, axis.stride, ctx.cluster)
+                comm_s += bucketed_all_reduce_s(grad_bytes, axis.degree, axis.stride, ctx.cluster)
     if not node.get("is_view") and node["kind"] != "output":
         out_shard = 1
         for atom, axis in zip(combo, mesh.axes):
@@ -114,7 +122,9 @@ def _costs(node: dict, combo: tuple[Atom, ...], mesh: Mesh, ctx: CostContext) ->
 def node_strategies(node: dict, mesh: Mesh, ctx: CostContext) -> list[Strategy]:
     """All valid strategies of ``node`` on ``mesh``, in a deterministic order."""
     atoms = ATOMS_BY_KIND[node["kind"]](node)
-    per_axis = [[a for a in atoms if a.tag == "replicate" or a.tag in axis.tags] for axis in mesh.axes]
+    source = node["kind"] in ("input", "creation")
+    per_axis = [[a for a in atoms if a.tag == "replicate" or (a.tag in axis.tags and not (source and axis.module_level))]
+                for axis in mesh.axes]
     out = []
     for combo in itertools.product(*per_axis):
         if not _valid(node, combo, mesh):

@@ -1,0 +1,146 @@
+"""Read an ILP solution back as a PyTorch tensor-parallel plan and collective counts.
+
+Plan values name PyTorch's parallel styles, with non-default layouts after semicolons:
+``colwise`` (ColwiseParallel), ``rowwise`` (RowwiseParallel), ``sequence_parallel``
+(SequenceParallel), ``replicate`` (left whole), e.g. ``rowwise;output=shard(1)`` or
+``colwise;input=shard(1);output=replicate``. A layout change the ILP puts at a module's
+output (partial sums, or a split output) is that module's ``output=``; one it puts at a
+linear or embedding input is that module's ``input=``. Any other layout change cannot be
+written as a module-level plan and is listed under ``unexpressible``.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import networkx as nx
+
+from .build import Built, is_module_edge
+from .graph import Blocks
+from .mesh import Mesh, conversions, grad_wanted
+
+PARAM_KINDS = ("linear", "embedding")
+
+
+def _layout(p) -> str:
+    return "replicate" if p == "R" else "partial" if p == "P" else f"shard({p})"
+
+
+def _style(atom: str, kind: str) -> str | None:
+    if kind == "linear":
+        return {"col": "colwise", "row": "rowwise"}.get(atom)
+    if kind == "embedding":
+        return {"vocab": "rowwise", "hidden": "colwise"}.get(atom)
+    return None
+
+
+def _defaults(style: str, kind: str, ndim: int) -> tuple:
+    """PyTorch's default (input, output) layouts of a style (embedding inputs are indices)."""
+    if style == "colwise":
+        return "R", ndim - 1
+    return ("R" if kind == "embedding" else ndim - 1), "R"
+
+
+class _Reader:
+    def __init__(self, graph: nx.DiGraph, built: Built, choice, axis: int):
+        self.graph, self.built, self.choice, self.axis = graph, built, choice, axis
+
+    def strategy(self, n):
+        i = self.built.representative[n]
+        return self.built.strategies[i][self.choice[i]]
+
+    def atom(self, n) -> str:
+        return self.strategy(n).name.split("|")[self.axis]
+
+    def out(self, n):
+        return self.strategy(n).out[self.axis]
+
+    def demands(self, n) -> set:
+        wants = set()
+        for v in self.graph.successors(n):
+            for i, src in enumerate(self.graph.nodes[v]["inputs"]):
+                if src == n:
+                    wants.add(self.strategy(v).ins[i][self.axis])
+        return wants
+
+
+def _module_entry(r: _Reader, n: str, issues: list) -> str | None:
+    d = r.graph.nodes[n]
+    if d["kind"] not in PARAM_KINDS:
+        if d["params"] and d["kind"] == "follow":
+            return "sequence_parallel" if isinstance(r.out(n), int) else "replicate"
+        return None
+    style = _style(r.atom(n), d["kind"])
+    if style is None:
+        return "replicate"
+    default_in, default_out = _defaults(style, d["kind"], len(d["shape"]))
+    parts = [style]
+    if d["inputs"] and r.out(d["inputs"][0]) != default_in:
+        parts.append(f"input={_layout(r.out(d['inputs'][0]))}")
+    wants = r.demands(n)
+    if len(wants) > 1:
+        issues.append(f"{d['module']}: consumers want several layouts {sorted(map(str, wants))}")
+    want = sorted(wants, key=str)[0] if wants else r.out(n)
+    if want == "P":
+        issues.append(f"{d['module']}: partial output is never reduced")
+    elif want != default_out:
+        parts.append(f"output={_layout(want)}")
+    return ";".join(parts)
+
+
+def _boundary_ok(r: _Reader, u: str, v: str, want) -> bool:
+    """Whether the change of ``u``'s output to ``want`` for consumer ``v`` sits at a module edge."""
+    if r.out(u) == want:
+        return True
+    return is_module_edge(r.graph.nodes[u]) or is_module_edge(r.graph.nodes[v])
+
+
+def tp_plan(graph: nx.DiGraph, built: Built, choice, mesh: Mesh, axis_name: str = "tp") -> tuple[dict, list[str]]:
+    """({module fqn: style}, [layout changes no module-level plan can express])."""
+    names = [a.name for a in mesh.axes]
+    axis = names.index(axis_name) if axis_name in names else len(names) - 1
+    r = _Reader(graph, built, choice, axis)
+    plan, issues = {}, []
+    for n, d in graph.nodes(data=True):
+        if not d.get("module") or not d["params"]:
+            continue
+        entry = _module_entry(r, n, issues)
+        if entry is not None:
+            plan[d["module"]] = entry
+    for u in graph.nodes:
+        for v in graph.successors(u):
+            for i, src in enumerate(graph.nodes[v]["inputs"]):
+                if src == u and not _boundary_ok(r, u, v, r.strategy(v).ins[i][axis]):
+                    issues.append(f"{u} -> {v}: {_layout(r.out(u))} to {_layout(r.strategy(v).ins[i][axis])} "
+                                  f"inside a module")
+    return dict(sorted(plan.items())), sorted(set(issues))
+
+
+def count_collectives(graph: nx.DiGraph, built: Built, choice, mesh: Mesh, blocks: Blocks | None) -> dict:
+    """Collectives of one block (or the whole graph without blocks), forward and backward.
+
+    Keys are ``axis:collective``. Each demanded layout change of a tensor made in a block is
+    counted once per tensor (as the ILP prices it); ``axis:all_reduce(grad)`` counts gradient all-reduces of parameters
+    replicated on an axis that splits their op."""
+    in_block = set(blocks.nodes[0]) if blocks else set(built.nodes)
+    counts = {"forward": Counter(), "backward": Counter()}
+    for use, placements in zip(built.problem.uses, built.key_placements):
+        if built.nodes[use.producer] not in in_block:
+            continue  # a tensor from before the blocks is converted once, not per block
+        keys = {d.key_of_strategy[choice[d.consumer]] for d in use.demands
+                if built.nodes[d.consumer] in in_block} - {-1}
+        out = built.strategies[use.producer][choice[use.producer]].out
+        for k in sorted(keys):
+            direction, want = placements[k]
+            src, dst = (out, want) if direction == "fwd" else (want, grad_wanted(out))
+            for axis_name, op, _ in conversions(src, dst, 1.0, mesh):
+                counts["forward" if direction == "fwd" else "backward"][f"{axis_name}:{op}"] += 1
+    for i, n in enumerate(built.nodes):
+        if n not in in_block:
+            continue
+        st = built.strategies[i][choice[i]]
+        for p in graph.nodes[n]["params"]:
+            for a, (atom, dims) in enumerate(zip(st.name.split("|"), st.param_dims)):
+                if atom not in ("R", "P") and p["name"] not in dims and mesh.axes[a].degree > 1:
+                    counts["backward"][f"{mesh.axes[a].name}:all_reduce(grad)"] += 1
+    return {k: dict(sorted(v.items())) for k, v in counts.items()}
