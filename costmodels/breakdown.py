@@ -34,7 +34,9 @@ class StageMemory:
 
     @property
     def total_bytes(self) -> float:
-        return sum(getattr(self, name) for name in MEMORY_TERMS)
+        """The sum of the ``MEMORY_TERMS``."""
+        return (self.params_bytes + self.grads_bytes + self.optimizer_bytes + self.activations_bytes
+                + self.buffers_bytes + self.overhead_bytes)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -74,14 +76,25 @@ class CostBreakdown:
     peak_flops_per_gpu: float
     sources: dict[str, str] = field(default_factory=dict)
     """Per term, ``profile`` or ``datasheet``."""
+    peak_stage_index: int = -1
+    """Index of the rank with the most memory; -1 = found on construction."""
+
+    def __post_init__(self) -> None:
+        if self.peak_stage_index < 0:
+            totals = [st.total_bytes for st in self.stages]
+            object.__setattr__(self, "peak_stage_index", totals.index(max(totals)))
 
     @property
     def step_time_s(self) -> float:
-        return sum(getattr(self, name) for name in TIME_TERMS)
+        """The sum of the ``TIME_TERMS``."""
+        return (self.compute_s + self.recompute_s + self.tp_comm_s + self.cp_comm_s + self.ep_comm_s
+                + self.dp_comm_s + self.pp_comm_s + self.bubble_s + self.optimizer_s + self.offload_s
+                + self.overhead_s)
 
     @property
     def peak_stage(self) -> StageMemory:
-        return max(self.stages, key=lambda st: st.total_bytes)
+        """The pipeline rank with the most memory (the first such rank)."""
+        return self.stages[self.peak_stage_index]
 
     @property
     def peak_memory_bytes(self) -> float:

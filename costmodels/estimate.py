@@ -77,6 +77,25 @@ class RankLayers:
     def num_layers(self) -> int:
         return self.num_dense + self.num_moe
 
+    @property
+    def signature(self) -> tuple[int, int, bool, bool]:
+        """What a rank's costs depend on (all dense layers are alike, and all MoE layers)."""
+        return (self.num_dense, self.num_moe, self.first, self.last)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _RankStatic:
+    """Memory of one rank that does not depend on its pipeline position (bytes)."""
+
+    params_bytes: float
+    grads_bytes: float
+    optimizer_bytes: float
+    buffers_bytes: float
+    stored_per_microbatch_bytes: float
+    """Activations one micro-batch leaves for backward, first/last-stage extras included."""
+    working_bytes: float
+    """Recomputation working set, live once."""
+
 
 class CostModel:
     """The cost model for one job (model, training, cluster, profile); ``estimate`` any layout."""
@@ -95,21 +114,44 @@ class CostModel:
         self._prefix = _LayerPrefix(model)
         self._core_memo: dict[tuple, RankTimes] = {}
         self._ranks_memo: dict[tuple, list[RankLayers]] = {}
+        self._groups_memo: dict[tuple, list[tuple[RankLayers, int]]] = {}
         self._params_memo: dict[tuple, ShardedParams] = {}
 
     def estimate(self, layout: Layout) -> CostBreakdown:
-        """Memory per rank, step time by term and traffic for ``layout`` (assumed valid)."""
-        ranks = self.rank_layers(layout)
-        memory = tuple(self.rank_memory(layout, r, i) for i, r in enumerate(ranks))
-        times = [self.rank_times(layout, r) for r in ranks]
-        return self._assemble(layout, memory, times)
+        """Memory per rank, step time by term and traffic for ``layout`` (assumed valid).
+
+        Ranks with the same layer counts and ends share their times and state memory; only the
+        micro-batches in flight (and so activation memory) differ between them."""
+        shared: dict[tuple, tuple[RankTimes, _RankStatic]] = {}
+        memory, times = [], []
+        for index, rank in enumerate(self.rank_layers(layout)):
+            if rank.signature not in shared:
+                shared[rank.signature] = (self.rank_times(layout, rank), self._rank_static(layout, rank))
+            rank_time, static = shared[rank.signature]
+            times.append(rank_time)
+            memory.append(self._stage_memory(layout, index, static))
+        return self._assemble(layout, tuple(memory), times)
 
     def pipeline_lower_bound_s(self, layout: Layout) -> float:
         """m·max_i t_i + bubble without any data-parallel or optimizer time: a lower bound on the
         step time of every layout that differs from ``layout`` only in how model states are held
         (ZeRO stage, HSDP, offload), since those only add time. Used by the search to prune."""
-        per_mb = [self.rank_core_times(layout, r).per_microbatch_s for r in self.rank_layers(layout)]
-        return layout.num_microbatches * max(per_mb) + bubble_time_s(per_mb, layout.virtual_stages)
+        groups = self.rank_groups(layout)
+        per_mb = [self.rank_core_times(layout, rank).per_microbatch_s for rank, _ in groups]
+        counts = [n for _, n in groups]
+        return layout.num_microbatches * max(per_mb) + bubble_time_s(per_mb, layout.virtual_stages, counts)
+
+    def rank_groups(self, layout: Layout) -> list[tuple[RankLayers, int]]:
+        """Ranks of equal signature, one representative each with its count (memoised)."""
+        key = (layout.pp, layout.virtual_stages, layout.layers_per_stage)
+        groups = self._groups_memo.get(key)
+        if groups is None:
+            counts: dict[tuple, list] = {}
+            for rank in self.rank_layers(layout):
+                counts.setdefault(rank.signature, [rank, 0])[1] += 1
+            groups = [(rank, n) for rank, n in counts.values()]
+            self._groups_memo[key] = groups
+        return groups
 
     def model_state_peak_bytes(self, layout: Layout) -> float:
         """Largest params + grads + optimizer bytes over the ranks: a memory lower bound that the
@@ -183,49 +225,62 @@ class CostModel:
         return dense, max(1, dense // layout.ep)
 
     def rank_memory(self, layout: Layout, rank: RankLayers, index: int) -> StageMemory:
+        """Device memory of pipeline rank ``index`` holding ``rank``'s layers."""
+        return self._stage_memory(layout, index, self._rank_static(layout, rank))
+
+    def _rank_static(self, layout: Layout, rank: RankLayers) -> _RankStatic:
         params = self.rank_params(layout, rank)
         z, z_e = self.shard_degrees(layout)
         frozen_bytes = 4 if self.training.precision == "fp32" else 2
         p, g, o = zero_state_bytes(params, self.states, zero_stage=layout.zero_stage, shard_degree=z,
                                    expert_shard_degree=z_e, offload=layout.optimizer_offload,
                                    lora_param_bytes=frozen_bytes)
-        activations = self.rank_activation_bytes(layout, rank, index)
-        buffers = self.rank_buffer_bytes(layout, rank, params)
+        stored, working = self.rank_activation_parts(layout, rank)
+        return _RankStatic(params_bytes=p, grads_bytes=g, optimizer_bytes=o,
+                           buffers_bytes=self.rank_buffer_bytes(layout, rank, params),
+                           stored_per_microbatch_bytes=stored, working_bytes=working)
+
+    def _stage_memory(self, layout: Layout, index: int, static: _RankStatic) -> StageMemory:
+        """Activations at the schedule's peak: in-flight micro-batches × what each leaves stored
+        (divided by v: one in-flight unit of the interleaved schedule is one chunk), plus the
+        recomputation working set; overhead is the runtime reserve plus allocator fragmentation."""
+        in_flight = in_flight_microbatches(layout.schedule, layout.pp, index, layout.num_microbatches,
+                                           layout.virtual_stages)
+        activations = in_flight * static.stored_per_microbatch_bytes / layout.virtual_stages + static.working_bytes
         overhead = (self.cluster.hardware.runtime_reserved_bytes
-                    + self.assumptions.allocator_fragmentation * (activations + buffers))
-        return StageMemory(params_bytes=p, grads_bytes=g, optimizer_bytes=o, activations_bytes=activations,
-                           buffers_bytes=buffers, overhead_bytes=overhead)
+                    + self.assumptions.allocator_fragmentation * (activations + static.buffers_bytes))
+        return StageMemory(params_bytes=static.params_bytes, grads_bytes=static.grads_bytes,
+                           optimizer_bytes=static.optimizer_bytes, activations_bytes=activations,
+                           buffers_bytes=static.buffers_bytes, overhead_bytes=overhead)
 
     def layer_key(self, layout: Layout, moe: bool) -> LayerKey:
         return LayerKey(moe=moe, b=layout.micro_batch_size, s_local=self.training.seq_len // layout.cp,
                         tp=layout.tp, sp=layout.sequence_parallel, cp=layout.cp, ep=layout.ep, dp=layout.dp)
 
-    def rank_activation_bytes(self, layout: Layout, rank: RankLayers, index: int) -> float:
-        """Activations at the schedule's peak: in-flight micro-batches × stored bytes per layer.
+    def rank_activation_parts(self, layout: Layout, rank: RankLayers) -> tuple[float, float]:
+        """(bytes one micro-batch leaves stored on this rank, recomputation working set).
 
-        With full recomputation of only ``recompute_num_layers`` per stage, the first layers of each
-        chunk store their input and the rest store everything (Megatron's 'block' method)."""
+        With full recomputation of only ``recompute_num_layers`` per stage, that share of layers
+        stores its input and the rest store everything (Megatron's 'block' method). The first
+        stage adds its embedding dropout mask, the last its head input and fp32 logits."""
         model = self.model
         x = self.layers.shape(self.layer_key(layout, False))
-        counts = {False: rank.num_dense, True: rank.num_moe}
         share = self._recomputed_layers(layout, rank.num_layers) / max(rank.num_layers, 1)
-        per_step = 0.0
-        for kind, n in counts.items():
+        stored = 0.0
+        for kind, n in ((False, rank.num_dense), (True, rank.num_moe)):
             if n == 0:
                 continue
             mode_bytes = act.layer_bytes(model, x, moe_layer=kind, recompute=layout.recompute)
             if layout.recompute == "full" and share < 1.0:
                 mode_bytes = share * mode_bytes + (1 - share) * act.layer_bytes(model, x, moe_layer=kind,
                                                                                 recompute="none")
-            per_step += n * mode_bytes
-        in_flight = in_flight_microbatches(layout.schedule, layout.pp, index, layout.num_microbatches,
-                                           layout.virtual_stages)
-        total = in_flight * per_step / layout.virtual_stages
+            stored += n * mode_bytes
+        v = layout.virtual_stages
         if rank.first:
-            total += in_flight * act.first_stage_extra_bytes(model, x)
+            stored += v * act.first_stage_extra_bytes(model, x)
         if rank.last:
-            total += in_flight * act.last_stage_extra_bytes(model, x)
-        return total + self._recompute_working_bytes(layout, x, rank.num_moe > 0)
+            stored += v * act.last_stage_extra_bytes(model, x)
+        return stored, self._recompute_working_bytes(layout, x, rank.num_moe > 0)
 
     def _recompute_working_bytes(self, layout: Layout, x: act.ActivationShape, has_moe: bool) -> float:
         """While one layer is recomputed, its full activations (full) or its core (selective) are live."""
@@ -260,7 +315,7 @@ class CostModel:
         which depend on how model states are held. Memoised: many layouts share it."""
         key = (layout.tp, layout.cp, layout.ep, layout.dp, layout.pp, layout.virtual_stages,
                layout.micro_batch_size, layout.num_microbatches, layout.recompute, layout.recompute_num_layers,
-               layout.sequence_parallel, rank.num_dense, rank.num_moe, rank.first, rank.last)
+               layout.sequence_parallel, rank.signature)
         core = self._core_memo.get(key)
         if core is None:
             core = self._rank_core_times(layout, rank)

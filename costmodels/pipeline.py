@@ -26,11 +26,13 @@ def in_flight_microbatches(schedule: str, pp: int, rank: int, m: int, v: int) ->
     return min(2 * (pp - rank - 1) + (v - 1) * pp + 1, m * v)
 
 
-def bubble_time_s(rank_times_s: list[float], v: int) -> float:
-    """Pipeline fill and drain: (Σ_i t_i - max_j t_j) / v seconds."""
-    if len(rank_times_s) <= 1:
-        return 0.0
-    return (sum(rank_times_s) - max(rank_times_s)) / v
+def bubble_time_s(rank_times_s: list[float], v: int, counts: list[int] | None = None) -> float:
+    """Pipeline fill and drain: (Σ_i t_i - max_j t_j) / v seconds.
+
+    ``counts``: how many ranks have each time (ranks with equal work are passed once)."""
+    weights = counts or [1] * len(rank_times_s)
+    total = sum(t * n for t, n in zip(rank_times_s, weights))
+    return (total - max(rank_times_s)) / v
 
 
 def uniform_bubble_fraction(pp: int, m: int, v: int = 1) -> float:

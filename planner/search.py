@@ -32,67 +32,94 @@ class _Ranking:
     def __init__(self, top_k: int) -> None:
         self.top_k = top_k
         self.best: dict[MeshChoice, tuple] = {}
-        self._heap: list[float] = []  # negated step times of the current top-K mesh bests
+        self._threshold_s = float("inf")
 
     def threshold_s(self) -> float:
         """Step time of the K-th best mesh (inf while fewer than K meshes have a plan)."""
-        times = sorted(k[0] for k, _ in self.best.values())
-        return times[self.top_k - 1] if len(times) >= self.top_k else float("inf")
+        return self._threshold_s
 
     def offer(self, mesh: MeshChoice, breakdown: CostBreakdown) -> None:
         key = rank_key(breakdown)
         if mesh not in self.best or key < self.best[mesh][0]:
             self.best[mesh] = (key, breakdown)
+            if len(self.best) >= self.top_k:
+                self._threshold_s = heapq.nsmallest(self.top_k, (k[0] for k, _ in self.best.values()))[-1]
 
     def ranked(self) -> tuple[CostBreakdown, ...]:
         return tuple(b for _, b in sorted(self.best.values(), key=lambda kb: kb[0])[: self.top_k])
 
 
+class _Tally:
+    """Counts and closest misses gathered while searching."""
+
+    def __init__(self, num_misses: int) -> None:
+        self.rejected: Counter = Counter()
+        self.misses: list[CostBreakdown] = []
+        self.num_misses = num_misses
+        self.evaluated = 0
+
+    def miss(self, breakdown: CostBreakdown, ranking: _Ranking) -> None:
+        self.rejected["memory"] += 1
+        if ranking.best:
+            return  # closest misses are reported only when nothing fits
+        self.misses.append(breakdown)
+        if len(self.misses) > 64:
+            self.misses = heapq.nsmallest(self.num_misses, self.misses, key=overshoot_key)
+
+    def closest(self) -> tuple[CostBreakdown, ...]:
+        return tuple(heapq.nsmallest(self.num_misses, self.misses, key=overshoot_key))
+
+
 def solve(cost_model: CostModel, num_gpus: int, gpus_per_node: int, options: SearchOptions, top_k: int,
           num_misses: int = 3) -> SolverResult:
-    """The top-K meshes' best plans under the cost model, found by branch and bound."""
+    """The top-K meshes' best plans under the cost model, found by branch and bound.
+
+    Pass 1 bounds every schedule group of every mesh; pass 2 visits meshes best floor first, so
+    the K-th best plan is known early and whole meshes are cut without a full evaluation."""
     model, training = cost_model.model, cost_model.training
-    ranking = _Ranking(top_k)
-    rejected: Counter = Counter()
-    misses: list[CostBreakdown] = []
-    total = evaluated = 0
-    for mesh in mesh_choices(model, training, num_gpus, gpus_per_node, options):
+    ranking, tally = _Ranking(top_k), _Tally(num_misses)
+    total = 0
+    work = []
+    for order, mesh in enumerate(mesh_choices(model, training, num_gpus, gpus_per_node, options)):
         scheds = schedule_choices(mesh, model, training, options)
         states = state_choices(mesh, gpus_per_node, options)
         total += len(scheds) * len(states)
         fitting = _states_that_may_fit(cost_model, mesh, states, scheds[0])
-        count(rejected, "memory", (len(states) - len(fitting)) * len(scheds))
+        count(tally.rejected, "memory", (len(states) - len(fitting)) * len(scheds))
         if not fitting:
-            misses += [cost_model.estimate(make_layout(mesh, s, scheds[0])) for s in states[:1]]
+            tally.misses.append(cost_model.estimate(make_layout(mesh, states[0], scheds[0])))
             continue
         groups = _groups_by_bound(cost_model, mesh, fitting[0], scheds)
-        for visited, (bound, members) in enumerate(groups):
-            if bound > _cutoff(ranking, mesh):
-                count(rejected, "slower", sum(len(m) for _, m in groups[visited:]) * len(fitting))
-                break
-            for member_index, sched in enumerate(members):
-                if member_index and cost_model.pipeline_lower_bound_s(make_layout(mesh, fitting[0], sched)) \
-                        > _cutoff(ranking, mesh):
-                    count(rejected, "slower", len(fitting))
-                    continue
-                for state in fitting:
-                    breakdown = cost_model.estimate(make_layout(mesh, state, sched))
-                    evaluated += 1
-                    if breakdown.fits:
-                        ranking.offer(mesh, breakdown)
-                        rejected["slower"] += 1
-                        continue
-                    rejected["memory"] += 1
-                    if ranking.best:
-                        continue  # closest misses are reported only when nothing fits
-                    misses.append(breakdown)
-                    if len(misses) > 64:
-                        misses = heapq.nsmallest(num_misses, misses, key=overshoot_key)
+        work.append((groups[0][0], order, mesh, fitting, groups))
+    for _, _, mesh, fitting, groups in sorted(work, key=lambda w: (w[0], w[1])):
+        _visit_mesh(cost_model, mesh, fitting, groups, ranking, tally)
     ranked = ranking.ranked()
-    rejected["slower"] -= len(ranked)
-    closest = tuple(heapq.nsmallest(num_misses, misses, key=overshoot_key)) if not ranked else ()
-    return SolverResult(ranked=ranked, rejected={k: v for k, v in rejected.items() if v},
-                        closest_misses=closest, num_candidates=total, num_evaluated=evaluated)
+    tally.rejected["slower"] -= len(ranked)
+    return SolverResult(ranked=ranked, rejected={k: v for k, v in tally.rejected.items() if v},
+                        closest_misses=() if ranked else tally.closest(), num_candidates=total,
+                        num_evaluated=tally.evaluated)
+
+
+def _visit_mesh(cost_model: CostModel, mesh: MeshChoice, fitting: list[StateChoice],
+                groups: list[tuple[float, list[ScheduleChoice]]], ranking: _Ranking, tally: _Tally) -> None:
+    """Evaluate a mesh's schedule groups best bound first until the bound passes the cutoff."""
+    for visited, (bound, members) in enumerate(groups):
+        if bound > _cutoff(ranking, mesh):
+            count(tally.rejected, "slower", sum(len(m) for _, m in groups[visited:]) * len(fitting))
+            return
+        for member_index, sched in enumerate(members):
+            if member_index and cost_model.pipeline_lower_bound_s(make_layout(mesh, fitting[0], sched)) \
+                    > _cutoff(ranking, mesh):
+                count(tally.rejected, "slower", len(fitting))
+                continue
+            for state in fitting:
+                breakdown = cost_model.estimate(make_layout(mesh, state, sched))
+                tally.evaluated += 1
+                if breakdown.fits:
+                    ranking.offer(mesh, breakdown)
+                    tally.rejected["slower"] += 1
+                else:
+                    tally.miss(breakdown, ranking)
 
 
 def _cutoff(ranking: _Ranking, mesh: MeshChoice) -> float:
