@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import math
 import time
+import warnings
 from dataclasses import dataclass
 from typing import Literal
 
@@ -41,7 +42,8 @@ class Solution:
     """Objective re-evaluated exactly (``problem.evaluate``), seconds."""
     memory_bytes: float
     status: str
-    """``optimal`` | ``feasible`` (time limit hit, best incumbent) | ``infeasible``."""
+    """``optimal`` | ``feasible`` (time limit hit, best incumbent returned) | ``infeasible`` |
+    ``no_solution`` (time limit hit before any incumbent)."""
     gap: float | None
     """Relative MIP gap reported by the solver (0 when proven optimal; None if unknown)."""
     solver: str
@@ -72,7 +74,7 @@ def _add_edge_terms(lp, n: int, use: TensorUse, s) -> list:
     table = _edge_costs(use, len(su), len(sv))
     if not any(c for row in table for c in row):
         return []
-    e = [[pulp.LpVariable(f"e_{n}_{i}_{j}", lowBound=0, upBound=0 if table[i][j] == math.inf else None)
+    e = [[lp.add_variable(f"e_{n}_{i}_{j}", 0, 0 if table[i][j] == math.inf else None)
           for j in range(len(sv))] for i in range(len(su))]
     for i in range(len(su)):
         lp += pulp.lpSum(e[i]) == su[i], f"edge_row_{n}_{i}"
@@ -93,7 +95,7 @@ def _add_demand_terms(lp, n: int, use: TensorUse, s) -> list:
         forbidden = [i for i, c in enumerate(costs_s) if c == math.inf]
         if big_m <= 0 and not forbidden:
             continue
-        h = pulp.LpVariable(f"h_{n}_{k}", lowBound=0, upBound=1)
+        h = lp.add_variable(f"h_{n}_{k}", 0, 1)
         for d_index, d in enumerate(use.demands):
             picks = [s[d.consumer][j] for j, key in enumerate(d.key_of_strategy) if key == k]
             if picks:
@@ -102,7 +104,7 @@ def _add_demand_terms(lp, n: int, use: TensorUse, s) -> list:
             lp += s[use.producer][i] + h <= 1, f"forbid_{n}_{k}_{i}"
         if big_m <= 0:
             continue
-        e = pulp.LpVariable(f"e_{n}_{k}", lowBound=0)
+        e = lp.add_variable(f"e_{n}_{k}", 0)
         lp += (e >= pulp.lpSum(c * x for c, x in zip(costs, s[use.producer]) if c) - big_m * (1 - h),
                f"reshard_{n}_{k}")
         terms.append(use.weight * e)
@@ -113,7 +115,7 @@ def _build(problem: Problem):
     import pulp
 
     lp = pulp.LpProblem("alpa_intra_op", pulp.LpMinimize)
-    s = [[pulp.LpVariable(f"s_{v}_{i}", cat="Binary") for i in range(len(c))]
+    s = [[lp.add_variable(f"s_{v}_{i}", 0, 1, cat="Binary") for i in range(len(c))]
          for v, c in enumerate(problem.node_cost_s)]
     objective = []
     for v, costs in enumerate(problem.node_cost_s):
@@ -137,7 +139,9 @@ def _make_solver(name: SolverName, time_limit_s: float, gap_rel: float):
     if name == "highs":
         return pulp.HiGHS(msg=False, timeLimit=time_limit_s, gapRel=gap_rel, threads=1)
     if name == "cbc":
-        return pulp.PULP_CBC_CMD(msg=False, timeLimit=time_limit_s, gapRel=gap_rel, threads=1)
+        with warnings.catch_warnings():  # PuLP 3.3 deprecates the bundled CBC; it is our fallback
+            warnings.simplefilter("ignore", DeprecationWarning)
+            return pulp.PULP_CBC_CMD(msg=False, timeLimit=time_limit_s, gapRel=gap_rel, threads=1)
     raise ValueError(f"solver must be highs or cbc, got {name!r}")
 
 
@@ -167,12 +171,13 @@ def solve_ilp(problem: Problem, *, solver: SolverName = "highs", time_limit_s: f
     seconds = time.perf_counter() - start
     sol_status = lp.sol_status
     if sol_status not in (1, 2):
-        return Solution(choice=(), cost_s=float("inf"), memory_bytes=float("inf"), status="infeasible",
-                        gap=None, solver=solver, seconds=seconds,
-                        num_variables=len(lp.variables()), num_constraints=len(lp.constraints))
+        # -1: proven infeasible; 0: the time limit came before any incumbent.
+        return Solution(choice=(), cost_s=math.inf, memory_bytes=math.inf,
+                        status="infeasible" if sol_status == -1 else "no_solution", gap=None, solver=solver,
+                        seconds=seconds, num_variables=lp.numVariables(), num_constraints=lp.numConstraints())
     choice = tuple(max(range(len(xs)), key=lambda i: xs[i].value() or 0.0) for xs in s)
     cost, memory = evaluate(problem, choice)
     return Solution(choice=choice, cost_s=cost, memory_bytes=memory,
                     status="optimal" if sol_status == 1 else "feasible", gap=_gap(lp, solver, sol_status),
-                    solver=solver, seconds=seconds, num_variables=len(lp.variables()),
-                    num_constraints=len(lp.constraints))
+                    solver=solver, seconds=seconds, num_variables=lp.numVariables(),
+                    num_constraints=lp.numConstraints())

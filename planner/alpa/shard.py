@@ -96,6 +96,8 @@ def shard_graph(graph: nx.DiGraph, *, tp: int, dp: int = 1, hardware: str = "h10
     mesh_info = {a.name: a.degree for a in mesh.axes}
     blocks_info = {"members": len(blocks.members), "first": blocks.members[0], "ops_per_block": len(blocks.nodes[0])} \
         if blocks else None
+    if solution.status == "no_solution":
+        raise AutoplanError(f"--time-limit {time_limit_s:g}: the solver found no plan in time; raise --time-limit")
     if solution.status == "infeasible":
         raise AutoplanError(f"--tp {tp} --dp {dp}: no sharding fits {cap / GIB:.1f} GiB per device on {hw.name}; "
                             f"raise --tp or --dp")

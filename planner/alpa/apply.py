@@ -1,0 +1,70 @@
+"""Apply a ``tp_plan`` dict ({module fqn: style}) with PyTorch's ``parallelize_module``.
+
+Grammar of a style (see ``tp_plan.py``): ``colwise`` | ``rowwise`` | ``sequence_parallel`` |
+``replicate``, optionally followed by ``;input=L`` and ``;output=L`` with L one of
+``replicate``, ``partial``, ``shard(d)``. torch is imported inside the functions.
+"""
+
+from __future__ import annotations
+
+from hardware_specs.errors import AutoplanError
+
+STYLES = ("colwise", "rowwise", "sequence_parallel", "replicate")
+
+
+def parse_style(value: str) -> tuple[str, dict[str, str]]:
+    """``"colwise;input=shard(1)"`` -> ("colwise", {"input": "shard(1)"})."""
+    head, *rest = value.split(";")
+    if head not in STYLES:
+        raise AutoplanError(f"tp_plan: unknown style {head!r}; use one of {', '.join(STYLES)}")
+    layouts = {}
+    for part in rest:
+        key, _, layout = part.partition("=")
+        if key not in ("input", "output") or not layout:
+            raise AutoplanError(f"tp_plan: bad layout {part!r} in {value!r}; expected input=L or output=L")
+        layouts[key] = layout
+    return head, layouts
+
+
+def _placement(text: str):
+    from torch.distributed.tensor import Partial, Replicate, Shard
+
+    if text == "replicate":
+        return Replicate()
+    if text == "partial":
+        return Partial()
+    if text.startswith("shard(") and text.endswith(")"):
+        return Shard(int(text[6:-1]))
+    raise AutoplanError(f"tp_plan: bad layout {text!r}; use replicate, partial or shard(d)")
+
+
+def parallel_styles(module, tp_plan: dict[str, str]) -> dict:
+    """{fqn: ParallelStyle} for the entries that split something (``replicate`` is left out)."""
+    from torch import nn
+    from torch.distributed.tensor import Replicate
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, SequenceParallel
+
+    styles = {}
+    for fqn, value in sorted(tp_plan.items()):
+        head, layouts = parse_style(value)
+        if head == "replicate":
+            continue
+        if head == "sequence_parallel":
+            styles[fqn] = SequenceParallel(use_local_output=True)
+            continue
+        kwargs = {f"{k}_layouts": _placement(v) for k, v in layouts.items()}
+        target = module.get_submodule(fqn)
+        if head == "rowwise" and isinstance(target, nn.Embedding):
+            kwargs.setdefault("input_layouts", Replicate())
+        styles[fqn] = (ColwiseParallel if head == "colwise" else RowwiseParallel)(**kwargs)
+    return styles
+
+
+def apply_tp_plan(module, tp_mesh, tp_plan: dict[str, str]):
+    """``parallelize_module(module, tp_mesh, styles)``; returns the module (changed in place)."""
+    from torch.distributed.tensor.parallel import parallelize_module
+
+    styles = parallel_styles(module, tp_plan)
+    if styles:
+        parallelize_module(module, tp_mesh, styles)
+    return module
