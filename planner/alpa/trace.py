@@ -8,7 +8,10 @@ flops, bytes_read, bytes_written, module, module_stack, dim_labels, follow, args
 
 from __future__ import annotations
 
+import contextlib
 import importlib
+import io
+import logging
 import operator
 
 import networkx as nx
@@ -61,12 +64,29 @@ def trace_module(module: torch.nn.Module, inputs: tuple, *, name: str = "module"
     """Export ``module`` on ``inputs`` and convert the ATen graph to an operator DiGraph."""
     module = module.to(device="meta")
     try:
-        exported = torch.export.export(module, inputs, strict=False)
+        with _quiet_torch():
+            exported = torch.export.export(module, inputs, strict=False)
     except Exception as err:  # noqa: BLE001 - torch raises many types for untraceable code
         first = str(err).strip().splitlines()[0] if str(err).strip() else ""
         raise AutoplanError(f"{name}: cannot trace the module with torch.export "
                             f"({type(err).__name__}: {first[:200]})") from None
     return _to_graph(exported)
+
+
+@contextlib.contextmanager
+def _quiet_torch():
+    """torch.export logs whole graphs when it fails; the CLI prints one line instead."""
+    loggers = [logging.getLogger(name) for name in list(logging.root.manager.loggerDict)
+               if name == "torch" or name.startswith("torch.")]
+    levels = [lg.level for lg in loggers]
+    for lg in loggers:
+        lg.setLevel(logging.CRITICAL)
+    try:
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+            yield
+    finally:
+        for lg, level in zip(loggers, levels):
+            lg.setLevel(level)
 
 
 def _dtype_name(dtype) -> str:

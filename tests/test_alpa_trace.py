@@ -1,0 +1,91 @@
+"""Tracing on the meta device: shapes, FLOPs, parameter ownership, repeated blocks, JSON."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import test_alpa_fixtures as fx
+
+
+@pytest.fixture(scope="module")
+def mlp_graph():
+    from planner.alpa.trace import token_inputs, trace_module
+
+    return trace_module(fx.Mlp(hidden=64, ffn=256, vocab=128), token_inputs((8, 16)))
+
+
+def _by_module(graph, fqn):
+    return [d for _, d in graph.nodes(data=True) if d["module"] == fqn and d["params"]][0]
+
+
+def test_linear_flops_bytes_and_params(mlp_graph):
+    up = _by_module(mlp_graph, "up")
+    assert up["kind"] == "linear" and up["shape"] == [8, 16, 256]
+    assert up["flops"] == 2 * 8 * 16 * 64 * 256  # 2·m·n·k
+    assert {p["name"]: p["role"] for p in up["params"]} == {"up.weight": "weight", "up.bias": "bias"}
+    assert up["bytes_written"] == 8 * 16 * 256 * 4
+    assert up["bytes_read"] == (8 * 16 * 64 + 256 * 64 + 256) * 4
+    emb = _by_module(mlp_graph, "embed")
+    assert emb["kind"] == "embedding" and emb["dim_labels"] == ["batch", "seq", "model"]
+
+
+def test_every_parameter_is_owned_once(mlp_graph):
+    from planner.alpa.graph import totals
+
+    owned = [p["name"] for _, d in mlp_graph.nodes(data=True) for p in d["params"]]
+    assert sorted(owned) == sorted(n for n, _ in fx.Mlp(64, 256, 128).named_parameters())
+    assert totals(mlp_graph)["num_params"] == sum(p.numel() for p in fx.Mlp(64, 256, 128).parameters())
+
+
+def test_big_model_traces_without_memory():
+    """A 70B-class layer stack traces on the meta device: nothing is allocated."""
+    import dataclasses
+
+    import torch
+
+    from costmodels.presets import load_model
+    from planner.alpa.graph import totals
+    from planner.alpa.trace import token_inputs, trace_module
+    from planner.runtime.model import build_model
+
+    spec = dataclasses.replace(load_model("llama3-70b"), num_layers=2)
+    graph = trace_module(build_model(spec, device="meta", dtype=torch.bfloat16), token_inputs((8, 2048)))
+    from costmodels.params import total_params
+
+    assert totals(graph)["num_params"] == total_params(spec)  # the cost model's closed form
+    assert totals(graph)["num_params"] > 3.2e9  # two 70B layers (0.86B each) plus 2 x 128k x 8k tables
+
+
+def test_repeated_blocks_are_detected_by_structure():
+    from planner.alpa.graph import find_blocks
+    from planner.alpa.trace import token_inputs, trace_module
+
+    graph = trace_module(fx.Tower(depth=4), token_inputs((2, 8)))
+    blocks = find_blocks(graph)
+    assert blocks.members == ("trunk.0", "trunk.1", "trunk.2", "trunk.3")
+    assert len({len(n) for n in blocks.nodes}) == 1
+    rep = blocks.representative()
+    assert all(graph.nodes[n]["op"] == graph.nodes[rep[n]]["op"] for n in rep)
+    assert find_blocks(trace_module(fx.Mlp(), token_inputs((2, 8)))) is None
+
+
+def test_graph_json_round_trip(mlp_graph):
+    from planner.alpa.graph import from_json, to_json
+
+    text = to_json(mlp_graph)
+    doc = json.loads(text)
+    assert doc["schema_version"] == 1 and doc["totals"]["num_ops"] == mlp_graph.number_of_nodes()
+    again = from_json(text)
+    assert list(again.nodes) == list(mlp_graph.nodes)
+    assert sorted(again.edges) == sorted(mlp_graph.edges)
+    assert to_json(again) == text
+
+
+def test_untraceable_module_is_a_one_line_error():
+    from hardware_specs.errors import AutoplanError
+    from planner.alpa.trace import token_inputs, trace_module
+
+    with pytest.raises(AutoplanError, match="cannot trace"):
+        trace_module(fx.DataDependent(), token_inputs((2, 4)), name="--module x:y")
