@@ -1,0 +1,128 @@
+"""Predicted vs measured, per plan and per pipeline rank (pure Python; no torch).
+
+Memory is compared per component on the rank that holds each pipeline stage:
+``states`` = params + grads + optimizer (the cost model's ZeRO convention against the exact
+tensor bytes the probe counts as resident: the optimizer's parameters, their gradients, its
+states), ``states_peak`` = states + the model's buffers (gathered ZeRO-3 layers, buckets)
+against every parameter/gradient storage alive at once (FSDP2's unsharded copies included), and ``activations`` = what is saved for backward at the
+schedule's peak. The cost model's activation term also holds the working set of one layer
+being recomputed (``recompute_working``), which checkpointing allocates inside backward where
+saved-tensor hooks do not see it; it is reported beside the comparison, not in it.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+from typing import Any
+
+from costmodels import activations as act
+from costmodels.assumptions import DEFAULT_ASSUMPTIONS, Assumptions
+from costmodels.breakdown import CostBreakdown
+from costmodels.estimate import CostModel
+from costmodels.layout import Layout
+from costmodels.model_spec import model_from_dict
+from costmodels.training import TrainingSpec
+from hardware_specs import load_node, make_cluster
+
+MEMORY_COMPONENTS = ("params", "grads", "optimizer", "states", "states_peak", "activations")
+
+
+def error_pct(predicted: float, measured: float) -> float | None:
+    """(predicted − measured) / measured in percent; None when nothing was measured."""
+    if not measured:
+        return None
+    return 100.0 * (predicted - measured) / measured
+
+
+def training_spec(inputs: dict[str, Any]) -> TrainingSpec:
+    raw = dict(inputs["training"])
+    if "lora_targets" in raw:
+        raw["lora_targets"] = tuple(raw["lora_targets"])
+    return TrainingSpec(**raw)
+
+
+def cost_model(inputs: dict[str, Any], *, profile=None, assumptions: Assumptions | None = None) -> CostModel:
+    """The cost model of a plan file's inputs. ``assumptions`` given: used as they are (the
+    profile's own calibration is not applied on top); else the profile's calibration applies."""
+    node = load_node(inputs["hardware"])
+    cluster = make_cluster(node, int(inputs["gpus"]), inputs.get("gpus_per_node"))
+    model = model_from_dict(inputs["model_spec"])
+    fraction = float(inputs.get("memory_fraction", 0.95))
+    if assumptions is not None and profile is not None and profile.calibration:
+        from dataclasses import replace
+
+        profile = replace(profile, calibration={})
+    return CostModel(model, training_spec(inputs), cluster, profile=profile,
+                     assumptions=assumptions or DEFAULT_ASSUMPTIONS, memory_fraction=fraction)
+
+
+def recompute_working_bytes(cm: CostModel, layout: Layout) -> float:
+    """Bytes of one layer's activations live while it is recomputed (in the cost model's
+    activation term; invisible to saved-tensor hooks)."""
+    if layout.recompute == "none":
+        return 0.0
+    x = cm.layers.shape(cm.layer_key(layout, False))
+    if layout.recompute == "full":
+        return act.layer_bytes(cm.model, x, moe_layer=False, recompute="none")
+    return act.attention_core_bytes(cm.model, x)
+
+
+def predicted_memory(cm: CostModel, breakdown: CostBreakdown) -> list[dict[str, float]]:
+    """Per pipeline rank: params, grads, optimizer, states, activations (saved) and the rest."""
+    working = recompute_working_bytes(cm, breakdown.layout)
+    out = []
+    for stage in breakdown.stages:
+        states = stage.params_bytes + stage.grads_bytes + stage.optimizer_bytes
+        out.append({"params": stage.params_bytes, "grads": stage.grads_bytes, "optimizer": stage.optimizer_bytes,
+                    "states": states, "states_peak": states + stage.buffers_bytes, "activations": stage.activations_bytes - working,
+                    "recompute_working": working, "buffers": stage.buffers_bytes,
+                    "overhead": stage.overhead_bytes, "total": stage.total_bytes})
+    return out
+
+
+def measured_by_stage(ranks: list[dict[str, Any]]) -> dict[int, dict[str, float]]:
+    """Largest measured value of each component over the ranks of each pipeline stage."""
+    out: dict[int, dict[str, float]] = {}
+    for r in ranks:
+        row = out.setdefault(int(r["pp_rank"]), {})
+        for key, value in r.items():
+            if isinstance(value, (int, float)) and key not in ("rank", "pp_rank"):
+                row[key] = max(row.get(key, 0), value)
+    return out
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MemoryRow:
+    """One component on one pipeline rank."""
+
+    pp_rank: int
+    component: str
+    predicted_bytes: float
+    measured_bytes: float
+
+    @property
+    def error_pct(self) -> float | None:
+        return error_pct(self.predicted_bytes, self.measured_bytes)
+
+
+def memory_rows(predicted: list[dict[str, float]], measured: dict[int, dict[str, float]],
+                components: tuple[str, ...] = MEMORY_COMPONENTS) -> list[MemoryRow]:
+    rows = []
+    for pp_rank, values in sorted(measured.items()):
+        for name in components:
+            if name in values and pp_rank < len(predicted):
+                rows.append(MemoryRow(pp_rank=pp_rank, component=name, predicted_bytes=predicted[pp_rank][name],
+                                      measured_bytes=values[name]))
+    return rows
+
+
+def measured_step_time_s(step_times: list[float]) -> float:
+    """Median of the timed steps (slowest rank per step): robust to one noisy step."""
+    return statistics.median(step_times)
+
+
+def worst_error(rows: list[MemoryRow], component: str) -> float | None:
+    """Largest absolute error of ``component`` over the pipeline ranks (percent)."""
+    errors = [abs(r.error_pct) for r in rows if r.component == component and r.error_pct is not None]
+    return max(errors) if errors else None

@@ -1,0 +1,187 @@
+"""Dry run: the training step of a plan at its real size, on fake tensors, one rank at a time.
+
+    python -m planner.validate.dryrun plan.json out.json
+
+No memory is allocated and no process is started per rank: a fake process group (PyTorch's
+``fake`` backend, its collectives return at once) stands in for the job, and the model parts
+are built exactly as the generated job builds them (``planner.runtime``: meshes, stage split,
+recomputation wrappers, TP/SP, FSDP2) on the meta device, then materialised under
+``FakeTensorMode``. The step runs forward, backward and the optimizer step on fake tensors
+with ``MemoryProbe`` counting parameters, gradients, optimizer states and saved activations.
+(``torch.distributed._tools.mem_tracker.MemTracker`` refuses a module called once per
+micro-batch, as this step does, so the probe's own sum at one instant gives the peak.)
+
+Differences from the real job, by necessity: the device is the CPU, with the precision policy
+the job applies on CUDA (bf16/fp16 compute, fp32 master weights, gradients and reduction);
+weights are not initialised (their values do not change memory); gradient clipping is skipped
+(it reads a value); and with pp > 1 the schedule's order of forwards and backwards
+(``schedule.rank_order``) is replayed on the rank's stages, with fake tensors in place of the
+activations a neighbour would send, because the pipelining runtime exchanges shapes by value.
+Output: {"plan": ..., "ranks": [{"pp_rank", "rank", "params", "grads", "optimizer", "states",
+"activations", "total", "seconds"}]}.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+import warnings
+from contextlib import nullcontext
+
+import torch
+import torch.distributed as dist
+
+from costmodels.layout import Layout
+from planner.runtime import trainer
+from planner.runtime.main import _load_plan
+from planner.runtime.parallel import build_meshes, build_parts, parallelize
+
+from .probe import MemoryProbe
+from .schedule import rank_order
+
+MIXED = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp8": torch.bfloat16}
+
+
+def _mp_policy(precision: str):
+    from torch.distributed.fsdp import MixedPrecisionPolicy
+
+    if precision in MIXED:
+        return MixedPrecisionPolicy(param_dtype=MIXED[precision], reduce_dtype=torch.float32)
+    return MixedPrecisionPolicy()
+
+
+def build_fake_job(spec, layout: Layout, rank: int, precision: str, optimizer: str):
+    """(job, fake mode): the rank's job with the runtime's own construction, parameters fake."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+
+    device = torch.device("cpu")
+    dist.init_process_group("fake", store=FakeStore(), rank=rank, world_size=layout.world_size)
+    meshes = build_meshes(layout, "cpu")
+    pp_rank = meshes.world.get_local_rank("pp")
+    job = trainer.Job(spec=spec, layout=layout, device=device, meshes=meshes,
+                      dp_rank=trainer._dp_rank(meshes, layout))
+    parts = build_parts(spec, layout, meshes, pp_rank)
+    for _, part in parts:
+        parallelize(part, layout, meshes, _mp_policy(precision))
+    mode = FakeTensorMode(allow_non_fake_inputs=True)
+    with mode:
+        for index, part in parts:
+            part.to_empty(device=device)
+            part.train()
+            job.parts.append((index, part))
+            job.optimizers.append(trainer._optimizer(optimizer, part.parameters(), 3e-4, 0.1))
+    indices = [index for index, _ in job.parts]
+    job.has_first, job.has_last = 0 in indices, layout.num_stages - 1 in indices
+    if precision in MIXED and meshes.dp is None:
+        job.autocast_dtype = MIXED[precision]
+    return job, mode
+
+
+def _stage_input(job, index: int, tokens: torch.Tensor, seq_len: int, dtype: torch.dtype) -> torch.Tensor:
+    if index == 0:
+        return tokens
+    L = job.layout
+    s = seq_len // L.tp if L.sequence_parallel and L.tp > 1 else seq_len
+    return torch.empty(L.micro_batch_size, s, job.spec.hidden_size, dtype=dtype).requires_grad_()
+
+
+def _set_sync(part, sync: bool) -> None:
+    from torch.distributed.fsdp import FSDPModule
+
+    if isinstance(part, FSDPModule):
+        part.set_requires_gradient_sync(sync)
+
+
+def pipeline_step(job, tokens: torch.Tensor, seq_len: int, dtype: torch.dtype) -> None:
+    """Replay the schedule's forwards and backwards on this rank's stages (``rank_order``)."""
+    L = job.layout
+    pp_rank = job.meshes.world.get_local_rank("pp")
+    m = L.num_microbatches
+    micro = tokens.chunk(m)
+    held: dict[tuple[int, int], torch.Tensor] = {}
+    for kind, chunk, j in rank_order(L.schedule, L.pp, pp_rank, m, L.virtual_stages):
+        index, part = job.parts[chunk]
+        if kind == "F":
+            with _autocast(job):
+                out = part(_stage_input(job, index, micro[j], seq_len, dtype))
+                if index == L.num_stages - 1:
+                    out = trainer.loss_fn(out, micro[j]) / m
+            held[(chunk, j)] = out
+            continue
+        out = held.pop((chunk, j))
+        _set_sync(part, j == m - 1)
+        out.backward(None if out.dim() == 0 else torch.empty_like(out))
+
+
+def _autocast(job):
+    if job.autocast_dtype is None:
+        return nullcontext()
+    return torch.autocast("cpu", dtype=job.autocast_dtype)
+
+
+def run_step(job, seq_len: int, dtype: torch.dtype) -> None:
+    """One training step (no clipping) on fake tensors."""
+    tokens = torch.randint(0, job.spec.vocab_size, (job.replica_batch, seq_len))
+    if job.layout.pp > 1:
+        pipeline_step(job, tokens, seq_len, dtype)
+    else:
+        trainer._forward_backward(job, tokens, tokens)
+    for optimizer in job.optimizers:
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+
+
+def measure_rank(spec, layout: Layout, rank: int, seq_len: int, precision: str, optimizer: str) -> dict:
+    """Probe the second step of one rank (the optimizer states exist by then)."""
+    began = time.perf_counter()
+    job, mode = build_fake_job(spec, layout, rank, precision, optimizer)
+    dtype = MIXED.get(precision, torch.float32)
+    with mode:
+        run_step(job, seq_len, dtype)
+        with MemoryProbe(job) as probe:
+            run_step(job, seq_len, dtype)
+    result = {"rank": rank, "pp_rank": job.meshes.world.get_local_rank("pp"), **probe.peak,
+              "seconds": time.perf_counter() - began}
+    dist.destroy_process_group()
+    return result
+
+
+def pipeline_ranks(layout: Layout) -> list[int]:
+    """One global rank per pipeline stage (tp, dp ranks of a stage are alike): i · dp · tp · cp."""
+    return [i * layout.dp * layout.tp * layout.cp for i in range(layout.pp)]
+
+
+def _rank_in_subprocess(plan_path: str, rank: int) -> dict:
+    """Each rank in its own interpreter: a process group cannot be re-created cleanly in one."""
+    import subprocess
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        out = f"{tmp}/rank.json"
+        proc = subprocess.run([sys.executable, "-m", "planner.validate.dryrun", plan_path, out, str(rank)],
+                              capture_output=True, text=True)
+        if proc.returncode != 0:
+            tail = proc.stderr.strip().splitlines()[-1:] or ["(no output)"]
+            raise SystemExit(f"dry run of rank {rank} failed: {tail[0]}")
+        with open(out, encoding="utf-8") as handle:
+            return json.load(handle)
+
+
+def main(argv: list[str]) -> None:
+    """``plan.json out.json [rank]``: one rank in this process, or every pipeline rank in turn."""
+    warnings.filterwarnings("ignore")
+    plan_path, out_path = argv[:2]
+    if len(argv) > 2:
+        spec, layout, seq_len, precision, optimizer = _load_plan(plan_path)
+        result = measure_rank(spec, layout, int(argv[2]), seq_len, precision, optimizer)
+    else:
+        _, layout, *_ = _load_plan(plan_path)
+        result = {"plan": plan_path, "ranks": [_rank_in_subprocess(plan_path, r) for r in pipeline_ranks(layout)]}
+    with open(out_path, "w", encoding="utf-8") as handle:
+        json.dump(result, handle, indent=1, sort_keys=True)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

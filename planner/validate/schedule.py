@@ -1,0 +1,101 @@
+"""Pipeline schedules as per-rank operation orders, and a timeline simulation (pure Python).
+
+``rank_order`` gives the (kind, chunk, micro-batch) operations one pipeline rank runs, in the
+order of GPipe (Huang et al. 2019: all forwards, then all backwards), 1F1B / PipeDream-Flush
+(Narayanan et al. 2021: p - i - 1 warm-up forwards, then one forward and one backward
+alternately) and interleaved 1F1B (Narayanan et al. SC'21, Sec. 2.2: v model chunks per rank,
+micro-batches in groups of p, warm-up 2(p - i - 1) + (v - 1)p forwards). The dry run replays
+these orders on one stage; ``simulate`` turns them into start/end times for the schedule plot.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+Op = tuple[str, int, int]
+"""("F" or "B", local chunk index, micro-batch index)."""
+
+
+def _interleaved_chunk(k: int, p: int, v: int, forward: bool) -> tuple[int, int]:
+    """(chunk, micro-batch) of the k-th forward (or backward) of a rank in interleaved 1F1B."""
+    group, within = divmod(k, p * v)
+    chunk = within // p
+    if not forward:
+        chunk = v - 1 - chunk
+    return chunk, group * p + within % p
+
+
+def rank_order(schedule: str, p: int, i: int, m: int, v: int = 1) -> list[Op]:
+    """Operations of pipeline rank ``i`` of ``p`` for ``m`` micro-batches (``v`` chunks per rank)."""
+    if schedule == "gpipe" or p == 1:
+        return [("F", 0, j) for j in range(m)] + [("B", 0, j) for j in range(m)]
+    if schedule == "interleaved" and v > 1:
+        total = m * v
+        warmup = min(total, 2 * (p - i - 1) + (v - 1) * p)
+        fwd = [("F", *_interleaved_chunk(k, p, v, True)) for k in range(total)]
+        bwd = [("B", *_interleaved_chunk(k, p, v, False)) for k in range(total)]
+    else:
+        total, warmup = m, min(m, p - i - 1)
+        fwd = [("F", 0, j) for j in range(m)]
+        bwd = [("B", 0, j) for j in range(m)]
+    order = fwd[:warmup]
+    for k in range(total - warmup):
+        order += [fwd[warmup + k], bwd[k]]
+    return order + bwd[total - warmup:]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Interval:
+    """One bar of the timeline: a forward, backward or send/receive on one pipeline rank."""
+
+    rank: int
+    kind: str
+    """``F``, ``B`` or ``comm``."""
+    chunk: int
+    microbatch: int
+    start_s: float
+    end_s: float
+
+
+def simulate(schedule: str, p: int, m: int, v: int, forward_s: list[float], backward_s: list[float],
+             comm_s: float) -> list[Interval]:
+    """Start and end times of every operation, each rank running its ``rank_order`` in order.
+
+    ``forward_s[i]`` / ``backward_s[i]``: one chunk's forward / backward on rank i (seconds);
+    ``comm_s``: one point-to-point transfer between neighbouring stages. An operation waits for
+    its rank to be free and for its input: the previous stage's forward (or the next stage's
+    backward) of the same micro-batch, plus the transfer. Model stage of chunk c on rank i is c·p + i.
+    """
+    orders = [rank_order(schedule, p, i, m, v) for i in range(p)]
+    done: dict[tuple[str, int, int], float] = {}
+    free = [0.0] * p
+    cursor = [0] * p
+    out: list[Interval] = []
+    stages = p * v
+    while any(cursor[i] < len(orders[i]) for i in range(p)):
+        progressed = False
+        for i in range(p):
+            if cursor[i] >= len(orders[i]):
+                continue
+            kind, chunk, j = orders[i][cursor[i]]
+            stage = chunk * p + i
+            dep = (kind, stage - 1, j) if kind == "F" else (kind, stage + 1, j)
+            first = stage == 0 if kind == "F" else stage == stages - 1
+            if kind == "B" and first:
+                dep, first = ("F", stage, j), False
+            if not first and dep not in done:
+                continue
+            ready = 0.0 if first else done[dep] + (comm_s if dep[1] != stage else 0.0)
+            start = max(free[i], ready)
+            end = start + (forward_s[i] if kind == "F" else backward_s[i])
+            done[(kind, stage, j)] = end
+            free[i] = end
+            out.append(Interval(rank=i, kind=kind, chunk=chunk, microbatch=j, start_s=start, end_s=end))
+            if not first and dep[1] != stage and comm_s > 0:
+                out.append(Interval(rank=i, kind="comm", chunk=chunk, microbatch=j, start_s=ready - comm_s,
+                                    end_s=ready))
+            cursor[i] += 1
+            progressed = True
+        if not progressed:
+            raise ValueError(f"schedule {schedule!r} deadlocks with p={p}, m={m}, v={v}")
+    return out
