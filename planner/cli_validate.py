@@ -1,0 +1,164 @@
+"""``autoplan validate plan.json``: run plans, compare predicted with measured, calibrate."""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import click
+
+from .cli_common import run_command
+
+MIB = 2**20
+
+
+@click.command("validate")
+@click.argument("plan_file", type=click.Path(dir_okay=False))
+@click.option("--candidates", "num_candidates", type=click.IntRange(min=0), default=0, show_default=True,
+              help="Also run the next K candidates of the plan file.")
+@click.option("--steps", type=click.IntRange(min=1), default=5, show_default=True, help="Timed steps per plan.")
+@click.option("--warmup", type=click.IntRange(min=0), default=2, show_default=True, help="Untimed steps first.")
+@click.option("--nproc", type=click.IntRange(min=1), default=None,
+              help="Processes torchrun starts; plans of another world size are skipped (default: each plan's own).")
+@click.option("--dry-run", is_flag=True, help="Fake tensors and a fake process group: memory at full size, no time.")
+@click.option("--calibrate", is_flag=True, help="Fit correction factors from the runs and write them into --profile.")
+@click.option("--profile", "profile_path", type=click.Path(dir_okay=False), default=None,
+              help="Profile to predict with and, with --calibrate, to write (default: the plan's own).")
+@click.option("--workdir", type=click.Path(file_okay=False), default=None,
+              help="Where job directories and logs go (default: a new temporary directory).")
+@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
+def validate_command(plan_file: str, num_candidates: int, steps: int, warmup: int, nproc: int | None,
+                     dry_run: bool, calibrate: bool, profile_path: str | None, workdir: str | None, fmt: str) -> None:
+    """Run PLAN_FILE's plan (and K candidates) on this machine; print predicted vs measured.
+
+    \b
+    Real runs: torchrun on this node, the generated job's own code; step time (median of the
+    timed steps, slowest rank), tokens/s, and memory per pipeline rank by component (exact
+    tensor bytes of parameters, gradients, optimizer states; activations saved for backward).
+    --dry-run: the same step on fake tensors at the plan's real size, memory only.
+    """
+    def work() -> None:
+        report = run_validation(Path(plan_file), num_candidates=num_candidates, steps=steps, warmup=warmup,
+                                nproc=nproc, dry_run=dry_run, calibrate=calibrate, profile_path=profile_path,
+                                workdir=workdir)
+        if fmt == "json":
+            click.echo(json.dumps(report, indent=2, sort_keys=True))
+        else:
+            print_report(report)
+
+    run_command(work)
+
+
+def _load(profile_path: str | None, plan: dict[str, Any]):
+    path = profile_path or plan["inputs"].get("profile")
+    if not path or not Path(path).exists():
+        return path, None
+    from profiles import load_profile
+
+    return path, load_profile(Path(path))
+
+
+def run_validation(plan_path: Path, *, num_candidates: int, steps: int, warmup: int, nproc: int | None,
+                   dry_run: bool, calibrate: bool, profile_path: str | None, workdir: str | None) -> dict[str, Any]:
+    """The whole command as a function: returns the JSON report."""
+    from .plan_file import read_plan_file
+    from .validate import runner
+
+    if calibrate and dry_run:
+        raise runner.ValidateError("--calibrate needs measured step times; drop --dry-run")
+    plan = read_plan_file(plan_path)
+    path, profile = _load(profile_path, plan)
+    if calibrate and not path:
+        raise runner.ValidateError("--calibrate: give --profile PATH, the profile file to write the factors into")
+    base = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="autoplan-validate-"))
+    base.mkdir(parents=True, exist_ok=True)
+    jobs, results = runner.prepare(runner.single_plans(plan, num_candidates), base)
+    if dry_run:
+        results += [runner.compare(job, runner.dry_run(job), profile) for job in jobs]
+    else:
+        results += _measure(jobs, base, steps=steps, warmup=warmup, nproc=nproc, profile=profile)
+    results.sort(key=lambda r: r.name)
+    report: dict[str, Any] = {"plan_file": str(plan_path), "workdir": str(base), "dry_run": dry_run,
+                              "plans": [r.to_dict() for r in results]}
+    if calibrate:
+        report["calibration"] = _calibrate(plan, results, path, profile)
+    return report
+
+
+def _measure(jobs: list[dict], base: Path, *, steps: int, warmup: int, nproc: int | None, profile) -> list:
+    from .validate import runner
+
+    out = []
+    sizes = sorted({j["layout"].world_size for j in jobs})
+    for size in sizes:
+        group = [j for j in jobs if j["layout"].world_size == size]
+        if nproc is not None and size != nproc:
+            out += [runner.PlanResult(name=j["name"], layout=j["layout"], job_dir=j["job_dir"],
+                                      skipped=f"needs {size} processes; --nproc is {nproc}") for j in group]
+            continue
+        measured = runner.launch(group, base, steps=steps, warmup=warmup, nproc=size)
+        out += [runner.compare(j, measured[j["name"]], profile) for j in group if j["name"] in measured]
+    return out
+
+
+def _calibrate(plan: dict[str, Any], results: list, path: str, profile) -> dict[str, Any]:
+    import platform
+
+    from .validate.calibrate import Run, fit, interval_s, write_calibration
+
+    runs = [Run(inputs=plan["inputs"], layout=r.layout, measured_step_time_s=r.measured_step_time_s)
+            for r in results if r.measured_step_time_s]
+    cal = fit(runs, profile=profile)
+    provenance = {"source": "autoplan validate --calibrate", "runs": len(runs), "host": platform.node(),
+                  "plans": [r.layout.to_dict() for r in results if r.measured_step_time_s]}
+    write_calibration(path, cal, provenance=provenance, device_type=profile.device_type if profile else "cpu")
+    from .validate.calibrate import predict_all
+    from costmodels.assumptions import DEFAULT_ASSUMPTIONS
+    from dataclasses import replace
+
+    after = predict_all(runs, replace(DEFAULT_ASSUMPTIONS, **cal.factors), profile)
+    return {"profile": str(path), "factors": cal.factors, "step_time_log_sd": cal.step_time_log_sd,
+            "median_abs_error_pct_before": 100 * cal.median_abs_error_before,
+            "median_abs_error_pct_after": 100 * cal.median_abs_error_after,
+            "after": [{"layout": run.layout.to_dict(), "predicted_s": p, "interval_s": interval_s(p, cal.step_time_log_sd),
+                       "measured_s": run.measured_step_time_s} for run, p in zip(runs, after)]}
+
+
+def _pct(value: float | None) -> str:
+    return "-" if value is None else f"{value:+.1f}%"
+
+
+def print_report(report: dict[str, Any]) -> None:
+    """Side by side per plan: step time, tokens/s, memory by component per pipeline rank."""
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    for plan in report["plans"]:
+        L = plan["layout"]
+        console.print(f"[bold]{plan['name']}[/bold]: dp {L['dp']} tp {L['tp']} pp {L['pp']} zero {L['zero_stage']} "
+                      f"mb {L['micro_batch_size']}x{L['num_microbatches']} {L['schedule']} recompute {L['recompute']}"
+                      f"  (job: {plan['job_dir']})")
+        if "skipped" in plan:
+            console.print(f"  skipped: {plan['skipped']}")
+            continue
+        table = Table(box=None, header_style="bold", padding=(0, 2))
+        for col in ("quantity", "predicted", "measured", "error"):
+            table.add_column(col, justify="left" if col == "quantity" else "right")
+        if "step_time_s" in plan:
+            t, k = plan["step_time_s"], plan["tokens_per_s"]
+            table.add_row("step time (s)", f"{t['predicted']:.4f}", f"{t['measured']:.4f}", _pct(t["error_pct"]))
+            table.add_row("tokens/s", f"{k['predicted']:.0f}", f"{k['measured']:.0f}", "")
+        for row in plan["memory_bytes"]:
+            table.add_row(f"pp rank {row['pp_rank']} {row['component']} (MiB)", f"{row['predicted'] / MIB:.2f}",
+                          f"{row['measured'] / MIB:.2f}", _pct(row["error_pct"]))
+        console.print(table)
+    cal = report.get("calibration")
+    if cal:
+        console.print(f"calibration written to {cal['profile']}: "
+                      + ", ".join(f"{k} {v:.4g}" for k, v in sorted(cal["factors"].items())))
+        console.print(f"median |step time error|: {cal['median_abs_error_pct_before']:.1f}% before, "
+                      f"{cal['median_abs_error_pct_after']:.1f}% after; 95% interval x/÷ "
+                      f"{__import__('math').exp(1.96 * cal['step_time_log_sd']):.3f}")

@@ -1,0 +1,145 @@
+"""Fit the cost model's correction factors to measured step times, and store them in a profile.
+
+The factors are ``Assumptions`` fields the cost model already applies: ``compute_scale``
+(GEMM and attention time), ``memory_bound_scale`` (norms, activations, optimizer step),
+``communication_scale`` (every collective), ``overlap_fraction`` (how much data-parallel
+traffic hides behind backward) and ``step_overhead_s`` (fixed time per step). They are fitted
+by coordinate descent on the mean squared log error log(predicted / measured) over the runs,
+each factor on a log-spaced grid refined around the best point; the model is re-evaluated for
+every trial, so its max/overlap non-linearities are respected. Pure Python and numpy.
+
+Prediction intervals: the residual log errors after the fit give ``step_time_log_sd``; a step
+time t is reported as t · exp(±1.96 · sd) (95% if the residuals are normal). It is stored in
+the profile's calibration table beside the factors (the cost model ignores unknown keys).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any, Callable
+
+from costmodels.assumptions import DEFAULT_ASSUMPTIONS, Assumptions
+from costmodels.layout import Layout
+
+from .compare import cost_model
+
+FACTORS: dict[str, tuple[float, float]] = {
+    "compute_scale": (0.05, 20.0),
+    "memory_bound_scale": (0.05, 20.0),
+    "communication_scale": (0.05, 20.0),
+    "overlap_fraction": (0.0, 1.0),
+    "step_overhead_s": (0.0, 10.0),
+}
+"""Fitted ``Assumptions`` fields and their allowed ranges."""
+INTERVAL_Z = 1.96
+"""Two-sided 95% quantile of the normal distribution."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Run:
+    """One measured plan: its plan-file inputs, layout and measured step time."""
+
+    inputs: dict[str, Any]
+    layout: Layout
+    measured_step_time_s: float
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Calibration:
+    """Fitted factors and the error before and after (fractions, not percent)."""
+
+    factors: dict[str, float]
+    step_time_log_sd: float
+    median_abs_error_before: float
+    median_abs_error_after: float
+    num_runs: int
+
+
+def predict_all(runs: list[Run], assumptions: Assumptions | None, profile=None) -> list[float]:
+    """Predicted step time of each run under ``assumptions`` (None: the profile's own calibration)."""
+    models: dict[str, Any] = {}
+    out = []
+    for run in runs:
+        key = repr(sorted((k, repr(v)) for k, v in run.inputs.items()))
+        if key not in models:
+            models[key] = cost_model(run.inputs, profile=profile, assumptions=assumptions)
+        out.append(models[key].estimate(run.layout).step_time_s)
+    return out
+
+
+def _loss(runs: list[Run], predicted: list[float]) -> float:
+    return sum(math.log(p / r.measured_step_time_s) ** 2 for p, r in zip(predicted, runs)) / len(runs)
+
+
+def _grid(name: str, centre: float, width: float) -> list[float]:
+    low, high = FACTORS[name]
+    if name in ("overlap_fraction", "step_overhead_s"):
+        span = (high - low) * width if name == "overlap_fraction" else max(centre, 1e-3) * 4 * width
+        points = [centre + span * k / 4 for k in range(-4, 5)] + ([0.0] if name == "step_overhead_s" else [])
+    else:
+        points = [centre * math.exp(math.log(8.0) * width * k / 4) for k in range(-4, 5)]
+    return sorted({min(high, max(low, p)) for p in points})
+
+
+def fit(runs: list[Run], *, base: Assumptions = DEFAULT_ASSUMPTIONS, profile=None, rounds: int = 4,
+        names: tuple[str, ...] = tuple(FACTORS)) -> Calibration:
+    """Coordinate descent over ``names``; each round narrows the grids. Needs at least one run."""
+    if not runs:
+        raise ValueError("calibration needs at least one measured run")
+    before = predict_all(runs, None, profile)
+    current = {n: getattr(base, n) for n in names}
+    evaluate: Callable[[dict[str, float]], float] = lambda c: _loss(  # noqa: E731
+        runs, predict_all(runs, replace(base, **c), profile))
+    best = evaluate(current)
+    width = 1.0
+    for _ in range(rounds):
+        for name in names:
+            for value in _grid(name, current[name], width):
+                trial = {**current, name: value}
+                loss = evaluate(trial)
+                if loss < best - 1e-12:
+                    best, current = loss, trial
+        width /= 2
+    after = predict_all(runs, replace(base, **current), profile)
+    residuals = [math.log(p / r.measured_step_time_s) for p, r in zip(after, runs)]
+    sd = math.sqrt(sum(x * x for x in residuals) / max(len(runs) - 1, 1)) if len(runs) > 1 else 0.0
+    return Calibration(factors=current, step_time_log_sd=sd, num_runs=len(runs),
+                       median_abs_error_before=_median_abs(before, runs), median_abs_error_after=_median_abs(after, runs))
+
+
+def _median_abs(predicted: list[float], runs: list[Run]) -> float:
+    errors = sorted(abs(p / r.measured_step_time_s - 1) for p, r in zip(predicted, runs))
+    mid = len(errors) // 2
+    return errors[mid] if len(errors) % 2 else (errors[mid - 1] + errors[mid]) / 2
+
+
+def interval_s(step_time_s: float, log_sd: float) -> tuple[float, float]:
+    """95% prediction interval of a step time from the residual log standard deviation."""
+    spread = math.exp(INTERVAL_Z * log_sd)
+    return step_time_s / spread, step_time_s * spread
+
+
+def calibration_table(cal: Calibration) -> dict[str, float]:
+    """What goes into the profile's ``calibration``: factors (> 0 only; the loader requires
+    positive numbers, so a zero overlap or overhead is left at the model's default) and the
+    residual spread."""
+    table = {k: float(v) for k, v in cal.factors.items() if v > 0}
+    if cal.step_time_log_sd > 0:
+        table["step_time_log_sd"] = cal.step_time_log_sd
+    return table
+
+
+def write_calibration(path: str | Path, cal: Calibration, *, provenance: dict[str, Any], device_type: str) -> None:
+    """Set the calibration (with provenance) in the profile at ``path``, atomically; a missing
+    file becomes a profile with no measured tables (datasheet rates) and only the calibration.
+    The result is read back with ``profiles.load_profile`` to check it."""
+    from profiles import HardwareProfile, load_profile, write_profile
+
+    target = Path(path)
+    profile = load_profile(target) if target.exists() else HardwareProfile(device_type=device_type, provenance={})
+    history = dict(profile.provenance)
+    history["calibration"] = provenance
+    write_profile(target, replace(profile, calibration=calibration_table(cal), provenance=history))
+    load_profile(target)
