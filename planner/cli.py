@@ -25,3 +25,5 @@ for _command in (plan_command, evaluate_command, explain_command, models_command
     main.add_command(_command)
 from .cli_profile import profile_command; main.add_command(profile_command)  # noqa: E402
 from .cli_launch import launch_command; main.add_command(launch_command)  # noqa: E402
+from .cli_alpa import shard_command, trace_command; main.add_command(trace_command); main.add_command(shard_command)  # noqa: E402,E501
+from .cli_validate import validate_command; main.add_command(validate_command)  # noqa: E402
