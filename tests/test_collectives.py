@@ -1,0 +1,54 @@
+"""Alpha-beta collective times against hand-computed values, and group placement."""
+
+import pytest
+
+from costmodels.assumptions import Assumptions
+from costmodels.collectives import bytes_sent_per_rank, collective_time_s, ring_time_s
+from costmodels.presets import load_model
+from costmodels.training import TrainingSpec
+from hardware_specs import load_node, make_cluster
+from planner.space import SearchOptions, mesh_choices
+
+EXACT = Assumptions(link_efficiency=1.0)
+H100 = make_cluster(load_node("h100-sxm-80gb"), 64)  # 8 nodes x 8, NVSwitch 450 GB/s, 8 x 400 Gb/s NICs
+
+
+def test_ring_formulas():
+    # Thakur et al. 2005: all-reduce 2(n-1)α + 2(n-1)/n·S/β; all-gather (n-1)α + (n-1)/n·S/β.
+    assert ring_time_s("all_reduce", 8e9, 8, 1e-5, 1e11) == pytest.approx(14e-5 + 2 * 7 / 8 * 0.08)
+    assert ring_time_s("all_gather", 8e9, 8, 1e-5, 1e11) == pytest.approx(7e-5 + 7 / 8 * 0.08)
+    assert ring_time_s("send_recv", 1e9, 2, 1e-5, 1e11) == pytest.approx(1e-5 + 0.01)
+    assert bytes_sent_per_rank("all_reduce", 8.0, 4) == 12.0
+
+
+def test_group_inside_a_node_uses_nvswitch():
+    size = 1 << 30
+    expected = ring_time_s("all_reduce", size, 8, 3e-6, 450e9)
+    assert collective_time_s("all_reduce", size, 8, 1, H100, assumptions=EXACT) == pytest.approx(expected)
+
+
+def test_group_across_nodes_shares_the_node_nics():
+    # One rank per node (stride 8): 8 x 400 Gb/s per node shared by 8 GPUs = 50 GB/s each.
+    size = 1 << 30
+    expected = ring_time_s("all_reduce", size, 8, 5e-6, 8 * 400e9 / 8 / 8)
+    assert collective_time_s("all_reduce", size, 8, 8, H100, assumptions=EXACT) == pytest.approx(expected)
+
+
+def test_hierarchical_all_reduce_for_groups_spanning_nodes():
+    # 16 ranks = 8 per node x 2 nodes: intra reduce-scatter, inter all-reduce of S/8, intra all-gather.
+    size = 1 << 30
+    intra, inter = (3e-6, 450e9), (5e-6, 50e9)
+    expected = (ring_time_s("reduce_scatter", size, 8, *intra) + ring_time_s("all_reduce", size / 8, 2, *inter)
+                + ring_time_s("all_gather", size, 8, *intra))
+    assert collective_time_s("all_reduce", size, 16, 1, H100, assumptions=EXACT) == pytest.approx(expected)
+    assert H100.group_placement(16, 1) == (8, 2)
+    assert H100.group_placement(4, 2) == (4, 1)
+    assert H100.group_placement(4, 16) == (1, 4)
+
+
+def test_tensor_parallel_stays_inside_a_node_unless_allowed():
+    model, training = load_model("llama3-70b"), TrainingSpec(global_batch_size=64, seq_len=4096)
+    inside = mesh_choices(model, training, 64, 8, SearchOptions())
+    assert max(m.tp for m in inside) == 8
+    across = mesh_choices(model, training, 64, 8, SearchOptions(allow_cross_node_tp=True))
+    assert max(m.tp for m in across) == 64
