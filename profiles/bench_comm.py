@@ -3,7 +3,7 @@
 Imported only from ``profiles.harness.main``. Every rank of the world takes part in every
 layout: the world is split into equal groups that run the collective at the same time, as the
 groups of one parallel axis do in training. A point's time is the slowest rank of the group,
-median over repeats, each repeat started from a barrier (nccl-tests reports the same max).
+median over back-to-back repeats after one barrier (nccl-tests reports the same max).
 """
 
 from __future__ import annotations
@@ -27,6 +27,8 @@ COMM_DTYPES: dict[str, tuple[str, torch.dtype]] = {
 BATCH_TARGET_S = 0.005
 """Back-to-back calls per timed repeat are chosen to last about this long (seconds)."""
 BATCH_MAX_CALLS = 32
+WARMUP_CALLS = 3
+"""Calls in the warm-up batch that sizes the timed batches."""
 
 
 def join_layout(layout: GroupLayout) -> tuple[dist.ProcessGroup, tuple[int, ...]]:
@@ -94,27 +96,27 @@ def lockstep_median_s(fn: Callable[[], object], group: dist.ProcessGroup, timer:
     """Seconds per call: median over repeats of the slowest rank's time for a batch of
     back-to-back calls, divided by the batch length.
 
-    Each repeat starts at a barrier; batching (as nccl-tests does) amortises the skew with which
-    ranks leave the barrier. Batch length and repeat count come from the group-wide slowest
-    warm-up, so all ranks agree on them.
+    As in nccl-tests, one barrier starts the timed batches and they then run back to back, so
+    the skew with which ranks leave the barrier touches only the first batch. Batch length and
+    repeat count come from the group-wide slowest warm-up batch, so all ranks agree on them.
     """
+    def calls(count: int) -> Callable[[], None]:
+        def run() -> None:
+            for _ in range(count):
+                fn()
+        return run
+
     fn()
     timer.sync()
     dist.barrier(group=group)
-    (warm,) = group_max([timer.time_s(fn)], group, device)
+    (warm,) = group_max([timer.time_s(calls(WARMUP_CALLS)) / WARMUP_CALLS], group, device)
     warm = max(warm, 1e-9)
     batch = min(BATCH_MAX_CALLS, max(1, math.ceil(BATCH_TARGET_S / warm)))
     repeats = min(plan.max_repeats, max(plan.min_repeats, math.ceil(plan.time_budget_s / (warm * batch))))
-
-    def calls() -> None:
-        for _ in range(batch):
-            fn()
-
-    times = []
-    for _ in range(repeats):
-        dist.barrier(group=group)
-        timer.sync()
-        times.append(timer.time_s(calls) / batch)
+    timed = calls(batch)
+    timer.sync()
+    dist.barrier(group=group)
+    times = [timer.time_s(timed) / batch for _ in range(repeats)]
     return statistics.median(group_max(times, group, device))
 
 

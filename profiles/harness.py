@@ -234,14 +234,15 @@ def main(argv: list[str] | None = None) -> None:
     raw: dict[str, Any] = {"gemm": {}, "attention": {}, "memory": {}, "collectives": []}
     tasks = compute_tasks(plan, dtypes, device, timer, raw)
     comm = comm_tasks(plan, device, timer, raw) if dist.get_world_size() > 1 else []
-    progress = Progress(args.progress_file, plan.rounds * (len(tasks) + len(comm)), enabled=rank == 0)
+    total = plan.rounds * len(tasks) + plan.comm_rounds * len(comm)
+    progress = Progress(args.progress_file, total, enabled=rank == 0)
     for _ in range(plan.rounds):
         for what, run in tasks:
             run()
             progress.step(what)
     per_rank: list[Any] = [None] * dist.get_world_size()
     dist.all_gather_object(per_rank, ({k: raw[k] for k in ("gemm", "attention", "memory")}, socket.gethostname()))
-    for _ in range(plan.rounds):
+    for _ in range(plan.comm_rounds):
         for what, run in comm:
             run()
             progress.step(what)

@@ -86,12 +86,14 @@ def profile_from_dict(data: Any, where: str = "profile") -> HardwareProfile:
     provenance = doc.get(data, "provenance", dict)
     calibration = {k: doc.positive(data["calibration"], k, f"calibration.{k}")
                    for k in doc.get(data, "calibration", dict)}
+    curves = tuple(_curve(doc, c, f"collectives[{i}]") for i, c in enumerate(doc.get(data, "collectives", list)))
+    keys = [(c.op, c.num_ranks, c.spans_nodes) for c in curves]
+    doc.check(len(set(keys)) == len(keys), "collectives", "holds the same (op, num_ranks, spans_nodes) twice")
     return HardwareProfile(
         device_type=device_type, provenance=provenance, calibration=calibration,
         gemm=_tables(doc, data, "gemm", GemmPoint, ("m", "n", "k")),
         attention=_tables(doc, data, "attention", AttentionPoint, ("batch", "seq_len", "num_heads", "head_dim")),
-        memory=_memory(doc, data), collectives=tuple(_curve(doc, c, f"collectives[{i}]")
-                                                    for i, c in enumerate(doc.get(data, "collectives", list))))
+        memory=_memory(doc, data), collectives=curves)
 
 
 class _Doc:

@@ -97,6 +97,9 @@ class MeasurePlan:
     """Sweeps over every point; a point's time is the median of its per-round medians (and, for
     compute, of every rank's), so a burst of load from other processes spoils one round of a
     point, not the point."""
+    comm_rounds: int
+    """Sweeps over every collective and size (cheaper than compute rounds, and collectives on a
+    shared host jitter more, so there are more of them)."""
 
 
 def powers_of_two(low: int, high: int) -> tuple[int, ...]:
@@ -134,6 +137,7 @@ def make_plan(device_type: str, quick: bool) -> MeasurePlan:
         max_repeats=20 if quick else 50,
         time_budget_s=0.03 if quick else 0.1,
         rounds=2 if quick else 3,
+        comm_rounds=3 if quick else 6,
     )
 
 

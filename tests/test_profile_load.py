@@ -105,6 +105,7 @@ def test_foreign_json_is_rejected(tmp_path: Path) -> None:
     (lambda d: d["collectives"][0]["smoothed_time_s"].reverse(), "collectives[0].smoothed_time_s"),
     (lambda d: d["collectives"][0]["median_time_s"].pop(), "collectives[0]"),
     (lambda d: d.update(device_type="tpu"), "device_type"),
+    (lambda d: d["collectives"].append(d["collectives"][0]), "collectives"),
     (lambda d: d["memory"]["copy"][0].update(time_s=float("nan")), "memory.copy[0].time_s"),
 ])
 def test_malformed_fields_are_named(written: Path, mutate, field: str) -> None:
