@@ -79,3 +79,15 @@ def data_dependent() -> nn.Module:
 
 def not_a_module():
     return 42
+
+
+def tower_wide() -> nn.Module:
+    return Tower(depth=2, hidden=128, ffn=512, vocab=256)
+
+
+def tiny_llama() -> nn.Module:
+    """autoplan's own Llama-style model (the one ``launch`` trains) at the tiny-llama preset."""
+    from costmodels.presets import load_model
+    from planner.runtime.model import build_model
+
+    return build_model(load_model("tiny-llama"), device="cpu")

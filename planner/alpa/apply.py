@@ -1,7 +1,7 @@
 """Apply a ``tp_plan`` dict ({module fqn: style}) with PyTorch's ``parallelize_module``.
 
 Grammar of a style (see ``tp_plan.py``): ``colwise`` | ``rowwise`` | ``sequence_parallel`` |
-``replicate``, optionally followed by ``;input=L`` and ``;output=L`` with L one of
+``prepare_input`` | ``replicate``, optionally followed by ``;input=L`` and ``;output=L`` with L one of
 ``replicate``, ``partial``, ``shard(d)``. torch is imported inside the functions.
 """
 
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from hardware_specs.errors import AutoplanError
 
-STYLES = ("colwise", "rowwise", "sequence_parallel", "replicate")
+STYLES = ("colwise", "rowwise", "sequence_parallel", "prepare_input", "replicate")
 
 
 def parse_style(value: str) -> tuple[str, dict[str, str]]:
@@ -42,7 +42,8 @@ def parallel_styles(module, tp_plan: dict[str, str]) -> dict:
     """{fqn: ParallelStyle} for the entries that split something (``replicate`` is left out)."""
     from torch import nn
     from torch.distributed.tensor import Replicate
-    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, SequenceParallel
+    from torch.distributed.tensor.parallel import (ColwiseParallel, PrepareModuleInput, RowwiseParallel,
+                                                   SequenceParallel)
 
     styles = {}
     for fqn, value in sorted(tp_plan.items()):
@@ -51,6 +52,10 @@ def parallel_styles(module, tp_plan: dict[str, str]) -> dict:
             continue
         if head == "sequence_parallel":
             styles[fqn] = SequenceParallel(use_local_output=True)
+            continue
+        if head == "prepare_input":
+            styles[fqn] = PrepareModuleInput(input_layouts=(_placement(layouts.get("input", "replicate")),),
+                                             desired_input_layouts=(Replicate(),), use_local_output=True)
             continue
         kwargs = {f"{k}_layouts": _placement(v) for k, v in layouts.items()}
         target = module.get_submodule(fqn)

@@ -50,6 +50,13 @@ def is_module_edge(data: dict) -> bool:
         p["name"].rsplit(".", 1)[0] == data["module"] for p in data["params"])
 
 
+def is_styled(data: dict, strategy, mesh: Mesh) -> bool:
+    """A module op whose strategy splits it on every module-level axis: it gets a PyTorch style,
+    which can change the layout of its input (``input_layouts``) and output (``output_layouts``)."""
+    atoms = strategy.name.split("|")
+    return is_module_edge(data) and all(atom != "R" for atom, axis in zip(atoms, mesh.axes) if axis.module_level)
+
+
 def _key_cost_s(src, dst, size, mesh, ctx, at_module_edge: bool) -> float:
     """Seconds to change ``src`` into ``dst``; infinite (forbidden) when a module-level axis
     would need the change away from a linear or embedding module, where no PyTorch parallel
@@ -62,27 +69,27 @@ def _key_cost_s(src, dst, size, mesh, ctx, at_module_edge: bool) -> float:
 def _use(graph, u, consumers, index, strategies, mesh, ctx, weight):
     """Forward and backward demand keys of tensor ``u`` read by ``consumers`` [(op, input idx)]."""
     data = graph.nodes[u]
-    producer_edge = is_module_edge(data)
     size = _tensor_bytes(data)
     pu = index[u]
+    producer_styled = [is_styled(data, p, mesh) for p in strategies[pu]]
     labels, costs, keymap, placements = [], [], {}, []
     demands = []
     for v, i in consumers:
         pv = index[v]
-        edge = producer_edge or is_module_edge(graph.nodes[v])
         for direction in ("fwd", "bwd") if data["requires_grad"] else ("fwd",):
             keys = []
             for st in strategies[pv]:
                 want = st.ins[i] if direction == "fwd" else st.grads[i]
-                label = f"{direction}:{placement_label(want)}" + ("" if edge else ":inside")
+                styled = is_styled(graph.nodes[v], st, mesh)
+                label = f"{direction}:{placement_label(want)}" + ("" if styled else ":unstyled")
                 if label not in keymap:
                     keymap[label] = len(labels)
                     labels.append(label)
                     placements.append((direction, want))
                     costs.append(tuple(
-                        _key_cost_s(p.out, want, size, mesh, ctx, edge) if direction == "fwd"
-                        else _key_cost_s(want, grad_wanted(p.out), size, mesh, ctx, edge)
-                        for p in strategies[pu]))
+                        _key_cost_s(p.out, want, size, mesh, ctx, styled or ps) if direction == "fwd"
+                        else _key_cost_s(want, grad_wanted(p.out), size, mesh, ctx, styled or ps)
+                        for p, ps in zip(strategies[pu], producer_styled)))
                 keys.append(keymap[label])
             demands.append(Demand(consumer=pv, key_of_strategy=tuple(keys)))
     if not demands:

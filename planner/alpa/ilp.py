@@ -48,6 +48,9 @@ class Solution:
     """Relative MIP gap reported by the solver (0 when proven optimal; None if unknown)."""
     solver: str
     seconds: float
+    """Wall time of building the model in PuLP and solving it."""
+    solve_seconds: float
+    """Wall time inside the solver call alone."""
     num_variables: int
     num_constraints: int
 
@@ -161,6 +164,7 @@ def solve_ilp(problem: Problem, *, solver: SolverName = "highs", time_limit_s: f
 
     start = time.perf_counter()
     lp, s = _build(problem)
+    built = time.perf_counter()
     try:
         lp.solve(_make_solver(solver, time_limit_s, gap_rel))
     except pulp.PulpSolverError:
@@ -169,15 +173,16 @@ def solve_ilp(problem: Problem, *, solver: SolverName = "highs", time_limit_s: f
         solver = "cbc"
         lp.solve(_make_solver(solver, time_limit_s, gap_rel))
     seconds = time.perf_counter() - start
+    timing = {"seconds": seconds, "solve_seconds": time.perf_counter() - built}
     sol_status = lp.sol_status
     if sol_status not in (1, 2):
         # -1: proven infeasible; 0: the time limit came before any incumbent.
         return Solution(choice=(), cost_s=math.inf, memory_bytes=math.inf,
                         status="infeasible" if sol_status == -1 else "no_solution", gap=None, solver=solver,
-                        seconds=seconds, num_variables=lp.numVariables(), num_constraints=lp.numConstraints())
+                        **timing, num_variables=lp.numVariables(), num_constraints=lp.numConstraints())
     choice = tuple(max(range(len(xs)), key=lambda i: xs[i].value() or 0.0) for xs in s)
     cost, memory = evaluate(problem, choice)
     return Solution(choice=choice, cost_s=cost, memory_bytes=memory,
                     status="optimal" if sol_status == 1 else "feasible", gap=_gap(lp, solver, sol_status),
-                    solver=solver, seconds=seconds, num_variables=lp.numVariables(),
+                    solver=solver, **timing, num_variables=lp.numVariables(),
                     num_constraints=lp.numConstraints())

@@ -91,6 +91,7 @@ def shard_graph(graph: nx.DiGraph, *, tp: int, dp: int = 1, hardware: str = "h10
         raise AutoplanError(f"--tp {tp} --dp {dp}: {err}") from None
     solution = solve_ilp(built.problem, solver=solver, time_limit_s=time_limit_s, gap_rel=gap_rel)
     solver_info = {"name": solution.solver, "status": solution.status, "seconds": round(solution.seconds, 3),
+                   "solve_seconds": round(solution.solve_seconds, 3),
                    "variables": solution.num_variables, "constraints": solution.num_constraints,
                    "gap": solution.gap}
     mesh_info = {a.name: a.degree for a in mesh.axes}

@@ -3,7 +3,8 @@
 Plan values name PyTorch's parallel styles, with non-default layouts after semicolons:
 ``colwise`` (ColwiseParallel), ``rowwise`` (RowwiseParallel), ``sequence_parallel``
 (SequenceParallel), ``replicate`` (left whole), e.g. ``rowwise;output=shard(1)`` or
-``colwise;input=shard(1);output=replicate``. A layout change the ILP puts at a module's
+``colwise;input=shard(1);output=replicate``; ``prepare_input;input=shard(1)`` gathers a
+module's input on entry (PrepareModuleInput to Replicate). A layout change the ILP puts at a module's
 output (partial sums, or a split output) is that module's ``output=``; one it puts at a
 linear or embedding input is that module's ``input=``. Any other layout change cannot be
 written as a module-level plan and is listed under ``unexpressible``.
@@ -15,7 +16,7 @@ from collections import Counter
 
 import networkx as nx
 
-from .build import Built, is_module_edge
+from .build import Built, is_styled
 from .graph import Blocks
 from .mesh import Mesh, conversions, grad_wanted
 
@@ -42,8 +43,8 @@ def _defaults(style: str, kind: str, ndim: int) -> tuple:
 
 
 class _Reader:
-    def __init__(self, graph: nx.DiGraph, built: Built, choice, axis: int):
-        self.graph, self.built, self.choice, self.axis = graph, built, choice, axis
+    def __init__(self, graph: nx.DiGraph, built: Built, choice, mesh: Mesh, axis: int):
+        self.graph, self.built, self.choice, self.mesh, self.axis = graph, built, choice, mesh, axis
 
     def strategy(self, n):
         i = self.built.representative[n]
@@ -92,14 +93,15 @@ def _boundary_ok(r: _Reader, u: str, v: str, want) -> bool:
     """Whether the change of ``u``'s output to ``want`` for consumer ``v`` sits at a module edge."""
     if r.out(u) == want:
         return True
-    return is_module_edge(r.graph.nodes[u]) or is_module_edge(r.graph.nodes[v])
+    mesh = r.mesh
+    return is_styled(r.graph.nodes[u], r.strategy(u), mesh) or is_styled(r.graph.nodes[v], r.strategy(v), mesh)
 
 
 def tp_plan(graph: nx.DiGraph, built: Built, choice, mesh: Mesh, axis_name: str = "tp") -> tuple[dict, list[str]]:
     """({module fqn: style}, [layout changes no module-level plan can express])."""
     names = [a.name for a in mesh.axes]
     axis = names.index(axis_name) if axis_name in names else len(names) - 1
-    r = _Reader(graph, built, choice, axis)
+    r = _Reader(graph, built, choice, mesh, axis)
     plan, issues = {}, []
     for n, d in graph.nodes(data=True):
         if not d.get("module") or not d["params"]:
@@ -113,7 +115,34 @@ def tp_plan(graph: nx.DiGraph, built: Built, choice, mesh: Mesh, axis_name: str 
                 if src == u and not _boundary_ok(r, u, v, r.strategy(v).ins[i][axis]):
                     issues.append(f"{u} -> {v}: {_layout(r.out(u))} to {_layout(r.strategy(v).ins[i][axis])} "
                                   f"inside a module")
+    for u in graph.nodes:
+        _hoist_gather(r, u, plan)
     return dict(sorted(plan.items())), sorted(set(issues))
+
+
+def _hoist_gather(r: _Reader, u: str, plan: dict) -> None:
+    """Gather a sharded input once where it enters the enclosing module (PrepareModuleInput),
+    as torchtitan does for attention and MLP under sequence parallelism, instead of in each of
+    q, k, v: code in that module which reads shapes off its input then sees full sizes."""
+    graph = r.graph
+    uses = [(v, i) for v in graph.successors(u) for i, src in enumerate(graph.nodes[v]["inputs"]) if src == u]
+    gathered = [v for v, i in uses if is_styled(graph.nodes[v], r.strategy(v), r.mesh)
+                and r.strategy(v).ins[i][r.axis] == "R"]
+    if not isinstance(r.out(u), int) or len(gathered) < 2:
+        return
+    producer_stack = set(graph.nodes[u]["module_stack"])
+    outers = {next((m for m in graph.nodes[v]["module_stack"] if m not in producer_stack), None) for v in gathered}
+    if len(outers) != 1 or None in outers:
+        return
+    outer = outers.pop()
+    inside = {n for n, d in graph.nodes(data=True) if outer in d["module_stack"]}
+    external = {src for n in inside for src in graph.nodes[n]["inputs"] if src not in inside}
+    if external != {u} or any(v in inside and r.strategy(v).ins[i][r.axis] != "R" for v, i in uses):
+        return
+    plan[outer] = f"prepare_input;input={_layout(r.out(u))}"
+    for v in gathered:
+        fqn = graph.nodes[v]["module"]
+        plan[fqn] = ";".join(part for part in plan[fqn].split(";") if not part.startswith("input="))
 
 
 def count_collectives(graph: nx.DiGraph, built: Built, choice, mesh: Mesh, blocks: Blocks | None) -> dict:
