@@ -67,8 +67,10 @@ def _emit(report_dict: dict[str, Any], text: str, fmt: str, out: str | None, con
               help="Only layouts 'autoplan launch' can run here (no context/expert parallelism or offload).")
 @click.option("--solver", type=click.Choice(["search", "brute-force"]), default="search", show_default=True,
               help="search: exact branch and bound; brute-force: evaluate every layout (slow, for checking).")
+@click.option("--plot", "plot_dir", type=click.Path(file_okay=False), default=None,
+              help="Write PNG and SVG figures (schedule, memory, candidates) into this directory.")
 def plan_command(fmt: str, out: str | None, top_k: int, allow_cross_node_tp: bool, launchable: bool, solver: str,
-                 **kw: Any) -> None:
+                 plot_dir: str | None, **kw: Any) -> None:
     """Find the fastest layout that fits, with ranked alternatives.
 
     Exits 1 when no layout fits, printing the closest misses and what would make them fit.
@@ -82,6 +84,7 @@ def plan_command(fmt: str, out: str | None, top_k: int, allow_cross_node_tp: boo
         text = report.to_json()
         timed = report.to_dict(with_timing=True)
         _emit(data, text, fmt, out, lambda: _print(timed))
+        _plot(data, plot_dir)
         if not report.feasible:
             miss = report.closest_misses[0] if report.closest_misses else None
             detail = (f"; closest needs {miss.needed_gib:.1f} GiB of {miss.available_gib:.1f} GiB "
@@ -159,14 +162,27 @@ def _print(report: dict[str, Any]) -> None:
     print_report(Console(), report)
 
 
+def _plot(plan: dict[str, Any], plot_dir: str | None) -> None:
+    """``--plot DIR``: figures of the plan (planner.validate.plot), listed on stderr."""
+    if plot_dir:
+        from .validate.plot import plot_plan
+
+        paths = plot_plan(plan, plot_dir)
+        click.echo(f"wrote {len(paths)} figures to {plot_dir}", err=True)
+
+
 @click.command("explain")
 @click.argument("plan_file", type=click.Path(dir_okay=False))
-def explain_command(plan_file: str) -> None:
+@click.option("--plot", "plot_dir", type=click.Path(file_okay=False), default=None,
+              help="Write PNG and SVG figures (schedule, memory, candidates) into this directory.")
+def explain_command(plan_file: str, plot_dir: str | None) -> None:
     """Show a plan file: layout, memory by component, time by term, traffic, sources."""
     def work() -> None:
         from .plan_file import read_plan_file
 
-        _print(read_plan_file(Path(plan_file)))
+        plan = read_plan_file(Path(plan_file))
+        _print(plan)
+        _plot(plan, plot_dir)
 
     run_command(work)
 
