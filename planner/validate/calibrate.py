@@ -33,6 +33,8 @@ FACTORS: dict[str, tuple[float, float]] = {
     "step_overhead_s": (0.0, 10.0),
 }
 """Fitted ``Assumptions`` fields and their allowed ranges."""
+SHRINK = 0.6
+"""Grid width factor per round of coordinate descent."""
 INTERVAL_Z = 1.96
 """Two-sided 95% quantile of the normal distribution."""
 
@@ -73,17 +75,19 @@ def _loss(runs: list[Run], predicted: list[float]) -> float:
     return sum(math.log(p / r.measured_step_time_s) ** 2 for p, r in zip(predicted, runs)) / len(runs)
 
 
-def _grid(name: str, centre: float, width: float) -> list[float]:
+def _grid(name: str, centre: float, width: float, time_scale_s: float) -> list[float]:
+    """Nine trial values around ``centre``: additive for the overlap share and the overhead
+    (spans of the whole range and of the typical step time), multiplicative (up to 8x) for scales."""
     low, high = FACTORS[name]
     if name in ("overlap_fraction", "step_overhead_s"):
-        span = (high - low) * width if name == "overlap_fraction" else max(centre, 1e-3) * 4 * width
+        span = (high - low) * width if name == "overlap_fraction" else time_scale_s * width
         points = [centre + span * k / 4 for k in range(-4, 5)] + ([0.0] if name == "step_overhead_s" else [])
     else:
         points = [centre * math.exp(math.log(8.0) * width * k / 4) for k in range(-4, 5)]
     return sorted({min(high, max(low, p)) for p in points})
 
 
-def fit(runs: list[Run], *, base: Assumptions = DEFAULT_ASSUMPTIONS, profile=None, rounds: int = 4,
+def fit(runs: list[Run], *, base: Assumptions = DEFAULT_ASSUMPTIONS, profile=None, rounds: int = 8,
         names: tuple[str, ...] = tuple(FACTORS)) -> Calibration:
     """Coordinate descent over ``names``; each round narrows the grids. Needs at least one run."""
     if not runs:
@@ -94,14 +98,15 @@ def fit(runs: list[Run], *, base: Assumptions = DEFAULT_ASSUMPTIONS, profile=Non
         runs, predict_all(runs, replace(base, **c), profile))
     best = evaluate(current)
     width = 1.0
+    time_scale_s = sorted(r.measured_step_time_s for r in runs)[len(runs) // 2]
     for _ in range(rounds):
         for name in names:
-            for value in _grid(name, current[name], width):
+            for value in _grid(name, current[name], width, time_scale_s):
                 trial = {**current, name: value}
                 loss = evaluate(trial)
                 if loss < best - 1e-12:
                     best, current = loss, trial
-        width /= 2
+        width *= SHRINK
     after = predict_all(runs, replace(base, **current), profile)
     residuals = [math.log(p / r.measured_step_time_s) for p, r in zip(after, runs)]
     sd = math.sqrt(sum(x * x for x in residuals) / max(len(runs) - 1, 1)) if len(runs) > 1 else 0.0

@@ -1,0 +1,44 @@
+"""``--plot DIR``: PNG and SVG figures of a plan exist and are valid images."""
+
+from __future__ import annotations
+
+import xml.etree.ElementTree as ET
+
+import matplotlib.image
+from click.testing import CliRunner
+
+import planner
+from planner.cli import main
+from planner.validate.plot import plot_plan
+
+NAMES = ("schedule", "memory", "candidates")
+
+
+def _check(directory):
+    for name in NAMES:
+        png = directory / f"{name}.png"
+        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+        image = matplotlib.image.imread(png)
+        assert image.shape[0] > 100 and image.shape[1] > 100
+        root = ET.parse(directory / f"{name}.svg").getroot()
+        assert root.tag.endswith("svg")
+
+
+def test_plot_plan_writes_three_figures_twice(tmp_path):
+    report = planner.plan(model="tiny-llama", hardware="cpu", gpus=4, gpus_per_node=4, global_batch=8, seq_len=64,
+                          precision="fp32", launchable=True)
+    paths = plot_plan(report.to_dict(), tmp_path)
+    assert sorted(p.name for p in paths) == sorted(f"{n}.{e}" for n in NAMES for e in ("png", "svg"))
+    _check(tmp_path)
+
+
+def test_plan_and_explain_plot_option(tmp_path):
+    runner = CliRunner()
+    plan = tmp_path / "plan.json"
+    args = ["plan", "--model", "tiny-llama", "--hardware", "cpu", "--gpus", "2", "--global-batch", "4",
+            "--seq-len", "32", "--precision", "fp32", "--out", str(plan), "--plot", str(tmp_path / "a")]
+    assert runner.invoke(main, args).exit_code == 0
+    _check(tmp_path / "a")
+    result = runner.invoke(main, ["explain", str(plan), "--plot", str(tmp_path / "b")])
+    assert result.exit_code == 0, result.output
+    _check(tmp_path / "b")
