@@ -59,12 +59,11 @@ def test_bad_input_is_one_line_exit_2(args, needle):
     assert len(lines) == 1 and lines[0].startswith("error: ") and needle in lines[0], result.output
 
 
-def test_shard_preset_as_subprocess_prints_table():
-    env = {**os.environ, "PYTHONPATH": TESTS}
-    proc = subprocess.run([AUTOPLAN, "shard", "--model", "tiny-llama", "--tp", "2",
-                           "--hardware", "cpu"], capture_output=True, text=True, env=env, check=False)
-    assert proc.returncode == 0, proc.stderr
-    assert "layers.0.attention.wq" in proc.stdout and "solver: highs" in proc.stdout
+def test_shard_preset_prints_table():
+    result = _run(["shard", "--model", "tiny-llama", "--tp", "2", "--hardware", "cpu"])
+    assert result.exit_code == 0, result.output
+    assert "layers.0.attention.wq" in result.output and "solver: highs optimal" in result.output
+    assert "layers.1.attention.wq" not in result.output  # repeated blocks are summarised in the table
 
 
 def test_trace_bad_factory_as_subprocess():

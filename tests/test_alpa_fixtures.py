@@ -49,6 +49,24 @@ class Tower(nn.Module):
         return self.proj(x)
 
 
+class FusedQKV(nn.Module):
+    """One projection split into q, k, v (GPT-2 style), then attention."""
+
+    def __init__(self, hidden: int = 32, heads: int = 4, vocab: int = 64) -> None:
+        super().__init__()
+        self.heads = heads
+        self.embed = nn.Embedding(vocab, hidden)
+        self.qkv = nn.Linear(hidden, 3 * hidden)
+        self.proj = nn.Linear(hidden, vocab)
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        x = self.embed(tokens)
+        b, s, h = x.shape
+        q, k, v = (t.view(b, s, self.heads, -1).transpose(1, 2) for t in self.qkv(x).split(h, dim=-1))
+        out = F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2).reshape(b, s, h)
+        return self.proj(out)
+
+
 class DataDependent(nn.Module):
     def __init__(self) -> None:
         super().__init__()
@@ -91,3 +109,7 @@ def tiny_llama() -> nn.Module:
     from planner.runtime.model import build_model
 
     return build_model(load_model("tiny-llama"), device="cpu")
+
+
+def fused_qkv() -> nn.Module:
+    return FusedQKV(hidden=128, heads=4, vocab=256)

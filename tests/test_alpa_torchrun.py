@@ -1,4 +1,8 @@
-"""An ILP plan applied with parallelize_module under torchrun matches the single-process loss."""
+"""ILP plans applied with parallelize_module under torchrun match the single-process loss.
+
+One torchrun launch (2 processes, gloo) checks three models: a user model with repeated blocks,
+a user model with a fused q/k/v projection, and autoplan's own tiny-llama (the model launch trains).
+"""
 
 from __future__ import annotations
 
@@ -12,8 +16,8 @@ import pytest
 
 TESTS = str(Path(__file__).parent)
 TORCHRUN = str(Path(sys.executable).parent / "torchrun")
-CASES = {"user_tower": ("test_alpa_fixtures:tower_wide", (4, 64)),
-         "autoplan_tiny_llama": ("test_alpa_fixtures:tiny_llama", (2, 128))}
+CASES = {"test_alpa_fixtures:tower_wide": (4, 64), "test_alpa_fixtures:fused_qkv": (4, 64),
+         "test_alpa_fixtures:tiny_llama": (2, 128)}
 
 
 def _plan(factory: str, shape) -> dict:
@@ -24,33 +28,36 @@ def _plan(factory: str, shape) -> dict:
     return shard_graph(graph, tp=2, hardware="cpu", dtype="fp32").report.to_dict()
 
 
-@pytest.fixture(scope="module", params=sorted(CASES))
-def parity(request, tmp_path_factory):
-    factory, shape = CASES[request.param]
-    work = tmp_path_factory.mktemp(request.param)
-    report = _plan(factory, shape)
-    (work / "plan.json").write_text(json.dumps(report))
+@pytest.fixture(scope="module")
+def parity(tmp_path_factory):
+    work = tmp_path_factory.mktemp("parity")
+    reports, command = {}, [TORCHRUN, "--standalone", "--nproc-per-node", "2", "-m", "planner.alpa.parity"]
+    for i, (factory, shape) in enumerate(sorted(CASES.items())):
+        reports[factory] = _plan(factory, shape)
+        (work / f"plan{i}.json").write_text(json.dumps(reports[factory]))
+        command += ["--case", factory, ",".join(map(str, shape)), str(work / f"plan{i}.json")]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([TESTS, os.environ.get("PYTHONPATH", "")])}
-    proc = subprocess.run([TORCHRUN, "--standalone", "--nproc-per-node", "2", "-m", "planner.alpa.parity",
-                           "--module", factory, "--input-shape", ",".join(map(str, shape)),
-                           "--plan", str(work / "plan.json"), "--out", str(work / "result.json")],
-                          capture_output=True, text=True, env=env, timeout=300, check=False)
+    proc = subprocess.run(command + ["--out", str(work / "result.json")], capture_output=True, text=True,
+                          env=env, timeout=300, check=False)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    return report, json.loads((work / "result.json").read_text())
+    return reports, json.loads((work / "result.json").read_text())
 
 
 @pytest.mark.torchrun
-def test_plan_splits_the_model(parity):
-    report, result = parity
-    styles = {v.split(";")[0] for v in report["tp_plan"].values()}
-    assert {"colwise", "rowwise"} <= styles  # the run exercises real tensor parallelism
-    assert result["tp_plan"] == report["tp_plan"] and result["world_size"] == 2
+@pytest.mark.parametrize("factory", sorted(CASES))
+def test_plan_is_applied_and_splits_the_model(parity, factory):
+    reports, result = parity
+    plan = reports[factory]["tp_plan"]
+    assert result["world_size"] == 2 and result["cases"][factory]["tp_plan"] == plan
+    assert any(v.split(";")[0] in ("colwise", "rowwise") for v in plan.values())  # real tensor parallelism
+    assert reports[factory]["unexpressible"] == []
 
 
 @pytest.mark.torchrun
-def test_loss_matches_single_process(parity):
-    _, result = parity
-    assert len(result["reference"]) == 3
-    assert result["reference"][-1] < result["reference"][0]  # training moved
-    for ref, par in zip(result["reference"], result["parallel"]):
+@pytest.mark.parametrize("factory", sorted(CASES))
+def test_loss_matches_single_process(parity, factory):
+    case = parity[1]["cases"][factory]
+    assert len(case["reference"]) == 3
+    assert case["reference"][-1] < case["reference"][0]  # training moved
+    for ref, par in zip(case["reference"], case["parallel"]):
         assert par == pytest.approx(ref, rel=1e-5, abs=1e-6)

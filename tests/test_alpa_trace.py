@@ -89,3 +89,23 @@ def test_untraceable_module_is_a_one_line_error():
 
     with pytest.raises(AutoplanError, match="cannot trace"):
         trace_module(fx.DataDependent(), token_inputs((2, 4)), name="--module x:y")
+
+
+def test_split_pieces_keep_their_edges():
+    """q, k, v cut from one fused projection all reach attention, each a slice of the linear."""
+    from planner.alpa.trace import token_inputs, trace_module
+
+    graph = trace_module(fx.FusedQKV(), token_inputs((2, 8)))
+    attention = [n for n, d in graph.nodes(data=True) if d["kind"] == "attention"][0]
+    qkv = [n for n, d in graph.nodes(data=True) if d["module"] == "qkv"][0]
+    assert len(graph.nodes[attention]["inputs"]) == 3
+    pieces = [n for n in graph.successors(qkv)]
+    assert len(pieces) == 3 and all(graph.nodes[n]["shape"] == [2, 8, 32] for n in pieces)
+    assert all(graph.nodes[n]["follow"] == [[0, 1, None]] for n in pieces)  # the split dim is not shardable
+    assert all(nx_has_path(graph, n, attention) for n in pieces)
+
+
+def nx_has_path(graph, a, b) -> bool:
+    import networkx as nx
+
+    return nx.has_path(graph, a, b)

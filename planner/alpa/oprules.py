@@ -13,7 +13,8 @@ import torch
 from . import dims
 from .dims import numel
 
-VIEW_OPS = {"view", "_unsafe_view", "reshape", "expand", "transpose", "permute", "t", "unsqueeze", "squeeze",
+SPLIT_OPS = {"split", "split_with_sizes", "chunk", "unbind", "tensor_split"}
+VIEW_OPS = {"getitem", "view", "_unsafe_view", "reshape", "expand", "transpose", "permute", "t", "unsqueeze", "squeeze",
             "alias", "detach", "select", "slice", "unflatten", "flatten", "lift_fresh_copy", "view_as"}
 COPY_OPS = {"_to_copy", "to", "clone", "contiguous", "type_as", "dropout", "native_dropout", "float",
             "repeat_interleave", "stack", "cat"}
@@ -29,6 +30,8 @@ CREATION_OPS = {"arange", "zeros", "ones", "full", "empty", "zeros_like", "ones_
 
 
 def op_name(fx_node) -> str:
+    if fx_node.op != "call_function":
+        return fx_node.op
     target = fx_node.target
     name = getattr(target, "__name__", str(target))
     return name.split(".")[0]
@@ -50,6 +53,12 @@ def _follow(fx_node, name: str, val, in_nodes, in_args) -> list | None:
     if not shapes:
         return None
     src = shapes[0]
+    if name == "getitem":  # one piece of a split: a slice along the split dim
+        split = args[0]
+        if op_name(split) == "unbind":
+            return [dims.remove_map(len(src), [split.args[1] if len(split.args) > 1 else 0])]
+        dim = split.args[2] if len(split.args) > 2 else split.kwargs.get("dim", 0)
+        return [dims.identity_map(len(src), [dim])]
     if name in ("view", "_unsafe_view", "reshape", "flatten", "unflatten", "view_as"):
         return [dims.reshape_map(src, out)]
     if name in ("transpose",):

@@ -1,7 +1,7 @@
 """Check a tensor-parallel plan against a single-process run (run under torchrun, gloo on CPU).
 
     torchrun --standalone --nproc-per-node 2 -m planner.alpa.parity \\
-        --module pkg.mod:factory --input-shape 4,64 --plan shard.json --out result.json
+        --case pkg.mod:factory 4,64 shard.json [--case ...] --out result.json
 
 Every rank builds the same model (seed 0), keeps an untouched copy as the single-process
 reference, applies the plan's ``tp_plan`` to the other with ``parallelize_module`` on a 1-D
@@ -36,11 +36,30 @@ def _losses(model, tokens, targets, steps: int, lr: float) -> list[float]:
     return out
 
 
+def _case(factory: str, input_shape: str, plan_path: str, mesh, steps: int, lr: float) -> dict:
+    from .apply import apply_tp_plan
+    from .trace import load_factory
+
+    torch.manual_seed(0)
+    reference = load_factory(factory)()
+    parallel = copy.deepcopy(reference)
+    with open(plan_path, encoding="utf-8") as handle:
+        plan = json.load(handle)["tp_plan"]
+    apply_tp_plan(parallel, mesh, plan)
+    shape = tuple(int(x) for x in input_shape.split(","))
+    with torch.no_grad():
+        vocab = reference(torch.zeros(shape, dtype=torch.long)).shape[-1]
+    gen = torch.Generator().manual_seed(1)
+    tokens = torch.randint(0, vocab, shape, generator=gen)
+    targets = torch.randint(0, vocab, shape, generator=gen)
+    return {"tp_plan": plan, "reference": _losses(reference, tokens, targets, steps, lr),
+            "parallel": _losses(parallel, tokens, targets, steps, lr)}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--module", required=True)
-    parser.add_argument("--input-shape", required=True)
-    parser.add_argument("--plan", required=True, help="JSON with a tp_plan (autoplan shard --out).")
+    parser.add_argument("--case", nargs=3, action="append", required=True, metavar=("FACTORY", "SHAPE", "PLAN"),
+                        help="pkg.mod:factory, token shape B,S, and a JSON file with a tp_plan (autoplan shard --out).")
     parser.add_argument("--out", required=True)
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--lr", type=float, default=0.5)
@@ -48,26 +67,12 @@ def main() -> None:
 
     from torch.distributed.device_mesh import init_device_mesh
 
-    from .apply import apply_tp_plan
-    from .trace import load_factory
-
     dist.init_process_group("gloo")
     world = dist.get_world_size()
-    torch.manual_seed(0)
-    reference = load_factory(args.module)()
-    parallel = copy.deepcopy(reference)
-    with open(args.plan, encoding="utf-8") as handle:
-        plan = json.load(handle)["tp_plan"]
-    apply_tp_plan(parallel, init_device_mesh("cpu", (world,), mesh_dim_names=("tp",)), plan)
-    shape = tuple(int(x) for x in args.input_shape.split(","))
-    with torch.no_grad():
-        vocab = reference(torch.zeros(shape, dtype=torch.long)).shape[-1]
-    gen = torch.Generator().manual_seed(1)
-    tokens = torch.randint(0, vocab, shape, generator=gen)
-    targets = torch.randint(0, vocab, shape, generator=gen)
-    result = {"world_size": world, "tp_plan": plan,
-              "reference": _losses(reference, tokens, targets, args.steps, args.lr),
-              "parallel": _losses(parallel, tokens, targets, args.steps, args.lr)}
+    mesh = init_device_mesh("cpu", (world,), mesh_dim_names=("tp",))
+    result = {"world_size": world,
+              "cases": {factory: _case(factory, shape, plan, mesh, args.steps, args.lr)
+                        for factory, shape, plan in args.case}}
     if dist.get_rank() == 0:
         tmp = f"{args.out}.tmp{os.getpid()}"
         with open(tmp, "w", encoding="utf-8") as handle:

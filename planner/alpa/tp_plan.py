@@ -76,8 +76,9 @@ def _module_entry(r: _Reader, n: str, issues: list) -> str | None:
         return "replicate"
     default_in, default_out = _defaults(style, d["kind"], len(d["shape"]))
     parts = [style]
-    if d["inputs"] and r.out(d["inputs"][0]) != default_in:
-        parts.append(f"input={_layout(r.out(d['inputs'][0]))}")
+    src = d["inputs"][0] if d["inputs"] else None
+    if src is not None and r.out(src) != default_in and not is_styled(r.graph.nodes[src], r.strategy(src), r.mesh):
+        parts.append(f"input={_layout(r.out(src))}")  # a styled producer converts on its output instead
     wants = r.demands(n)
     if len(wants) > 1:
         issues.append(f"{d['module']}: consumers want several layouts {sorted(map(str, wants))}")

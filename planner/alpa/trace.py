@@ -113,7 +113,7 @@ def _to_graph(exported) -> nx.DiGraph:
     sig = exported.graph_signature
     params = dict(sig.inputs_to_parameters) | dict(sig.inputs_to_buffers)
     graph = nx.DiGraph(batch_size=None)
-    alias: dict[str, str] = {}  # getitem of a split -> handled by oprules
+    alias: dict[str, str] = {}  # fx name -> graph op it stands for (getitem 0, split inputs)
     for fx_node in exported.graph_module.graph.nodes:
         if fx_node.op == "placeholder":
             if fx_node.name not in params:
@@ -124,7 +124,11 @@ def _to_graph(exported) -> nx.DiGraph:
             continue
         if fx_node.op != "call_function":
             continue
-        if fx_node.target is operator.getitem:
+        if oprules.op_name(fx_node) in oprules.SPLIT_OPS:  # its pieces become slice-like ops
+            source = fx_node.args[0]
+            alias[fx_node.name] = alias.get(source.name, source.name)
+            continue
+        if fx_node.target is operator.getitem and oprules.op_name(fx_node.args[0]) not in oprules.SPLIT_OPS:
             oprules.add_getitem(graph, fx_node, alias, params)
             continue
         _add_op(graph, fx_node, params, alias)
