@@ -109,3 +109,26 @@ def nx_has_path(graph, a, b) -> bool:
     import networkx as nx
 
     return nx.has_path(graph, a, b)
+
+
+def test_plan_styles_parse_and_map_to_pytorch():
+    from torch.distributed.tensor import Replicate, Shard
+    from torch.distributed.tensor.parallel import ColwiseParallel, PrepareModuleInput, RowwiseParallel
+
+    from hardware_specs.errors import AutoplanError
+    from planner.alpa.apply import parallel_styles, parse_style
+
+    assert parse_style("colwise;input=shard(1);output=replicate") == (
+        "colwise", {"input": "shard(1)", "output": "replicate"})
+    model = fx.Tower(depth=2)
+    styles = parallel_styles(model, {"lookup": "rowwise", "trunk.0.inner": "colwise;input=shard(1)",
+                                     "trunk.0": "prepare_input;input=shard(1)", "proj": "replicate",
+                                     "trunk.9.inner": "colwise"}, skip_missing=True)
+    assert set(styles) == {"lookup", "trunk.0.inner", "trunk.0"}
+    assert isinstance(styles["lookup"], RowwiseParallel) and styles["lookup"].input_layouts == (Replicate(),)
+    assert isinstance(styles["trunk.0.inner"], ColwiseParallel) and styles["trunk.0.inner"].input_layouts == (Shard(1),)
+    assert isinstance(styles["trunk.0"], PrepareModuleInput)
+    with pytest.raises(AutoplanError, match="no module"):
+        parallel_styles(model, {"trunk.9.inner": "colwise"})
+    with pytest.raises(AutoplanError, match="unknown style"):
+        parse_style("diagonal")

@@ -38,18 +38,23 @@ def _placement(text: str):
     raise AutoplanError(f"tp_plan: bad layout {text!r}; use replicate, partial or shard(d)")
 
 
-def parallel_styles(module, tp_plan: dict[str, str]) -> dict:
-    """{fqn: ParallelStyle} for the entries that split something (``replicate`` is left out)."""
+def parallel_styles(module, tp_plan: dict[str, str], *, skip_missing: bool = False) -> dict:
+    """{fqn: ParallelStyle} for the entries that split something (``replicate`` is left out).
+
+    ``skip_missing`` drops entries for modules this part does not hold (a pipeline stage)."""
     from torch import nn
     from torch.distributed.tensor import Replicate
     from torch.distributed.tensor.parallel import (ColwiseParallel, PrepareModuleInput, RowwiseParallel,
                                                    SequenceParallel)
 
     styles = {}
+    present = {name for name, _ in module.named_modules()}
     for fqn, value in sorted(tp_plan.items()):
         head, layouts = parse_style(value)
-        if head == "replicate":
+        if head == "replicate" or (skip_missing and fqn not in present):
             continue
+        if fqn not in present:
+            raise AutoplanError(f"tp_plan: the model has no module {fqn!r}")
         if head == "sequence_parallel":
             styles[fqn] = SequenceParallel(use_local_output=True)
             continue
@@ -65,11 +70,11 @@ def parallel_styles(module, tp_plan: dict[str, str]) -> dict:
     return styles
 
 
-def apply_tp_plan(module, tp_mesh, tp_plan: dict[str, str]):
+def apply_tp_plan(module, tp_mesh, tp_plan: dict[str, str], *, skip_missing: bool = False):
     """``parallelize_module(module, tp_mesh, styles)``; returns the module (changed in place)."""
     from torch.distributed.tensor.parallel import parallelize_module
 
-    styles = parallel_styles(module, tp_plan)
+    styles = parallel_styles(module, tp_plan, skip_missing=skip_missing)
     if styles:
         parallelize_module(module, tp_mesh, styles)
     return module

@@ -100,8 +100,9 @@ def shard_graph(graph: nx.DiGraph, *, tp: int, dp: int = 1, hardware: str = "h10
     if solution.status == "no_solution":
         raise AutoplanError(f"--time-limit {time_limit_s:g}: the solver found no plan in time; raise --time-limit")
     if solution.status == "infeasible":
-        raise AutoplanError(f"--tp {tp} --dp {dp}: no sharding fits {cap / GIB:.1f} GiB per device on {hw.name}; "
-                            f"raise --tp or --dp")
+        raise AutoplanError(f"--tp {tp}: no sharding fits {cap / GIB:.1f} GiB per device on {hw.name} with "
+                            f"16 bytes of parameter state per parameter replicated over dp; raise --tp, shorten "
+                            f"--input-shape, or let 'autoplan plan' add ZeRO and pipeline stages")
     plan, issues = tp_plan(graph, built, solution.choice, mesh)
     report = ShardReport(
         tp_plan=plan, collectives_per_block=count_collectives(graph, built, solution.choice, mesh, blocks)
