@@ -166,6 +166,44 @@ class CostModel:
             peak = max(peak, sum(parts))
         return peak
 
+    def stage_slicing_inputs(self, layout: Layout) -> dict:
+        """Per-layer costs for Alpa's stage-slicing DP (``planner.alpa.slice_stages``), taken from this
+        model: each layer's forward + backward time per micro-batch (recomputation and exposed
+        TP/CP/EP communication included), its state bytes and activation bytes per micro-batch,
+        the embedding's and head's extras on the first and last stage, and the memory left for
+        layers once each rank's fixed buffers, runtime reserve and recompute working set are taken."""
+        model = self.model
+        empty = RankLayers(chunks=(), num_dense=0, num_moe=0, first=False, last=False)
+        base_t = self.rank_core_times(layout, empty).per_microbatch_s
+        base = self._rank_static(layout, empty)
+        per_kind: dict[bool, tuple[float, float, float]] = {}
+        for j in range(model.num_layers):
+            kind = model.is_moe_layer(j)
+            if kind not in per_kind:
+                one = RankLayers(chunks=((j, j + 1),), num_dense=int(not kind), num_moe=int(kind), first=False, last=False)
+                st = self._rank_static(layout, one)
+                per_kind[kind] = (self.rank_core_times(layout, one).per_microbatch_s - base_t,
+                                  _state_sum(st) - _state_sum(base), st.stored_per_microbatch_bytes)
+        ends = {}
+        for name, first, last in (("first", True, False), ("last", False, True)):
+            rank = RankLayers(chunks=(), num_dense=0, num_moe=0, first=first, last=last)
+            st = self._rank_static(layout, rank)
+            ends[name] = (self.rank_core_times(layout, rank).per_microbatch_s - base_t,
+                          _state_sum(st) - _state_sum(base) + st.stored_per_microbatch_bytes * layout.pp)
+        kinds = [per_kind[model.is_moe_layer(j)] for j in range(model.num_layers)]
+        fixed = base.buffers_bytes + self.cluster.hardware.runtime_reserved_bytes + base.working_bytes \
+            + max(st[2] for st in per_kind.values())  # the recompute working set, at most one layer
+        return {
+            "layer_costs_s": [k[0] for k in kinds], "layer_memory_bytes": [k[1] for k in kinds],
+            "layer_activation_bytes": [k[2] for k in kinds],
+            "inflight_microbatches": [in_flight_microbatches(layout.schedule, layout.pp, i, layout.num_microbatches, 1)
+                                      for i in range(layout.pp)],
+            "num_stages": layout.pp, "num_microbatches": layout.num_microbatches,
+            "memory_cap_bytes": (self.capacity_bytes - fixed) / (1 + self.assumptions.allocator_fragmentation),
+            "first_extra_s": ends["first"][0], "last_extra_s": ends["last"][0],
+            "first_extra_bytes": ends["first"][1], "last_extra_bytes": ends["last"][1],
+        }
+
     # -- what each rank holds -------------------------------------------------------------
     def rank_layers(self, layout: Layout) -> list[RankLayers]:
         """Chunk c of rank i is model stage c·pp + i (Megatron's interleaved assignment)."""
@@ -509,6 +547,10 @@ class CostModel:
                    "memory_bound": self.rates.sources.get("memory_bound", "datasheet")}
         sources.update({f"{k}_comm": v for k, v in self.layers.sources.items()})
         return sources
+
+
+def _state_sum(static: _RankStatic) -> float:
+    return static.params_bytes + static.grads_bytes + static.optimizer_bytes
 
 
 class _LayerPrefix:

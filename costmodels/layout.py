@@ -56,7 +56,8 @@ class Layout:
     virtual_stages: int = 1
     """Model chunks per pipeline rank (v > 1 only with the interleaved schedule)."""
     layers_per_stage: tuple[int, ...] = ()
-    """Layers on each of the pp · v stages, in order; empty = uniform split."""
+    """Layers on each of the pp · v stages, in order; empty = balanced split (the first
+    L mod (pp·v) stages take one layer more)."""
     recompute: Recompute = "none"
     """Activation recomputation: none, selective (attention core), full (whole block)."""
     recompute_num_layers: int = 0
@@ -173,9 +174,11 @@ def _pipeline_problems(L: Layout, model: ModelSpec) -> list[str]:
                 or min(L.layers_per_stage) < 1:
             problems.append(f"layers_per_stage {list(L.layers_per_stage)} must list {L.num_stages} positive "
                             f"counts summing to {model.num_layers}")
-    elif model.num_layers % L.num_stages:
-        problems.append(f"{model.num_layers} layers do not split evenly over pp {L.pp} x "
-                        f"virtual stages {L.virtual_stages}; pick a divisor or give layers_per_stage")
+    elif L.schedule == "interleaved" and model.num_layers % L.num_stages:
+        problems.append(f"{model.num_layers} layers do not split evenly over pp {L.pp} x virtual stages "
+                        f"{L.virtual_stages} (the interleaved schedule needs equal chunks); pick a divisor")
+    elif model.num_layers < L.num_stages:
+        problems.append(f"pp {L.pp} x virtual stages {L.virtual_stages} exceeds the {model.num_layers} layers")
     if L.recompute_num_layers and L.recompute != "full":
         problems.append("recompute_num_layers needs --recompute full")
     return problems

@@ -22,9 +22,11 @@ from hardware_specs import ClusterSpec, NodeSpec, load_node, make_cluster
 from hardware_specs.errors import AutoplanError, SpecError
 
 from .brute_force import solve_brute_force
+from .ranking import rank_key
 from .report import ClosestMiss, PlanReport
 from .search import solve
 from .space import LAUNCHABLE, SearchOptions
+from .stages import refine_stages
 
 if TYPE_CHECKING:
     from profiles import HardwareProfile
@@ -108,9 +110,10 @@ def plan(*, model: str | ModelSpec, hardware: str | NodeSpec, gpus: int, global_
     search_options = SearchOptions(allow_cross_node_tp=allow_cross_node_tp, **(LAUNCHABLE if launchable else {}))
     started = time.perf_counter()
     run = solve if solver == "search" else solve_brute_force
-    result = run(job.cost_model(), gpus, job.cluster.gpus_per_node, search_options, top_k + 1)
+    cost_model = job.cost_model()
+    result = run(cost_model, gpus, job.cluster.gpus_per_node, search_options, top_k + 1)
+    ranked = tuple(sorted((refine_stages(cost_model, b) for b in result.ranked), key=rank_key))
     seconds = time.perf_counter() - started
-    ranked = result.ranked
     misses = tuple(ClosestMiss(breakdown=b, suggestions=suggest_fixes(b, job)) for b in result.closest_misses)
     return PlanReport(
         inputs={**job.inputs, "top_k": top_k, "allow_cross_node_tp": allow_cross_node_tp, "launchable": launchable},

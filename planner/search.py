@@ -84,6 +84,8 @@ def solve(cost_model: CostModel, num_gpus: int, gpus_per_node: int, options: Sea
         scheds = schedule_choices(mesh, model, training, options)
         states = state_choices(mesh, gpus_per_node, options)
         total += len(scheds) * len(states)
+        if not scheds:
+            continue
         fitting = _states_that_may_fit(cost_model, mesh, states, scheds[0])
         count(tally.rejected, "memory", (len(states) - len(fitting)) * len(scheds))
         if not fitting:
@@ -132,20 +134,20 @@ def _groups_by_bound(cost_model: CostModel, mesh: MeshChoice, state: StateChoice
                      scheds: list[ScheduleChoice]) -> list[tuple[float, list[ScheduleChoice]]]:
     """Schedule choices grouped by all but the recomputation mode, best bound first.
 
-    Recomputation only adds time (recompute and its communication are non-negative terms), so the
-    bound of the 'none' member bounds its whole group; members follow in the order none,
-    selective, full.
+    Recomputation only adds time (recompute and its communication are non-negative terms), and
+    GPipe and 1F1B have the same step time (they differ in memory), so the bound of the 'none'
+    member bounds its whole group; members follow in the order none, selective, full.
     """
     order = {mode: i for i, mode in enumerate(("none", "selective", "full"))}
     groups: dict[tuple, list[ScheduleChoice]] = {}
     for sched in scheds:
-        key = (sched.micro_batch_size, sched.schedule, sched.virtual_stages, sched.sequence_parallel)
+        family = "interleaved" if sched.schedule == "interleaved" else "flush"  # GPipe and 1F1B: same time
+        key = (sched.micro_batch_size, family, sched.virtual_stages, sched.sequence_parallel)
         groups.setdefault(key, []).append(sched)
     out = []
     for members in groups.values():
-        members.sort(key=lambda sc: order[sc.recompute])
-        floor = min(members, key=lambda sc: order[sc.recompute])
-        lowest = replace(floor, recompute="none")
+        members.sort(key=lambda sc: (order[sc.recompute], sc.schedule))
+        lowest = replace(members[0], recompute="none")
         out.append((cost_model.pipeline_lower_bound_s(make_layout(mesh, state, lowest)), members))
     out.sort(key=lambda item: (item[0], _sched_key(item[1][0])))
     return out

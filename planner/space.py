@@ -2,7 +2,9 @@
 
 Outer choices (``MeshChoice``): a factorisation of the GPU count into dp · tp · pp · cp, with
 ep dividing dp, subject to: tp divides the attention heads and (by default) fits inside a node;
-pp·v divides the layers; cp divides the sequence; ep divides the experts.
+pp is at most the number of layers (balanced split, refined by the stage DP afterwards; the
+interleaved schedule needs pp·v to divide the layers); cp divides the sequence; ep divides the
+experts.
 Inner choices per mesh: ZeRO stage 0-3 (and HSDP for ZeRO-3 with the dp ranks of one node as
 the shard group), optimizer offload, micro-batch size (a divisor of the per-replica batch, so the
 global batch is met exactly), schedule and virtual stages, recomputation mode, sequence parallel.
@@ -33,9 +35,12 @@ class SearchOptions:
     """Largest context-parallel degree (0 = no limit)."""
     max_ep: int = 0
     """Largest expert-parallel degree (0 = no limit)."""
+    pipeline_needs_pp_microbatches: bool = False
+    """Pipeline schedules only with at least pp micro-batches (torch.distributed.pipelining's
+    Schedule1F1B and ScheduleInterleaved1F1B refuse fewer)."""
 
 
-LAUNCHABLE = dict(max_cp=1, max_ep=1, allow_offload=False)
+LAUNCHABLE = dict(max_cp=1, max_ep=1, allow_offload=False, pipeline_needs_pp_microbatches=True)
 """Options that keep the search to what ``autoplan launch`` applies (no cp, ep or offload)."""
 
 
@@ -64,7 +69,7 @@ def mesh_choices(model: ModelSpec, training: TrainingSpec, num_gpus: int, gpus_p
         if model.num_attention_heads % tp or (tp > gpus_per_node and not options.allow_cross_node_tp):
             continue
         for pp in divisors(num_gpus // tp):
-            if model.num_layers % pp:
+            if pp > model.num_layers:
                 continue
             for cp in divisors(num_gpus // (tp * pp)):
                 if training.seq_len % cp or (options.max_cp and cp > options.max_cp):
@@ -140,11 +145,13 @@ def _schedules(mesh: MeshChoice, model: ModelSpec, m: int, options: SearchOption
     if mesh.pp == 1:
         yield "1f1b", 1  # no pipeline: the schedule is moot, one canonical choice
         return
+    if options.pipeline_needs_pp_microbatches and m < mesh.pp:
+        return
     for schedule in options.schedules:
         if schedule != "interleaved":
             yield schedule, 1
             continue
-        if m % mesh.pp:
+        if m % mesh.pp or model.num_layers % mesh.pp:
             continue
         for v in divisors(model.num_layers // mesh.pp):
             if v > 1:

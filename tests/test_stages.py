@@ -1,0 +1,55 @@
+"""Alpa's stage DP inside the planner: non-uniform splits replace balanced ones when faster."""
+
+import pytest
+
+import planner
+from costmodels.estimate import CostModel
+from costmodels.layout import Layout
+from costmodels.presets import load_model
+from costmodels.training import TrainingSpec
+from hardware_specs import load_node, make_cluster
+from planner.stages import refine_stages
+
+
+def _cost_model(model="llama3-8b", gpus=8):
+    return CostModel(load_model(model), TrainingSpec(global_batch_size=32, seq_len=4096),
+                     make_cluster(load_node("h100-sxm-80gb"), gpus))
+
+
+def test_dp_moves_layers_off_the_heavy_last_stage():
+    # llama3-8b's 128k-vocabulary head makes the last of 4 balanced stages the slowest.
+    cm = _cost_model()
+    balanced = cm.estimate(Layout(dp=2, pp=4, num_microbatches=16))
+    refined = refine_stages(cm, balanced)
+    counts = refined.layout.layers_per_stage
+    assert sum(counts) == 32 and len(counts) == 4
+    assert counts[-1] < 8
+    assert refined.step_time_s < balanced.step_time_s and refined.fits
+
+
+@pytest.mark.parametrize("layout", [Layout(dp=8, num_microbatches=4), Layout(dp=2, pp=4, num_microbatches=16,
+                                                                            schedule="interleaved", virtual_stages=2)])
+def test_refinement_leaves_unpipelined_and_interleaved_plans_alone(layout):
+    cm = _cost_model()
+    breakdown = cm.estimate(layout)
+    assert refine_stages(cm, breakdown) is breakdown
+
+
+def test_layer_counts_that_do_not_divide_get_balanced_then_refined():
+    # 126 layers (llama3-405b) over pp = 8: balanced is 16,16,16,16,16,16,15,15.
+    layout = Layout(dp=16, tp=8, pp=8, num_microbatches=32, sequence_parallel=True, recompute="full", zero_stage=1)
+    assert layout.stage_layers(126) == (16, 16, 16, 16, 16, 16, 15, 15)
+    report = planner.plan(model="llama3-405b", hardware="h100-sxm-80gb", gpus=1024, global_batch=512,
+                          seq_len=8192, launchable=True)
+    for plan in (report.best, *report.candidates):
+        counts = plan.layout.stage_layers(126)
+        assert sum(counts) == 126 and len(counts) == plan.layout.pp * plan.layout.virtual_stages
+
+
+def test_plan_with_both_solvers_agrees_after_refinement():
+    kwargs = dict(model="tiny-llama", hardware="a100-sxm-40gb", gpus=8, global_batch=16, seq_len=512,
+                  memory_fraction=0.01)
+    fast = planner.plan(**kwargs)
+    slow = planner.plan(solver="brute-force", **kwargs)
+    assert fast.to_dict()["best"] == slow.to_dict()["best"]
+    assert fast.to_dict()["candidates"] == slow.to_dict()["candidates"]
