@@ -132,6 +132,16 @@ class CostModel:
             memory.append(self._stage_memory(layout, index, static))
         return self._assemble(layout, tuple(memory), times)
 
+    def peak_memory_bytes(self, layout: Layout) -> float:
+        """The ``peak_memory_bytes`` that ``estimate`` would report, without costing time."""
+        shared: dict[tuple, _RankStatic] = {}
+        peak = 0.0
+        for index, rank in enumerate(self.rank_layers(layout)):
+            if rank.signature not in shared:
+                shared[rank.signature] = self._rank_static(layout, rank)
+            peak = max(peak, self._stage_memory(layout, index, shared[rank.signature]).total_bytes)
+        return peak
+
     def pipeline_lower_bound_s(self, layout: Layout) -> float:
         """m·max_i t_i + bubble without any data-parallel or optimizer time: a lower bound on the
         step time of every layout that differs from ``layout`` only in how model states are held

@@ -71,6 +71,7 @@ class LayerCosts:
         self.rates, self.profile, self.assumptions = rates, profile, assumptions
         self.sources: dict[str, str] = {}
         self._memo: dict[LayerKey, LayerForward] = {}
+        self._collective_memo: dict[tuple, tuple[float, float]] = {}
 
     def shape(self, key: LayerKey) -> ActivationShape:
         fused = self.training.attention == "fused"
@@ -87,11 +88,16 @@ class LayerCosts:
 
     def collective(self, term: str, op: str, size_bytes: float, degree: int, stride: int) -> tuple[float, float]:
         """(seconds, bytes sent per rank) of one collective, recording the source under ``term``."""
-        seconds, source = collective_time_and_source(op, size_bytes, degree, stride, self.cluster,
-                                                     self.profile, self.assumptions)  # type: ignore[arg-type]
-        if degree > 1:
-            self.sources[term] = "profile" if source == "profile" or self.sources.get(term) == "profile" else source
-        return seconds, bytes_sent_per_rank(op, size_bytes, degree)
+        key = (term, op, size_bytes, degree, stride)
+        cached = self._collective_memo.get(key)
+        if cached is None:
+            seconds, source = collective_time_and_source(op, size_bytes, degree, stride, self.cluster,
+                                                         self.profile, self.assumptions)  # type: ignore[arg-type]
+            if degree > 1 and self.sources.get(term) != "profile":
+                self.sources[term] = source
+            cached = (seconds, bytes_sent_per_rank(op, size_bytes, degree))
+            self._collective_memo[key] = cached
+        return cached
 
     def _forward(self, key: LayerKey) -> LayerForward:
         model, rates = self.model, self.rates

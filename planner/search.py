@@ -115,8 +115,12 @@ def _visit_mesh(cost_model: CostModel, mesh: MeshChoice, fitting: list[StateChoi
                 count(tally.rejected, "slower", len(fitting))
                 continue
             for state in fitting:
-                breakdown = cost_model.estimate(make_layout(mesh, state, sched))
+                layout = make_layout(mesh, state, sched)
                 tally.evaluated += 1
+                if ranking.best and cost_model.peak_memory_bytes(layout) > cost_model.capacity_bytes:
+                    tally.rejected["memory"] += 1  # misses matter only while nothing fits
+                    continue
+                breakdown = cost_model.estimate(layout)
                 if breakdown.fits:
                     ranking.offer(mesh, breakdown)
                     tally.rejected["slower"] += 1
