@@ -21,6 +21,8 @@ from .model_spec import ModelSpec
 
 MASK_BYTES = 1
 LSE_BYTES = 4
+GATED_MLP_TENSORS = 4
+"""f-wide tensors a gated MLP keeps per token in eager PyTorch (see ``mlp_block_bytes``)."""
 LOGITS_BYTES = 4
 
 
@@ -69,10 +71,12 @@ def attention_block_bytes(model: ModelSpec, x: ActivationShape) -> float:
 
 def mlp_block_bytes(model: ModelSpec, x: ActivationShape, ffn_hidden: int, tokens_factor: float = 1.0) -> float:
     """MLP half: input (and its norm), then 2·f/t (plain: GeLU input, fc2 input) or
-    3·f/t (gated: gate output, up output, their product) elements per token."""
+    4·f/t (gated, as eager PyTorch runs it: gate output for the SiLU backward, SiLU output and
+    up output for the product's backward, the product for the down projection's backward; a
+    fused SwiGLU kernel that recomputes the SiLU keeps 3) elements per token."""
     B, sbh = x.elem_bytes, x.s * x.b * model.hidden_size
     f = ffn_hidden / x.tp
-    per_token = (3 if model.gated_mlp else 2) * f
+    per_token = (GATED_MLP_TENSORS if model.gated_mlp else 2) * f
     inner = B * x.s * x.b * per_token * tokens_factor
     norm_input = B * sbh * x.r
     mlp_input = B * sbh * x.r

@@ -63,10 +63,11 @@ def test_fused_attention_drops_the_score_term():
 
 def test_gqa_and_gated_mlp_change_the_constant_per_tensor():
     # Llama-style, no dropout, fused, per s·b·h at 2 bytes: attention norm input 2, qkv input 2, Q 2,
-    # K and V 2·kv/a each, out-proj input 2, MLP norm input 2, MLP input 2, three f/h gated MLP tensors.
+    # K and V 2·kv/a each, out-proj input 2, MLP norm input 2, MLP input 2, four f/h gated MLP tensors
+    # (gate output, SiLU output, up output, product: what eager PyTorch keeps).
     m = ModelSpec(name="x", num_layers=1, hidden_size=4096, ffn_hidden_size=14336, num_attention_heads=32,
                   num_kv_heads=8, vocab_size=100, gated_mlp=True, norm="rmsnorm", positions="rotary")
     x = ActivationShape(b=1, s=S, s_kv=S, tp=1, sequence_parallel=False, elem_bytes=2, fused_attention=True)
     sbh = S * 4096
-    expected = sbh * (2 + 2 + 2 + 2 * (8 / 32) * 2 + 2 + 2 + 2 + 2 * 3 * 14336 / 4096) + 4 * 32 * S
+    expected = sbh * (2 + 2 + 2 + 2 * (8 / 32) * 2 + 2 + 2 + 2 + 2 * 4 * 14336 / 4096) + 4 * 32 * S
     assert layer_bytes(m, x, moe_layer=False, recompute="none") == pytest.approx(expected)

@@ -64,10 +64,11 @@ class Attention(nn.Module):
         if self.rotary:
             q, k = rotary(q), rotary(k)
         q, k, v = (t.transpose(1, 2) for t in (q, k, v))
-        if self.n_rep > 1:
-            k, v = k.repeat_interleave(self.n_rep, dim=1), v.repeat_interleave(self.n_rep, dim=1)
         p = self.dropout_p if self.training else 0.0
-        return F.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=True).transpose(1, 2)
+        # enable_gqa lets the kernel read each K/V head for its query group, without the
+        # repeated copies of K and V that autograd would otherwise keep for backward.
+        return F.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=True,
+                                              enable_gqa=self.n_rep > 1).transpose(1, 2)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         b, s = x.shape[0], x.shape[1]
