@@ -64,10 +64,14 @@ def supported_gemm_dtypes(device: torch.device) -> tuple[list[str], dict[str, st
         dtypes.insert(1, "bf16")
     else:
         skipped["bf16"] = "torch.cuda.is_bf16_supported() is False"
-    if torch.cuda.get_device_capability(device) >= (8, 9) and hasattr(torch, "float8_e4m3fn"):
-        dtypes.append("fp8")
-    else:
+    if torch.cuda.get_device_capability(device) < (8, 9) or not hasattr(torch, "float8_e4m3fn"):
         skipped["fp8"] = "fp8 GEMMs need compute capability 8.9 or newer"
+        return dtypes, skipped
+    try:
+        gemm_call(64, 64, 64, "fp8", device)()
+        dtypes.append("fp8")
+    except (RuntimeError, TypeError) as err:  # torch._scaled_mm's signature and support vary by release
+        skipped["fp8"] = f"torch._scaled_mm failed: {str(err).splitlines()[0][:200]}"
     return dtypes, skipped
 
 

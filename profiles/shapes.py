@@ -136,8 +136,8 @@ def make_plan(device_type: str, quick: bool) -> MeasurePlan:
         min_repeats=3 if quick else 5,
         max_repeats=20 if quick else 50,
         time_budget_s=0.03 if quick else 0.1,
-        rounds=2 if quick else 3,
-        comm_rounds=3 if quick else 6,
+        rounds=1 if quick else 3,
+        comm_rounds=2 if quick else 6,
     )
 
 
