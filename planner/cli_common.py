@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-import os
 import sys
-import tempfile
 from pathlib import Path
 from typing import Callable, TypeVar
 
 import click
 
 from hardware_specs.errors import AutoplanError
+from profiles.io import write_text_atomic
 
 T = TypeVar("T")
 
@@ -36,16 +35,7 @@ def write_atomic(path: str | Path, text: str) -> None:
     if str(path) == "-":
         click.echo(text, nl=not text.endswith("\n"))
         return
-    target = Path(path)
     try:
-        target.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
+        write_text_atomic(Path(path), text)
     except OSError as err:
-        raise AutoplanError(f"--out: cannot write {target} ({err.strerror})") from None
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+        raise AutoplanError(f"--out: cannot write {path} ({err.strerror})") from None
