@@ -303,7 +303,7 @@ class CostModel:
 
     def layer_key(self, layout: Layout, moe: bool) -> LayerKey:
         return LayerKey(moe=moe, b=layout.micro_batch_size, s_local=self.training.seq_len // layout.cp,
-                        tp=layout.tp, sp=layout.sequence_parallel, cp=layout.cp, ep=layout.ep, dp=layout.dp)
+                        tp=layout.tp, sp=layout.sequence_parallel, cp=layout.cp, ep=layout.ep if moe else 1)
 
     def rank_activation_parts(self, layout: Layout, rank: RankLayers) -> tuple[float, float]:
         """(bytes one micro-batch leaves stored on this rank, recomputation working set).

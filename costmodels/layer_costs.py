@@ -35,7 +35,7 @@ class LayerKey:
     sp: bool
     cp: int
     ep: int
-    dp: int
+    """Expert-parallel degree (1 for dense layers, whose cost does not depend on it)."""
 
 
 @dataclass(slots=True, kw_only=True)

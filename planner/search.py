@@ -91,7 +91,9 @@ def solve(cost_model: CostModel, num_gpus: int, gpus_per_node: int, options: Sea
         if not fitting:
             tally.misses.append(cost_model.estimate(make_layout(mesh, states[0], scheds[0])))
             continue
-        groups = _groups_by_bound(cost_model, mesh, fitting[0], scheds)
+        kept = _undominated(cost_model, scheds)
+        count(tally.rejected, "slower", (len(scheds) - len(kept)) * len(fitting))
+        groups = _groups_by_bound(cost_model, mesh, fitting[0], kept)
         work.append((groups[0][0], order, mesh, fitting, groups))
     for _, _, mesh, fitting, groups in sorted(work, key=lambda w: (w[0], w[1])):
         _visit_mesh(cost_model, mesh, fitting, groups, ranking, tally)
@@ -132,6 +134,30 @@ def _cutoff(ranking: _Ranking, mesh: MeshChoice) -> float:
     """A subtree whose bound exceeds this can change neither the mesh's best nor the top K."""
     mesh_best = ranking.best[mesh][0][0] if mesh in ranking.best else float("inf")
     return min(mesh_best, ranking.threshold_s())
+
+
+def _undominated(cost_model: CostModel, scheds: list[ScheduleChoice]) -> list[ScheduleChoice]:
+    """Drop schedule choices that a twin provably beats on every layout of the mesh.
+
+    - GPipe has 1F1B's step time and holds at least as many micro-batches (``pipeline``), so its
+      1F1B twin ranks first (less or equal memory, then '1f1b' < 'gpipe').
+    - Without a measured profile, sequence parallelism costs the same TP traffic (ring all-reduce =
+      reduce-scatter + all-gather in the alpha-beta model, also hierarchically) and less of
+      everything else (norm and dropout traffic, activations, pipeline messages, embedding
+      reduce), so the SP twin beats the layout without it.
+    The brute-force twin evaluates them all and agrees (``tests/test_search.py``)."""
+    present = {(sc.micro_batch_size, sc.schedule, sc.virtual_stages, sc.recompute, sc.sequence_parallel)
+               for sc in scheds}
+    measured = cost_model.rates.profile is not None
+    kept = []
+    for sc in scheds:
+        key = (sc.micro_batch_size, sc.schedule, sc.virtual_stages, sc.recompute, sc.sequence_parallel)
+        if sc.schedule == "gpipe" and (key[0], "1f1b") + key[2:] in present:
+            continue
+        if not measured and not sc.sequence_parallel and key[:4] + (True,) in present:
+            continue
+        kept.append(sc)
+    return kept
 
 
 def _groups_by_bound(cost_model: CostModel, mesh: MeshChoice, state: StateChoice,

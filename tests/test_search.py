@@ -57,3 +57,20 @@ def test_search_prunes_most_of_a_large_space():
     cluster = make_cluster(load_node("h100-sxm-80gb"), 32)
     result = solve(CostModel(model, training, cluster), 32, 8, SearchOptions(), top_k=3)
     assert result.ranked and result.num_evaluated < result.num_candidates / 5
+
+
+@pytest.mark.parametrize("gpus,model", [(2, "tiny-llama"), (4, "tiny-gpt")])
+def test_search_equals_brute_force_with_a_measured_profile(gpus, model):
+    # With measured collective curves the alpha-beta identities behind the sequence-parallel
+    # dominance rule need not hold, so the search must keep those candidates.
+    from pathlib import Path
+
+    from profiles import load_profile
+
+    profile = load_profile(Path(__file__).resolve().parents[1] / "profiles/data/cpu-gloo-2proc.json")
+    training = TrainingSpec(global_batch_size=8, seq_len=128, precision="fp32")
+    cluster = make_cluster(load_node("cpu"), gpus)
+    make = lambda: CostModel(load_model(model), training, cluster, profile=profile)  # noqa: E731
+    fast = solve(make(), gpus, cluster.gpus_per_node, SearchOptions(), top_k=3)
+    slow = solve_brute_force(make(), gpus, cluster.gpus_per_node, SearchOptions(), top_k=3)
+    assert [b.layout for b in fast.ranked] == [b.layout for b in slow.ranked]
