@@ -169,7 +169,7 @@ class CostModel:
         z, z_e = self.shard_degrees(layout)
         frozen_bytes = 4 if self.training.precision == "fp32" else 2
         peak = 0.0
-        for rank in self.rank_layers(layout):
+        for rank, _ in self.rank_groups(layout):
             parts = zero_state_bytes(self.rank_params(layout, rank), self.states, zero_stage=layout.zero_stage,
                                      shard_degree=z, expert_shard_degree=z_e, offload=layout.optimizer_offload,
                                      lora_param_bytes=frozen_bytes)
