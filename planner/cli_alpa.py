@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 
 import click
 
@@ -22,8 +23,8 @@ def parse_shape(text: str) -> tuple[int, ...]:
     return shape
 
 
-def _traced(module_path: str | None, model: str | None, input_shape: str | None, dtype: str):
-    """(graph, name) from a factory path or a preset built by the project's own model."""
+def _module(module_path: str | None, model: str | None, input_shape: str | None, dtype: str):
+    """(module on the meta device, token shape, name) from a factory path or a preset built by the project's model."""
     from .alpa import trace
 
     if model is not None:
@@ -32,12 +33,19 @@ def _traced(module_path: str | None, model: str | None, input_shape: str | None,
 
         spec = load_model(model)
         shape = parse_shape(input_shape) if input_shape else (1, min(2048, spec.max_position_embeddings))
-        module = build_model(spec, device="meta", dtype=trace.DTYPES[dtype])
-        return trace.trace_module(module, trace.token_inputs(shape), name=f"--model {model}")
+        return build_model(spec, device="meta", dtype=trace.DTYPES[dtype]), shape, f"--model {model}"
     if input_shape is None:
         raise AutoplanError("--input-shape is required with --module (e.g. --input-shape 8,2048)")
-    module = trace.build_from_factory(module_path, dtype)
-    return trace.trace_module(module, trace.token_inputs(parse_shape(input_shape)), name=f"--module {module_path}")
+    shape = parse_shape(input_shape)
+    return trace.build_from_factory(module_path, dtype), shape, f"--module {module_path}"
+
+
+def _traced(module_path: str | None, model: str | None, input_shape: str | None, dtype: str):
+    """The operator graph of a factory's module or of a preset."""
+    from .alpa import trace
+
+    module, shape, name = _module(module_path, model, input_shape, dtype)
+    return trace.trace_module(module, trace.token_inputs(shape), name=name)
 
 
 @click.command("trace")
@@ -86,42 +94,115 @@ def _print_table(report: dict) -> None:
         click.echo(f"warning: {issue}")
 
 
+PRECISION_DTYPES = {"fp32": "fp32", "bf16": "bf16", "fp16": "fp16", "fp8": "bf16"}
+"""ILP dtype for a plan's training precision (fp8 GEMMs are costed at the bf16 rate here)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _Target:
+    """The plan file ``--attach`` names, read and checked before tracing and solving."""
+
+    path: str
+    plan: dict
+    dp: int
+    input_shape: str
+
+
+def _attach_target(path: str, out: str | None, *, tp: int, dp: int | None, model: str | None,
+                   module_path: str | None) -> _Target:
+    from costmodels.model_spec import model_to_dict
+    from costmodels.presets import load_model
+
+    from .alpa.attach import check_degrees, check_target, read_target
+
+    if not out or out == "-":
+        raise AutoplanError("--attach needs --out NEW_PLAN.json, the plan file to write (not '-')")
+    plan, layout = read_target(path)
+    dp_used = check_degrees(path, layout, tp=tp, dp=dp)
+    model_dict = json.loads(json.dumps(model_to_dict(load_model(model)))) if model else None
+    check_target(path, plan, layout, module=module_path, model_dict=model_dict)
+    seq_len = plan["inputs"].get("training", {}).get("seq_len", 2048)
+    return _Target(path=path, plan=plan, dp=dp_used, input_shape=f"{layout.micro_batch_size},{seq_len}")
+
+
+def _attach_write(target: _Target, report: dict, out: str, module_path: str | None, shape) -> None:
+    from .alpa.attach import attached, plan_text
+
+    if report["unexpressible"]:
+        raise AutoplanError(f"--attach: {len(report['unexpressible'])} layout change(s) of the ILP plan cannot be "
+                            f"written as a module-level plan ({report['unexpressible'][0]}); try another --tp")
+    new = attached(target.plan, report["tp_plan"], module=module_path, input_shape=shape if module_path else None)
+    write_atomic(out, plan_text(new))
+
+
+def _check_contract(module, tp: int) -> None:
+    from .runtime.user_model import contract_problems
+
+    problems = contract_problems(module, splits_params=tp > 1)
+    if problems:
+        raise AutoplanError(f"--module: {problems[0]} (the job could not train it)")
+
+
 @click.command("shard")
 @click.option("--model", default=None, help="Preset (built by autoplan's own model, the one launch trains).")
 @click.option("--module", "module_path", default=None, help="pkg.mod:factory returning an nn.Module.")
-@click.option("--input-shape", default=None, help="Token ids shape B,S (default 1,2048 with --model).")
+@click.option("--input-shape", default=None,
+              help="Token ids shape B,S (default 1,2048 with --model; micro-batch,seq-len of the plan with --attach).")
 @click.option("--tp", type=click.IntRange(min=1), required=True, help="Tensor-parallel degree.")
-@click.option("--dp", type=click.IntRange(min=1), default=1, show_default=True, help="Data-parallel degree.")
-@click.option("--hardware", default="h100-sxm-80gb", show_default=True, help="Hardware preset or TOML path.")
+@click.option("--dp", type=click.IntRange(min=1), default=None, help="Data-parallel degree [default: 1, or the plan's].")
+@click.option("--hardware", default=None, help="Hardware preset or TOML path [default: h100-sxm-80gb, or the plan's].")
 @click.option("--gpus-per-node", type=click.IntRange(min=1), default=None)
-@click.option("--dtype", type=click.Choice(["fp32", "bf16", "fp16"]), default="bf16", show_default=True)
+@click.option("--dtype", type=click.Choice(["fp32", "bf16", "fp16"]), default=None,
+              help="Compute dtype of the costs [default: bf16, or the plan's precision].")
 @click.option("--memory-fraction", type=click.FloatRange(min=0, max=1, min_open=True), default=0.9, show_default=True)
 @click.option("--solver", type=click.Choice(["highs", "cbc"]), default="highs", show_default=True)
 @click.option("--time-limit", type=click.FloatRange(min=0, min_open=True), default=60.0, show_default=True,
               help="Solver time limit (s); the best plan found so far is returned with its gap.")
 @click.option("--no-reuse", is_flag=True, help="Solve every block separately (no per-block reuse).")
+@click.option("--attach", "attach_path", type=click.Path(dir_okay=False), default=None,
+              help="Plan file (autoplan plan/evaluate --out) to add this tp_plan to; --out names the new plan file.")
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
-@click.option("--out", type=click.Path(dir_okay=False, allow_dash=True), default=None, help="Also write the JSON here.")
+@click.option("--out", type=click.Path(dir_okay=False, allow_dash=True), default=None,
+              help="Also write the JSON here (with --attach: the new plan file).")
 def shard_command(model, module_path, input_shape, tp, dp, hardware, gpus_per_node, dtype, memory_fraction,
-                  solver, time_limit, no_reuse, fmt, out) -> None:
-    """Choose per-operator sharding by Alpa's ILP and print it as a PyTorch tensor-parallel plan."""
+                  solver, time_limit, no_reuse, attach_path, fmt, out) -> None:
+    """Choose per-operator sharding by Alpa's ILP and print it as a PyTorch tensor-parallel plan.
+
+    \b
+    With --attach PLAN --out NEW, also write NEW: the plan file PLAN with best.tp_plan set (and,
+    with --module, inputs.module and inputs.input_shape), ready for 'autoplan launch NEW'."""
 
     def work() -> None:
+        from .alpa import trace
         from .alpa.shard import shard_graph
 
         if (model is None) == (module_path is None):
             raise AutoplanError("give exactly one of --model PRESET or --module pkg.mod:factory")
-        graph = _traced(module_path, model, input_shape, dtype)
-        result = shard_graph(graph, tp=tp, dp=dp, hardware=hardware, dtype=dtype, gpus_per_node=gpus_per_node,
+        target = _attach_target(attach_path, out, tp=tp, dp=dp, model=model, module_path=module_path) \
+            if attach_path else None
+        inputs = target.plan["inputs"] if target else {}
+        cost_dtype = dtype or PRECISION_DTYPES.get(inputs.get("training", {}).get("precision"), "bf16")
+        module, shape, name = _module(module_path, model, input_shape or (target and target.input_shape), cost_dtype)
+        if target and module_path:
+            _check_contract(module, tp)
+        graph = trace.trace_module(module, trace.token_inputs(shape), name=name)
+        result = shard_graph(graph, tp=tp, dp=target.dp if target else dp or 1,
+                             hardware=hardware or inputs.get("hardware") or "h100-sxm-80gb", dtype=cost_dtype,
+                             gpus_per_node=gpus_per_node or inputs.get("gpus_per_node"),
                              memory_fraction=memory_fraction, reuse_blocks=not no_reuse, solver=solver,
                              time_limit_s=time_limit)
         report = result.report.to_dict()
         text = json.dumps(report, indent=1, sort_keys=True) + "\n"
-        if out:
+        if target:
+            _attach_write(target, report, out, module_path, shape)
+        elif out:
             write_atomic(out, text)
         if fmt == "json":
             click.echo(text, nl=False)
         else:
             _print_table(report)
+        if target and fmt == "table":
+            click.echo(f"wrote {out}: {target.path} with best.tp_plan ({len(report['tp_plan'])} modules); "
+                       f"run: autoplan launch {out} --out DIR")
 
     run_command(work)

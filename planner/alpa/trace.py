@@ -9,7 +9,6 @@ flops, bytes_read, bytes_written, module, module_stack, dim_labels, follow, args
 from __future__ import annotations
 
 import contextlib
-import importlib
 import io
 import logging
 import operator
@@ -18,6 +17,7 @@ import networkx as nx
 import torch
 
 from hardware_specs.errors import AutoplanError
+from planner.runtime.user_model import build_on_meta
 
 from . import oprules
 from .dims import numel
@@ -27,32 +27,9 @@ _DTYPE_NAMES = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "f
                 torch.int32: "int32", torch.bool: "bool", torch.float64: "fp64", torch.complex64: "complex64"}
 
 
-def load_factory(path: str):
-    """Import ``pkg.mod:factory`` and return the callable; bad paths are one-line errors."""
-    if ":" not in path:
-        raise AutoplanError(f"--module {path!r}: expected pkg.mod:factory")
-    mod_name, attr = path.split(":", 1)
-    try:
-        mod = importlib.import_module(mod_name)
-    except Exception as err:  # noqa: BLE001 - any import failure is the user's module
-        raise AutoplanError(f"--module {path}: cannot import {mod_name} ({type(err).__name__}: {err})") from None
-    factory = getattr(mod, attr, None)
-    if not callable(factory):
-        raise AutoplanError(f"--module {path}: {mod_name} has no callable {attr!r}")
-    return factory
-
-
 def build_from_factory(path: str, dtype: str = "fp32") -> torch.nn.Module:
-    """Call the factory under the meta device (no weights allocated)."""
-    factory = load_factory(path)
-    try:
-        with torch.device("meta"):
-            module = factory()
-    except Exception as err:  # noqa: BLE001
-        raise AutoplanError(f"--module {path}: the factory raised {type(err).__name__}: {err}") from None
-    if not isinstance(module, torch.nn.Module):
-        raise AutoplanError(f"--module {path}: the factory returned {type(module).__name__}, not an nn.Module")
-    return module.to(device="meta", dtype=DTYPES[dtype])
+    """Call the factory under the meta device (no weights allocated), cast to ``dtype``."""
+    return build_on_meta(path).to(dtype=DTYPES[dtype])
 
 
 def token_inputs(shape: tuple[int, ...]) -> tuple[torch.Tensor, ...]:

@@ -17,11 +17,13 @@ from costmodels.layout import Layout, layout_problems
 from costmodels.model_spec import ModelSpec, model_from_dict
 from costmodels.training import TrainingSpec
 from hardware_specs.errors import AutoplanError
+from planner.runtime import user_model
+from planner.runtime.tp_styles import parse_style
 
 from . import frameworks, scripts
 
 RUNTIME_MODULES = ("__init__", "model", "init", "parallel", "pipelining", "clip", "data", "trainer",
-                   "checkpoint", "main")
+                   "checkpoint", "main", "tp_styles", "user_model")
 SPEC_MODULES = {"costmodels": ("model_spec", "layout", "training"), "hardware_specs": ("errors",)}
 
 
@@ -59,14 +61,51 @@ def plan_parts(plan: dict) -> tuple[ModelSpec, TrainingSpec, Layout]:
     return model, training, layout
 
 
-def unsupported(model: ModelSpec, training: TrainingSpec, layout: Layout) -> list[str]:
-    """Parts of the plan the generated job cannot apply, one sentence each naming the field."""
-    L, out = layout, []
+def tp_plan_problems(plan: dict, layout: Layout) -> list[str]:
+    """What is wrong with the plan's ``best.tp_plan`` (from ``autoplan shard --attach``), if anything."""
+    tp_plan = plan["best"].get("tp_plan")
+    if tp_plan is None:
+        return []
+    if not isinstance(tp_plan, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in tp_plan.items()):
+        return ["best.tp_plan: expected {module fqn: style}; write it with 'autoplan shard ... --attach'"]
+    if layout.tp == 1:
+        return ["best.tp_plan is given but layout.tp = 1, so nothing would apply it; drop it or re-plan with tp > 1"]
+    problems = []
+    for value in tp_plan.values():
+        try:
+            parse_style(value)
+        except AutoplanError as err:
+            problems.append(f"best.{err}")
+    return problems
+
+
+def unsupported(model: ModelSpec, training: TrainingSpec, layout: Layout, plan: dict | None = None) -> list[str]:
+    """Parts of the plan the generated job cannot apply, one sentence each naming the field.
+
+    With ``inputs.module`` (a user's model) the checks of autoplan's own model are replaced by
+    ``user_model.layout_problems``."""
+    plan = plan or {"inputs": {}, "best": {}}
+    L, out = layout, tp_plan_problems(plan, layout)
     if L.cp > 1:
         out.append(f"layout.cp = {L.cp}: context parallelism is not applied by the generated job "
                    "(torch's context_parallel is CUDA-only and experimental); re-plan with --cp 1")
     if L.ep > 1:
         out.append(f"layout.ep = {L.ep}: expert parallelism is not applied by the generated job; re-plan with --ep 1")
+    if L.optimizer_offload:
+        out.append("layout.optimizer_offload: optimizer offload is not applied by the generated job; re-plan without it")
+    if training.lora_rank:
+        out.append(f"training.lora_rank = {training.lora_rank}: LoRA is not applied by the generated job")
+    user = plan["inputs"].get("module")
+    if user is None:
+        return out + _own_model_problems(model, L)
+    if not isinstance(user, str) or ":" not in user:
+        out.append(f"inputs.module = {json.dumps(user)}: expected 'pkg.mod:factory'")
+    return out + user_model.layout_problems(L, has_tp_plan="tp_plan" in plan["best"])
+
+
+def _own_model_problems(model: ModelSpec, L: Layout) -> list[str]:
+    """What the job cannot apply to autoplan's own model of ``model``."""
+    out = []
     if model.tied_embeddings and L.pp > 1:
         out.append(f"layout.pp = {L.pp}: {model.name} ties input and output embeddings, which separate pipeline "
                    "stages cannot share; re-plan with --pp 1")
@@ -76,10 +115,6 @@ def unsupported(model: ModelSpec, training: TrainingSpec, layout: Layout) -> lis
         out.append(f"layout.tp = {L.tp}: MoE layers are not tensor-parallel in the generated job; re-plan with --tp 1")
     if model.num_kv_heads % L.tp:
         out.append(f"layout.tp = {L.tp} does not divide the {model.num_kv_heads} key/value heads; pick a divisor")
-    if L.optimizer_offload:
-        out.append("layout.optimizer_offload: optimizer offload is not applied by the generated job; re-plan without it")
-    if training.lora_rank:
-        out.append(f"training.lora_rank = {training.lora_rank}: LoRA is not applied by the generated job")
     return out
 
 
@@ -88,7 +123,7 @@ def check_plan(plan: dict) -> tuple[ModelSpec, TrainingSpec, Layout]:
     model, training, layout = plan_parts(plan)
     gpus = int(plan["inputs"].get("gpus", layout.world_size))
     per_node = int(plan["inputs"].get("gpus_per_node") or gpus)
-    problems = layout_problems(layout, model, training, gpus, per_node) + unsupported(model, training, layout)
+    problems = layout_problems(layout, model, training, gpus, per_node) + unsupported(model, training, layout, plan)
     if problems:
         raise PlanFileError(problems[0])
     return model, training, layout
@@ -118,8 +153,10 @@ def _write(path: Path, text: str, executable: bool = False) -> None:
 
 
 def _summary(plan: dict, layout: Layout) -> str:
-    L = layout
-    return (f"model {plan['inputs'].get('model')} on {plan['inputs'].get('hardware')}: dp {L.dp} tp {L.tp} pp {L.pp} "
+    L, inputs = layout, plan["inputs"]
+    model = f"user model {inputs['module']}" if "module" in inputs else f"model {inputs.get('model')}"
+    tp_plan = f" ({len(plan['best']['tp_plan'])}-entry tp_plan)" if "tp_plan" in plan["best"] else ""
+    return (f"{model} on {inputs.get('hardware')}: dp {L.dp} tp {L.tp}{tp_plan} pp {L.pp} "
             f"zero {L.zero_stage} schedule {L.schedule} recompute {L.recompute}")
 
 
@@ -132,12 +169,17 @@ def write_job(plan: dict, out: str | Path, *, python: str | None = None) -> list
     _copy_runtime(out)
     _write(out / "plan.json", json.dumps(plan, indent=2, sort_keys=True) + "\n")
     _write(out / "train.py", scripts.TRAIN_PY)
+    user = plan["inputs"].get("module")
     _write(out / "launch.sh", scripts.launch_sh(world_size=layout.world_size, summary=summary,
-                                                python=python or sys.executable), executable=True)
+                                                python=python or sys.executable, user_module=user), executable=True)
     per_node = int(plan["inputs"].get("gpus_per_node") or layout.world_size)
     _write(out / "slurm.sbatch", scripts.slurm_sbatch(world_size=layout.world_size, gpus_per_node=per_node,
                                                        name=name, summary=summary))
-    _write_exports(out / "exports", name, model, training, layout)
+    if user is None:
+        _write_exports(out / "exports", name, model, training, layout)
+    else:
+        _write(out / "exports" / "NOTES.md", "No framework exports: the plan trains a user model (inputs.module), "
+                                             "which Megatron-LM, DeepSpeed and torchtitan configs cannot name.\n")
     return sorted(p for p in out.rglob("*") if p.is_file() and "__pycache__" not in p.parts)
 
 

@@ -21,7 +21,8 @@ def _holders(grad: torch.Tensor, stage_ranks: int) -> int:
 
     A stage is held by ``stage_ranks`` ranks (dp · tp). A DTensor on a mesh of size M is
     repeated over the stage_ranks / M ranks outside its mesh, and over every mesh axis on which
-    it is replicated; a plain tensor is repeated on all of the stage's ranks.
+    it is replicated or a partial sum (``_local_square_sum`` reduces partial sums to replicas first:
+    sequence-parallel norm weights without FSDP); a plain tensor is repeated on all of the stage's ranks.
     """
     from torch.distributed.tensor import DTensor
 
@@ -30,7 +31,7 @@ def _holders(grad: torch.Tensor, stage_ranks: int) -> int:
     mesh = grad.device_mesh
     count = stage_ranks // mesh.size()
     for axis, placement in enumerate(grad.placements):
-        if placement.is_replicate():
+        if placement.is_replicate() or placement.is_partial():
             count *= mesh.size(axis)
     return count
 

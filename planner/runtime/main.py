@@ -12,6 +12,7 @@ import json
 import os
 import resource
 import signal
+import sys
 import time
 import warnings
 from pathlib import Path
@@ -21,6 +22,7 @@ import torch.distributed as dist
 
 from costmodels.layout import Layout
 from costmodels.model_spec import model_from_dict
+from hardware_specs.errors import AutoplanError
 
 from . import checkpoint
 from .data import open_source
@@ -91,26 +93,50 @@ def _resume(job, args) -> int:
     return step
 
 
-def _load_plan(path: str):
+def _read(path: str) -> dict:
     with open(path, encoding="utf-8") as handle:
-        plan = json.load(handle)
+        return json.load(handle)
+
+
+def _load_plan(path: str):
+    """(model spec, layout, seq_len, precision, optimizer) of the plan (also used by ``autoplan validate``)."""
+    plan = _read(path)
     training = plan["inputs"]["training"]
     return (model_from_dict(plan["inputs"]["model_spec"]), Layout.from_dict(plan["best"]["layout"]),
             int(training["seq_len"]), str(training.get("precision", "bf16")), str(training.get("optimizer", "adamw")))
 
 
-def main(argv: list[str] | None = None, job_dir: str | Path = ".") -> None:
-    warnings.filterwarnings("ignore", message=".*returned a view tensor.*")
-    args = parse_args(argv, Path(job_dir))
+def _load_user_parts(path: str) -> tuple[str | None, dict | None]:
+    """(``inputs.module``, ``best.tp_plan``) of the plan, each None when absent (``autoplan shard --attach``)."""
+    plan = _read(path)
+    return plan["inputs"].get("module"), plan["best"].get("tp_plan")
+
+
+def _setup(args):
+    """(job, sequence length) of the plan on this rank; a plan the job cannot apply is one ``error:`` line, exit 2."""
     spec, layout, seq_len, precision, optimizer = _load_plan(args.plan)
+    module, tp_plan = _load_user_parts(args.plan)
     device = pick_device()
     init_distributed(device)
     if dist.get_world_size() != layout.world_size:
         raise SystemExit(f"error: the plan needs {layout.world_size} processes (dp {layout.dp} x tp {layout.tp}"
                          f" x pp {layout.pp} x cp {layout.cp}); torchrun started {dist.get_world_size()}")
-    job = setup_job(spec, layout, device=device, seed=args.seed, lr=args.lr,
-                    weight_decay=args.weight_decay, precision=precision, optimizer=optimizer)
-    source = open_source(args.data, spec.vocab_size, args.seed, args.data_dtype)
+    try:
+        job = setup_job(spec, layout, device=device, seed=args.seed, lr=args.lr, weight_decay=args.weight_decay,
+                        precision=precision, optimizer=optimizer, module=module, tp_plan=tp_plan, seq_len=seq_len)
+    except AutoplanError as err:
+        if dist.get_rank() == 0:
+            print(f"error: {err}", file=sys.stderr, flush=True)
+        dist.destroy_process_group()
+        raise SystemExit(2) from None
+    return job, seq_len
+
+
+def main(argv: list[str] | None = None, job_dir: str | Path = ".") -> None:
+    warnings.filterwarnings("ignore", message=".*returned a view tensor.*")
+    args = parse_args(argv, Path(job_dir))
+    job, seq_len = _setup(args)
+    source = open_source(args.data, job.vocab_size, args.seed, args.data_dtype)
     start = _resume(job, args)
     Path(args.log_dir).mkdir(parents=True, exist_ok=True)
     with open(Path(args.log_dir) / "metrics.jsonl", "a", encoding="utf-8") as log_file:

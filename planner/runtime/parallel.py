@@ -129,8 +129,9 @@ def apply_tensor_parallel(model: Transformer, tp_mesh, sp: bool) -> None:
         parallelize_module(inner, tp_mesh, _block_plan(inner, sp))
 
 
-def apply_data_parallel(model: Transformer, dp_mesh, layout: Layout, mp_policy) -> None:
-    """FSDP2 per block and on the stage root (ZeRO 1-3, HSDP), or ``replicate`` for ZeRO-0."""
+def apply_data_parallel(model: nn.Module, dp_mesh, layout: Layout, mp_policy) -> None:
+    """FSDP2 per block (autoplan's model) and on the stage root (ZeRO 1-3, HSDP), or ``replicate``
+    for ZeRO-0. A user's model is one FSDP unit: its blocks are not known here."""
     from torch.distributed._composable.replicate_with_fsdp import replicate
     from torch.distributed.fsdp import fully_shard
 
@@ -138,7 +139,8 @@ def apply_data_parallel(model: Transformer, dp_mesh, layout: Layout, mp_policy) 
         replicate(model, mesh=dp_mesh, mp_policy=mp_policy)
         return
     reshard = layout.zero_stage == 3
-    for block in model.layers.values():
+    blocks = model.layers.values() if isinstance(model, Transformer) else ()
+    for block in blocks:
         fully_shard(block, mesh=dp_mesh, reshard_after_forward=reshard, mp_policy=mp_policy)
     fully_shard(model, mesh=dp_mesh, reshard_after_forward=reshard, mp_policy=mp_policy)
 
@@ -179,10 +181,20 @@ def build_parts(spec: ModelSpec, layout: Layout, meshes: Meshes | None, pp_rank:
     return parts
 
 
-def parallelize(part: Transformer, layout: Layout, meshes: Meshes | None, mp_policy) -> None:
-    """Recomputation, then TP/SP, then data parallel, in place."""
-    apply_recompute(part, layout)
+def parallelize(part: nn.Module, layout: Layout, meshes: Meshes | None, mp_policy,
+                tp_plan: dict[str, str] | None = None) -> None:
+    """Recomputation, then TP/SP, then data parallel, in place.
+
+    With a ``tp_plan`` ({module fqn: style}, from ``autoplan shard --attach``) TP and SP follow it
+    instead of the fixed Megatron plan; modules a pipeline stage does not hold are skipped."""
+    if isinstance(part, Transformer):
+        apply_recompute(part, layout)
     if meshes is not None and meshes.tp is not None:
-        apply_tensor_parallel(part, meshes.tp, layout.sequence_parallel)
+        if tp_plan is not None:
+            from .tp_styles import apply_tp_plan
+
+            apply_tp_plan(part, meshes.tp, tp_plan, skip_missing=layout.num_stages > 1)
+        else:
+            apply_tensor_parallel(part, meshes.tp, layout.sequence_parallel)
     if meshes is not None and meshes.dp is not None:
         apply_data_parallel(part, meshes.dp, layout, mp_policy)

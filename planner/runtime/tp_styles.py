@@ -1,6 +1,8 @@
 """Apply a ``tp_plan`` dict ({module fqn: style}) with PyTorch's ``parallelize_module``.
 
-Grammar of a style (see ``tp_plan.py``): ``colwise`` | ``rowwise`` | ``sequence_parallel`` |
+The plans come from the intra-operator ILP (``planner/alpa/tp_plan.py``, ``autoplan shard``);
+this module is part of the runtime package, so a generated job applies them by itself.
+Grammar of a style: ``colwise`` | ``rowwise`` | ``sequence_parallel`` |
 ``prepare_input`` | ``replicate``, optionally followed by ``;input=L`` and ``;output=L`` with L one of
 ``replicate``, ``partial``, ``shard(d)``. torch is imported inside the functions.
 """
@@ -70,11 +72,26 @@ def parallel_styles(module, tp_plan: dict[str, str], *, skip_missing: bool = Fal
     return styles
 
 
+def resolve_names(module, tp_plan: dict[str, str]) -> dict[str, str]:
+    """The plan with its (unwrapped-model) names mapped onto ``module``'s own, which may hold
+    recomputation wrappers (``layers.0._checkpoint_wrapped_module.attention``); the style goes to
+    the wrapped module itself. Names ``module`` does not hold are kept as they are."""
+    from .init import canonical_name
+
+    actual = {}
+    for name, _ in module.named_modules():
+        actual[canonical_name(name + ".")[:-1]] = name  # a wrapped module is listed after its wrapper
+    return {actual.get(fqn, fqn): style for fqn, style in tp_plan.items()}
+
+
 def apply_tp_plan(module, tp_mesh, tp_plan: dict[str, str], *, skip_missing: bool = False):
-    """``parallelize_module(module, tp_mesh, styles)``; returns the module (changed in place)."""
+    """``parallelize_module(module, tp_mesh, styles)``; returns the module (changed in place).
+
+    Plan names are those of the unwrapped model (as ``autoplan shard`` writes them); recomputation
+    wrappers already around blocks are looked through (``resolve_names``)."""
     from torch.distributed.tensor.parallel import parallelize_module
 
-    styles = parallel_styles(module, tp_plan, skip_missing=skip_missing)
+    styles = parallel_styles(module, resolve_names(module, tp_plan), skip_missing=skip_missing)
     if styles:
         parallelize_module(module, tp_mesh, styles)
     return module

@@ -15,10 +15,12 @@ import torch.nn.functional as F
 
 from costmodels.layout import Layout
 from costmodels.model_spec import ModelSpec
+from hardware_specs.errors import AutoplanError
 
 from .clip import clip_grads
 from .init import init_weights
 from .parallel import Meshes, build_meshes, build_parts, parallelize
+from .user_model import build_user_model, layout_problems
 
 MIXED_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp8": torch.bfloat16}
 """Compute dtype per plan precision on CUDA (fp8 GEMMs are not wired: bf16 is used and logged)."""
@@ -28,7 +30,8 @@ MIXED_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp8": torch.bflo
 class Job:
     """Everything one rank needs to run steps: its model parts, optimizers and schedule."""
 
-    spec: ModelSpec
+    spec: ModelSpec | None
+    """The plan's model (None for a user's model without one)."""
     layout: Layout
     device: torch.device
     meshes: Meshes | None
@@ -40,6 +43,8 @@ class Job:
     has_first: bool = True
     has_last: bool = True
     autocast_dtype: torch.dtype | None = None
+    vocab_size: int = 0
+    """Token ids are in [0, vocab_size): the spec's, or read from a user model's logits."""
 
     @property
     def params(self) -> list[torch.nn.Parameter]:
@@ -87,17 +92,34 @@ def _mp_policy(precision: str, device: torch.device):
     return MixedPrecisionPolicy()
 
 
-def setup_job(spec: ModelSpec, layout: Layout, *, device: torch.device, seed: int = 0, lr: float = 3e-4,
-              weight_decay: float = 0.1, precision: str = "fp32", optimizer: str = "adamw") -> Job:
-    """Mesh, model parts (meta -> parallelise -> materialise the local shard -> init), optimizers, schedule."""
+def _meta_parts(spec: ModelSpec | None, layout: Layout, meshes: Meshes | None, module: str | None,
+                tp_plan: dict | None, seq_len: int) -> tuple[list, int]:
+    """(this rank's (stage index, module) pairs on the meta device, vocabulary size)."""
+    if module is None:
+        pp_rank = meshes.world.get_local_rank("pp") if meshes is not None else 0
+        return build_parts(spec, layout, meshes, pp_rank), spec.vocab_size
+    problems = layout_problems(layout, has_tp_plan=tp_plan is not None)
+    if problems:
+        raise AutoplanError(problems[0])
+    model, vocab = build_user_model(module, seq_len=seq_len, splits_params=layout.tp > 1)
+    return [(0, model)], vocab
+
+
+def setup_job(spec: ModelSpec | None, layout: Layout, *, device: torch.device, seed: int = 0, lr: float = 3e-4,
+              weight_decay: float = 0.1, precision: str = "fp32", optimizer: str = "adamw",
+              module: str | None = None, tp_plan: dict | None = None, seq_len: int = 0) -> Job:
+    """Mesh, model parts (meta -> parallelise -> materialise the local shard -> init), optimizers, schedule.
+
+    ``module`` ("pkg.mod:factory") trains a user's model instead of ``spec``'s (``user_model.py``;
+    ``seq_len`` is then needed to read its vocabulary); ``tp_plan`` replaces the fixed TP plan."""
     distributed = layout.world_size > 1 or dist.is_initialized()
     meshes = build_meshes(layout, device.type) if distributed else None
-    pp_rank = meshes.world.get_local_rank("pp") if meshes is not None else 0
     job = Job(spec=spec, layout=layout, device=device, meshes=meshes,
               dp_rank=_dp_rank(meshes, layout) if meshes is not None else 0)
     mp = _mp_policy(precision, device)
-    for index, part in build_parts(spec, layout, meshes, pp_rank):
-        parallelize(part, layout, meshes, mp)
+    parts, job.vocab_size = _meta_parts(spec, layout, meshes, module, tp_plan, seq_len)
+    for index, part in parts:
+        parallelize(part, layout, meshes, mp, tp_plan)
         part.to_empty(device=device)
         init_weights(part, seed=seed)
         part.train()
