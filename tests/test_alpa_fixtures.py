@@ -113,3 +113,22 @@ def tiny_llama() -> nn.Module:
 
 def fused_qkv() -> nn.Module:
     return FusedQKV(hidden=128, heads=4, vocab=256)
+
+
+class WithBuffer(nn.Module):
+    """A causal-mask buffer: the job cannot give it a value after building on the meta device."""
+
+    def __init__(self, vocab: int = 32, hidden: int = 16, seq: int = 8) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(vocab, hidden)
+        self.head = nn.Linear(hidden, vocab)
+        self.register_buffer("mask", torch.ones(seq, seq).tril())
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        x = self.embed(tokens)
+        s = tokens.shape[1]
+        return self.head(self.mask[:s, :s] @ x / s)
+
+
+def with_buffer() -> nn.Module:
+    return WithBuffer()
