@@ -10,7 +10,7 @@ parameter all-gather not hidden behind the first forward (ZeRO-1/2), and the opt
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from hardware_specs.schema import ClusterSpec
@@ -24,77 +24,15 @@ from .layer_costs import LayerCosts, LayerForward, LayerKey
 from .layout import Layout
 from .memory import ShardedParams, StateBytes, state_bytes, zero_state_bytes
 from .model_spec import ModelSpec
-from .params import (dense_layer_params, embedding_params, expert_params_per_layer, layer_params,
-                     lora_params_per_layer, output_params)
+from .params import embedding_params, lora_params_per_layer, output_params
 from .pipeline import bubble_time_s, in_flight_microbatches
+from .ranks import LayerPrefix, RankLayers, RankStatic, RankTimes
 from .training import TrainingSpec
 
 if TYPE_CHECKING:
     from profiles import HardwareProfile
 
 DEFAULT_MEMORY_FRACTION = 0.95
-
-
-@dataclass(slots=True, kw_only=True)
-class RankTimes:
-    """Per-micro-batch and per-step times of one pipeline rank (seconds)."""
-
-    compute_s: float = 0.0
-    fwd_compute_s: float = 0.0
-    bwd_compute_s: float = 0.0
-    recompute_s: float = 0.0
-    tp_s: float = 0.0
-    cp_s: float = 0.0
-    ep_s: float = 0.0
-    dp_mb_s: float = 0.0
-    pp_s: float = 0.0
-    dp_tail_s: float = 0.0
-    optimizer_s: float = 0.0
-    offload_s: float = 0.0
-    comm_bytes: Counter = field(default_factory=Counter)
-
-    @property
-    def per_microbatch_s(self) -> float:
-        return self.compute_s + self.recompute_s + self.tp_s + self.cp_s + self.ep_s + self.dp_mb_s + self.pp_s
-
-    @property
-    def tail_s(self) -> float:
-        return self.dp_tail_s + self.optimizer_s + self.offload_s
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class RankLayers:
-    """What one pipeline rank holds: its chunks' layer ranges, counts by kind, first/last flags."""
-
-    chunks: tuple[tuple[int, int], ...]
-    """[start, end) layer ranges of this rank's model chunks."""
-    num_dense: int
-    num_moe: int
-    first: bool
-    last: bool
-
-    @property
-    def num_layers(self) -> int:
-        return self.num_dense + self.num_moe
-
-    @property
-    def signature(self) -> tuple[int, int, bool, bool]:
-        """What a rank's costs depend on (all dense layers are alike, and all MoE layers)."""
-        return (self.num_dense, self.num_moe, self.first, self.last)
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class _RankStatic:
-    """Memory of one rank that does not depend on its pipeline position (bytes)."""
-
-    params_bytes: float
-    grads_bytes: float
-    optimizer_bytes: float
-    buffers_bytes: float
-    stored_per_microbatch_bytes: float
-    """Activations one micro-batch leaves for backward, first/last-stage extras included."""
-    working_bytes: float
-    """Recomputation working set, live once."""
 
 
 class CostModel:
@@ -111,22 +49,23 @@ class CostModel:
         self.layers = LayerCosts(model, training, cluster, self.rates, profile, assumptions)
         self.states: StateBytes = state_bytes(training)
         self.capacity_bytes = memory_fraction * cluster.hardware.memory_bytes
-        self._prefix = _LayerPrefix(model)
+        self._prefix = LayerPrefix(model)
         self._core_memo: dict[tuple, RankTimes] = {}
         self._ranks_memo: dict[tuple, list[RankLayers]] = {}
         self._groups_memo: dict[tuple, list[tuple[RankLayers, int]]] = {}
         self._params_memo: dict[tuple, ShardedParams] = {}
+        self._activation_memo: dict[tuple, tuple[float, float]] = {}
 
     def estimate(self, layout: Layout) -> CostBreakdown:
         """Memory per rank, step time by term and traffic for ``layout`` (assumed valid).
 
         Ranks with the same layer counts and ends share their times and state memory; only the
         micro-batches in flight (and so activation memory) differ between them."""
-        shared: dict[tuple, tuple[RankTimes, _RankStatic]] = {}
+        shared: dict[tuple, tuple[RankTimes, RankStatic]] = {}
         memory, times = [], []
         for index, rank in enumerate(self.rank_layers(layout)):
             if rank.signature not in shared:
-                shared[rank.signature] = (self.rank_times(layout, rank), self._rank_static(layout, rank))
+                shared[rank.signature] = (self.rank_times(layout, rank), self.rank_static(layout, rank))
             rank_time, static = shared[rank.signature]
             times.append(rank_time)
             memory.append(self._stage_memory(layout, index, static))
@@ -134,11 +73,11 @@ class CostModel:
 
     def peak_memory_bytes(self, layout: Layout) -> float:
         """The ``peak_memory_bytes`` that ``estimate`` would report, without costing time."""
-        shared: dict[tuple, _RankStatic] = {}
+        shared: dict[tuple, RankStatic] = {}
         peak = 0.0
         for index, rank in enumerate(self.rank_layers(layout)):
             if rank.signature not in shared:
-                shared[rank.signature] = self._rank_static(layout, rank)
+                shared[rank.signature] = self.rank_static(layout, rank)
             peak = max(peak, self._stage_memory(layout, index, shared[rank.signature]).total_bytes)
         return peak
 
@@ -175,44 +114,6 @@ class CostModel:
                                      lora_param_bytes=frozen_bytes)
             peak = max(peak, sum(parts))
         return peak
-
-    def stage_slicing_inputs(self, layout: Layout) -> dict:
-        """Per-layer costs for Alpa's stage-slicing DP (``planner.alpa.slice_stages``), taken from this
-        model: each layer's forward + backward time per micro-batch (recomputation and exposed
-        TP/CP/EP communication included), its state bytes and activation bytes per micro-batch,
-        the embedding's and head's extras on the first and last stage, and the memory left for
-        layers once each rank's fixed buffers, runtime reserve and recompute working set are taken."""
-        model = self.model
-        empty = RankLayers(chunks=(), num_dense=0, num_moe=0, first=False, last=False)
-        base_t = self.rank_core_times(layout, empty).per_microbatch_s
-        base = self._rank_static(layout, empty)
-        per_kind: dict[bool, tuple[float, float, float]] = {}
-        for j in range(model.num_layers):
-            kind = model.is_moe_layer(j)
-            if kind not in per_kind:
-                one = RankLayers(chunks=((j, j + 1),), num_dense=int(not kind), num_moe=int(kind), first=False, last=False)
-                st = self._rank_static(layout, one)
-                per_kind[kind] = (self.rank_core_times(layout, one).per_microbatch_s - base_t,
-                                  _state_sum(st) - _state_sum(base), st.stored_per_microbatch_bytes)
-        ends = {}
-        for name, first, last in (("first", True, False), ("last", False, True)):
-            rank = RankLayers(chunks=(), num_dense=0, num_moe=0, first=first, last=last)
-            st = self._rank_static(layout, rank)
-            ends[name] = (self.rank_core_times(layout, rank).per_microbatch_s - base_t,
-                          _state_sum(st) - _state_sum(base) + st.stored_per_microbatch_bytes * layout.pp)
-        kinds = [per_kind[model.is_moe_layer(j)] for j in range(model.num_layers)]
-        fixed = base.buffers_bytes + self.cluster.hardware.runtime_reserved_bytes + base.working_bytes \
-            + max(st[2] for st in per_kind.values())  # the recompute working set, at most one layer
-        return {
-            "layer_costs_s": [k[0] for k in kinds], "layer_memory_bytes": [k[1] for k in kinds],
-            "layer_activation_bytes": [k[2] for k in kinds],
-            "inflight_microbatches": [in_flight_microbatches(layout.schedule, layout.pp, i, layout.num_microbatches, 1)
-                                      for i in range(layout.pp)],
-            "num_stages": layout.pp, "num_microbatches": layout.num_microbatches,
-            "memory_cap_bytes": (self.capacity_bytes - fixed) / (1 + self.assumptions.allocator_fragmentation),
-            "first_extra_s": ends["first"][0], "last_extra_s": ends["last"][0],
-            "first_extra_bytes": ends["first"][1], "last_extra_bytes": ends["last"][1],
-        }
 
     # -- what each rank holds -------------------------------------------------------------
     def rank_layers(self, layout: Layout) -> list[RankLayers]:
@@ -274,9 +175,9 @@ class CostModel:
 
     def rank_memory(self, layout: Layout, rank: RankLayers, index: int) -> StageMemory:
         """Device memory of pipeline rank ``index`` holding ``rank``'s layers."""
-        return self._stage_memory(layout, index, self._rank_static(layout, rank))
+        return self._stage_memory(layout, index, self.rank_static(layout, rank))
 
-    def _rank_static(self, layout: Layout, rank: RankLayers) -> _RankStatic:
+    def rank_static(self, layout: Layout, rank: RankLayers) -> RankStatic:
         params = self.rank_params(layout, rank)
         z, z_e = self.shard_degrees(layout)
         frozen_bytes = 4 if self.training.precision == "fp32" else 2
@@ -284,11 +185,11 @@ class CostModel:
                                    expert_shard_degree=z_e, offload=layout.optimizer_offload,
                                    lora_param_bytes=frozen_bytes)
         stored, working = self.rank_activation_parts(layout, rank)
-        return _RankStatic(params_bytes=p, grads_bytes=g, optimizer_bytes=o,
+        return RankStatic(params_bytes=p, grads_bytes=g, optimizer_bytes=o,
                            buffers_bytes=self.rank_buffer_bytes(layout, rank, params),
                            stored_per_microbatch_bytes=stored, working_bytes=working)
 
-    def _stage_memory(self, layout: Layout, index: int, static: _RankStatic) -> StageMemory:
+    def _stage_memory(self, layout: Layout, index: int, static: RankStatic) -> StageMemory:
         """Activations at the schedule's peak: in-flight micro-batches × what each leaves stored
         (divided by v: one in-flight unit of the interleaved schedule is one chunk), plus the
         recomputation working set; overhead is the runtime reserve plus allocator fragmentation."""
@@ -310,7 +211,17 @@ class CostModel:
 
         With full recomputation of only ``recompute_num_layers`` per stage, that share of layers
         stores its input and the rest store everything (Megatron's 'block' method). The first
-        stage adds its embedding dropout mask, the last its head input and fp32 logits."""
+        stage adds its embedding dropout mask, the last its head input and fp32 logits.
+        Memoised: every way of holding model states shares it."""
+        key = (layout.micro_batch_size, layout.cp, layout.tp, layout.sequence_parallel, layout.recompute,
+               layout.recompute_num_layers, layout.virtual_stages, rank.signature)
+        parts = self._activation_memo.get(key)
+        if parts is None:
+            parts = self._rank_activation_parts(layout, rank)
+            self._activation_memo[key] = parts
+        return parts
+
+    def _rank_activation_parts(self, layout: Layout, rank: RankLayers) -> tuple[float, float]:
         model = self.model
         x = self.layers.shape(self.layer_key(layout, False))
         share = self._recomputed_layers(layout, rank.num_layers) / max(rank.num_layers, 1)
@@ -557,32 +468,6 @@ class CostModel:
                    "memory_bound": self.rates.sources.get("memory_bound", "datasheet")}
         sources.update({f"{k}_comm": v for k, v in self.layers.sources.items()})
         return sources
-
-
-def _state_sum(static: _RankStatic) -> float:
-    return static.params_bytes + static.grads_bytes + static.optimizer_bytes
-
-
-class _LayerPrefix:
-    """Prefix sums over layers so a rank's parameter counts cost O(chunks), not O(layers)."""
-
-    def __init__(self, model: ModelSpec) -> None:
-        self._dense, self._expert, self._moe = [0], [0], [0]
-        for j in range(model.num_layers):
-            moe = model.is_moe_layer(j)
-            self._dense.append(self._dense[-1] + dense_layer_params(model, j))
-            self._expert.append(self._expert[-1] + (expert_params_per_layer(model) if moe else 0))
-            self._moe.append(self._moe[-1] + moe)
-        self.largest_layer = max(layer_params(model, j) for j in range(model.num_layers))
-
-    def dense_params(self, start: int, end: int) -> int:
-        return self._dense[end] - self._dense[start]
-
-    def expert_params(self, start: int, end: int) -> int:
-        return self._expert[end] - self._expert[start]
-
-    def moe_layers(self, start: int, end: int) -> int:
-        return self._moe[end] - self._moe[start]
 
 
 def estimate(model: ModelSpec, training: TrainingSpec, cluster: ClusterSpec, layout: Layout, *,

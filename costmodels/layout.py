@@ -9,7 +9,7 @@ World size = dp · tp · pp · cp.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
 from hardware_specs.errors import SpecError

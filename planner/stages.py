@@ -14,6 +14,7 @@ from dataclasses import replace
 
 from costmodels.breakdown import CostBreakdown
 from costmodels.estimate import CostModel
+from costmodels.stage_inputs import stage_slicing_inputs
 
 from .alpa.stage_dp import slice_stages
 from .ranking import rank_key
@@ -24,7 +25,7 @@ def refine_stages(cost_model: CostModel, breakdown: CostBreakdown) -> CostBreakd
     layout = breakdown.layout
     if layout.pp == 1 or layout.virtual_stages > 1:
         return breakdown
-    split = slice_stages(**cost_model.stage_slicing_inputs(layout))
+    split = slice_stages(**stage_slicing_inputs(cost_model, layout))
     if split is None or split == layout.stage_layers(cost_model.model.num_layers):
         return breakdown
     candidate = cost_model.estimate(replace(layout, layers_per_stage=tuple(split)))

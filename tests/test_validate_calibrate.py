@@ -9,7 +9,6 @@ import pytest
 
 import planner
 from costmodels.assumptions import DEFAULT_ASSUMPTIONS
-from costmodels.layout import Layout
 from planner.validate.calibrate import Run, fit, interval_s, predict_all
 from planner.validate.schedule import rank_order, simulate
 

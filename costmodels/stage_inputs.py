@@ -1,0 +1,51 @@
+"""Inputs of Alpa's stage-slicing DP (``planner.alpa.slice_stages``) from the cost model."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from .layout import Layout
+from .pipeline import in_flight_microbatches
+from .ranks import RankLayers, state_sum
+
+if TYPE_CHECKING:
+    from .estimate import CostModel
+
+
+def stage_slicing_inputs(cost_model: "CostModel", layout: Layout) -> dict:
+    """Per-layer costs for Alpa's stage-slicing DP (``planner.alpa.slice_stages``), taken from this
+    model: each layer's forward + backward time per micro-batch (recomputation and exposed
+    TP/CP/EP communication included), its state bytes and activation bytes per micro-batch,
+    the embedding's and head's extras on the first and last stage, and the memory left for
+    layers once each rank's fixed buffers, runtime reserve and recompute working set are taken."""
+    model = cost_model.model
+    empty = RankLayers(chunks=(), num_dense=0, num_moe=0, first=False, last=False)
+    base_t = cost_model.rank_core_times(layout, empty).per_microbatch_s
+    base = cost_model.rank_static(layout, empty)
+    per_kind: dict[bool, tuple[float, float, float]] = {}
+    for j in range(model.num_layers):
+        kind = model.is_moe_layer(j)
+        if kind not in per_kind:
+            one = RankLayers(chunks=((j, j + 1),), num_dense=int(not kind), num_moe=int(kind), first=False, last=False)
+            st = cost_model.rank_static(layout, one)
+            per_kind[kind] = (cost_model.rank_core_times(layout, one).per_microbatch_s - base_t,
+                              state_sum(st) - state_sum(base), st.stored_per_microbatch_bytes)
+    ends = {}
+    for name, first, last in (("first", True, False), ("last", False, True)):
+        rank = RankLayers(chunks=(), num_dense=0, num_moe=0, first=first, last=last)
+        st = cost_model.rank_static(layout, rank)
+        ends[name] = (cost_model.rank_core_times(layout, rank).per_microbatch_s - base_t,
+                      state_sum(st) - state_sum(base) + st.stored_per_microbatch_bytes * layout.pp)
+    kinds = [per_kind[model.is_moe_layer(j)] for j in range(model.num_layers)]
+    fixed = base.buffers_bytes + cost_model.cluster.hardware.runtime_reserved_bytes + base.working_bytes \
+        + max(st[2] for st in per_kind.values())  # the recompute working set, at most one layer
+    return {
+        "layer_costs_s": [k[0] for k in kinds], "layer_memory_bytes": [k[1] for k in kinds],
+        "layer_activation_bytes": [k[2] for k in kinds],
+        "inflight_microbatches": [in_flight_microbatches(layout.schedule, layout.pp, i, layout.num_microbatches, 1)
+                                  for i in range(layout.pp)],
+        "num_stages": layout.pp, "num_microbatches": layout.num_microbatches,
+        "memory_cap_bytes": (cost_model.capacity_bytes - fixed) / (1 + cost_model.assumptions.allocator_fragmentation),
+        "first_extra_s": ends["first"][0], "last_extra_s": ends["last"][0],
+        "first_extra_bytes": ends["first"][1], "last_extra_bytes": ends["last"][1],
+    }
