@@ -81,14 +81,28 @@ def print_candidates(console: Console, candidates: list[dict[str, Any]]) -> None
     console.print(table)
 
 
+def print_tp_plan(console: Console, tp_plan: dict[str, str] | None, shown: int = 12) -> None:
+    """The ILP's per-module tensor-parallel plan (``autoplan shard --attach``), first entries."""
+    if not tp_plan:
+        return
+    console.print(f"  tensor-parallel plan from the ILP ({len(tp_plan)} modules):")
+    for fqn, style in sorted(tp_plan.items())[:shown]:
+        console.print(f"    {fqn}: {style}")
+    if len(tp_plan) > shown:
+        console.print(f"    ... and {len(tp_plan) - shown} more (see the plan file)")
+
+
 def print_report(console: Console, report: dict[str, Any]) -> None:
     """A whole plan file: inputs, best plan, alternatives, search statistics, or the closest misses."""
     i, t = report["inputs"], report["inputs"]["training"]
     console.print(f"[bold]{i['model']}[/bold] on {i['gpus']} x {i['hardware']} ({i['gpus_per_node']} per node) · "
                   f"global batch {t['global_batch_size']} x {t['seq_len']} tokens · {t['precision']} · {t['optimizer']}"
                   + (f" · LoRA r={t['lora_rank']}" if t["lora_rank"] else ""))
+    if i.get("module"):
+        console.print(f"user model {i['module']} (input shape {i.get('input_shape')})")
     if report["best"] is not None:
         print_plan(console, report["best"], "best")
+        print_tp_plan(console, report["best"].get("tp_plan"))
         print_candidates(console, report["candidates"])
     for miss in report.get("closest_misses", []):
         print_plan(console, miss, "closest miss")

@@ -129,3 +129,15 @@ def test_launchable_plans_use_no_cp_ep_or_offload():
     for plan in [data["best"], *data["candidates"]]:
         layout = plan["layout"]
         assert layout["cp"] == 1 and layout["ep"] == 1 and not layout["optimizer_offload"]
+
+
+def test_explain_shows_an_attached_tp_plan(tmp_path):
+    out = tmp_path / "plan.json"
+    assert run(["evaluate", *JOB, "--dp", "8", "--tp", "2", "--pp", "1", "--out", str(out)]).exit_code == 0
+    data = json.loads(out.read_text())
+    data["best"]["tp_plan"] = {"layers.0.attention.wq": "colwise", "layers.0.attention.wo": "rowwise"}
+    out.write_text(json.dumps(data))
+    result = run(["explain", str(out)])
+    assert result.exit_code == 0
+    assert "tensor-parallel plan from the ILP (2 modules)" in result.output
+    assert "layers.0.attention.wo: rowwise" in result.output
