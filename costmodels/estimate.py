@@ -444,7 +444,7 @@ class CostModel:
             model_flops_per_step=model_flops,
             hardware_flops_per_step=model_flops + self._recompute_flops(layout),
             tokens_per_step=self.training.tokens_per_step, num_gpus=layout.world_size,
-            peak_flops_per_gpu=self.rates.peak, sources=self._sources(),
+            peak_flops_per_gpu=self.rates.peak, sources=self._sources(layout),
         )
 
     def _recompute_flops(self, layout: Layout) -> float:
@@ -462,11 +462,14 @@ class CostModel:
         forward = model_flops_per_token(self.model, s, self.training.is_lora) / 3 * tokens
         return share * forward
 
-    def _sources(self) -> dict[str, str]:
+    def _sources(self, layout: Layout) -> dict[str, str]:
+        """Where each term's rate came from, for the communication terms this layout has."""
         sources = {"compute": self.rates.sources.get("gemm", "datasheet"),
                    "attention": self.rates.sources.get("attention", "datasheet"),
                    "memory_bound": self.rates.sources.get("memory_bound", "datasheet")}
-        sources.update({f"{k}_comm": v for k, v in self.layers.sources.items()})
+        degrees = {"tp": layout.tp, "cp": layout.cp, "ep": layout.ep, "dp": layout.dp * layout.cp, "pp": layout.pp}
+        sources.update({f"{axis}_comm": source for axis, source in self.layers.sources.items()
+                        if degrees.get(axis, 1) > 1})
         return sources
 
 

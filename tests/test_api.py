@@ -66,3 +66,13 @@ def test_moe_plan_uses_expert_parallelism_where_it_pays():
     report = planner.plan(model="mixtral-8x7b", hardware="h100-sxm-80gb", gpus=64, global_batch=256, seq_len=4096)
     layouts = [report.best.layout] + [c.layout for c in report.candidates]
     assert any(l.ep > 1 for l in layouts)
+
+
+def test_sources_name_only_the_terms_the_layout_has():
+    # The search costs many layouts on one cost model; a tp=1 plan must not list tp_comm.
+    report = planner.plan(model="llama3-8b", hardware="h100-sxm-80gb", gpus=16, global_batch=64, seq_len=4096)
+    for plan in (report.best, *report.candidates):
+        sources = plan.sources
+        assert ("tp_comm" in sources) == (plan.layout.tp > 1)
+        assert ("pp_comm" in sources) == (plan.layout.pp > 1)
+        assert sources["compute"] == "datasheet"
