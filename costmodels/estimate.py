@@ -9,6 +9,7 @@ parameter all-gather not hidden behind the first forward (ZeRO-1/2), and the opt
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from dataclasses import replace
 from typing import TYPE_CHECKING
@@ -302,7 +303,7 @@ class CostModel:
         core = self.rank_core_times(layout, rank)
         t = replace(core, comm_bytes=Counter(core.comm_bytes))
         params = self.rank_params(layout, rank)
-        self._add_data_parallel(t, layout, params)
+        self._add_data_parallel(t, layout, params, rank)
         self._add_optimizer(t, layout, params)
         return t
 
@@ -368,12 +369,14 @@ class CostModel:
         t.pp_s += 2 * layout.virtual_stages * seconds
         t.comm_bytes["pp_send_recv"] += 2 * layout.virtual_stages * sent * layout.num_microbatches
 
-    def _add_data_parallel(self, t: RankTimes, layout: Layout, params: ShardedParams) -> None:
+    def _add_data_parallel(self, t: RankTimes, layout: Layout, params: ShardedParams, rank: RankLayers) -> None:
         """Gradient reduction and parameter gathers over the dp·cp group (expert grads over dp·cp/ep).
 
         ZeRO 0: one all-reduce per step. ZeRO 1/2: reduce-scatter + all-gather per step (2Ψ, as
         all-reduce). ZeRO-3: all-gather in forward and backward and reduce-scatter per micro-batch
         (3Ψ per micro-batch; ZeRO paper Sec. 7). HSDP adds an all-reduce of 1/N_shard across replicas.
+        Each is issued in pieces that each pay the latency: gradient buckets for ZeRO 0-2 (PyTorch
+        DDP, Megatron), one piece per FSDP unit (each block, plus the root) for ZeRO-3.
         """
         z, _ = self.shard_degrees(layout)
         group = layout.dp * layout.cp
@@ -384,20 +387,22 @@ class CostModel:
         weights = sb.param * (params.dense + params.expert) if layout.zero_stage == 3 else \
             sb.param * (params.trainable_dense + params.trainable_expert)
         shard = z if layout.zero_stage else group
+        pieces = rank.num_layers + 1 if layout.zero_stage == 3 else \
+            max(1, math.ceil(grads / self.assumptions.dp_bucket_bytes))
         overlap = self.assumptions.overlap_fraction
         if layout.zero_stage == 0:
-            reduce_s, sent = self.layers.collective("dp", "all_reduce", grads, group, layout.tp)
+            reduce_s, sent = self._in_pieces("all_reduce", grads, group, layout.tp, pieces)
             t.comm_bytes["dp_all_reduce"] += sent
             gather_s = 0.0
         else:
-            reduce_s, rs_sent = self.layers.collective("dp", "reduce_scatter", grads, shard, layout.tp)
-            gather_s, ag_sent = self.layers.collective("dp", "all_gather", weights, shard, layout.tp)
+            reduce_s, rs_sent = self._in_pieces("reduce_scatter", grads, shard, layout.tp, pieces)
+            gather_s, ag_sent = self._in_pieces("all_gather", weights, shard, layout.tp, pieces)
             reps = m if layout.zero_stage == 3 else 1
             t.comm_bytes["dp_reduce_scatter"] += rs_sent * reps
             t.comm_bytes["dp_all_gather"] += ag_sent * reps * (2 if layout.zero_stage == 3 else 1)
         replicas = group // shard
         if layout.zero_stage and replicas > 1:
-            ar_s, ar_sent = self.layers.collective("dp", "all_reduce", grads / shard, replicas, layout.tp * shard)
+            ar_s, ar_sent = self._in_pieces("all_reduce", grads / shard, replicas, layout.tp * shard, pieces)
             t.dp_tail_s += ar_s
             t.comm_bytes["dp_all_reduce"] += ar_sent
         if layout.zero_stage == 3:
@@ -407,6 +412,11 @@ class CostModel:
             return
         t.dp_tail_s += max(0.0, reduce_s - overlap * t.bwd_compute_s)
         t.dp_tail_s += max(0.0, gather_s - overlap * t.fwd_compute_s)
+
+    def _in_pieces(self, op: str, size_bytes: float, degree: int, stride: int, pieces: int) -> tuple[float, float]:
+        """(seconds, bytes sent) of ``op`` over ``size_bytes`` issued as ``pieces`` equal collectives."""
+        seconds, sent = self.layers.collective("dp", op, size_bytes / pieces, degree, stride)
+        return pieces * seconds, pieces * sent
 
     def _add_optimizer(self, t: RankTimes, layout: Layout, params: ShardedParams) -> None:
         """Optimizer step on this rank's shard: memory-bound, reading and writing the K bytes of

@@ -52,3 +52,24 @@ def test_tensor_parallel_stays_inside_a_node_unless_allowed():
     assert max(m.tp for m in inside) == 8
     across = mesh_choices(model, training, 64, 8, SearchOptions(allow_cross_node_tp=True))
     assert max(m.tp for m in across) == 64
+
+
+def test_zero3_gathers_pay_latency_once_per_fsdp_unit():
+    # tiny-llama (4 layers) on the cpu preset, dp 2 ZeRO-3, fp32: each micro-batch gathers the 5
+    # FSDP units (4 blocks + root) one by one in forward and again in backward, and
+    # reduce-scatters their gradients, each piece paying gloo's latency (alpha = 30 µs).
+    from costmodels.estimate import CostModel
+    from costmodels.layout import Layout
+
+    cluster = make_cluster(load_node("cpu"), 2)
+    training = TrainingSpec(global_batch_size=2, seq_len=64, precision="fp32")
+    cm = CostModel(load_model("tiny-llama"), training, cluster, assumptions=EXACT)
+    layout = Layout(dp=2, zero_stage=3, num_microbatches=1)
+    rank = cm.rank_layers(layout)[0]
+    state_bytes = 4 * cm.rank_params(layout, rank).dense  # fp32 params, fp32 grads
+    gather = 5 * collective_time_s("all_gather", state_bytes / 5, 2, 1, cluster, assumptions=EXACT)
+    reduce = 5 * collective_time_s("reduce_scatter", state_bytes / 5, 2, 1, cluster, assumptions=EXACT)
+    assert gather > collective_time_s("all_gather", state_bytes, 2, 1, cluster, assumptions=EXACT)
+    t = cm.rank_times(layout, rank)
+    expected = max(0.0, gather - t.fwd_compute_s) + max(0.0, gather + reduce - t.bwd_compute_s)
+    assert t.dp_mb_s == pytest.approx(expected)
