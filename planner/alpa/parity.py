@@ -78,6 +78,7 @@ def main() -> None:
         with open(tmp, "w", encoding="utf-8") as handle:
             json.dump(result, handle, indent=1, sort_keys=True)
         os.replace(tmp, args.out)
+    dist.barrier()  # no rank tears gloo down while another still has a collective in flight
     dist.destroy_process_group()
 
 

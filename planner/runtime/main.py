@@ -152,4 +152,5 @@ def main(argv: list[str] | None = None, job_dir: str | Path = ".") -> None:
                 checkpoint.save(job, args.checkpoint_dir, done)
             if done == args.simulate_failure_at_step:
                 os.kill(os.getpid(), signal.SIGKILL)
+    dist.barrier()  # no rank tears gloo down while another still has a collective in flight
     dist.destroy_process_group()
