@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from collections import Counter
 from dataclasses import replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable, TypeVar
 
 from hardware_specs.schema import ClusterSpec
 
@@ -34,6 +34,15 @@ if TYPE_CHECKING:
     from profiles import HardwareProfile
 
 DEFAULT_MEMORY_FRACTION = 0.95
+T = TypeVar("T")
+
+
+def _memoised(memo: dict, key: tuple, compute: Callable[[], T]) -> T:
+    """``memo[key]``, computed by ``compute()`` the first time."""
+    value = memo.get(key)
+    if value is None:
+        value = memo[key] = compute()
+    return value
 
 
 class CostModel:
@@ -94,14 +103,13 @@ class CostModel:
     def rank_groups(self, layout: Layout) -> list[tuple[RankLayers, int]]:
         """Ranks of equal signature, one representative each with its count (memoised)."""
         key = (layout.pp, layout.virtual_stages, layout.layers_per_stage)
-        groups = self._groups_memo.get(key)
-        if groups is None:
-            counts: dict[tuple, list] = {}
-            for rank in self.rank_layers(layout):
-                counts.setdefault(rank.signature, [rank, 0])[1] += 1
-            groups = [(rank, n) for rank, n in counts.values()]
-            self._groups_memo[key] = groups
-        return groups
+        return _memoised(self._groups_memo, key, lambda: self._rank_groups(layout))
+
+    def _rank_groups(self, layout: Layout) -> list[tuple[RankLayers, int]]:
+        counts: dict[tuple, list] = {}
+        for rank in self.rank_layers(layout):
+            counts.setdefault(rank.signature, [rank, 0])[1] += 1
+        return [(rank, n) for rank, n in counts.values()]
 
     def model_state_peak_bytes(self, layout: Layout) -> float:
         """Largest params + grads + optimizer bytes over the ranks: a memory lower bound that the
@@ -120,11 +128,7 @@ class CostModel:
     def rank_layers(self, layout: Layout) -> list[RankLayers]:
         """Chunk c of rank i is model stage c·pp + i (Megatron's interleaved assignment)."""
         key = (layout.pp, layout.virtual_stages, layout.layers_per_stage)
-        ranks = self._ranks_memo.get(key)
-        if ranks is None:
-            ranks = self._rank_layers(layout)
-            self._ranks_memo[key] = ranks
-        return ranks
+        return _memoised(self._ranks_memo, key, lambda: self._rank_layers(layout))
 
     def _rank_layers(self, layout: Layout) -> list[RankLayers]:
         counts = layout.stage_layers(self.model.num_layers)
@@ -143,11 +147,7 @@ class CostModel:
     def rank_params(self, layout: Layout, rank: RankLayers) -> ShardedParams:
         """Parameter elements on one rank: layers / tp, experts / (tp·ep), embedding and head."""
         key = (layout.tp, layout.ep, layout.pp, rank)
-        params = self._params_memo.get(key)
-        if params is None:
-            params = self._rank_params(layout, rank)
-            self._params_memo[key] = params
-        return params
+        return _memoised(self._params_memo, key, lambda: self._rank_params(layout, rank))
 
     def _rank_params(self, layout: Layout, rank: RankLayers) -> ShardedParams:
         model, tp = self.model, layout.tp
@@ -216,11 +216,7 @@ class CostModel:
         Memoised: every way of holding model states shares it."""
         key = (layout.micro_batch_size, layout.cp, layout.tp, layout.sequence_parallel, layout.recompute,
                layout.recompute_num_layers, layout.virtual_stages, rank.signature)
-        parts = self._activation_memo.get(key)
-        if parts is None:
-            parts = self._rank_activation_parts(layout, rank)
-            self._activation_memo[key] = parts
-        return parts
+        return _memoised(self._activation_memo, key, lambda: self._rank_activation_parts(layout, rank))
 
     def _rank_activation_parts(self, layout: Layout, rank: RankLayers) -> tuple[float, float]:
         model = self.model
@@ -276,11 +272,7 @@ class CostModel:
         key = (layout.tp, layout.cp, layout.ep, layout.dp, layout.pp, layout.virtual_stages,
                layout.micro_batch_size, layout.num_microbatches, layout.recompute, layout.recompute_num_layers,
                layout.sequence_parallel, rank.signature)
-        core = self._core_memo.get(key)
-        if core is None:
-            core = self._rank_core_times(layout, rank)
-            self._core_memo[key] = core
-        return core
+        return _memoised(self._core_memo, key, lambda: self._rank_core_times(layout, rank))
 
     def _rank_core_times(self, layout: Layout, rank: RankLayers) -> RankTimes:
         t = RankTimes()
