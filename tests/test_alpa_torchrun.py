@@ -37,8 +37,15 @@ def parity(tmp_path_factory):
         (work / f"plan{i}.json").write_text(json.dumps(reports[factory]))
         command += ["--case", factory, ",".join(map(str, shape)), str(work / f"plan{i}.json")]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([TESTS, os.environ.get("PYTHONPATH", "")])}
-    proc = subprocess.run(command + ["--out", str(work / "result.json")], capture_output=True, text=True,
-                          env=env, timeout=300, check=False)
+    for _ in range(2):
+        proc = subprocess.run(command + ["--out", str(work / "result.json")], capture_output=True, text=True,
+                              env=env, timeout=300, check=False)
+        # gloo on this 2-core VM sometimes aborts a rank with a C++ "terminate called without an
+        # active exception" right after DTensor's all-to-all fallback (seen in 2 of 4 full-suite runs,
+        # 0 of 18 runs of this launch alone). That is a crash of the transport, not a wrong answer:
+        # launch once more; any other failure, or a second abort, fails the test.
+        if proc.returncode == 0 or "terminate called without an active exception" not in proc.stderr:
+            break
     assert proc.returncode == 0, proc.stderr[-3000:]
     return reports, json.loads((work / "result.json").read_text())
 
