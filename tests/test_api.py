@@ -76,3 +76,10 @@ def test_sources_name_only_the_terms_the_layout_has():
         assert ("tp_comm" in sources) == (plan.layout.tp > 1)
         assert ("pp_comm" in sources) == (plan.layout.pp > 1)
         assert sources["compute"] == "datasheet"
+
+
+def test_import_and_plan_load_no_click_or_rich_either():
+    code = ("import sys, planner; planner.plan(model='tiny-llama', hardware='cpu', gpus=2, global_batch=4, "
+            "seq_len=128); print(sorted(m for m in ('click', 'rich', 'torch') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
