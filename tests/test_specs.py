@@ -20,19 +20,14 @@ def test_all_required_hardware_presets_load():
         assert node.gpus_per_node >= 1 and node.hardware.memory_bytes > 0
 
 
-def test_a_number_without_a_source_is_rejected(tmp_path):
-    text = (DATA_DIR / "h100-sxm-80gb.toml").read_text()
+@pytest.mark.parametrize("old,new,needle", [
+    ('"device.memory_gib" = ', '"device.unused" = ', "device.memory_gib.*sources"),  # unsourced number
+    ("memory_gib = 80", 'memory_gib = "80"', "device.memory_gib.*a number"),  # wrong type
+])
+def test_bad_hardware_file_names_the_field(tmp_path, old, new, needle):
     bad = tmp_path / "node.toml"
-    bad.write_text(text.replace('"device.memory_gib" = ', '"device.unused" = '))
-    with pytest.raises(SpecError, match="device.memory_gib.*sources"):
-        load_node(str(bad))
-
-
-def test_wrong_type_names_the_field(tmp_path):
-    text = (DATA_DIR / "h100-sxm-80gb.toml").read_text()
-    bad = tmp_path / "node.toml"
-    bad.write_text(text.replace("memory_gib = 80", 'memory_gib = "80"'))
-    with pytest.raises(SpecError, match="device.memory_gib"):
+    bad.write_text((DATA_DIR / "h100-sxm-80gb.toml").read_text().replace(old, new))
+    with pytest.raises(SpecError, match=needle):
         load_node(str(bad))
 
 
