@@ -43,7 +43,7 @@ MIB = 2**20
 def plan_dict(model: str, hardware: str, gpus: int, batch: int, seq: int, precision: str, layout: Layout) -> dict:
     """A plan file dict with ``layout`` as best (the shape ``autoplan evaluate --out`` writes)."""
     job = resolve_job(model=model, hardware=hardware, gpus=gpus, gpus_per_node=gpus, global_batch=batch,
-                      seq_len=seq, precision=precision)
+                      seq_len=seq, precision=precision, runtime="torch")
     report = PlanReport(inputs=job.inputs, best=job.cost_model().estimate(layout), candidates=(),
                         search={"solver": "evaluate", "space_size": 1, "evaluated": 1})
     return json.loads(report.to_json())

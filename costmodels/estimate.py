@@ -23,7 +23,7 @@ from .compute import Rates
 from .flops import logits_gemm, model_flops_per_token
 from .layer_costs import LayerCosts, LayerForward, LayerKey
 from .layout import Layout
-from .memory import ShardedParams, StateBytes, state_bytes, zero_state_bytes
+from .memory import ShardedParams, StateBytes, held_state_bytes, state_bytes
 from .model_spec import ModelSpec
 from .params import embedding_params, lora_params_per_layer, output_params
 from .pipeline import bubble_time_s, in_flight_microbatches
@@ -114,14 +114,9 @@ class CostModel:
     def model_state_peak_bytes(self, layout: Layout) -> float:
         """Largest params + grads + optimizer bytes over the ranks: a memory lower bound that the
         micro-batch, schedule and recomputation choices cannot lower."""
-        z, z_e = self.shard_degrees(layout)
-        frozen_bytes = 4 if self.training.precision == "fp32" else 2
         peak = 0.0
         for rank, _ in self.rank_groups(layout):
-            parts = zero_state_bytes(self.rank_params(layout, rank), self.states, zero_stage=layout.zero_stage,
-                                     shard_degree=z, expert_shard_degree=z_e, offload=layout.optimizer_offload,
-                                     lora_param_bytes=frozen_bytes)
-            peak = max(peak, sum(parts))
+            peak = max(peak, sum(self._held_states(layout, self.rank_params(layout, rank))))
         return peak
 
     # -- what each rank holds -------------------------------------------------------------
@@ -180,15 +175,16 @@ class CostModel:
 
     def rank_static(self, layout: Layout, rank: RankLayers) -> RankStatic:
         params = self.rank_params(layout, rank)
-        z, z_e = self.shard_degrees(layout)
-        frozen_bytes = 4 if self.training.precision == "fp32" else 2
-        p, g, o = zero_state_bytes(params, self.states, zero_stage=layout.zero_stage, shard_degree=z,
-                                   expert_shard_degree=z_e, offload=layout.optimizer_offload,
-                                   lora_param_bytes=frozen_bytes)
+        p, g, o = self._held_states(layout, params)
         stored, working = self.rank_activation_parts(layout, rank)
         return RankStatic(params_bytes=p, grads_bytes=g, optimizer_bytes=o,
                            buffers_bytes=self.rank_buffer_bytes(layout, rank, params),
                            stored_per_microbatch_bytes=stored, working_bytes=working)
+
+    def _held_states(self, layout: Layout, params: ShardedParams) -> tuple[float, float, float]:
+        z, z_e = self.shard_degrees(layout)
+        return held_state_bytes(params, self.training, zero_stage=layout.zero_stage, shard_degree=z,
+                                expert_shard_degree=z_e, offload=layout.optimizer_offload)
 
     def _stage_memory(self, layout: Layout, index: int, static: RankStatic) -> StageMemory:
         """Activations at the schedule's peak: in-flight micro-batches × what each leaves stored
@@ -247,23 +243,38 @@ class CostModel:
         return 0.0
 
     def rank_buffer_bytes(self, layout: Layout, rank: RankLayers, params: ShardedParams) -> float:
-        """Communication buffers: ZeRO-3 prefetch (two layers' params, one layer's grads), DP
-        buckets (ZeRO 0-2), one gathered TP activation, pipeline send and receive buffers."""
-        B, sb = self.rates.elem_bytes, self.states
+        """Communication buffers and gathered copies: data parallel (``_data_parallel_buffer_bytes``),
+        one gathered TP activation, pipeline send and receive buffers."""
+        B = self.rates.elem_bytes
         tokens = layout.micro_batch_size * self.training.seq_len // layout.cp
         block = B * tokens * self.model.hidden_size
-        buffers = 0.0
-        data_parallel = layout.dp * layout.cp > 1
-        if layout.zero_stage == 3 and data_parallel:
-            biggest = self._prefix.largest_layer / layout.tp
-            buffers += (2 * sb.param + sb.grad) * biggest
-        elif data_parallel:
-            buffers += min(2 * self.assumptions.dp_bucket_bytes, sb.grad * (params.dense + params.expert))
+        buffers = self._data_parallel_buffer_bytes(layout, params) if layout.dp * layout.cp > 1 else 0.0
         if layout.tp > 1:
             buffers += block
         if layout.pp > 1:
             buffers += 2 * block * (1 / layout.tp if layout.sequence_parallel else 1.0)
         return buffers
+
+    def _data_parallel_buffer_bytes(self, layout: Layout, params: ShardedParams) -> float:
+        """ZeRO-3: two layers' gathered params (the one computing, the one prefetched) and one
+        layer's unsharded grads. ZeRO 0-2 under megatron: two gradient buckets. Under the torch
+        runtime (FSDP2, ``reshard_after_forward=False`` for ZeRO-1/2 and ``replicate`` for 0) the
+        gathered compute copy of every parameter lives from forward to backward (for ZeRO-0 only
+        with mixed precision; in fp32 the compute copy is the parameter), plus for ZeRO-1/2 the
+        unsharded fp32 gradients: accumulated over the micro-batches (ZeRO-1, reduced once
+        after the last) or one layer's at a time (ZeRO-2)."""
+        sb = self.states
+        biggest = self._prefix.largest_layer / layout.tp
+        if layout.zero_stage == 3:
+            return (2 * sb.gathered + sb.reduced) * biggest
+        if self.training.runtime != "torch":
+            return min(2 * self.assumptions.dp_bucket_bytes, sb.grad * (params.dense + params.expert))
+        held = params.dense + params.expert
+        if layout.zero_stage == 0:  # replicate: the reduced gradient is the held one
+            return 0.0 if sb.gathered == sb.param else sb.gathered * held
+        grads = sb.reduced * biggest if layout.zero_stage == 2 else \
+            sb.reduced * (params.trainable_dense + params.trainable_expert)
+        return sb.gathered * held + grads
 
     # -- time ---------------------------------------------------------------------------------
     def rank_core_times(self, layout: Layout, rank: RankLayers) -> RankTimes:
@@ -375,13 +386,14 @@ class CostModel:
         if group == 1:
             return
         sb, m = self.states, layout.num_microbatches
-        grads = sb.grad * (params.trainable_dense + params.trainable_expert)
-        weights = sb.param * (params.dense + params.expert) if layout.zero_stage == 3 else \
-            sb.param * (params.trainable_dense + params.trainable_expert)
+        grads = sb.reduced * (params.trainable_dense + params.trainable_expert)
+        weights = sb.gathered * (params.dense + params.expert) if layout.zero_stage == 3 else \
+            sb.gathered * (params.trainable_dense + params.trainable_expert)
         shard = z if layout.zero_stage else group
         pieces = rank.num_layers + 1 if layout.zero_stage == 3 else \
             max(1, math.ceil(grads / self.assumptions.dp_bucket_bytes))
         overlap = self.assumptions.overlap_fraction
+        per_microbatch_reduce = layout.zero_stage == 2 and self.training.runtime == "torch"
         if layout.zero_stage == 0:
             reduce_s, sent = self._in_pieces("all_reduce", grads, group, layout.tp, pieces)
             t.comm_bytes["dp_all_reduce"] += sent
@@ -390,7 +402,7 @@ class CostModel:
             reduce_s, rs_sent = self._in_pieces("reduce_scatter", grads, shard, layout.tp, pieces)
             gather_s, ag_sent = self._in_pieces("all_gather", weights, shard, layout.tp, pieces)
             reps = m if layout.zero_stage == 3 else 1
-            t.comm_bytes["dp_reduce_scatter"] += rs_sent * reps
+            t.comm_bytes["dp_reduce_scatter"] += rs_sent * (m if per_microbatch_reduce else reps)
             t.comm_bytes["dp_all_gather"] += ag_sent * reps * (2 if layout.zero_stage == 3 else 1)
         replicas = group // shard
         if layout.zero_stage and replicas > 1:
@@ -402,7 +414,10 @@ class CostModel:
             bwd_mb = t.bwd_compute_s
             t.dp_mb_s += max(0.0, gather_s - overlap * fwd_mb) + max(0.0, gather_s + reduce_s - overlap * bwd_mb)
             return
-        t.dp_tail_s += max(0.0, reduce_s - overlap * t.bwd_compute_s)
+        if per_microbatch_reduce:
+            t.dp_mb_s += max(0.0, reduce_s - overlap * t.bwd_compute_s)
+        else:
+            t.dp_tail_s += max(0.0, reduce_s - overlap * t.bwd_compute_s)
         t.dp_tail_s += max(0.0, gather_s - overlap * t.fwd_compute_s)
 
     def _in_pieces(self, op: str, size_bytes: float, degree: int, stride: int, pieces: int) -> tuple[float, float]:

@@ -10,10 +10,12 @@ from hardware_specs.errors import SpecError
 Precision = Literal["fp32", "bf16", "fp16", "fp8"]
 Optimizer = Literal["adamw", "sgd"]
 AttentionImpl = Literal["fused", "eager"]
+Runtime = Literal["megatron", "torch"]
 
 PRECISIONS: tuple[str, ...] = ("bf16", "fp16", "fp8", "fp32")
 OPTIMIZERS: tuple[str, ...] = ("adamw", "sgd")
 LORA_TARGETS: tuple[str, ...] = ("q", "k", "v", "o", "gate", "up", "down")
+RUNTIMES: tuple[str, ...] = ("megatron", "torch")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -35,6 +37,12 @@ class TrainingSpec:
     """Which projections carry LoRA adapters."""
     attention: AttentionImpl = "fused"
     """fused = flash-style kernel (scores not stored); eager = scores and softmax stored."""
+    runtime: Runtime = "megatron"
+    """Which implementation runs the plan, so memory is counted as it holds it. megatron: model
+    states as the ZeRO paper counts them (Megatron-LM's distributed optimizer, DeepSpeed) and
+    activations as Korthikanti et al. count them (fused kernels, Megatron sequence parallelism).
+    torch: ``autoplan launch``'s own job on PyTorch's APIs (FSDP2 keeps fp32 parameter and
+    gradient shards, ``parallelize_module`` sequence parallelism, eager autograd)."""
 
     def __post_init__(self) -> None:
         for name in ("global_batch_size", "seq_len"):
@@ -44,6 +52,7 @@ class TrainingSpec:
         _require_choice("precision", self.precision, PRECISIONS)
         _require_choice("optimizer", self.optimizer, OPTIMIZERS)
         _require_choice("attention", self.attention, ("fused", "eager"))
+        _require_choice("runtime", self.runtime, RUNTIMES)
         if not isinstance(self.lora_rank, int) or self.lora_rank < 0:
             raise SpecError(f"lora_rank must be a non-negative integer, got {self.lora_rank!r}")
         for target in self.lora_targets:

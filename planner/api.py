@@ -55,7 +55,7 @@ class Job:
 def resolve_job(*, model: str | ModelSpec, hardware: str | NodeSpec, gpus: int, global_batch: int,
                 seq_len: int, gpus_per_node: int | None = None, precision: str = "bf16",
                 optimizer: str = "adamw", lora_rank: int = 0, attention: str = "fused",
-                memory_fraction: float = 0.95, profile: "str | Path | HardwareProfile | None" = None) -> Job:
+                runtime: str = "megatron", memory_fraction: float = 0.95, profile: "str | Path | HardwareProfile | None" = None) -> Job:
     """Turn names and numbers into specs, validating each where it enters."""
     model_spec = model if isinstance(model, ModelSpec) else load_model(model)
     node = hardware if isinstance(hardware, NodeSpec) else load_node(hardware)
@@ -65,7 +65,7 @@ def resolve_job(*, model: str | ModelSpec, hardware: str | NodeSpec, gpus: int, 
     if not isinstance(memory_fraction, (int, float)) or not 0 < memory_fraction <= 1:
         raise SpecError(f"--memory-fraction must be in (0, 1], got {memory_fraction!r}")
     training = TrainingSpec(global_batch_size=global_batch, seq_len=seq_len, precision=precision,
-                            optimizer=optimizer, lora_rank=lora_rank, attention=attention)
+                            optimizer=optimizer, lora_rank=lora_rank, attention=attention, runtime=runtime)
     if training.precision not in ("fp8", "fp32") and not node.hardware.supports(training.precision):
         raise SpecError(f"--precision {precision}: {node.hardware.name} has no {precision} rate; use fp16")
     cluster = make_cluster(node, gpus, gpus_per_node)
@@ -76,7 +76,7 @@ def resolve_job(*, model: str | ModelSpec, hardware: str | NodeSpec, gpus: int, 
         "hardware": hardware if isinstance(hardware, str) else node.hardware.name,
         "gpus": gpus, "gpus_per_node": cluster.gpus_per_node,
         "training": {"global_batch_size": global_batch, "seq_len": seq_len, "precision": precision,
-                     "optimizer": optimizer, "lora_rank": lora_rank, "attention": attention},
+                     "optimizer": optimizer, "lora_rank": lora_rank, "attention": attention, "runtime": runtime},
         "memory_fraction": memory_fraction,
         "profile": str(profile) if isinstance(profile, (str, Path)) else None,
     }
@@ -97,10 +97,16 @@ def plan(*, model: str | ModelSpec, hardware: str | NodeSpec, gpus: int, global_
          launchable: bool = False, **options: Any) -> PlanReport:
     """The fastest layout that fits, ranked alternatives, and why others were rejected.
 
-    ``options``: gpus_per_node, precision, optimizer, lora_rank, attention, memory_fraction, profile
-    (see ``resolve_job``). ``solver``: ``search`` (branch and bound, exact) or ``brute-force``.
-    ``launchable``: search only layouts ``autoplan launch`` applies (no cp, ep or offload).
+    ``options``: gpus_per_node, precision, optimizer, lora_rank, attention, runtime, memory_fraction,
+    profile (see ``resolve_job``). ``solver``: ``search`` (branch and bound, exact) or ``brute-force``.
+    ``launchable``: search only layouts ``autoplan launch`` applies (no cp, ep or offload), costed
+    as its job holds memory (``runtime`` defaults to ``torch``; ``megatron`` is refused).
     """
+    if launchable:
+        if options.get("runtime", "torch") != "torch":
+            raise PlanError(f"--runtime {options['runtime']} with --launchable: the launched job runs on "
+                            "PyTorch's APIs; drop --runtime or use --runtime torch")
+        options = {**options, "runtime": "torch"}
     job = resolve_job(model=model, hardware=hardware, gpus=gpus, global_batch=global_batch,
                       seq_len=seq_len, **options)
     if not isinstance(top_k, int) or top_k < 1:

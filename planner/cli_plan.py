@@ -25,6 +25,10 @@ JOB_OPTIONS: list[Callable] = [
                  help="LoRA rank (0 = full training); adapters on q, k, v, o."),
     click.option("--attention", type=click.Choice(["fused", "eager"]), default="fused", show_default=True,
                  help="fused: flash-style kernel, scores not stored; eager: scores stored."),
+    click.option("--runtime", type=click.Choice(["megatron", "torch"]), default=None,
+                 help="Who runs the plan, so memory is counted as it holds it: megatron (ZeRO-paper states, "
+                      "Megatron activations; the default) or torch (autoplan launch: FSDP2, PyTorch TP/SP; "
+                      "the default with --launchable)."),
     click.option("--memory-fraction", type=click.FloatRange(min=0, max=1, min_open=True), default=0.95,
                  show_default=True, help="Usable share of device memory."),
     click.option("--profile", type=click.Path(dir_okay=False), default=None,
@@ -45,7 +49,10 @@ def job_options(func: Callable) -> Callable:
 def _job_kwargs(kw: dict[str, Any]) -> dict[str, Any]:
     keys = ("model", "hardware", "gpus", "global_batch", "seq_len", "gpus_per_node", "precision", "optimizer",
             "lora_rank", "attention", "memory_fraction", "profile")
-    return {k: kw[k] for k in keys}
+    out = {k: kw[k] for k in keys}
+    if kw.get("runtime") is not None:
+        out["runtime"] = kw["runtime"]
+    return out
 
 
 def _emit(report_dict: dict[str, Any], text: str, fmt: str, out: str | None, console_view: Callable) -> None:

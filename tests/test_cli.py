@@ -129,6 +129,13 @@ def test_launchable_plans_use_no_cp_ep_or_offload():
     for plan in [data["best"], *data["candidates"]]:
         layout = plan["layout"]
         assert layout["cp"] == 1 and layout["ep"] == 1 and not layout["optimizer_offload"]
+    assert data["inputs"]["training"]["runtime"] == "torch"
+
+
+def test_launchable_refuses_the_megatron_runtime():
+    result = run(["plan", "--model", "llama2-7b", "--hardware", "h100-sxm-80gb", "--gpus", "8", "--global-batch", "8",
+                  "--seq-len", "2048", "--launchable", "--runtime", "megatron"])
+    assert result.exit_code == 2 and "--runtime megatron" in result.output and result.output.count("\n") == 1
 
 
 def test_explain_shows_an_attached_tp_plan(tmp_path):

@@ -6,7 +6,7 @@ import pytest
 
 from costmodels.estimate import CostModel
 from costmodels.layout import Layout
-from costmodels.memory import ShardedParams, state_bytes, zero_closed_form_bytes, zero_state_bytes
+from costmodels.memory import ShardedParams, held_state_bytes, state_bytes, zero_closed_form_bytes, zero_state_bytes
 from costmodels.presets import load_model
 from costmodels.training import TrainingSpec
 from hardware_specs import load_node, make_cluster
@@ -71,3 +71,20 @@ def test_offload_moves_optimizer_states_off_the_device():
     breakdown = cm.estimate(layout)
     assert breakdown.peak_stage.optimizer_bytes == 0
     assert breakdown.offload_s > 0 and breakdown.optimizer_s == 0
+
+
+@pytest.mark.parametrize("precision", ["bf16", "fp32"])
+def test_torch_runtime_holds_fp32_shards_from_zero_1_on(precision):
+    """FSDP2 (the torch runtime) keeps 4 B params + 4 B grads + 8 B AdamW per element, sharded by
+    N_d at every ZeRO stage >= 1 and not at all at stage 0; the ZeRO paper's split differs."""
+    psi, n_d = 7.5e9, 8
+    params = ShardedParams(dense=psi, expert=0, trainable_dense=psi, trainable_expert=0)
+    torch_run = TrainingSpec(global_batch_size=1, seq_len=1, precision=precision, runtime="torch")
+    for stage in (0, 1, 2, 3):
+        held = held_state_bytes(params, torch_run, zero_stage=stage, shard_degree=n_d, expert_shard_degree=n_d,
+                                offload=False)
+        divisor = n_d if stage else 1
+        assert held == pytest.approx((4 * psi / divisor, 4 * psi / divisor, 8 * psi / divisor))
+    megatron = TrainingSpec(global_batch_size=1, seq_len=1, precision="bf16")
+    assert held_state_bytes(params, megatron, zero_stage=1, shard_degree=n_d, expert_shard_degree=n_d,
+                            offload=False) == pytest.approx((2 * psi, 2 * psi, 12 * psi / n_d))

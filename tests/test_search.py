@@ -21,7 +21,8 @@ def _case(seed):
     hardware = rng.choice(["a100-sxm-40gb", "h100-sxm-80gb", "l40s", "v100-sxm-32gb"])
     training = TrainingSpec(global_batch_size=rng.choice([4, 8, 16]), seq_len=rng.choice([256, 512, 2048]),
                             precision="fp16" if hardware.startswith("v100") else rng.choice(["bf16", "fp32"]),
-                            optimizer=rng.choice(["adamw", "sgd"]), attention=rng.choice(["fused", "eager"]))
+                            optimizer=rng.choice(["adamw", "sgd"]), attention=rng.choice(["fused", "eager"]),
+                            runtime=rng.choice(["megatron", "torch"]))
     cluster = make_cluster(load_node(hardware), gpus, rng.choice([None, 2, 4]) if gpus >= 4 else None)
     memory_fraction = rng.choice([0.02, 0.1, 0.5, 0.95])
     return model, training, cluster, memory_fraction

@@ -19,7 +19,7 @@ from hardware_specs.errors import AutoplanError
 
 from .clip import clip_grads
 from .init import init_weights
-from .parallel import Meshes, build_meshes, build_parts, parallelize
+from .parallel import Meshes, build_meshes, build_parts, parallelize, shard_embedding_grads
 from .user_model import build_user_model, layout_problems
 
 MIXED_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp8": torch.bfloat16}
@@ -121,6 +121,7 @@ def setup_job(spec: ModelSpec | None, layout: Layout, *, device: torch.device, s
     for index, part in parts:
         parallelize(part, layout, meshes, mp, tp_plan)
         part.to_empty(device=device)
+        shard_embedding_grads(part)
         init_weights(part, seed=seed)
         part.train()
         job.parts.append((index, part))

@@ -35,7 +35,7 @@ import torch.distributed as dist
 from costmodels.layout import Layout
 from planner.runtime import trainer
 from planner.runtime.main import _load_plan
-from planner.runtime.parallel import build_meshes, build_parts, parallelize
+from planner.runtime.parallel import build_meshes, build_parts, parallelize, shard_embedding_grads
 
 from .probe import MemoryProbe
 from .schedule import rank_order
@@ -69,6 +69,7 @@ def build_fake_job(spec, layout: Layout, rank: int, precision: str, optimizer: s
     with mode:
         for index, part in parts:
             part.to_empty(device=device)
+            shard_embedding_grads(part)
             part.train()
             job.parts.append((index, part))
             job.optimizers.append(trainer._optimizer(optimizer, part.parameters(), 3e-4, 0.1))

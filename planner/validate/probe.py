@@ -123,7 +123,7 @@ class MemoryProbe:
         extra = [p for _, part in self.job.parts for p in part.parameters()]
         for fp in self._fsdp:
             extra.append(getattr(fp, "_unsharded_param", None))
-            _add(gathered, getattr(fp, "_unsharded_accumulated_grad", None))
+            _add(gathered, getattr(fp, "unsharded_accumulated_grad", None))
         for t in extra:
             if isinstance(t, torch.Tensor):
                 _add(gathered, t)
