@@ -10,6 +10,16 @@ recomputation s·b·h·34/t).
 Symbols: B bytes per activation element (2 for 16-bit, 4 for fp32), masks 1 byte,
 s local sequence length (s/cp), b micro-batch, t tensor-parallel degree, r = 1/t with sequence
 parallel else 1 (norms, dropout and block inputs are split only with SP).
+
+Under the torch runtime (``autoplan launch``'s job, eager PyTorch) dense layers count what
+autograd saves there instead (``torch_dense_layer_bytes``, measured tensor by tensor with
+saved-tensor hooks on the job's own step): the input of each column-parallel linear is the
+all-gathered full sequence (``PrepareModuleInput`` then ``ColwiseParallel`` save it, unlike
+Megatron's SP, which re-gathers in backward), RMSNorm keeps two fp32 copies, and the loss keeps
+fp32 logits over the whole vocabulary on every TP rank. Under ``torch.autocast`` (the job's
+mixed precision when there is no data parallelism) the residual stream stays fp32, each linear
+saves its own 16-bit cast of its input, and the 16-bit copy of every weight is kept per
+micro-batch.
 """
 
 from __future__ import annotations
@@ -18,12 +28,14 @@ from dataclasses import dataclass
 
 from .flops import _kv_per_rank
 from .model_spec import ModelSpec
+from .params import attention_params, mlp_params
 
 MASK_BYTES = 1
 LSE_BYTES = 4
 GATED_MLP_TENSORS = 4
 """f-wide tensors a gated MLP keeps per token in eager PyTorch (see ``mlp_block_bytes``)."""
 LOGITS_BYTES = 4
+FP32_BYTES = 4
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -39,6 +51,10 @@ class ActivationShape:
     sequence_parallel: bool
     elem_bytes: int
     fused_attention: bool
+    runtime: str = "megatron"
+    """``TrainingSpec.runtime``: megatron (Korthikanti's count) or torch (eager PyTorch's)."""
+    autocast: bool = False
+    """torch runtime only: mixed precision by ``torch.autocast`` (fp32 residual stream)."""
 
     @property
     def r(self) -> float:
@@ -101,14 +117,54 @@ def moe_block_bytes(model: ModelSpec, x: ActivationShape) -> float:
     return router + dispatched + experts + shared
 
 
+def residual_bytes(x: ActivationShape) -> int:
+    """Bytes per element of the residual stream: fp32 under autocast, else the compute dtype."""
+    return FP32_BYTES if x.autocast else x.elem_bytes
+
+
+def torch_norm_bytes(model: ModelSpec, x: ActivationShape) -> float:
+    """One norm in eager PyTorch: RMSNorm's composite saves its fp32 input and the fp32 normalised
+    tensor (2·4·s·b·h·r; a fused CUDA kernel keeps less, so this bounds it); LayerNorm saves its
+    input (its fp32 mean and rstd are s·b-sized)."""
+    sbh = x.s * x.b * model.hidden_size * x.r
+    if model.norm == "rmsnorm":
+        return 2 * FP32_BYTES * sbh
+    return residual_bytes(x) * sbh
+
+
+def torch_dense_layer_bytes(model: ModelSpec, x: ActivationShape, *, core: bool) -> float:
+    """One dense layer of the torch runtime, one micro-batch, tensor by tensor (what
+    ``saved_tensors_hooks`` see in the job's step): two norms; the full-sequence input of q/k/v and
+    of the MLP's first projections (once each, or once per linear under autocast, which casts
+    per call); Q, K, V after rotary and rotary's fp32 cos/sin; the attention core (``core``);
+    the out-projection input; the MLP's 4·f/t (gated) or 2·f/t tensors; under autocast the
+    16-bit copy of every weight of the layer (B·(attention + MLP params)/t)."""
+    B, sbh = x.elem_bytes, x.s * x.b * model.hidden_size
+    q, kv, f = model.q_dim / x.tp, _kv_per_rank(model, x.tp), model.ffn_hidden_size / x.tp
+    qkv_copies = 3 if x.autocast else 1
+    mlp_copies = (2 if model.gated_mlp else 1) if x.autocast else 1
+    inputs = B * sbh * (qkv_copies + mlp_copies)
+    q_k_v = B * x.s * x.b * (q + 2 * kv)
+    rotary = 2 * FP32_BYTES * x.s * model.d_head if model.positions == "rotary" else 0.0
+    out_input = B * x.s * x.b * q
+    inner = B * x.s * x.b * (GATED_MLP_TENSORS if model.gated_mlp else 2) * f
+    masks = 2 * MASK_BYTES * sbh * x.r if model.dropout else 0.0
+    weights = B * (attention_params(model) + mlp_params(model, model.ffn_hidden_size)) / x.tp if x.autocast else 0.0
+    attention_core = attention_core_bytes(model, x) if core else 0.0
+    return (2 * torch_norm_bytes(model, x) + inputs + q_k_v + rotary + attention_core + out_input + inner
+            + masks + weights)
+
+
 def layer_bytes(model: ModelSpec, x: ActivationShape, *, moe_layer: bool, recompute: str) -> float:
     """Bytes one layer keeps for backward for one micro-batch under ``recompute``.
 
     none: everything; selective: all but the attention core; full: the layer input only
-    (B·s·b·h·r, the checkpoint).
+    (s·b·h·r elements, the checkpoint). MoE layers use Korthikanti's count under both runtimes.
     """
     if recompute == "full":
-        return x.elem_bytes * x.s * x.b * model.hidden_size * x.r
+        return residual_bytes(x) * x.s * x.b * model.hidden_size * x.r
+    if x.runtime == "torch" and not moe_layer:
+        return torch_dense_layer_bytes(model, x, core=recompute != "selective")
     mlp = moe_block_bytes(model, x) if moe_layer else mlp_block_bytes(model, x, model.ffn_hidden_size)
     core = 0.0 if recompute == "selective" else attention_core_bytes(model, x)
     return attention_block_bytes(model, x) + core + mlp
@@ -120,6 +176,14 @@ def first_stage_extra_bytes(model: ModelSpec, x: ActivationShape) -> float:
 
 
 def last_stage_extra_bytes(model: ModelSpec, x: ActivationShape) -> float:
-    """Final norm input, output-projection input and fp32 logits 4·s·b·V/t on the last stage."""
+    """Final norm input, output-projection input and fp32 logits 4·s·b·V/t on the last stage.
+
+    Torch runtime: the final norm, the gathered full-sequence head input, fp32 logits over the
+    whole vocabulary (the head's output is gathered before the loss) and under autocast the
+    head weight's 16-bit copy."""
     sbh = x.s * x.b * model.hidden_size
+    if x.runtime == "torch":
+        head_weight = x.elem_bytes * model.vocab_size * model.hidden_size / x.tp if x.autocast else 0.0
+        return (torch_norm_bytes(model, x) + x.elem_bytes * sbh + LOGITS_BYTES * x.s * x.b * model.vocab_size
+                + head_weight)
     return 2 * x.elem_bytes * sbh * x.r + LOGITS_BYTES * x.s * x.b * model.vocab_size / x.tp

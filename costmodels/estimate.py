@@ -211,12 +211,21 @@ class CostModel:
         stage adds its embedding dropout mask, the last its head input and fp32 logits.
         Memoised: every way of holding model states shares it."""
         key = (layout.micro_batch_size, layout.cp, layout.tp, layout.sequence_parallel, layout.recompute,
-               layout.recompute_num_layers, layout.virtual_stages, rank.signature)
+               layout.recompute_num_layers, layout.virtual_stages, rank.signature, layout.dp * layout.cp == 1)
         return _memoised(self._activation_memo, key, lambda: self._rank_activation_parts(layout, rank))
+
+    def activation_shape(self, layout: Layout) -> act.ActivationShape:
+        """The per-layer activation shape of ``layout``'s dense layers. The torch runtime's job
+        runs mixed precision by ``torch.autocast`` when it has no data parallelism (FSDP2's
+        mixed-precision policy otherwise), which changes what is saved."""
+        x = self.layers.shape(self.layer_key(layout, False))
+        autocast = (self.training.runtime == "torch" and self.training.precision != "fp32"
+                    and layout.dp * layout.cp == 1)
+        return replace(x, autocast=True) if autocast else x
 
     def _rank_activation_parts(self, layout: Layout, rank: RankLayers) -> tuple[float, float]:
         model = self.model
-        x = self.layers.shape(self.layer_key(layout, False))
+        x = self.activation_shape(layout)
         share = self._recomputed_layers(layout, rank.num_layers) / max(rank.num_layers, 1)
         stored = 0.0
         for kind, n in ((False, rank.num_dense), (True, rank.num_moe)):

@@ -77,7 +77,7 @@ class LayerCosts:
         fused = self.training.attention == "fused"
         return ActivationShape(b=key.b, s=key.s_local, s_kv=key.s_local if fused else key.s_local * key.cp,
                                tp=key.tp, sequence_parallel=key.sp, elem_bytes=self.rates.elem_bytes,
-                               fused_attention=fused)
+                               fused_attention=fused, runtime=self.training.runtime)
 
     def forward(self, key: LayerKey) -> LayerForward:
         cached = self._memo.get(key)

@@ -62,7 +62,7 @@ def recompute_working_bytes(cm: CostModel, layout: Layout) -> float:
     activation term; invisible to saved-tensor hooks)."""
     if layout.recompute == "none":
         return 0.0
-    x = cm.layers.shape(cm.layer_key(layout, False))
+    x = cm.activation_shape(layout)
     if layout.recompute == "full":
         return act.layer_bytes(cm.model, x, moe_layer=False, recompute="none")
     return act.attention_core_bytes(cm.model, x)

@@ -101,6 +101,9 @@ def pipeline_step(job, tokens: torch.Tensor, seq_len: int, dtype: torch.dtype) -
     pp_rank = job.meshes.world.get_local_rank("pp")
     m = L.num_microbatches
     micro = tokens.chunk(m)
+    # what a neighbour sends is its residual stream: fp32 under autocast (fp32 embeddings plus
+    # 16-bit branches promote), the compute dtype under FSDP2's mixed-precision policy
+    dtype = torch.float32 if job.autocast_dtype is not None else dtype
     held: dict[tuple[int, int], torch.Tensor] = {}
     for kind, chunk, j in rank_order(L.schedule, L.pp, pp_rank, m, L.virtual_stages):
         index, part = job.parts[chunk]
