@@ -13,9 +13,12 @@ from typing import Any
 from .fit import COLLECTIVE_OPS
 from .schema import (MEMORY_KERNELS, PROFILE_KIND, SCHEMA_VERSION, AttentionPoint, CollectiveCurve,
                      ComputeTable, GemmPoint, HardwareProfile, MemoryPoint, ProfileError, ThroughputFit)
+from .segments import HockneySegment
 from .work import ELEMENT_BYTES
 
 DEVICE_TYPES = ("cpu", "cuda")
+READABLE_VERSIONS = (1, SCHEMA_VERSION)
+"""Schema versions ``load_profile`` reads; a version-1 curve has no ``segments`` (see ``_segments``)."""
 
 
 def profile_to_dict(profile: HardwareProfile) -> dict[str, Any]:
@@ -33,7 +36,8 @@ def profile_to_dict(profile: HardwareProfile) -> dict[str, Any]:
         "memory": {k: [asdict(p) for p in pts] for k, pts in sorted(profile.memory.items())},
         "collectives": [{**asdict(c), "sizes_bytes": list(c.sizes_bytes),
                          "median_time_s": list(c.median_time_s),
-                         "smoothed_time_s": list(c.smoothed_time_s)} for c in profile.collectives],
+                         "smoothed_time_s": list(c.smoothed_time_s),
+                         "segments": [asdict(seg) for seg in c.segments]} for c in profile.collectives],
         "calibration": dict(sorted(profile.calibration.items())),
     }
 
@@ -80,13 +84,15 @@ def profile_from_dict(data: Any, where: str = "profile") -> HardwareProfile:
     doc.check(data.get("kind") == PROFILE_KIND, "kind",
               f"must be {PROFILE_KIND!r}; this is not an autoplan profile (make one with 'autoplan profile')")
     version = data.get("schema_version")
-    doc.check(version == SCHEMA_VERSION, "schema_version",
-              f"is {version!r}; this autoplan reads version {SCHEMA_VERSION}, re-run 'autoplan profile'")
+    doc.check(version in READABLE_VERSIONS and not isinstance(version, bool), "schema_version",
+              f"is {version!r}; this autoplan reads versions {', '.join(map(str, READABLE_VERSIONS))}, "
+              "re-run 'autoplan profile'")
     device_type = doc.choice(data, "device_type", DEVICE_TYPES)
     provenance = doc.get(data, "provenance", dict)
     calibration = {k: doc.positive(data["calibration"], k, f"calibration.{k}")
                    for k in doc.get(data, "calibration", dict)}
-    curves = tuple(_curve(doc, c, f"collectives[{i}]") for i, c in enumerate(doc.get(data, "collectives", list)))
+    curves = tuple(_curve(doc, c, f"collectives[{i}]", version)
+                   for i, c in enumerate(doc.get(data, "collectives", list)))
     keys = [(c.op, c.num_ranks, c.spans_nodes) for c in curves]
     doc.check(len(set(keys)) == len(keys), "collectives", "holds the same (op, num_ranks, spans_nodes) twice")
     return HardwareProfile(
@@ -121,6 +127,14 @@ class _Doc:
         self.check(value in choices, path or key, f"is {value!r}; expected one of {', '.join(choices)}")
         return value
 
+    def objects(self, obj: dict[str, Any], key: str, path: str) -> list[tuple[str, dict[str, Any]]]:
+        """The non-empty list of JSON objects at ``obj[key]``, each with its field path."""
+        items = self.get(obj, key, list, path)
+        self.check(len(items) > 0, path, "is empty")
+        for i, item in enumerate(items):
+            self.check(isinstance(item, dict), f"{path}[{i}]", "must be an object")
+        return [(f"{path}[{i}]", item) for i, item in enumerate(items)]
+
     def positive(self, obj: dict[str, Any], key: str, path: str, allow_none: bool = False,
                  allow_zero: bool = False) -> Any:
         self.check(key in obj, path, "is missing; the file is truncated or from another tool")
@@ -140,12 +154,8 @@ def _tables(doc: _Doc, data: dict[str, Any], key: str, point_type: type,
         path = f"{key}.{dtype}"
         doc.check(dtype in ELEMENT_BYTES, path, f"unknown dtype; expected one of {', '.join(ELEMENT_BYTES)}")
         doc.check(isinstance(body, dict), path, "must be an object with points and fit")
-        raw_points = doc.get(body, "points", list, f"{path}.points")
-        doc.check(len(raw_points) > 0, f"{path}.points", "is empty")
         points = []
-        for i, p in enumerate(raw_points):
-            ppath = f"{path}.points[{i}]"
-            doc.check(isinstance(p, dict), ppath, "must be an object")
+        for ppath, p in doc.objects(body, "points", f"{path}.points"):
             values = {d: doc.get(p, d, int, f"{ppath}.{d}") for d in dims}
             for d, v in values.items():
                 doc.check(v > 0, f"{ppath}.{d}", f"must be a positive integer, got {v}")
@@ -179,7 +189,7 @@ def _memory(doc: _Doc, data: dict[str, Any]) -> dict[str, tuple[MemoryPoint, ...
     return out
 
 
-def _curve(doc: _Doc, c: Any, path: str) -> CollectiveCurve:
+def _curve(doc: _Doc, c: Any, path: str, version: int) -> CollectiveCurve:
     doc.check(isinstance(c, dict), path, "must be an object")
     op = doc.choice(c, "op", COLLECTIVE_OPS, f"{path}.op")
     num_ranks = doc.get(c, "num_ranks", int, f"{path}.num_ranks")
@@ -197,10 +207,34 @@ def _curve(doc: _Doc, c: Any, path: str) -> CollectiveCurve:
     smoothed = series["smoothed_time_s"]
     doc.check(all(a <= b for a, b in zip(smoothed, smoothed[1:])), f"{path}.smoothed_time_s",
               "must be nondecreasing")
+    single = {"latency_s": doc.positive(c, "latency_s", f"{path}.latency_s", allow_zero=True),
+              "bus_bandwidth_bytes_per_s": doc.positive(c, "bus_bandwidth_bytes_per_s",
+                                                        f"{path}.bus_bandwidth_bytes_per_s", allow_none=True),
+              "rms_relative_error": doc.positive(c, "rms_relative_error", f"{path}.rms_relative_error",
+                                                 allow_zero=True)}
     return CollectiveCurve(
         op=op, num_ranks=num_ranks, spans_nodes=doc.get(c, "spans_nodes", bool, f"{path}.spans_nodes"),
-        dtype=doc.choice(c, "dtype", tuple(ELEMENT_BYTES), f"{path}.dtype"), **series,
-        latency_s=doc.positive(c, "latency_s", f"{path}.latency_s", allow_zero=True),
-        bus_bandwidth_bytes_per_s=doc.positive(c, "bus_bandwidth_bytes_per_s",
-                                               f"{path}.bus_bandwidth_bytes_per_s", allow_none=True),
-        rms_relative_error=doc.positive(c, "rms_relative_error", f"{path}.rms_relative_error", allow_zero=True))
+        dtype=doc.choice(c, "dtype", tuple(ELEMENT_BYTES), f"{path}.dtype"), **series, **single,
+        segments=_segments(doc, c, path, version, sizes, single))
+
+
+def _segments(doc: _Doc, c: dict[str, Any], path: str, version: int, sizes: tuple[int, ...],
+              single: dict[str, Any]) -> tuple[HockneySegment, ...]:
+    """The curve's regimes. A version-1 curve predates them: it is read as the one regime of its
+    single alpha-beta fit over all its sizes, which is the model that file stated."""
+    if version == 1:
+        return (HockneySegment(first_size_bytes=sizes[0], last_size_bytes=sizes[-1], **single),)
+    out: list[HockneySegment] = []
+    for where, r in doc.objects(c, "segments", f"{path}.segments"):
+        first, last = (doc.get(r, k, int, f"{where}.{k}") for k in ("first_size_bytes", "last_size_bytes"))
+        doc.check(first in sizes and last in sizes and first <= last, where,
+                  f"spans {first}..{last} bytes; both ends must be measured sizes, first <= last")
+        doc.check(not out or out[-1].last_size_bytes < first, where, "overlaps or precedes the regime before it")
+        out.append(HockneySegment(
+            first_size_bytes=first, last_size_bytes=last,
+            latency_s=doc.positive(r, "latency_s", f"{where}.latency_s", allow_zero=True),
+            bus_bandwidth_bytes_per_s=doc.positive(r, "bus_bandwidth_bytes_per_s",
+                                                   f"{where}.bus_bandwidth_bytes_per_s", allow_none=True),
+            rms_relative_error=doc.positive(r, "rms_relative_error", f"{where}.rms_relative_error",
+                                            allow_zero=True)))
+    return tuple(out)

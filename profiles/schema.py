@@ -12,8 +12,11 @@ from typing import Any
 from hardware_specs.errors import AutoplanError
 
 from . import fit, work
+from .segments import HockneySegment, segmented_time_s
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+"""2 added ``segments`` (the regimes of ``segments.fit_segmented``) to each collective curve;
+version 1 files still load, each curve as the one regime of its single alpha-beta fit."""
 PROFILE_KIND = "autoplan-hardware-profile"
 MEMORY_KERNELS: tuple[str, ...] = ("copy", "layer_norm", "rms_norm", "softmax")
 
@@ -124,18 +127,24 @@ class CollectiveCurve:
     smoothed_time_s: tuple[float, ...]
     """``median_time_s`` made nondecreasing (``fit.monotone_log_smooth``)."""
     latency_s: float
-    """Alpha of the alpha-beta fit, seconds."""
+    """Alpha of the single-line alpha-beta fit over all sizes, seconds."""
     bus_bandwidth_bytes_per_s: float | None
-    """Beta of the fit in the bus-bandwidth convention (bytes/s); None = latency only."""
+    """Beta of that single line in the bus-bandwidth convention (bytes/s); None = latency only."""
     rms_relative_error: float
-    """RMS relative error of the alpha-beta fit over the measured sizes."""
+    """RMS relative error of the single-line fit over the measured sizes."""
+    segments: tuple[HockneySegment, ...]
+    """Regimes of the segmented alpha-beta fit (``segments.fit_segmented``), by increasing size."""
 
     def time_s(self, size_bytes: float) -> float:
         """Seconds for one call on a ``size_bytes`` buffer: log-space interpolation of the
-        smoothed curve inside the measured range, the fitted bandwidth beyond it."""
-        tail = fit.tail_seconds_per_byte(self.op, self.num_ranks, self.sizes_bytes,
-                                         self.smoothed_time_s, self.bus_bandwidth_bytes_per_s)
+        smoothed curve inside the measured range; beyond it the slope of the last regime."""
+        tail = fit.tail_seconds_per_byte(self.op, self.num_ranks, self.sizes_bytes, self.smoothed_time_s,
+                                         self.segments[-1].bus_bandwidth_bytes_per_s)
         return fit.interpolate_time_s(self.sizes_bytes, self.smoothed_time_s, size_bytes, tail)
+
+    def regime_time_s(self, size_bytes: float) -> float:
+        """Seconds the fitted regimes alone predict (``segments.segmented_time_s``)."""
+        return segmented_time_s(self.op, self.num_ranks, self.segments, size_bytes)
 
     def peak_bus_bandwidth_bytes_per_s(self) -> float:
         """Best measured bus bandwidth over the sizes."""

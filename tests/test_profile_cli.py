@@ -52,7 +52,7 @@ def test_unknown_device_is_a_usage_error(tmp_path: Path) -> None:
 @pytest.mark.parametrize(("content", "needle"), [
     ('{"schema_version": 1, "kind": "autoplan-hardware-profile", "device_ty', "not valid JSON"),
     ('{"hello": "world"}', "not an autoplan profile"),
-    ('{"schema_version": 2, "kind": "autoplan-hardware-profile"}', "schema_version"),
+    ('{"schema_version": 99, "kind": "autoplan-hardware-profile"}', "schema_version"),
 ])
 def test_plan_and_evaluate_reject_bad_profiles_cleanly(tmp_path: Path, command: str, content: str,
                                                         needle: str) -> None:

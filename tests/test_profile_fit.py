@@ -124,28 +124,43 @@ def test_rms_relative_error_closed_form() -> None:
     assert math.isclose(fit.rms_relative_error([], []), 0.0)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "not met on this machine: with the calmest-round medians of a quiet full profile, all_reduce "
-    "(18%) and all_to_all (21%) meet 25%, but gloo over loopback has a second regime above the 32 MiB "
-    "L3 cache (all_gather 16 MiB 9.4 ms -> 32 MiB 41.8 ms) and jitter at 8 KiB-512 KiB, so the "
-    "worst held-out point misses by 30% (send_recv), 34% (reduce_scatter), 36% (broadcast) and "
-    "49% (all_gather); strict, so a profile that meets 25% turns this red"))
-def test_alpha_beta_fit_predicts_held_out_sizes_of_the_shipped_profile() -> None:
-    """Fit α, β on every other measured size of the shipped CPU profile (real gloo medians) and
-    predict the sizes in between: each within 25% of its measured median (the issue's bar)."""
+# Worst held-out error per collective, fitting the shipped profile's sizes[::2] and predicting
+# sizes[1::2] (printed by benchmarks/profile_fit.py): one alpha-beta line / the segmented fit.
+# all_reduce 18% / 15% and reduce_scatter 34% / 24% meet 25%; the four below miss.
+_HELD_OUT_MISSES = {
+    "all_gather": "49% at 32 MiB: with every other size only 64 and 256 MiB lie past the 32 MiB L3 "
+                  "cache (a regime needs 3 sizes) and the knees lift the noise estimate to 28%, so the fit "
+                  "keeps one line (also 47% at 512 KiB); on all 17 sizes it finds the 32 MiB regime",
+    "all_to_all": "26% at 512 KiB: the 256 KiB..1 MiB switch; 512 KiB (0.36 ms) is slower than both "
+                  "neighbouring regimes' lines (0.27 and 0.22 ms)",
+    "broadcast": "36% at 512 KiB: the latency floor lasts to 512 KiB (0.24 ms), then 1 MiB takes 0.46 ms; "
+                 "the noise estimate (6%) keeps one line, which predicts 0.32 ms",
+    "send_recv": "30% at 512 KiB: the same late switch as broadcast; one line predicts 0.28 ms for the "
+                 "0.21 ms measured, and the noise estimate of the 9 sizes (13%) keeps the fit from splitting",
+}
+
+
+@pytest.mark.parametrize("op", [
+    pytest.param(op, marks=pytest.mark.xfail(strict=True, reason=f"not met on this machine: {_HELD_OUT_MISSES[op]}"))
+    if op in _HELD_OUT_MISSES else op
+    for op in fit.COLLECTIVE_OPS])
+def test_segmented_fit_predicts_held_out_sizes_of_the_shipped_profile(op: str) -> None:
+    """Fit the regimes on every other measured size of the shipped CPU profile (real gloo medians)
+    and predict the sizes in between: each within 25% of its measured median (issue 3's bar).
+    Strict per collective, so a profile or a fit that meets 25% turns its case red."""
     from pathlib import Path
 
     import profiles
+    from profiles import segments
 
     shipped = profiles.load_profile(Path(profiles.__file__).parent / "data" / "cpu-gloo-2proc.json")
+    curve = shipped.collective_curve(op, 2, False)
+    assert curve is not None
+    sizes, times = curve.sizes_bytes, curve.median_time_s
+    regimes = segments.fit_segmented(op, 2, sizes[::2], times[::2])
     misses = []
-    for op in fit.COLLECTIVE_OPS:
-        curve = shipped.collective_curve(op, 2, False)
-        assert curve is not None
-        sizes, times = curve.sizes_bytes, curve.median_time_s
-        alpha, beta = fit.fit_alpha_beta(op, 2, sizes[::2], times[::2])
-        for size, measured in zip(sizes[1::2], times[1::2]):
-            error = abs(fit.alpha_beta_time_s(op, 2, size, alpha, beta) - measured) / measured
-            if error > 0.25:
-                misses.append(f"{op} {size} B: {error:.0%}")
+    for size, measured in zip(sizes[1::2], times[1::2]):
+        error = abs(segments.segmented_time_s(op, 2, regimes, size) - measured) / measured
+        if error > 0.25:
+            misses.append(f"{size} B: {error:.0%}")
     assert not misses, misses

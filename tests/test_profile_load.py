@@ -107,12 +107,53 @@ def test_foreign_json_is_rejected(tmp_path: Path) -> None:
     (lambda d: d.update(device_type="tpu"), "device_type"),
     (lambda d: d["collectives"].append(d["collectives"][0]), "collectives"),
     (lambda d: d["memory"]["copy"][0].update(time_s=float("nan")), "memory.copy[0].time_s"),
+    (lambda d: d["collectives"][0].pop("segments"), "collectives[0].segments"),
+    (lambda d: d["collectives"][0].update(segments=[]), "collectives[0].segments"),
+    (lambda d: d["collectives"][0]["segments"][0].update(first_size_bytes=12345), "collectives[0].segments[0]"),
+    (lambda d: d["collectives"][0]["segments"][0].update(latency_s=-1.0), "collectives[0].segments[0].latency_s"),
+    (lambda d: d["collectives"][0]["segments"].append(d["collectives"][0]["segments"][0]),
+     "collectives[0].segments[1]"),
 ])
 def test_malformed_fields_are_named(written: Path, mutate, field: str) -> None:
     data = json.loads(written.read_text())
     mutate(data)
     written.write_text(json.dumps(data))
     assert f" {field}" in _rejected(written)
+
+
+def _as_version_1(data: dict) -> dict:
+    """What autoplan wrote before regimes: schema 1, no ``segments`` in the curves."""
+    for curve in data["collectives"]:
+        curve.pop("segments")
+    return {**data, "schema_version": 1}
+
+
+def test_version_1_file_loads_as_one_regime_per_curve(written: Path) -> None:
+    """Version-1 files keep loading: each curve is read as the one regime its single alpha-beta fit
+    stated, so planning with an old file is unchanged beyond the measured range too."""
+    written.write_text(json.dumps(_as_version_1(json.loads(written.read_text()))))
+    curve = load_profile(written).collectives[0]
+    (regime,) = curve.segments
+    assert (regime.first_size_bytes, regime.last_size_bytes) == (curve.sizes_bytes[0], curve.sizes_bytes[-1])
+    assert (regime.latency_s, regime.bus_bandwidth_bytes_per_s) == (curve.latency_s, curve.bus_bandwidth_bytes_per_s)
+    beyond = curve.sizes_bytes[-1] * 4
+    expected = curve.smoothed_time_s[-1] + (beyond - curve.sizes_bytes[-1]) / curve.bus_bandwidth_bytes_per_s
+    assert curve.time_s(beyond) == pytest.approx(expected)  # all_reduce over 2 ranks: bus factor 1
+
+
+def test_refit_rewrites_fits_from_stored_medians_and_records_it(written: Path, tmp_path: Path) -> None:
+    written.write_text(json.dumps(_as_version_1(json.loads(written.read_text()))))
+    out = tmp_path / "refit.json"
+    subprocess.run([sys.executable, "-m", "profiles.refit", str(written), "--out", str(out)], check=True)
+    old, new = json.loads(written.read_text()), json.loads(out.read_text())
+    assert new["schema_version"] == profiles.SCHEMA_VERSION and new["provenance"]["refit"]["command"].startswith(
+        "python -m profiles.refit")
+    for before, after in zip(old["collectives"], new["collectives"]):
+        assert after["median_time_s"] == before["median_time_s"] and after["sizes_bytes"] == before["sizes_bytes"]
+        assert after["segments"]
+    assert {k: v for k, v in new.items() if k not in ("collectives", "provenance", "schema_version")} == \
+        {k: v for k, v in old.items() if k not in ("collectives", "provenance", "schema_version")}
+    assert profile_to_dict(load_profile(out))["collectives"] == profile_to_dict(synthetic_profile())["collectives"]
 
 
 def test_lookups_answer_measured_terms_and_none_elsewhere() -> None:
