@@ -8,7 +8,8 @@
    bytes) and saved activations against the cost model; Kendall tau between predicted and
    measured step time and the regret of the planner's pick (measured time of the layout with
    the best prediction over the best measured time), before and after calibration, both fitted
-   on all runs of that world size (in-sample) and 2-fold cross-validated (fit on half, score the other).
+   on all runs of that world size (in-sample) and 2-fold cross-validated (fit on half, score the other),
+   once from the cpu preset's datasheet rates and once from the shipped measured profile.
 2. Dry runs (fake tensors) of llama3-8b and llama3-70b plans at seq 8192 on H100 80GB: FSDP
    (ZeRO-3), TP+SP, PP 1F1B, each without and with full recomputation; per-GPU memory per
    component against the cost model.
@@ -36,8 +37,11 @@ from planner.space import LAUNCHABLE, SearchOptions, all_layouts  # noqa: E402
 from planner.validate import runner  # noqa: E402
 from planner.validate.calibrate import Run, fit, predict_all  # noqa: E402
 from planner.validate.compare import worst_error  # noqa: E402
+from profiles import load_profile  # noqa: E402
 
 MIB = 2**20
+SHIPPED_PROFILE = Path(__file__).resolve().parents[1] / "profiles" / "data" / "cpu-gloo-2proc.json"
+"""The real profile of this machine class (autoplan profile --device cpu --nproc 2)."""
 
 
 def plan_dict(model: str, hardware: str, gpus: int, batch: int, seq: int, precision: str, layout: Layout) -> dict:
@@ -185,7 +189,9 @@ def main() -> None:
         for world in (2, 4):
             runs, results = measured_runs(world, workdir / f"w{world}", args.steps)
             memory_figures(results)
-            rank_figures(f"step time at world size {world}", runs)
+            rank_figures(f"step time at world size {world}, datasheet rates (cpu preset)", runs)
+            rank_figures(f"step time at world size {world}, measured profile ({SHIPPED_PROFILE.name})", runs,
+                         load_profile(SHIPPED_PROFILE))
     if not args.skip_dry_run:
         dry_runs(workdir / "dry")
     print(f"total {time.perf_counter() - began:.0f} s; jobs and logs in {workdir}")

@@ -122,6 +122,23 @@ def residual_bytes(x: ActivationShape) -> int:
     return FP32_BYTES if x.autocast else x.elem_bytes
 
 
+def received_input_bytes(model: ModelSpec, x: ActivationShape) -> float:
+    """One micro-batch's stage input as a pipeline rank receives it: the residual stream,
+    split on the sequence with SP (r·s·b·h elements)."""
+    return residual_bytes(x) * x.s * x.b * model.hidden_size * x.r
+
+
+def torch_received_input_saved_bytes(model: ModelSpec, x: ActivationShape, recompute: str) -> float:
+    """Of one micro-batch's stored activations on a receiving stage, the bytes that are the receive
+    buffer itself (torch runtime): the checkpoint input of a recomputed first layer, or the
+    tensor its norm saves when that is the input as received (LayerNorm, or RMSNorm on an fp32
+    stream). ``torch.distributed.pipelining`` allocates and keeps those buffers (one per
+    micro-batch, ``PipelineStage.args_recv_info``), so they are counted as buffers, not here."""
+    if recompute == "full" or model.norm == "layernorm" or residual_bytes(x) == FP32_BYTES:
+        return received_input_bytes(model, x)
+    return 0.0
+
+
 def torch_norm_bytes(model: ModelSpec, x: ActivationShape) -> float:
     """One norm in eager PyTorch: RMSNorm's composite saves its fp32 input and the fp32 normalised
     tensor (2·4·s·b·h·r; a fused CUDA kernel keeps less, so this bounds it); LayerNorm saves its

@@ -237,6 +237,9 @@ class CostModel:
                                                                                 recompute="none")
             stored += n * mode_bytes
         v = layout.virtual_stages
+        if self.training.runtime == "torch":
+            stored -= self._receiving_chunks(layout, rank) * act.torch_received_input_saved_bytes(model, x,
+                                                                                                  layout.recompute)
         if rank.first:
             stored += v * act.first_stage_extra_bytes(model, x)
         if rank.last:
@@ -253,16 +256,26 @@ class CostModel:
 
     def rank_buffer_bytes(self, layout: Layout, rank: RankLayers, params: ShardedParams) -> float:
         """Communication buffers and gathered copies: data parallel (``_data_parallel_buffer_bytes``),
-        one gathered TP activation, pipeline send and receive buffers."""
+        one gathered TP activation, pipeline send and receive buffers (under the torch runtime one
+        receive buffer per micro-batch and receiving chunk, kept by ``torch.distributed.pipelining``,
+        plus one send)."""
         B = self.rates.elem_bytes
         tokens = layout.micro_batch_size * self.training.seq_len // layout.cp
         block = B * tokens * self.model.hidden_size
         buffers = self._data_parallel_buffer_bytes(layout, params) if layout.dp * layout.cp > 1 else 0.0
         if layout.tp > 1:
             buffers += block
-        if layout.pp > 1:
+        if layout.pp > 1 and self.training.runtime == "torch":
+            received = act.received_input_bytes(self.model, self.activation_shape(layout))
+            buffers += (layout.num_microbatches * self._receiving_chunks(layout, rank) + 1) * received
+        elif layout.pp > 1:
             buffers += 2 * block * (1 / layout.tp if layout.sequence_parallel else 1.0)
         return buffers
+
+    @staticmethod
+    def _receiving_chunks(layout: Layout, rank: RankLayers) -> int:
+        """Model chunks of this rank that receive their input from a previous stage."""
+        return 0 if layout.pp == 1 else layout.virtual_stages - (1 if rank.first else 0)
 
     def _data_parallel_buffer_bytes(self, layout: Layout, params: ShardedParams) -> float:
         """ZeRO-3: two layers' gathered params (the one computing, the one prefetched) and one
@@ -332,7 +345,7 @@ class CostModel:
         Backward repeats the forward's TP/EP collectives and moves K, V and their gradients in CP."""
         bwd_gemm = (1.0 if self.training.is_lora else 2.0) * f.gemm_s
         t.fwd_compute_s += n * f.compute_s
-        t.bwd_compute_s += n * (bwd_gemm + 2 * (f.attention_core_s + f.memory_s))
+        t.bwd_compute_s += n * (bwd_gemm + 2 * (f.attention_core_s + f.memory_s + f.host_s))
         t.tp_s += n * 2 * f.tp_s
         t.cp_s += n * (f.cp_s + max(0.0, 2 * f.cp_total_s - 2 * f.attention_core_s))
         t.ep_s += n * 2 * f.ep_s

@@ -54,12 +54,14 @@ class LayerForward:
     """Ring K/V exchange left exposed after overlapping with the attention core."""
     cp_total_s: float = 0.0
     ep_s: float = 0.0
+    host_s: float = 0.0
+    """Host time to issue the layer (``Assumptions.layer_overhead_s``, ``tp_layer_overhead_s``)."""
     comm_bytes: dict[str, float] = field(default_factory=dict)
     flops: float = 0.0
 
     @property
     def compute_s(self) -> float:
-        return self.gemm_s + self.attention_core_s + self.memory_s
+        return self.gemm_s + self.attention_core_s + self.memory_s + self.host_s
 
 
 class LayerCosts:
@@ -118,6 +120,7 @@ class LayerCosts:
         out.flops += core_flops
         out.attention_core_memory_s = rates.memory_time_s(self._eager_core_bytes(key))
         out.memory_s = rates.memory_time_s(self._memory_bound_bytes(key)) + out.attention_core_memory_s
+        out.host_s = self.assumptions.layer_overhead_s + (self.assumptions.tp_layer_overhead_s if key.tp > 1 else 0.0)
         self._add_tp(out, key, tokens)
         self._add_cp(out, key)
         if key.moe:

@@ -64,6 +64,16 @@ def test_parameter_bytes_are_exact(validated):
         assert measured == pytest.approx(4 * psi / shards, rel=0.01)
 
 
+def test_launchable_plans_predict_states_and_activations_of_the_run(validated):
+    """A --launchable plan is costed as the job holds memory (torch runtime): params, grads,
+    optimizer states and saved activations each within 2% of the run's exact bytes, per rank."""
+    report, _, _ = validated
+    for p in report["plans"]:
+        for row in p["memory_bytes"]:
+            if row["component"] in ("params", "grads", "optimizer", "activations"):
+                assert row["predicted"] == pytest.approx(row["measured"], rel=0.02), (p["layout"], row)
+
+
 def test_step_log_written_like_the_generated_job(validated):
     report, _, _ = validated
     for p in report["plans"]:

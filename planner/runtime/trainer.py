@@ -45,6 +45,9 @@ class Job:
     autocast_dtype: torch.dtype | None = None
     vocab_size: int = 0
     """Token ids are in [0, vocab_size): the spec's, or read from a user model's logits."""
+    recv_buffers: list = field(default_factory=list)
+    """Stand-ins for the pipeline's receive buffers when a step is replayed without the
+    schedule (the dry run); the schedule keeps its own."""
 
     @property
     def params(self) -> list[torch.nn.Parameter]:

@@ -3,7 +3,9 @@
 The factors are ``Assumptions`` fields the cost model already applies: ``compute_scale``
 (GEMM and attention time), ``memory_bound_scale`` (norms, activations, optimizer step),
 ``communication_scale`` (every collective), ``overlap_fraction`` (how much data-parallel
-traffic hides behind backward) and ``step_overhead_s`` (fixed time per step). They are fitted
+traffic hides behind backward), ``step_overhead_s`` (fixed time per step), and
+``layer_overhead_s`` / ``tp_layer_overhead_s`` (host time to issue a layer, and its extra under
+tensor parallelism, per micro-batch: what a small model on a CPU spends most time on). They are fitted
 by coordinate descent on the mean squared log error log(predicted / measured) over the runs,
 each factor on a log-spaced grid refined around the best point; the model is re-evaluated for
 every trial, so its max/overlap non-linearities are respected. Pure Python and numpy.
@@ -31,8 +33,12 @@ FACTORS: dict[str, tuple[float, float]] = {
     "communication_scale": (0.05, 20.0),
     "overlap_fraction": (0.0, 1.0),
     "step_overhead_s": (0.0, 10.0),
+    "layer_overhead_s": (0.0, 1.0),
+    "tp_layer_overhead_s": (0.0, 1.0),
 }
 """Fitted ``Assumptions`` fields and their allowed ranges."""
+ADDITIVE = ("overlap_fraction", "step_overhead_s", "layer_overhead_s", "tp_layer_overhead_s")
+"""Factors searched on a linear grid (a share, or seconds); the rest are multiplicative scales."""
 SHRINK = 0.6
 """Grid width factor per round of coordinate descent."""
 INTERVAL_Z = 1.96
@@ -79,9 +85,9 @@ def _grid(name: str, centre: float, width: float, time_scale_s: float) -> list[f
     """Nine trial values around ``centre``: additive for the overlap share and the overhead
     (spans of the whole range and of the typical step time), multiplicative (up to 8x) for scales."""
     low, high = FACTORS[name]
-    if name in ("overlap_fraction", "step_overhead_s"):
+    if name in ADDITIVE:
         span = (high - low) * width if name == "overlap_fraction" else time_scale_s * width
-        points = [centre + span * k / 4 for k in range(-4, 5)] + ([0.0] if name == "step_overhead_s" else [])
+        points = [centre + span * k / 4 for k in range(-4, 5)] + ([0.0] if name != "overlap_fraction" else [])
     else:
         points = [centre * math.exp(math.log(8.0) * width * k / 4) for k in range(-4, 5)]
     return sorted({min(high, max(low, p)) for p in points})

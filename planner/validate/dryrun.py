@@ -105,11 +105,19 @@ def pipeline_step(job, tokens: torch.Tensor, seq_len: int, dtype: torch.dtype) -
     # 16-bit branches promote), the compute dtype under FSDP2's mixed-precision policy
     dtype = torch.float32 if job.autocast_dtype is not None else dtype
     held: dict[tuple[int, int], torch.Tensor] = {}
+    received: dict[tuple[int, int], torch.Tensor] = {}
+    job.recv_buffers = []
     for kind, chunk, j in rank_order(L.schedule, L.pp, pp_rank, m, L.virtual_stages):
         index, part = job.parts[chunk]
         if kind == "F":
             with _autocast(job):
-                out = part(_stage_input(job, index, micro[j], seq_len, dtype))
+                if index == 0:
+                    out = part(micro[j])
+                else:  # one receive buffer per micro-batch, kept for the step as the runtime does
+                    if (chunk, j) not in received:
+                        received[(chunk, j)] = _stage_input(job, index, micro[j], seq_len, dtype)
+                        job.recv_buffers.append(received[(chunk, j)])
+                    out = part(received[(chunk, j)])
                 if index == L.num_stages - 1:
                     out = trainer.loss_fn(out, micro[j]) / m
             held[(chunk, j)] = out

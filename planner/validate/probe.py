@@ -8,7 +8,8 @@ and in the fake-tensor dry run alike).
 - Activations: the storages saved for backward, counted with ``torch.autograd.graph.
   saved_tensors_hooks`` and released through a weak reference when autograd frees them, plus
   the inputs of recomputed (checkpointed) regions, which the checkpoint keeps instead of saving.
-  Parameters saved by the ops that use them are not activations and are left out.
+  Parameters saved by the ops that use them are not activations and are left out, nor are the
+  pipeline's receive buffers (kept for the whole step; the cost model counts them as buffers).
 
 The result is the largest value of each component over the step; ``states``: the largest sum
 of the resident parameters, gradients and optimizer states at one sample point; ``states_peak``:
@@ -62,10 +63,24 @@ class MemoryProbe:
         self._stack = ExitStack()
 
     # -- activations ------------------------------------------------------------------------
+    def _receive_buffer_ids(self) -> set[int]:
+        """Storages of the pipeline's receive buffers: ``torch.distributed.pipelining`` keeps one
+        per micro-batch for the whole step (``PipelineStage.args_recv_info``); the dry run keeps
+        its stand-ins in ``job.recv_buffers``. They are buffers, not activations."""
+        schedule = getattr(self.job, "schedule", None)
+        stages = getattr(schedule, "_stages", None) or [getattr(schedule, "_stage", None)]
+        buffers = [info.buffer for stage in stages if stage is not None
+                   for infos in getattr(stage, "args_recv_info", {}).values() for info in infos
+                   if isinstance(getattr(info, "buffer", None), torch.Tensor)]
+        buffers += list(getattr(self.job, "recv_buffers", ()))
+        return {id(_storage(b)) for b in buffers}
+
     def _track(self, t: torch.Tensor) -> None:
         st = _storage(t)
         key = id(st)
         if key in self._live or key in self._param_ids or st.nbytes() == 0:
+            return
+        if key in self._receive_buffer_ids():
             return
         self._live[key] = 1
         self._refs[key] = weakref.ref(st, lambda _ref, k=key: self._release(k))
