@@ -401,7 +401,9 @@ class CostModel:
         all-reduce). ZeRO-3: all-gather in forward and backward and reduce-scatter per micro-batch
         (3Ψ per micro-batch; ZeRO paper Sec. 7). HSDP adds an all-reduce of 1/N_shard across replicas.
         Each is issued in pieces that each pay the latency: gradient buckets for ZeRO 0-2 (PyTorch
-        DDP, Megatron), one piece per FSDP unit (each block, plus the root) for ZeRO-3.
+        DDP, Megatron), one piece per FSDP unit (each block, plus the root) for ZeRO-3 and, under
+        the torch runtime (``fully_shard`` per block for every stage >= 1), for ZeRO-1/2 too, whose
+        ZeRO-2 gradients are reduce-scattered every micro-batch.
         """
         z, _ = self.shard_degrees(layout)
         group = layout.dp * layout.cp
@@ -412,8 +414,8 @@ class CostModel:
         weights = sb.gathered * (params.dense + params.expert) if layout.zero_stage == 3 else \
             sb.gathered * (params.trainable_dense + params.trainable_expert)
         shard = z if layout.zero_stage else group
-        pieces = rank.num_layers + 1 if layout.zero_stage == 3 else \
-            max(1, math.ceil(grads / self.assumptions.dp_bucket_bytes))
+        per_unit = layout.zero_stage == 3 or (layout.zero_stage >= 1 and self.training.runtime == "torch")
+        pieces = rank.num_layers + 1 if per_unit else max(1, math.ceil(grads / self.assumptions.dp_bucket_bytes))
         overlap = self.assumptions.overlap_fraction
         per_microbatch_reduce = layout.zero_stage == 2 and self.training.runtime == "torch"
         if layout.zero_stage == 0:
