@@ -111,13 +111,40 @@ def rank_figures(label: str, runs: list[Run], profile=None) -> None:
               f"   median |error| {100 * med:.1f}%")
 
 
+def launch_resuming(jobs: list[dict], workdir: Path, steps: int, world: int, attempts: int = 3) -> dict[str, dict]:
+    """``runner.launch``, relaunching the layouts not yet measured when a rank aborts.
+
+    gloo on this machine now and then kills a rank with a C++ abort (a heap-corruption message
+    or 'terminate called without an active exception') in the middle of a launch of dozens of
+    layouts; the layouts measured before it stand, the rest run again (at most ``attempts``
+    launches in all), and each relaunch is printed."""
+    measured: dict[str, dict] = {}
+    for attempt in range(attempts):
+        remaining = [j for j in jobs if j["name"] not in measured]
+        if not remaining:
+            break
+        sub = workdir / f"launch-{attempt}"
+        sub.mkdir(parents=True, exist_ok=True)
+        try:
+            measured |= runner.launch(remaining, sub, steps=steps, warmup=1, nproc=world)
+        except runner.ValidateError as err:
+            done = sub / f"results-{world}.jsonl"
+            lines = done.read_text(encoding="utf-8").splitlines() if done.exists() else []
+            measured |= {r["name"]: r for r in map(json.loads, lines)}
+            if attempt == attempts - 1:
+                raise
+            print(f"  launch {attempt + 1} aborted after {len(lines)} of {len(remaining)} layouts ({err}); "
+                  "relaunching the rest")
+    return measured
+
+
 def measured_runs(world: int, workdir: Path, steps: int) -> tuple[list[Run], list]:
     batch, seq = 4, 64
     plans = [(f"w{world}-{i:03d}", plan_dict("tiny-llama", "cpu", world, batch, seq, "fp32", lay))
              for i, lay in enumerate(small_layouts(world, batch, seq))]
     jobs, skipped = runner.prepare(plans, workdir)
     began = time.perf_counter()
-    measured = runner.launch(jobs, workdir, steps=steps, warmup=1, nproc=world)
+    measured = launch_resuming(jobs, workdir, steps, world)
     print(f"world size {world}: {len(jobs)} layouts measured in {time.perf_counter() - began:.0f} s"
           f" ({len(skipped)} refused by the launcher)")
     results = [runner.compare(j, measured[j["name"]]) for j in jobs if j["name"] in measured]

@@ -282,9 +282,10 @@ class CostModel:
         layer's unsharded grads. ZeRO 0-2 under megatron: two gradient buckets. Under the torch
         runtime (FSDP2, ``reshard_after_forward=False`` for ZeRO-1/2 and ``replicate`` for 0) the
         gathered compute copy of every parameter lives from forward to backward (for ZeRO-0 only
-        with mixed precision; in fp32 the compute copy is the parameter), plus for ZeRO-1/2 the
-        unsharded fp32 gradients: accumulated over the micro-batches (ZeRO-1, reduced once
-        after the last) or one layer's at a time (ZeRO-2)."""
+        with mixed precision; in fp32 the compute copy is the parameter), plus unsharded fp32
+        gradients: all of them for ZeRO-0 (beside the all-reduced ones) and for ZeRO-1 with
+        several micro-batches (accumulated, reduced once after the last), else one layer's at a
+        time (ZeRO-2, and ZeRO-1 with one micro-batch)."""
         sb = self.states
         biggest = self._prefix.largest_layer / layout.tp
         if layout.zero_stage == 3:
@@ -292,11 +293,11 @@ class CostModel:
         if self.training.runtime != "torch":
             return min(2 * self.assumptions.dp_bucket_bytes, sb.grad * (params.dense + params.expert))
         held = params.dense + params.expert
-        if layout.zero_stage == 0:  # replicate: the reduced gradient is the held one
-            return 0.0 if sb.gathered == sb.param else sb.gathered * held
-        grads = sb.reduced * biggest if layout.zero_stage == 2 else \
-            sb.reduced * (params.trainable_dense + params.trainable_expert)
-        return sb.gathered * held + grads
+        unsharded_grads = sb.reduced * (params.trainable_dense + params.trainable_expert)
+        if layout.zero_stage == 0:  # replicate: one unsharded gradient beside the reduced one
+            return (0.0 if sb.gathered == sb.param else sb.gathered * held) + unsharded_grads
+        accumulates = layout.zero_stage == 1 and layout.num_microbatches > 1
+        return sb.gathered * held + (unsharded_grads if accumulates else sb.reduced * biggest)
 
     # -- time ---------------------------------------------------------------------------------
     def rank_core_times(self, layout: Layout, rank: RankLayers) -> RankTimes:

@@ -82,6 +82,11 @@ def run_validation(plan_path: Path, *, num_candidates: int, steps: int, warmup: 
     results.sort(key=lambda r: r.name)
     report: dict[str, Any] = {"plan_file": str(plan_path), "workdir": str(base), "dry_run": dry_run,
                               "plans": [r.to_dict() for r in results]}
+    runtime = plan["inputs"].get("training", {}).get("runtime", "megatron")
+    if runtime != "torch":
+        report["note"] = (f"the plan is costed for the {runtime} runtime, but the job runs on PyTorch (FSDP2, "
+                          "PyTorch TP/SP), which holds memory differently; for a like-for-like comparison "
+                          "re-plan with --launchable (or --runtime torch)")
     if calibrate:
         report["calibration"] = _calibrate(plan, results, path, profile)
     return report
@@ -136,6 +141,8 @@ def print_report(report: dict[str, Any]) -> None:
     from rich.table import Table
 
     console = Console()
+    if "note" in report:
+        console.print(f"note: {report['note']}")
     for plan in report["plans"]:
         L = plan["layout"]
         console.print(f"[bold]{plan['name']}[/bold]: dp {L['dp']} tp {L['tp']} pp {L['pp']} zero {L['zero_stage']} "

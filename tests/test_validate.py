@@ -68,6 +68,7 @@ def test_launchable_plans_predict_states_and_activations_of_the_run(validated):
     """A --launchable plan is costed as the job holds memory (torch runtime): params, grads,
     optimizer states and saved activations each within 2% of the run's exact bytes, per rank."""
     report, _, _ = validated
+    assert "note" not in report
     for p in report["plans"]:
         for row in p["memory_bytes"]:
             if row["component"] in ("params", "grads", "optimizer", "activations"):

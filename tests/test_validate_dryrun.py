@@ -29,6 +29,7 @@ def test_dry_run_fsdp_states_are_fp32_shards(tmp_path):
     assert rows["optimizer"]["measured"] == pytest.approx(8 * psi / 2, rel=0.01)
     assert rows["activations"]["measured"] > 0
     assert "step_time_s" not in report["plans"][0]
+    assert "--launchable" in report["note"]  # a megatron-costed plan is flagged as not like for like
     assert planner is not None
 
 
