@@ -41,8 +41,9 @@ class Assumptions:
     launches), twice that in backward. 0 by default: on a GPU the host runs ahead of the kernels
     and hides it unless the layer's kernels are tiny; calibrated where it is not hidden."""
     tp_layer_overhead_s: float = 0.0
-    """Extra host time per layer forward when it is tensor-parallel (DTensor dispatch and sharding
-    propagation in PyTorch's TP), twice that in backward; calibrated like ``layer_overhead_s``."""
+    """Extra host time per layer forward when it is tensor-parallel under the torch runtime (DTensor
+    dispatch and sharding propagation in PyTorch's TP), twice that in backward; calibrated like
+    ``layer_overhead_s``."""
     allocator_fragmentation: float = 0.05
     """Extra memory the caching allocator holds over live activations and buffers (fraction)."""
     dp_bucket_bytes: float = 25 * MIB

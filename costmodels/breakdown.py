@@ -49,7 +49,8 @@ class CostBreakdown:
     memory_capacity_bytes: float
     """Usable device memory: --memory-fraction × device memory."""
     compute_s: float
-    """GEMMs, attention and memory-bound kernels, forward and backward, on the critical path."""
+    """GEMMs, attention, memory-bound kernels and host time to issue them (``Assumptions.
+    layer_overhead_s``), forward and backward, on the critical path."""
     recompute_s: float
     """Forward work repeated in backward (activation recomputation)."""
     tp_comm_s: float

@@ -179,7 +179,8 @@ class CostModel:
         stored, working = self.rank_activation_parts(layout, rank)
         return RankStatic(params_bytes=p, grads_bytes=g, optimizer_bytes=o,
                            buffers_bytes=self.rank_buffer_bytes(layout, rank, params),
-                           stored_per_microbatch_bytes=stored, working_bytes=working)
+                           stored_per_microbatch_bytes=stored, working_bytes=working,
+                           received_per_microbatch_bytes=self._received_saved_bytes(layout, rank))
 
     def _held_states(self, layout: Layout, params: ShardedParams) -> tuple[float, float, float]:
         z, z_e = self.shard_degrees(layout)
@@ -192,7 +193,8 @@ class CostModel:
         recomputation working set; overhead is the runtime reserve plus allocator fragmentation."""
         in_flight = in_flight_microbatches(layout.schedule, layout.pp, index, layout.num_microbatches,
                                            layout.virtual_stages)
-        activations = in_flight * static.stored_per_microbatch_bytes / layout.virtual_stages + static.working_bytes
+        stored = static.stored_per_microbatch_bytes - static.received_per_microbatch_bytes
+        activations = in_flight * stored / layout.virtual_stages + static.working_bytes
         overhead = (self.cluster.hardware.runtime_reserved_bytes
                     + self.assumptions.allocator_fragmentation * (activations + static.buffers_bytes))
         return StageMemory(params_bytes=static.params_bytes, grads_bytes=static.grads_bytes,
@@ -237,16 +239,13 @@ class CostModel:
                                                                                 recompute="none")
             stored += n * mode_bytes
         v = layout.virtual_stages
-        if self.training.runtime == "torch":
-            stored -= self._receiving_chunks(layout, rank) * act.torch_received_input_saved_bytes(model, x,
-                                                                                                  layout.recompute)
         if rank.first:
             stored += v * act.first_stage_extra_bytes(model, x)
         if rank.last:
             stored += v * act.last_stage_extra_bytes(model, x)
-        return stored, self._recompute_working_bytes(layout, x, rank.num_moe > 0)
+        return stored, self.recompute_working_bytes(layout, x, rank.num_moe > 0)
 
-    def _recompute_working_bytes(self, layout: Layout, x: act.ActivationShape, has_moe: bool) -> float:
+    def recompute_working_bytes(self, layout: Layout, x: act.ActivationShape, has_moe: bool) -> float:
         """While one layer is recomputed, its full activations (full) or its core (selective) are live."""
         if layout.recompute == "full":
             return act.layer_bytes(self.model, x, moe_layer=has_moe, recompute="none")
@@ -272,32 +271,44 @@ class CostModel:
             buffers += 2 * block * (1 / layout.tp if layout.sequence_parallel else 1.0)
         return buffers
 
+    def _received_saved_bytes(self, layout: Layout, rank: RankLayers) -> float:
+        """Of what one micro-batch leaves stored on this rank, the bytes that are its receive
+        buffers (torch runtime; counted with the buffers instead), one per receiving chunk."""
+        if self.training.runtime != "torch":
+            return 0.0
+        per_chunk = act.torch_received_input_saved_bytes(self.model, self.activation_shape(layout), layout.recompute)
+        return self._receiving_chunks(layout, rank) * per_chunk
+
     @staticmethod
     def _receiving_chunks(layout: Layout, rank: RankLayers) -> int:
         """Model chunks of this rank that receive their input from a previous stage."""
         return 0 if layout.pp == 1 else layout.virtual_stages - (1 if rank.first else 0)
 
     def _data_parallel_buffer_bytes(self, layout: Layout, params: ShardedParams) -> float:
-        """ZeRO-3: two layers' gathered params (the one computing, the one prefetched) and one
-        layer's unsharded grads. ZeRO 0-2 under megatron: two gradient buckets. Under the torch
-        runtime (FSDP2, ``reshard_after_forward=False`` for ZeRO-1/2 and ``replicate`` for 0) the
-        gathered compute copy of every parameter lives from forward to backward (for ZeRO-0 only
-        with mixed precision; in fp32 the compute copy is the parameter), plus unsharded fp32
-        gradients: all of them for ZeRO-0 (beside the all-reduced ones) and for ZeRO-1 with
-        several micro-batches (accumulated, reduced once after the last), else one layer's at a
-        time (ZeRO-2, and ZeRO-1 with one micro-batch)."""
+        """Megatron runtime: ZeRO-3 keeps two layers' gathered params (the one computing, the one
+        prefetched) and one layer's unsharded grads; ZeRO 0-2 two gradient buckets.
+
+        Torch runtime (FSDP2 as launched): ZeRO-0 (``replicate``) keeps a compute copy of the
+        parameters only with mixed precision (in fp32 it is the parameter) and one unsharded
+        gradient beside the all-reduced one. ZeRO-1/2 keep the gathered compute copy of every
+        parameter from forward to backward, and so does ZeRO-3 under pipelining, which stops the
+        reshard after backward; else ZeRO-3 holds two layers' worth. Unsharded fp32 gradients
+        accumulate for the whole stage when reduction waits for the step's end (ZeRO-1 with
+        several micro-batches, or any stage under pipelining), else one layer's are live."""
         sb = self.states
         biggest = self._prefix.largest_layer / layout.tp
-        if layout.zero_stage == 3:
-            return (2 * sb.gathered + sb.reduced) * biggest
         if self.training.runtime != "torch":
+            if layout.zero_stage == 3:
+                return (2 * sb.gathered + sb.reduced) * biggest
             return min(2 * self.assumptions.dp_bucket_bytes, sb.grad * (params.dense + params.expert))
         held = params.dense + params.expert
         unsharded_grads = sb.reduced * (params.trainable_dense + params.trainable_expert)
-        if layout.zero_stage == 0:  # replicate: one unsharded gradient beside the reduced one
+        if layout.zero_stage == 0:
             return (0.0 if sb.gathered == sb.param else sb.gathered * held) + unsharded_grads
-        accumulates = layout.zero_stage == 1 and layout.num_microbatches > 1
-        return sb.gathered * held + (unsharded_grads if accumulates else sb.reduced * biggest)
+        pipelined = layout.pp > 1
+        gathered = 2 * sb.gathered * biggest if layout.zero_stage == 3 and not pipelined else sb.gathered * held
+        accumulates = pipelined or (layout.zero_stage == 1 and layout.num_microbatches > 1)
+        return gathered + (unsharded_grads if accumulates else sb.reduced * biggest)
 
     # -- time ---------------------------------------------------------------------------------
     def rank_core_times(self, layout: Layout, rank: RankLayers) -> RankTimes:
@@ -401,24 +412,27 @@ class CostModel:
         ZeRO 0: one all-reduce per step. ZeRO 1/2: reduce-scatter + all-gather per step (2Ψ, as
         all-reduce). ZeRO-3: all-gather in forward and backward and reduce-scatter per micro-batch
         (3Ψ per micro-batch; ZeRO paper Sec. 7). HSDP adds an all-reduce of 1/N_shard across replicas.
-        Each is issued in pieces that each pay the latency: gradient buckets for ZeRO 0-2 (PyTorch
-        DDP, Megatron), one piece per FSDP unit (each block, plus the root) for ZeRO-3 and, under
-        the torch runtime (``fully_shard`` per block for every stage >= 1), for ZeRO-1/2 too, whose
-        ZeRO-2 gradients are reduce-scattered every micro-batch.
+        Under the torch runtime the counts are FSDP2's as launched (``_fsdp2_sync``). Each is issued
+        in pieces that each pay the latency: gradient buckets for ZeRO 0-2 (PyTorch DDP, Megatron),
+        one piece per FSDP unit (each block, plus the root) for ZeRO-3 and, under the torch runtime
+        (``fully_shard`` per block for every stage >= 1), for ZeRO-1/2 too.
         """
         z, _ = self.shard_degrees(layout)
         group = layout.dp * layout.cp
         if group == 1:
             return
         sb, m = self.states, layout.num_microbatches
+        torch_runtime = self.training.runtime == "torch"
         grads = sb.reduced * (params.trainable_dense + params.trainable_expert)
         weights = sb.gathered * (params.dense + params.expert) if layout.zero_stage == 3 else \
             sb.gathered * (params.trainable_dense + params.trainable_expert)
         shard = z if layout.zero_stage else group
-        per_unit = layout.zero_stage == 3 or (layout.zero_stage >= 1 and self.training.runtime == "torch")
+        per_unit = layout.zero_stage == 3 or (layout.zero_stage >= 1 and torch_runtime)
         pieces = rank.num_layers + 1 if per_unit else max(1, math.ceil(grads / self.assumptions.dp_bucket_bytes))
-        overlap = self.assumptions.overlap_fraction
-        per_microbatch_reduce = layout.zero_stage == 2 and self.training.runtime == "torch"
+        if torch_runtime:
+            gathers_per_mb, reduce_per_mb = _fsdp2_sync(layout)
+        else:
+            gathers_per_mb, reduce_per_mb = (2, True) if layout.zero_stage == 3 else (0, False)
         if layout.zero_stage == 0:
             reduce_s, sent = self._in_pieces("all_reduce", grads, group, layout.tp, pieces)
             t.comm_bytes["dp_all_reduce"] += sent
@@ -426,24 +440,25 @@ class CostModel:
         else:
             reduce_s, rs_sent = self._in_pieces("reduce_scatter", grads, shard, layout.tp, pieces)
             gather_s, ag_sent = self._in_pieces("all_gather", weights, shard, layout.tp, pieces)
-            reps = m if layout.zero_stage == 3 else 1
-            t.comm_bytes["dp_reduce_scatter"] += rs_sent * (m if per_microbatch_reduce else reps)
-            t.comm_bytes["dp_all_gather"] += ag_sent * reps * (2 if layout.zero_stage == 3 else 1)
+            t.comm_bytes["dp_reduce_scatter"] += rs_sent * (m if reduce_per_mb else 1)
+            t.comm_bytes["dp_all_gather"] += ag_sent * (gathers_per_mb * m if gathers_per_mb else 1)
         replicas = group // shard
         if layout.zero_stage and replicas > 1:
             ar_s, ar_sent = self._in_pieces("all_reduce", grads / shard, replicas, layout.tp * shard, pieces)
-            t.dp_tail_s += ar_s
-            t.comm_bytes["dp_all_reduce"] += ar_sent
-        if layout.zero_stage == 3:
-            fwd_mb = t.fwd_compute_s
-            bwd_mb = t.bwd_compute_s
-            t.dp_mb_s += max(0.0, gather_s - overlap * fwd_mb) + max(0.0, gather_s + reduce_s - overlap * bwd_mb)
-            return
-        if per_microbatch_reduce:
-            t.dp_mb_s += max(0.0, reduce_s - overlap * t.bwd_compute_s)
-        else:
+            each_mb = torch_runtime and reduce_per_mb  # FSDP2's HSDP all-reduces after every reduce-scatter
+            if each_mb:
+                t.dp_mb_s += ar_s
+            else:
+                t.dp_tail_s += ar_s
+            t.comm_bytes["dp_all_reduce"] += ar_sent * (m if each_mb else 1)
+        overlap = self.assumptions.overlap_fraction
+        fwd_mb = gather_s if gathers_per_mb else 0.0
+        bwd_mb = (gather_s if gathers_per_mb == 2 else 0.0) + (reduce_s if reduce_per_mb else 0.0)
+        t.dp_mb_s += max(0.0, fwd_mb - overlap * t.fwd_compute_s) + max(0.0, bwd_mb - overlap * t.bwd_compute_s)
+        if not gathers_per_mb:
+            t.dp_tail_s += max(0.0, gather_s - overlap * t.fwd_compute_s)
+        if not reduce_per_mb:
             t.dp_tail_s += max(0.0, reduce_s - overlap * t.bwd_compute_s)
-        t.dp_tail_s += max(0.0, gather_s - overlap * t.fwd_compute_s)
 
     def _in_pieces(self, op: str, size_bytes: float, degree: int, stride: int, pieces: int) -> tuple[float, float]:
         """(seconds, bytes sent) of ``op`` over ``size_bytes`` issued as ``pieces`` equal collectives."""
@@ -522,3 +537,22 @@ def estimate(model: ModelSpec, training: TrainingSpec, cluster: ClusterSpec, lay
     (``layout.check_layout``)."""
     return CostModel(model, training, cluster, profile=profile, assumptions=assumptions,
                      memory_fraction=memory_fraction).estimate(layout)
+
+
+def _fsdp2_sync(layout: Layout) -> tuple[int, bool]:
+    """(parameter all-gathers per micro-batch, 0 = one per step; whether gradients are reduced
+    after every micro-batch) for the launcher's FSDP2 mapping (``planner/runtime/parallel.py``).
+
+    ZeRO-1 stays gathered and reduces once, after the last micro-batch. ZeRO-2 keeps parameters
+    gathered through forward (``reshard_after_forward=False``) but FSDP2 reshards after each
+    backward, so it gathers and reduce-scatters every micro-batch; ZeRO-3 also gathers again for
+    backward. With pp > 1 ``torch.distributed.pipelining`` turns gradient sync and the reshard
+    after backward off for every micro-batch and reduces once at the end of the step
+    (``PipelineStage.backward_maybe_with_nosync``, ``perform_reduce_grad``): ZeRO-2 then gathers
+    once per step and ZeRO-3 twice per micro-batch, both reducing once."""
+    pipelined = layout.pp > 1
+    if layout.zero_stage == 3:
+        return 2, not pipelined
+    if layout.zero_stage == 2 and not pipelined:
+        return 1, True
+    return 0, False

@@ -55,7 +55,8 @@ class LayerForward:
     cp_total_s: float = 0.0
     ep_s: float = 0.0
     host_s: float = 0.0
-    """Host time to issue the layer (``Assumptions.layer_overhead_s``, ``tp_layer_overhead_s``)."""
+    """Host time to issue the layer (``Assumptions.layer_overhead_s``; ``tp_layer_overhead_s`` for a
+    DTensor-parallel layer of the torch runtime)."""
     comm_bytes: dict[str, float] = field(default_factory=dict)
     flops: float = 0.0
 
@@ -120,7 +121,8 @@ class LayerCosts:
         out.flops += core_flops
         out.attention_core_memory_s = rates.memory_time_s(self._eager_core_bytes(key))
         out.memory_s = rates.memory_time_s(self._memory_bound_bytes(key)) + out.attention_core_memory_s
-        out.host_s = self.assumptions.layer_overhead_s + (self.assumptions.tp_layer_overhead_s if key.tp > 1 else 0.0)
+        dtensor = key.tp > 1 and self.training.runtime == "torch"
+        out.host_s = self.assumptions.layer_overhead_s + (self.assumptions.tp_layer_overhead_s if dtensor else 0.0)
         self._add_tp(out, key, tokens)
         self._add_cp(out, key)
         if key.moe:

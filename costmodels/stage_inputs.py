@@ -6,18 +6,26 @@ from typing import TYPE_CHECKING
 
 from .layout import Layout
 from .pipeline import in_flight_microbatches
-from .ranks import RankLayers, state_sum
+from .ranks import RankLayers, RankStatic, state_sum
 
 if TYPE_CHECKING:
     from .estimate import CostModel
 
 
+def held_bytes(static: RankStatic) -> float:
+    """Model states plus buffers: what a rank holds whatever its micro-batches (the buffers grow
+    with its layers when gathered copies are kept, as FSDP2's are)."""
+    return state_sum(static) + static.buffers_bytes
+
+
 def stage_slicing_inputs(cost_model: "CostModel", layout: Layout) -> dict:
     """Per-layer costs for Alpa's stage-slicing DP (``planner.alpa.slice_stages``), taken from this
     model: each layer's forward + backward time per micro-batch (recomputation and exposed
-    TP/CP/EP communication included), its state bytes and activation bytes per micro-batch,
+    TP/CP/EP communication included), its state and buffer bytes and activation bytes per micro-batch,
     the embedding's and head's extras on the first and last stage, and the memory left for
-    layers once each rank's fixed buffers, runtime reserve and recompute working set are taken."""
+    layers once each rank's fixed buffers, runtime reserve and recompute working set are taken.
+    Under the torch runtime a stage's first layer input is its receive buffer, already among the
+    buffers; the per-layer bytes still count it, so the DP's memory check errs on the safe side."""
     model = cost_model.model
     empty = RankLayers(chunks=(), num_dense=0, num_moe=0, first=False, last=False)
     base_t = cost_model.rank_core_times(layout, empty).per_microbatch_s
@@ -29,13 +37,13 @@ def stage_slicing_inputs(cost_model: "CostModel", layout: Layout) -> dict:
             one = RankLayers(chunks=((j, j + 1),), num_dense=int(not kind), num_moe=int(kind), first=False, last=False)
             st = cost_model.rank_static(layout, one)
             per_kind[kind] = (cost_model.rank_core_times(layout, one).per_microbatch_s - base_t,
-                              state_sum(st) - state_sum(base), st.stored_per_microbatch_bytes)
+                              held_bytes(st) - held_bytes(base), st.stored_per_microbatch_bytes)
     ends = {}
     for name, first, last in (("first", True, False), ("last", False, True)):
         rank = RankLayers(chunks=(), num_dense=0, num_moe=0, first=first, last=last)
         st = cost_model.rank_static(layout, rank)
         ends[name] = (cost_model.rank_core_times(layout, rank).per_microbatch_s - base_t,
-                      state_sum(st) - state_sum(base) + st.stored_per_microbatch_bytes * layout.pp)
+                      held_bytes(st) - held_bytes(base) + st.stored_per_microbatch_bytes * layout.pp)
     kinds = [per_kind[model.is_moe_layer(j)] for j in range(model.num_layers)]
     fixed = base.buffers_bytes + cost_model.cluster.hardware.runtime_reserved_bytes + base.working_bytes \
         + max(st[2] for st in per_kind.values())  # the recompute working set, at most one layer

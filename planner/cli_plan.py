@@ -26,9 +26,10 @@ JOB_OPTIONS: list[Callable] = [
     click.option("--attention", type=click.Choice(["fused", "eager"]), default="fused", show_default=True,
                  help="fused: flash-style kernel, scores not stored; eager: scores stored."),
     click.option("--runtime", type=click.Choice(["megatron", "torch"]), default=None,
-                 help="Who runs the plan, so memory is counted as it holds it: megatron (ZeRO-paper states, "
-                      "Megatron activations; the default) or torch (autoplan launch: FSDP2, PyTorch TP/SP; "
-                      "the default with --launchable)."),
+                 help="Who runs the plan, so memory and syncs are counted as it does them: megatron "
+                      "(ZeRO-paper states, Megatron activations; the default) or torch (autoplan launch's "
+                      "job: FSDP2, PyTorch TP/SP; the default with --launchable). It changes the accounting "
+                      "only; --launchable also restricts the search to what the job applies."),
     click.option("--memory-fraction", type=click.FloatRange(min=0, max=1, min_open=True), default=0.95,
                  show_default=True, help="Usable share of device memory."),
     click.option("--profile", type=click.Path(dir_okay=False), default=None,
@@ -71,7 +72,8 @@ def _emit(report_dict: dict[str, Any], text: str, fmt: str, out: str | None, con
               help="Alternatives to list (best layout of each next-best mesh).")
 @click.option("--allow-cross-node-tp", is_flag=True, help="Let tensor parallel span nodes.")
 @click.option("--launchable", is_flag=True,
-              help="Only layouts 'autoplan launch' can run here (no context/expert parallelism or offload).")
+              help="Only layouts 'autoplan launch' can run here (no context/expert parallelism or offload), "
+                   "costed as its job runs them (--runtime torch).")
 @click.option("--solver", type=click.Choice(["search", "brute-force"]), default="search", show_default=True,
               help="search: exact branch and bound; brute-force: evaluate every layout (slow, for checking).")
 @click.option("--plot", "plot_dir", type=click.Path(file_okay=False), default=None,

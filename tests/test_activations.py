@@ -71,3 +71,26 @@ def test_gqa_and_gated_mlp_change_the_constant_per_tensor():
     sbh = S * 4096
     expected = sbh * (2 + 2 + 2 + 2 * (8 / 32) * 2 + 2 + 2 + 2 + 2 * 4 * 14336 / 4096) + 4 * 32 * S
     assert layer_bytes(m, x, moe_layer=False, recompute="none") == pytest.approx(expected)
+
+
+@pytest.mark.parametrize("autocast", [False, True])
+def test_torch_runtime_dense_layer_by_hand(autocast):
+    """llama3-8b's block at s = 1024, tp 8 with SP, bf16, tensor by tensor as eager PyTorch saves it
+    (the counts the dry run lists): with FSDP2's mixed precision one gathered bf16 input for q/k/v
+    and one for w1/w3; under autocast one cast per linear (3 + 2) and every weight's bf16 copy."""
+    model = PRESETS["llama3-8b"]
+    s, t, h, f = 1024, 8, model.hidden_size, model.ffn_hidden_size
+    x = ActivationShape(b=1, s=s, s_kv=s, tp=t, sequence_parallel=True, elem_bytes=2, fused_attention=True,
+                        runtime="torch", autocast=autocast)
+    sbh = s * h
+    norms = 2 * (2 * 4 * sbh / t)                       # two RMSNorms, two fp32 copies each, SP-split
+    inputs = 2 * sbh * ((3 + 2) if autocast else 2)      # gathered full-sequence bf16 linear inputs
+    qkv = 2 * s * (model.q_dim + 2 * model.kv_dim) / t   # after rotary
+    rotary = 2 * 4 * s * model.d_head                    # fp32 cos and sin for q and for k
+    lse = 4 * (model.num_attention_heads / t) * s
+    out = 2 * s * model.q_dim / t
+    mlp = 4 * 2 * s * f / t                              # gate, SiLU, up, product
+    weights = 2 * (2 * h * model.q_dim + 2 * h * model.kv_dim + 3 * h * f) / t if autocast else 0
+    expected = norms + inputs + qkv + rotary + lse + out + mlp + weights
+    assert layer_bytes(model, x, moe_layer=False, recompute="none") == pytest.approx(expected)
+    assert layer_bytes(model, x, moe_layer=False, recompute="full") == (4 if autocast else 2) * sbh / t

@@ -88,3 +88,42 @@ def test_torch_runtime_holds_fp32_shards_from_zero_1_on(precision):
     megatron = TrainingSpec(global_batch_size=1, seq_len=1, precision="bf16")
     assert held_state_bytes(params, megatron, zero_stage=1, shard_degree=n_d, expert_shard_degree=n_d,
                             offload=False) == pytest.approx((2 * psi, 2 * psi, 12 * psi / n_d))
+
+
+def _torch_cost_model():
+    training = TrainingSpec(global_batch_size=16, seq_len=1024, runtime="torch")
+    return CostModel(load_model("llama2-7b"), training, make_cluster(load_node("h100-sxm-80gb"), 8))
+
+
+@pytest.mark.parametrize("stage, pp, expected", [
+    (1, 1, (0, False)), (2, 1, (1, True)), (3, 1, (2, True)),
+    (1, 2, (0, False)), (2, 2, (0, False)), (3, 2, (2, False)),
+])
+def test_fsdp2_sync_counts(stage, pp, expected):
+    """(all-gathers per micro-batch, reduce every micro-batch?) as the launched FSDP2 job does
+    them; pipelining defers every reduction to the step's end."""
+    from costmodels.estimate import _fsdp2_sync
+
+    assert _fsdp2_sync(Layout(dp=2, tp=1, pp=pp, zero_stage=stage, num_microbatches=4)) == expected
+
+
+@pytest.mark.parametrize("stage, per_microbatch", [(1, False), (2, True)])
+def test_torch_runtime_reduce_scatters_zero_2_every_micro_batch(stage, per_microbatch):
+    cm = _torch_cost_model()
+    many = cm.estimate(Layout(dp=4, tp=1, pp=1, zero_stage=stage, num_microbatches=4, micro_batch_size=1))
+    one = cm.estimate(Layout(dp=4, tp=1, pp=1, zero_stage=stage, num_microbatches=1, micro_batch_size=4))
+    ratio = many.comm_bytes_per_gpu["dp_reduce_scatter"] / one.comm_bytes_per_gpu["dp_reduce_scatter"]
+    assert ratio == pytest.approx(4.0 if per_microbatch else 1.0)
+
+
+def test_torch_runtime_pipelined_stage_keeps_gathered_params_and_its_gradients():
+    """With pp > 1 a ZeRO-2 stage holds its gathered bf16 params, its unsharded fp32 gradients and
+    one receive buffer per micro-batch plus a send buffer (the first stage receives nothing)."""
+    cm = _torch_cost_model()
+    layout = Layout(dp=2, tp=1, pp=2, zero_stage=2, num_microbatches=8)
+    ranks = cm.rank_layers(layout)
+    received = 2 * 1024 * cm.model.hidden_size  # bf16 residual of one micro-batch
+    for index, rank in enumerate(ranks):
+        params = cm.rank_params(layout, rank)
+        expected = 2 * params.dense + 4 * params.trainable_dense + (8 * index + 1) * received
+        assert cm.rank_buffer_bytes(layout, rank, params) == pytest.approx(expected)

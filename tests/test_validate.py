@@ -70,6 +70,7 @@ def test_launchable_plans_predict_states_and_activations_of_the_run(validated):
     report, _, _ = validated
     assert "note" not in report
     for p in report["plans"]:
+        assert {"params", "grads", "optimizer", "activations"} <= {row["component"] for row in p["memory_bytes"]}
         for row in p["memory_bytes"]:
             if row["component"] in ("params", "grads", "optimizer", "activations"):
                 assert row["predicted"] == pytest.approx(row["measured"], rel=0.02), (p["layout"], row)

@@ -57,3 +57,24 @@ def test_simulated_step_matches_bubble_formula(schedule, v):
     bars = simulate(schedule, p, m, v, [tf / v] * p, [tb / v] * p, 0.0)
     assert max(b.end_s for b in bars) == pytest.approx((m + (p - 1) / v) * (tf + tb))
     assert len([b for b in bars if b.kind == "F"]) == p * m * v
+
+
+@pytest.mark.parametrize("recompute, issues", [("none", 3), ("full", 4)])
+def test_host_time_per_layer_is_once_forward_twice_backward_and_again_when_recomputed(recompute, issues):
+    """``layer_overhead_s`` x adds x per layer forward, 2x backward and x per recomputed forward,
+    for every micro-batch; ``tp_layer_overhead_s`` only to DTensor (torch runtime) TP layers."""
+    from costmodels.estimate import CostModel
+    from costmodels.layout import Layout
+    from costmodels.presets import load_model
+    from costmodels.training import TrainingSpec
+    from hardware_specs import load_node, make_cluster
+
+    model, cluster = load_model("tiny-llama"), make_cluster(load_node("cpu"), 2)
+    layout = Layout(dp=1, tp=2, pp=1, sequence_parallel=True, num_microbatches=4, recompute=recompute)
+    x = 0.001
+    for runtime, tp_extra in (("megatron", 0.0), ("torch", 0.002)):
+        training = TrainingSpec(global_batch_size=4, seq_len=64, precision="fp32", runtime=runtime)
+        base = CostModel(model, training, cluster).estimate(layout).step_time_s
+        charged = replace(DEFAULT_ASSUMPTIONS, layer_overhead_s=x, tp_layer_overhead_s=0.002)
+        step = CostModel(model, training, cluster, assumptions=charged).estimate(layout).step_time_s
+        assert step - base == pytest.approx(4 * model.num_layers * issues * (x + tp_extra))

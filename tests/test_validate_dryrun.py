@@ -54,6 +54,7 @@ def test_torch_runtime_predicts_each_model_state_and_activations_of_the_job(tmp_
                                        "--workdir", str(tmp_path / "w")])
     assert result.exit_code == 0, result.output
     rows = json.loads(result.output)["plans"][0]["memory_bytes"]
+    assert {"params", "grads", "optimizer", "activations"} <= {row["component"] for row in rows}
     for row in rows:
         if row["component"] in ("params", "grads", "optimizer", "activations"):
             assert row["predicted"] == pytest.approx(row["measured"], rel=0.02), row

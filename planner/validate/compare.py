@@ -1,11 +1,12 @@
 """Predicted vs measured, per plan and per pipeline rank (pure Python; no torch).
 
 Memory is compared per component on the rank that holds each pipeline stage:
-``states`` = params + grads + optimizer (the cost model's ZeRO convention against the exact
+``states`` = params + grads + optimizer (as the plan's runtime holds them, against the exact
 tensor bytes the probe counts as resident: the optimizer's parameters, their gradients, its
-states), ``states_peak`` = states + the model's buffers (gathered ZeRO-3 layers, buckets)
-against every parameter/gradient storage alive at once (FSDP2's unsharded copies included), and ``activations`` = what is saved for backward at the
-schedule's peak. The cost model's activation term also holds the working set of one layer
+states), ``states_peak`` = states + the model's buffers (gathered copies, buckets, and also the
+TP and pipeline buffers, which the probe does not see) against every parameter/gradient storage
+alive at once (FSDP2's unsharded copies included), and ``activations`` = what is saved for
+backward at the schedule's peak, pipeline receive buffers left out on both sides. The cost model's activation term also holds the working set of one layer
 being recomputed (``recompute_working``), which checkpointing allocates inside backward where
 saved-tensor hooks do not see it; it is reported beside the comparison, not in it.
 """
@@ -16,7 +17,6 @@ import statistics
 from dataclasses import dataclass
 from typing import Any
 
-from costmodels import activations as act
 from costmodels.assumptions import DEFAULT_ASSUMPTIONS, Assumptions
 from costmodels.breakdown import CostBreakdown
 from costmodels.estimate import CostModel
@@ -60,12 +60,7 @@ def cost_model(inputs: dict[str, Any], *, profile=None, assumptions: Assumptions
 def recompute_working_bytes(cm: CostModel, layout: Layout) -> float:
     """Bytes of one layer's activations live while it is recomputed (in the cost model's
     activation term; invisible to saved-tensor hooks)."""
-    if layout.recompute == "none":
-        return 0.0
-    x = cm.activation_shape(layout)
-    if layout.recompute == "full":
-        return act.layer_bytes(cm.model, x, moe_layer=False, recompute="none")
-    return act.attention_core_bytes(cm.model, x)
+    return cm.recompute_working_bytes(layout, cm.activation_shape(layout), cm.model.moe is not None)
 
 
 def predicted_memory(cm: CostModel, breakdown: CostBreakdown) -> list[dict[str, float]]:
