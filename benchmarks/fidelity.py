@@ -206,7 +206,7 @@ def dry_runs(workdir: Path) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--workdir", default=None)
-    parser.add_argument("--steps", type=int, default=3)
+    parser.add_argument("--steps", type=int, default=6, help="timed steps per layout (median; one warm-up before)")
     parser.add_argument("--skip-runs", action="store_true")
     parser.add_argument("--skip-dry-run", action="store_true")
     args = parser.parse_args()
