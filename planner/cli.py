@@ -2,11 +2,33 @@
 
 from __future__ import annotations
 
+import sys
+
 import click
 
 
+class OneLineErrors(click.Group):
+    """click's group, but a usage error (bad choice, missing option, unknown command) prints one
+    line, ``error: <what is wrong with which option>``, and exits 2, instead of usage text."""
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+    def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
+        if not standalone_mode:
+            return super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        try:
+            code = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        except click.UsageError as err:
+            click.echo(f"error: {err.format_message()}", err=True)
+            sys.exit(err.exit_code)
+        except click.ClickException as err:
+            err.show()
+            sys.exit(err.exit_code)
+        except click.Abort:
+            click.echo("Aborted!", err=True)
+            sys.exit(1)
+        sys.exit(code if isinstance(code, int) else 0)
+
+
+@click.group(cls=OneLineErrors, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.version_option(package_name="autoplan")
 def main() -> None:
     """autoplan: choose the parallel layout of a transformer training job, and run it.

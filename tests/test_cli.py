@@ -148,3 +148,17 @@ def test_explain_shows_an_attached_tp_plan(tmp_path):
     assert result.exit_code == 0
     assert "tensor-parallel plan from the ILP (2 modules)" in result.output
     assert "layers.0.attention.wo: rowwise" in result.output
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["plan", *JOB, "--precision", "fp64"], "'--precision'"),
+    (["plan", *JOB, "--runtime", "deepspeed"], "'--runtime'"),
+    (["plan", *JOB[2:]], "'--model'"),
+    (["plans"], "'plans'"),
+])
+def test_usage_errors_are_one_line_exit_2(args, needle):
+    """click's usage errors (bad choice, missing option, unknown command) print one line, not the
+    usage text, and exit 2."""
+    result = run(args)
+    assert result.exit_code == 2
+    assert result.output.startswith("error: ") and result.output.count("\n") == 1 and needle in result.output
