@@ -61,6 +61,7 @@ class MemoryProbe:
         unsharded = [getattr(fp, "_unsharded_param", None) for fp in self._fsdp]
         self._param_ids = {id(_storage(p)) for p in self._params + [u for u in unsharded if u is not None]}
         self._stack = ExitStack()
+        self._receive_count, self._receive_ids = 0, set()
 
     # -- activations ------------------------------------------------------------------------
     def _receive_buffer_ids(self) -> set[int]:
@@ -73,7 +74,10 @@ class MemoryProbe:
                    for infos in getattr(stage, "args_recv_info", {}).values() for info in infos
                    if isinstance(getattr(info, "buffer", None), torch.Tensor)]
         buffers += list(getattr(self.job, "recv_buffers", ()))
-        return {id(_storage(b)) for b in buffers}
+        if len(buffers) != self._receive_count:  # buffers appear as micro-batches arrive
+            self._receive_count = len(buffers)
+            self._receive_ids = {id(_storage(b)) for b in buffers}
+        return self._receive_ids
 
     def _track(self, t: torch.Tensor) -> None:
         st = _storage(t)
