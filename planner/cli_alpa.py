@@ -66,7 +66,7 @@ def trace_command(module_path: str, input_shape: str, dtype: str, out: str) -> N
     run_command(work)
 
 
-def _print_table(report: dict) -> None:
+def _print_table(report: dict, seconds: float) -> None:
     blocks = report["blocks"]
     first = blocks["first"] if blocks else None
     prefix = first.rsplit(".", 1)[0] + "." if first and "." in first else None
@@ -88,7 +88,7 @@ def _print_table(report: dict) -> None:
                f"memory {cost['memory_gib_per_device']:.2f} GiB/device")
     s = report["solver"]
     gap = "n/a" if s["gap"] is None else f"{s['gap']:.2g}"
-    click.echo(f"solver: {s['name']} {s['status']} in {s['seconds']:.2f} s, {s['variables']} variables, "
+    click.echo(f"solver: {s['name']} {s['status']} in {seconds:.2f} s, {s['variables']} variables, "
                f"{s['constraints']} constraints, gap {gap}")
     for issue in report["unexpressible"]:
         click.echo(f"warning: {issue}")
@@ -196,11 +196,13 @@ def shard_command(model, module_path, input_shape, tp, dp, hardware, gpus_per_no
         if target:
             _attach_write(target, report, out, module_path, shape)
         elif out:
-            write_atomic(out, text)
-        if fmt == "json":
+            write_atomic(out, text)  # "-" is stdout: the one JSON document printed
+        if out == "-":
+            pass
+        elif fmt == "json":
             click.echo(text, nl=False)
         else:
-            _print_table(report)
+            _print_table(report, result.solution.seconds)
         if target and fmt == "table":
             click.echo(f"wrote {out}: {target.path} with best.tp_plan ({len(report['tp_plan'])} modules); "
                        f"run: autoplan launch {out} --out DIR")

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from .problem import Problem, TensorUse, evaluate
+from .quiet import quiet_fds
 
 SolverName = Literal["highs", "cbc"]
 
@@ -165,13 +166,14 @@ def solve_ilp(problem: Problem, *, solver: SolverName = "highs", time_limit_s: f
     start = time.perf_counter()
     lp, s = _build(problem)
     built = time.perf_counter()
-    try:
-        lp.solve(_make_solver(solver, time_limit_s, gap_rel))
-    except pulp.PulpSolverError:
-        if solver != "highs":
-            raise
-        solver = "cbc"
-        lp.solve(_make_solver(solver, time_limit_s, gap_rel))
+    with quiet_fds():  # HiGHS prints a banner to fd 1 before its options apply
+        try:
+            lp.solve(_make_solver(solver, time_limit_s, gap_rel))
+        except pulp.PulpSolverError:
+            if solver != "highs":
+                raise
+            solver = "cbc"
+            lp.solve(_make_solver(solver, time_limit_s, gap_rel))
     seconds = time.perf_counter() - start
     timing = {"seconds": seconds, "solve_seconds": time.perf_counter() - built}
     sol_status = lp.sol_status

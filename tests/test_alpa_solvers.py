@@ -1,0 +1,28 @@
+"""``shard`` picks the same sharding with HiGHS and with CBC (llama3-8b, tp 2, 4 and 8)."""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("torch")
+
+from costmodels.presets import load_model  # noqa: E402
+from planner.alpa import trace  # noqa: E402
+from planner.alpa.shard import shard_graph  # noqa: E402
+from planner.runtime.model import build_model  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def llama3_8b_graph():
+    module = build_model(load_model("llama3-8b"), device="meta", dtype=trace.DTYPES["bf16"])
+    return trace.trace_module(module, trace.token_inputs((1, 2048)), name="llama3-8b")
+
+
+@pytest.mark.parametrize("tp", [2, 4, 8])
+def test_highs_and_cbc_choose_the_same_sharding(llama3_8b_graph, tp):
+    highs = shard_graph(llama3_8b_graph, tp=tp, solver="highs").report.to_dict()
+    cbc = shard_graph(llama3_8b_graph, tp=tp, solver="cbc").report.to_dict()
+    assert highs["solver"]["name"] == "highs" and cbc["solver"]["name"] == "cbc"
+    assert highs["strategies"] == cbc["strategies"]
+    assert highs["tp_plan"] == cbc["tp_plan"]
+    assert highs["cost"]["objective_s"] == pytest.approx(cbc["cost"]["objective_s"], rel=1e-9)
