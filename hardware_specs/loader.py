@@ -16,15 +16,19 @@ File layout (every number has an entry in ``[sources]`` under its dotted key)::
 
 from __future__ import annotations
 
-import tomllib
+import math
 from pathlib import Path
 from typing import Any, get_args
 
+from .checks import MAX_DEVICES_PER_NODE
 from .errors import SpecError, closest_names
+from .files import read_toml
 from .schema import HardwareSpec, LinkKind, LinkSpec, NetworkSpec, NodeSpec
 from .units import GB, GBIT, GIB, TB, TERA, US
 
 SCHEMA_VERSION = 1
+MAX_FILE_NUMBER = 1e9
+"""Largest number accepted in a hardware file, in the file's units (TFLOP/s, GiB, GB/s, us)."""
 DATA_DIR = Path(__file__).parent / "data"
 _LINK_KINDS = get_args(LinkKind)
 
@@ -37,19 +41,13 @@ def list_hardware() -> list[str]:
 def load_node(name_or_path: str | Path) -> NodeSpec:
     """Load a shipped node type by name, or a user's TOML file by path."""
     path = _resolve(str(name_or_path))
-    try:
-        raw = tomllib.loads(path.read_text(encoding="utf-8"))
-    except tomllib.TOMLDecodeError as err:
-        raise SpecError(f"hardware file {path}: not valid TOML ({err}); fix the syntax") from None
-    except OSError as err:
-        raise SpecError(f"hardware file {path}: cannot read ({err.strerror})") from None
-    return parse_node(raw, origin=str(path))
+    return parse_node(read_toml(path, what="hardware file"), origin=f"hardware file {path}")
 
 
 def _resolve(name_or_path: str) -> Path:
     if name_or_path.endswith(".toml") or "/" in name_or_path:
         path = Path(name_or_path)
-        if not path.is_file():
+        if not path.exists():
             raise SpecError(f"--hardware: file {name_or_path!r} does not exist")
         return path
     path = DATA_DIR / f"{name_or_path}.toml"
@@ -142,6 +140,9 @@ class _Reader:
 
     def number(self, key: str, minimum: float | None = None) -> float:
         value = self.get(key, (int, float))  # type: ignore[arg-type]
+        if not math.isfinite(value) or value > MAX_FILE_NUMBER:
+            raise SpecError(f"{self.origin}: field {key!r} must be a finite number below {MAX_FILE_NUMBER:g}, "
+                            f"got {value!r}")
         if minimum is None and value <= 0 or minimum is not None and value < minimum:
             raise SpecError(f"{self.origin}: field {key!r} must be positive, got {value!r}")
         if key not in self.sources:
@@ -150,8 +151,9 @@ class _Reader:
 
     def integer(self, key: str) -> int:
         value = self.number(key)
-        if value != int(value):
-            raise SpecError(f"{self.origin}: field {key!r} must be a whole number, got {value!r}")
+        if value != int(value) or value > MAX_DEVICES_PER_NODE:
+            raise SpecError(f"{self.origin}: field {key!r} must be a whole number from 1 to "
+                            f"{MAX_DEVICES_PER_NODE}, got {value!r}")
         return int(value)
 
     def link_kind(self, key: str) -> str:

@@ -5,6 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
+from .errors import SpecError
+from .checks import MAX_DEVICES_PER_NODE, MAX_GPUS, MAX_LATENCY_S, MAX_MEMORY_BYTES, MAX_RATE, finite, whole
+
 DeviceType = Literal["cuda", "rocm", "cpu"]
 Dtype = Literal["fp32", "bf16", "fp16", "fp8"]
 LinkKind = Literal["nvswitch", "nvlink", "pcie", "infinity-fabric", "shared-memory", "ethernet", "infiniband"]
@@ -31,6 +34,15 @@ class HardwareSpec:
     sources: dict[str, str] = field(default_factory=dict)
     """Where each number comes from, by TOML key."""
 
+    def __post_init__(self) -> None:
+        if not isinstance(self.peak_flops_per_s, dict) or not self.peak_flops_per_s:
+            raise SpecError(f"{self.name}: peak_flops_per_s must map dtype names to FLOP/s")
+        for dtype, rate in self.peak_flops_per_s.items():
+            finite(f"{self.name}: peak_flops_per_s[{dtype!r}]", rate, high=MAX_RATE)
+        memory = whole(f"{self.name}: memory_bytes", self.memory_bytes, high=MAX_MEMORY_BYTES)
+        finite(f"{self.name}: memory_bandwidth_bytes_per_s", self.memory_bandwidth_bytes_per_s, high=MAX_RATE)
+        whole(f"{self.name}: runtime_reserved_bytes", self.runtime_reserved_bytes, low=0, high=memory - 1)
+
     def peak_flops(self, dtype: str) -> float:
         """Dense peak FLOP/s for ``dtype`` (the caller checks ``supports`` first)."""
         return self.peak_flops_per_s[dtype]
@@ -51,6 +63,10 @@ class LinkSpec:
     latency_s: float
     """One-message latency (the alpha of the alpha-beta model), seconds."""
 
+    def __post_init__(self) -> None:
+        finite("intra_node.bandwidth_bytes_per_s", self.bandwidth_bytes_per_s, high=MAX_RATE)
+        finite("intra_node.latency_s", self.latency_s, low_open=False, high=MAX_LATENCY_S)
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class NetworkSpec:
@@ -64,6 +80,11 @@ class NetworkSpec:
     """Per-NIC, per-direction bandwidth (bytes/s)."""
     latency_s: float
     """One-message latency across the network, seconds."""
+
+    def __post_init__(self) -> None:
+        whole("inter_node.nics_per_node", self.nics_per_node, high=MAX_DEVICES_PER_NODE)
+        finite("inter_node.nic_bandwidth_bytes_per_s", self.nic_bandwidth_bytes_per_s, high=MAX_RATE)
+        finite("inter_node.latency_s", self.latency_s, low_open=False, high=MAX_LATENCY_S)
 
     @property
     def node_bandwidth_bytes_per_s(self) -> float:
@@ -85,6 +106,11 @@ class NodeSpec:
     host_memory_bandwidth_bytes_per_s: float
     """Host DRAM bandwidth available to one device's offloaded optimizer step (bytes/s)."""
 
+    def __post_init__(self) -> None:
+        whole("gpus_per_node", self.gpus_per_node, high=MAX_DEVICES_PER_NODE)
+        finite("host_link_bandwidth_bytes_per_s", self.host_link_bandwidth_bytes_per_s, high=MAX_RATE)
+        finite("host_memory_bandwidth_bytes_per_s", self.host_memory_bandwidth_bytes_per_s, high=MAX_RATE)
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ClusterSpec:
@@ -92,6 +118,11 @@ class ClusterSpec:
 
     node: NodeSpec
     num_nodes: int
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.node, NodeSpec):
+            raise SpecError(f"node must be a NodeSpec, got {type(self.node).__name__}")
+        whole("num_nodes", self.num_nodes, high=MAX_GPUS // self.node.gpus_per_node)
 
     @property
     def hardware(self) -> HardwareSpec:

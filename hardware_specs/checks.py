@@ -1,0 +1,47 @@
+"""Range checks for numbers where they enter a spec: finite, in a physical range, the right type.
+
+``nan`` passes every ``<= 0`` test and ``inf`` turns into an ``OverflowError`` at the first
+``int()``, so each number is checked here once, with the field named, before anything uses it.
+The ceilings are far above any real machine; they stop typos and corrupt files, not hardware.
+"""
+
+from __future__ import annotations
+
+import math
+from numbers import Real
+
+from .errors import SpecError
+
+MAX_GPUS = 2**24
+"""Largest job accepted: 16,777,216 devices (a thousand times today's largest clusters)."""
+MAX_DEVICES_PER_NODE = 1024
+MAX_RATE = 1e21
+"""Ceiling for any rate in base units (FLOP/s, bytes/s): a zetta-unit per second."""
+MAX_MEMORY_BYTES = 2**50
+"""Ceiling for one device's memory: 1 PiB."""
+MAX_LATENCY_S = 10.0
+
+
+def finite(field: str, value: object, *, low: float = 0.0, high: float, low_open: bool = True,
+           error: type[SpecError] = SpecError) -> float:
+    """``value`` as a float, if it is a real number in (low, high] (or [low, high])."""
+    if isinstance(value, bool) or not isinstance(value, Real):
+        raise error(f"{field} must be a number, got {value!r}")
+    number = float(value)
+    below = number <= low if low_open else number < low
+    if not math.isfinite(number) or below or number > high:
+        bracket = "(" if low_open else "["
+        raise error(f"{field} must be a finite number in {bracket}{low:g}, {high:g}], got {value!r}")
+    return number
+
+
+def whole(field: str, value: object, *, low: int = 1, high: int, error: type[SpecError] = SpecError) -> int:
+    """``value`` as an int, if it is a whole number in [low, high] (``4.0`` is accepted as 4)."""
+    if isinstance(value, bool) or not isinstance(value, Real):
+        raise error(f"{field} must be a whole number, got {value!r}")
+    if isinstance(value, float) and (not math.isfinite(value) or value != int(value)):
+        raise error(f"{field} must be a whole number, got {value!r}")
+    number = int(value)
+    if not low <= number <= high:
+        raise error(f"{field} must be a whole number from {low} to {high}, got {value!r}")
+    return number
