@@ -17,6 +17,7 @@ File layout (every number has an entry in ``[sources]`` under its dotted key)::
 from __future__ import annotations
 
 import math
+import re
 from pathlib import Path
 from typing import Any, get_args
 
@@ -31,6 +32,7 @@ MAX_FILE_NUMBER = 1e9
 """Largest number accepted in a hardware file, in the file's units (TFLOP/s, GiB, GB/s, us)."""
 DATA_DIR = Path(__file__).parent / "data"
 _LINK_KINDS = get_args(LinkKind)
+_PRESET_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
 
 
 def list_hardware() -> list[str]:
@@ -51,7 +53,7 @@ def _resolve(name_or_path: str) -> Path:
             raise SpecError(f"--hardware: file {name_or_path!r} does not exist")
         return path
     path = DATA_DIR / f"{name_or_path}.toml"
-    if not path.is_file():
+    if not _PRESET_NAME.fullmatch(name_or_path) or not path.is_file():
         hint = closest_names(name_or_path, list_hardware())
         raise SpecError(
             f"--hardware: unknown hardware {name_or_path!r}{hint}; "

@@ -117,3 +117,16 @@ def test_specs_built_in_code_raise_value_errors(change):
 def test_absurd_cluster_size_is_refused():
     with pytest.raises(SpecError, match="num_nodes"):
         make_cluster(load_node("h100-sxm-80gb"), 2**40)
+
+
+@pytest.mark.parametrize("name", ["a" * 5000, "x\x00y", "../h100-sxm-80gb"])
+def test_hostile_hardware_names_are_unknown_not_os_errors(name):
+    with pytest.raises(SpecError, match="--hardware"):
+        load_node(name)
+
+
+def test_directory_and_nul_paths_are_refused(tmp_path):
+    with pytest.raises(SpecError, match="not a regular file"):
+        read_text(tmp_path, what="plan file")
+    with pytest.raises(SpecError, match="not a valid path"):
+        read_text("a\x00b", what="plan file")
