@@ -172,6 +172,10 @@ def _gpu_preset(gpu: str | None) -> str:
 
 def _precision(row: dict, node: NodeSpec, notes: list[str]) -> str:
     text = row["precision"]
+    if text is None and row["source_family"] == "nemo_megatron_bridge_perf":
+        # These tables mix BF16 and FP8 runs; unlabelled rows report up to 74% of the bf16 peak in model
+        # FLOPs (LLAMA3_70B on H100: 727 TFLOP/s), which only FP8 reaches.
+        raise Unexpressible("precision not stated", "NeMo row without a precision")
     if text is None:
         notes.append("precision not stated: bf16" if node.hardware.supports("bf16") else "precision: fp16")
         return "bf16" if node.hardware.supports("bf16") else "fp16"

@@ -81,7 +81,7 @@ class FamilyScore:
     memory_signed_median: float | None
     num_memory: int
     kendall_tau: float | None
-    """Pair-weighted mean of tau-b over the family's sweeps (3+ configurations each)."""
+    """Pair-weighted mean of tau-b over the family's sweeps (2+ distinct layouts each)."""
     num_sweeps: int
     results: tuple[RunResult, ...] = field(default=(), repr=False)
 
@@ -187,18 +187,23 @@ def _family_score(family: str, num_rows: int, results: list[RunResult], reasons:
 
 
 def _sweep_tau(results: list[RunResult]) -> tuple[float | None, int]:
-    """Pair-weighted mean tau-b over sweeps of 3+ measured configurations."""
-    sweeps: dict[tuple, list[RunResult]] = defaultdict(list)
+    """Pair-weighted mean tau-b over sweeps of 2+ distinct measured layouts (a pair is tau = ±1).
+
+    A sweep is one ``sweep_key`` (same model, GPU, GPU count, sequence and precision); runs of one
+    layout inside it (MegaScale's software ablations) count once, at their median measurement.
+    """
+    sweeps: dict[tuple, dict] = defaultdict(lambda: defaultdict(list))
     for r in results:
         if r.measured_tokens_per_s_per_gpu is not None:
-            sweeps[r.run.sweep_key].append(r)
+            sweeps[r.run.sweep_key][r.run.layout].append(r)
     total = weight = 0.0
     used = 0
-    for members in sweeps.values():
-        if len(members) < 3:
+    for by_layout in sweeps.values():
+        if len(by_layout) < 2:
             continue
-        tau = kendall_tau([m.predicted_tokens_per_s_per_gpu for m in members],
-                          [m.measured_tokens_per_s_per_gpu for m in members])
+        members = list(by_layout.values())
+        tau = kendall_tau([m[0].predicted_tokens_per_s_per_gpu for m in members],
+                          [median([r.measured_tokens_per_s_per_gpu for r in m]) for m in members])
         if tau is None:
             continue
         pairs = len(members) * (len(members) - 1) / 2
