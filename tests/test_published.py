@@ -156,3 +156,10 @@ def test_cross_validation_driver_with_a_fit_of_nothing(rows):
     assert seen == [{"megatron_sc21_table1"}, {"korthikanti_2022"}]  # each fit never sees its held-out family
     plain = score(subset)
     assert [s.abs_median for s in held_out] == [s.abs_median for s in plain]
+
+
+def test_sc21_table2_ptdp_row_derives_tp_and_pp(rows):
+    run = map_row(rows["megatron-sc21-t2-ptdp-175b-384gpu"], _node)
+    L = run.layout
+    assert (L.dp, L.tp, L.pp, L.num_microbatches) == (4, 8, 12, 384)  # 384 / (4 x 8) = 12; 1536 / 4 sequences
+    assert any("tp 8" in note for note in run.assumptions)  # the derivation is recorded, not silent

@@ -208,7 +208,12 @@ def _layout(row: dict, model: ModelSpec, num_gpus: int, global_batch: int, notes
     if "DualPipe" in schedule_text:
         raise Unexpressible("DualPipe schedule", schedule_text)
     tp, pp, cp = par["tp"] or 1, par["pp"] or 1, par["cp"] or 1
-    if par["tp"] is None or par["pp"] is None:
+    if (par["tp"] is None or par["pp"] is None) and family == "megatron_sc21_table2" and par["dp"]:
+        # PTD-P rows give dp only. SC'21 runs tp 8 inside each DGX A100 for every model above 18B
+        # (Table 1); pp is what remains of the GPUs (175B: 384 / (4 x 8) = 12; 530B: 560 / (2 x 8) = 35).
+        tp, pp = 8, num_gpus // (par["dp"] * 8 * cp)
+        notes.append(f"tp, pp not given: tp 8 (one DGX, as in SC'21 Table 1), pp {pp} = GPUs / (dp x tp)")
+    elif par["tp"] is None or par["pp"] is None:
         raise Unexpressible("missing layout", "tp or pp not given")
     dp = par["dp"] or num_gpus // (tp * pp * cp)
     if dp * tp * pp * cp != num_gpus:
