@@ -57,7 +57,7 @@ def test_torchtitan_fsdp_row(rows):
 
 
 @pytest.mark.parametrize("row_id, reason", [
-    ("nemo-mb-26-04-nemo-container-dgx-h100-qwen3-30b-a3b-16gpu-fp8-tp1pp1cp1vpnoneep16-gbs1024-mbs1",
+    ("nemo-mb-26-04-nemo-container-dgx-h100-gpt-oss-120b-64gpu-bf16-tp1pp4cp1vpnoneep8-gbs1280-mbs1",
      "missing model shape"),
     ("nemo-mb-25-09-nemo-container-dgx-h100-deepseekv3-1024gpu-na-tp2pp8cp1vp4ep64-gbs8192-mbs1", "MLA"),
     ("nemo-mb-26-04-01-nemo-container-dgx-b200-deepseekv3-256gpu-mxfp8-tp1pp8cp1vp2ep32-gbs4096-mbs1", "MLA"),
@@ -163,3 +163,13 @@ def test_sc21_table2_ptdp_row_derives_tp_and_pp(rows):
     L = run.layout
     assert (L.dp, L.tp, L.pp, L.num_microbatches) == (4, 8, 12, 384)  # 384 / (4 x 8) = 12; 1536 / 4 sequences
     assert any("tp 8" in note for note in run.assumptions)  # the derivation is recorded, not silent
+
+
+def test_nemo_qwen3_moe_row_takes_the_vendored_shape(rows):
+    run = map_row(rows["nemo-mb-26-04-nemo-container-dgx-h100-qwen3-30b-a3b-16gpu-fp8-tp1pp1cp1vpnoneep16-gbs1024-mbs1"],
+                  _node)
+    m, L = run.model, run.layout
+    assert m.moe is not None and (m.moe.num_experts, m.moe.top_k, m.moe.expert_ffn_hidden_size) == (128, 8, 768)
+    assert (m.num_layers, m.hidden_size, m.q_dim, m.kv_dim) == (48, 2048, 4096, 512)  # head_dim 128, 4 kv heads
+    assert (L.dp, L.ep, L.micro_batch_size, L.num_microbatches) == (16, 16, 1, 64)  # ep carved out of dp
+    assert run.precision == "fp8" and any("MODEL_SHAPES" in note for note in run.assumptions)

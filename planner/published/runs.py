@@ -114,9 +114,11 @@ def map_row(row: dict, load_node) -> MappedRun:
     except ShapeError as err:
         raise Unexpressible(err.reason, err.detail) from None
     precision = _precision(row, node, notes)
-    if not row["model"]["vocab"]:
+    if not row["model"]["hidden"]:
+        notes.append(f"shape not given: {model.name} from shapes.MODEL_SHAPES")
+    elif not row["model"]["vocab"]:
         notes.append(f"vocab not given: {model.vocab_size} (shapes.VOCAB_FILLS)")
-    if not row["model"]["ffn_hidden"]:
+    if row["model"]["hidden"] and not row["model"]["ffn_hidden"]:
         notes.append("ffn not given: 4h (GPT-style)")
     num_gpus = row["num_gpus"]
     if not num_gpus:

@@ -4,14 +4,15 @@ GPT-style (GPT-3, Megatron GPT, BLOOM, MegaScale, MT-NLG, GPT-NeoX, OPT): a non-
 LayerNorm, biases on every linear, input and output embeddings tied, multi-head attention.
 Llama-style (Llama 2/3, Qwen, Mistral): SwiGLU, RMSNorm, rotary positions, no biases, untied.
 A field a row leaves out is filled only where the architecture fixes it (GPT-style ffn = 4h and
-kv heads = heads) or from ``VOCAB_FILLS`` below; everything else raises ``ShapeError``.
+kv heads = heads), from ``VOCAB_FILLS``, or whole from ``MODEL_SHAPES`` (Qwen3 MoE); everything
+else raises ``ShapeError``.
 """
 
 from __future__ import annotations
 
 import re
 
-from costmodels.model_spec import ModelSpec
+from costmodels.model_spec import ModelSpec, MoESpec
 
 GPT_STYLE = re.compile(r"^(GPT|BLOOM|MegaScale|MT-NLG|OPT|Megatron)", re.IGNORECASE)
 LLAMA_STYLE = re.compile(r"^(LLAMA|Qwen|Mistral|Mixtral)", re.IGNORECASE)
@@ -26,6 +27,20 @@ VOCAB_FILLS: dict[str, tuple[int, str]] = {
     "OPT-175B": (50272, "facebook/opt config.json vocab_size"),
 }
 """Vocabulary sizes a row omits, by model-name prefix, with where each number comes from."""
+
+
+QWEN3_MOE_SOURCE = "Megatron arguments for Qwen3 MoE (THUDM/slime scripts/models/qwen3-*.sh, from the HF config.json)"
+MODEL_SHAPES: dict[str, tuple[ModelSpec, str]] = {
+    "Qwen3_30B_a3B": (ModelSpec(
+        name="Qwen3_30B_a3B", num_layers=48, hidden_size=2048, ffn_hidden_size=6144, num_attention_heads=32,
+        num_kv_heads=4, head_dim=128, vocab_size=151936, gated_mlp=True, activation="silu", norm="rmsnorm",
+        positions="rotary", moe=MoESpec(num_experts=128, top_k=8, expert_ffn_hidden_size=768)), QWEN3_MOE_SOURCE),
+    "Qwen3_235B_a22B": (ModelSpec(
+        name="Qwen3_235B_a22B", num_layers=94, hidden_size=4096, ffn_hidden_size=12288, num_attention_heads=64,
+        num_kv_heads=4, head_dim=128, vocab_size=151936, gated_mlp=True, activation="silu", norm="rmsnorm",
+        positions="rotary", moe=MoESpec(num_experts=128, top_k=8, expert_ffn_hidden_size=1536)), QWEN3_MOE_SOURCE),
+}
+"""Whole shapes for models the rows name without a shape, with where each comes from."""
 
 
 class ShapeError(ValueError):
@@ -43,6 +58,8 @@ def model_spec_for(row: dict) -> ModelSpec:
     name = m["name"] or ""
     if MLA_MODELS.search(name):
         raise ShapeError("MLA", name)
+    if name in MODEL_SHAPES and not m["hidden"]:
+        return MODEL_SHAPES[name][0]
     if m["moe_experts"]:
         raise ShapeError("missing model shape", f"{name}: MoE expert FFN size not given")
     missing = [k for k in ("layers", "hidden", "heads", "seq_len") if not m[k]]
