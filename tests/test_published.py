@@ -173,3 +173,14 @@ def test_nemo_qwen3_moe_row_takes_the_vendored_shape(rows):
     assert (m.num_layers, m.hidden_size, m.q_dim, m.kv_dim) == (48, 2048, 4096, 512)  # head_dim 128, 4 kv heads
     assert (L.dp, L.ep, L.micro_batch_size, L.num_microbatches) == (16, 16, 1, 64)  # ep carved out of dp
     assert run.precision == "fp8" and any("MODEL_SHAPES" in note for note in run.assumptions)
+
+
+def test_gb200_row_uses_the_nvl72_rack_as_node(rows):
+    run = map_row(rows["nemo-mb-25-11-nemo-container-dgx-gb200-llama3-70b-64gpu-fp8-cs-tp1pp1cp1vp1ep1-gbs256-mbs2"],
+                  _node)
+    assert run.hardware_name == "gb200-nvl72" and run.precision == "fp8"
+    assert run.gpus_per_node == 72  # 64 GPUs fit one rack; make_cluster trims the node to the job
+    from planner.published.runs import _gpus_per_node
+    notes: list[str] = []
+    assert _gpus_per_node({"hardware": {"gpus_per_node": None}}, run.node, 256, notes) == 64  # 256 % 72 != 0
+    assert notes and "64" in notes[0]

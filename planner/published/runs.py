@@ -29,6 +29,7 @@ GPU_PRESETS: tuple[tuple[str, str], ...] = (
     (r"^NVIDIA H100", "h100-sxm-80gb"),
     (r"^NVIDIA H200", "h200-sxm-141gb"),
     (r"^NVIDIA B200", "b200"),
+    (r"^NVIDIA GB200", "gb200-nvl72"),
     (r"^NVIDIA V100", "v100-sxm-32gb"),
 )
 """Row ``hardware.gpu`` pattern -> shipped hardware preset, first match wins."""
@@ -141,7 +142,7 @@ def map_row(row: dict, load_node) -> MappedRun:
               L.ep, L.virtual_stages, L.micro_batch_size, L.recompute, L.zero_stage, row["precision"])
     return MappedRun(
         row_id=row["id"], family=family, model=model, node=node, hardware_name=preset, num_gpus=num_gpus,
-        gpus_per_node=row["hardware"]["gpus_per_node"] or node.gpus_per_node, global_batch=global_batch,
+        gpus_per_node=_gpus_per_node(row, node, num_gpus, notes), global_batch=global_batch,
         seq_len=seq_len, precision=precision,
         attention="eager" if family in EAGER_ATTENTION_FAMILIES else "fused",
         runtime="torch" if family == "torchtitan" else "megatron", layout=layout, status=status,
@@ -149,6 +150,16 @@ def map_row(row: dict, load_node) -> MappedRun:
         measured_peak_memory_gib=row["memory"]["peak_mem_gb"], config_key=config,
         sweep_key=(family, row["model"]["name"], preset, num_gpus, seq_len, precision),
         assumptions=tuple(notes))
+
+
+def _gpus_per_node(row: dict, node: NodeSpec, num_gpus: int, notes: list[str]) -> int:
+    """GPUs per NVLink domain: the row's figure, else the node type's; an NVL72 job whose GPU count
+    is not a multiple of 72 is taken to use 64 GPUs of each rack (a power of two that divides it)."""
+    per_node = row["hardware"]["gpus_per_node"] or node.gpus_per_node
+    if per_node == 72 and num_gpus > 72 and num_gpus % 72:
+        notes.append(f"{num_gpus} GPUs on NVL72 racks: NVLink domains of 64")
+        return 64
+    return per_node
 
 
 def _hardware_to_model_flops(throughput: dict) -> float | None:
