@@ -72,7 +72,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cv", action="store_true", help="leave-one-family-out with the no-constants fit")
     parser.add_argument("--data", type=Path, default=DATA, help="published-runs JSON file")
     args = parser.parse_args(argv)
-    rows = load_rows(args.data)
+    try:
+        rows = load_rows(args.data)
+    except (OSError, ValueError) as err:
+        print(f"error: --data {args.data}: {err}", file=sys.stderr)
+        return 2
     known = sorted({r["source_family"] for r in rows})
     for family in args.family or []:
         if family not in known:
