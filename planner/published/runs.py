@@ -1,0 +1,290 @@
+"""A published run's row -> the specs and ``Layout`` that ``planner.evaluate`` costs, or a reason.
+
+Rows follow the development set's schema (``benchmarks/data/published_runs.json``, copied from
+``shared/published_runs/runs.json``; its README lists the fields). Every default filled in for a
+field the source left out is written to ``MappedRun.assumptions``; a run the cost model cannot
+express yet (an unknown GPU, MLA, a block-scaled FP8 recipe, uneven stages, a missing shape) is an
+``Unexpressible`` with a short ``reason`` that the benchmark counts.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from costmodels.layout import Layout
+from costmodels.model_spec import ModelSpec
+from hardware_specs import NodeSpec
+
+from .conventions import HARDWARE_FLOP_FAMILIES, measured_tokens_per_s_per_gpu
+from .shapes import ShapeError, model_spec_for
+
+GPU_PRESETS: tuple[tuple[str, str], ...] = (
+    (r"A100.*40\s*GB", "a100-sxm-40gb"),
+    (r"A100", "a100-sxm-80gb"),
+    (r"Ampere-generation", "a100-sxm-80gb"),
+    (r"^NVIDIA H100 SXM 96GB", "h100-sxm-80gb"),
+    (r"^NVIDIA H100", "h100-sxm-80gb"),
+    (r"^NVIDIA H200", "h200-sxm-141gb"),
+    (r"^NVIDIA B200", "b200"),
+    (r"^NVIDIA GB200", "gb200-nvl72"),
+    (r"^NVIDIA V100", "v100-sxm-32gb"),
+)
+"""Row ``hardware.gpu`` pattern -> shipped hardware preset, first match wins."""
+
+BLOCK_SCALED_FP8 = re.compile(r"MXFP8|FP8-MX|NVFP4|rowwise|fine-grained", re.IGNORECASE)
+MEGATRON_DEFAULT_FAMILIES = frozenset({"nemo_megatron_bridge_perf", "megatron_readme_h100", "megascale_2024"})
+"""Megatron-Core stacks: distributed optimizer (ZeRO-1) and sequence parallelism under TP by default."""
+EAGER_ATTENTION_FAMILIES = frozenset({
+    "megatron_sc21_table1", "megatron_sc21_table2", "korthikanti_2022", "bloom_tr11", "bloom_prequel_sweep",
+    "mtnlg_530b", "gpt_neox_20b", "opt_175b"})
+"""Runs from before FlashAttention (2021-2022): attention scores are materialised."""
+
+
+class Unexpressible(Exception):
+    """A run the cost model cannot express yet; ``reason`` is the short category counted."""
+
+    def __init__(self, reason: str, detail: str = "") -> None:
+        super().__init__(f"{reason}: {detail}" if detail else reason)
+        self.reason = reason
+        self.detail = detail
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MappedRun:
+    """One published run as ``planner.evaluate`` inputs, with what it measured."""
+
+    row_id: str
+    family: str
+    model: ModelSpec
+    node: NodeSpec
+    hardware_name: str
+    num_gpus: int
+    gpus_per_node: int
+    global_batch: int
+    seq_len: int
+    precision: str
+    attention: str
+    runtime: str
+    layout: Layout
+    status: str
+    """``ok`` or ``oom`` as recorded."""
+    measured_tokens_per_s_per_gpu: float | None
+    measured_basis: str
+    """Which published figure the measured rate came from."""
+    measured_peak_memory_gib: float | None
+    config_key: tuple
+    """Runs with equal keys repeat one configuration (NeMo across container versions)."""
+    sweep_key: tuple
+    """Runs with equal keys are one sweep: same model, GPU and GPU count, varying the layout."""
+    assumptions: tuple[str, ...] = field(default_factory=tuple)
+
+    def evaluate_kwargs(self) -> dict:
+        """Keyword arguments of ``planner.evaluate`` for this run (memory cap = device memory)."""
+        return dict(model=self.model, hardware=self.node, gpus=self.num_gpus, global_batch=self.global_batch,
+                    seq_len=self.seq_len, gpus_per_node=self.gpus_per_node, precision=self.precision,
+                    attention=self.attention, runtime=self.runtime, memory_fraction=1.0, layout=self.layout)
+
+
+def load_rows(path: str | Path) -> list[dict]:
+    """The rows of a published-runs JSON file (a list of objects)."""
+    rows = json.loads(Path(path).read_text(encoding="utf-8"))
+    if not isinstance(rows, list):
+        raise ValueError(f"{path}: expected a JSON list of runs")
+    return rows
+
+
+def map_row(row: dict, load_node) -> MappedRun:
+    """Map one row; raise ``Unexpressible`` naming why the model cannot cost it yet.
+
+    ``load_node(preset_name) -> NodeSpec`` (cached by the caller).
+    """
+    family, par, status = row["source_family"], row["parallel"], row["status"]
+    if status not in ("ok", "oom"):
+        raise Unexpressible("no measurement", f"status {status}")
+    notes: list[str] = []
+    preset = _gpu_preset(row["hardware"]["gpu"])
+    node = load_node(preset)
+    if "96GB" in row["hardware"]["gpu"]:
+        node = _with_memory_gb(node, 96)
+        notes.append("H100 96GB HBM2e (500 W): h100-sxm-80gb rates at full power, 96 GB memory (the source's)")
+    try:
+        model = model_spec_for(row)
+    except ShapeError as err:
+        raise Unexpressible(err.reason, err.detail) from None
+    precision = _precision(row, node, notes)
+    if not row["model"]["hidden"]:
+        notes.append(f"shape not given: {model.name} from shapes.MODEL_SHAPES")
+    elif not row["model"]["vocab"]:
+        notes.append(f"vocab not given: {model.vocab_size} (shapes.VOCAB_FILLS)")
+    if row["model"]["hidden"] and not row["model"]["ffn_hidden"]:
+        notes.append("ffn not given: 4h (GPT-style)")
+    num_gpus = row["num_gpus"]
+    if not num_gpus:
+        raise Unexpressible("missing layout", "no GPU count")
+    seq_len = row["model"]["seq_len"]
+    global_batch = _global_batch(par, seq_len)
+    layout = _layout(row, model, num_gpus, global_batch, notes)
+    measured = None
+    basis = "oom"
+    if status == "ok":
+        found = measured_tokens_per_s_per_gpu(
+            row["throughput"], family=family, num_gpus=num_gpus, global_batch=global_batch, model=model,
+            seq_len=seq_len, recompute=layout.recompute,
+            datasheet_peak_tflops=node.hardware.peak_flops("bf16" if node.hardware.supports("bf16") else "fp16") / 1e12)
+        if found is None:
+            raise Unexpressible("no measurement", "no throughput figure")
+        measured, basis = found
+    L = layout
+    config = (row["model"]["name"], preset, num_gpus, precision, seq_len, global_batch, L.dp, L.tp, L.pp, L.cp,
+              L.ep, L.virtual_stages, L.micro_batch_size, L.recompute, L.zero_stage, row["precision"])
+    return MappedRun(
+        row_id=row["id"], family=family, model=model, node=node, hardware_name=preset, num_gpus=num_gpus,
+        gpus_per_node=_gpus_per_node(row, node, num_gpus, notes), global_batch=global_batch,
+        seq_len=seq_len, precision=precision,
+        attention="eager" if family in EAGER_ATTENTION_FAMILIES else "fused",
+        runtime="torch" if family == "torchtitan" else "megatron", layout=layout, status=status,
+        measured_tokens_per_s_per_gpu=measured, measured_basis=basis,
+        measured_peak_memory_gib=row["memory"]["peak_mem_gb"], config_key=config,
+        sweep_key=(family, row["model"]["name"], preset, num_gpus, seq_len, precision),
+        assumptions=tuple(notes))
+
+
+def _gpus_per_node(row: dict, node: NodeSpec, num_gpus: int, notes: list[str]) -> int:
+    """GPUs per NVLink domain: the row's figure, else the node type's; an NVL72 job whose GPU count
+    is not a multiple of 72 is taken to use 64 GPUs of each rack (a power of two that divides it)."""
+    per_node = row["hardware"]["gpus_per_node"] or node.gpus_per_node
+    if per_node == 72 and num_gpus > 72 and num_gpus % 72:
+        notes.append(f"{num_gpus} GPUs on NVL72 racks: NVLink domains of 64")
+        return 64
+    return per_node
+
+
+def _hardware_to_model_flops(throughput: dict) -> float | None:
+    """Reported TFLOP/s over MFU x peak: about 4/3 when the TFLOP/s count full recomputation."""
+    t = throughput
+    if t.get("tflops_per_gpu") and t.get("mfu_pct") and t.get("peak_tflops_assumed"):
+        return t["tflops_per_gpu"] / (t["mfu_pct"] / 100 * t["peak_tflops_assumed"])
+    return None
+
+
+def _with_memory_gb(node: NodeSpec, memory_gb: int) -> NodeSpec:
+    """``node`` with device memory set to ``memory_gb`` GB as the row states it."""
+    hardware = replace(node.hardware, name=f"{node.hardware.name}-{memory_gb}gb", memory_bytes=memory_gb * 10**9)
+    return replace(node, hardware=hardware)
+
+
+def _gpu_preset(gpu: str | None) -> str:
+    for pattern, preset in GPU_PRESETS:
+        if gpu and re.search(pattern, gpu):
+            return preset
+    raise Unexpressible("unknown GPU", str(gpu))
+
+
+def _precision(row: dict, node: NodeSpec, notes: list[str]) -> str:
+    text = row["precision"]
+    if text is None and row["source_family"] == "nemo_megatron_bridge_perf":
+        # These tables mix BF16 and FP8 runs; unlabelled rows report up to 74% of the bf16 peak in model
+        # FLOPs (LLAMA3_70B on H100: 727 TFLOP/s), which only FP8 reaches.
+        raise Unexpressible("precision not stated", "NeMo row without a precision")
+    if text is None:
+        notes.append("precision not stated: bf16" if node.hardware.supports("bf16") else "precision: fp16")
+        return "bf16" if node.hardware.supports("bf16") else "fp16"
+    if BLOCK_SCALED_FP8.search(text):
+        raise Unexpressible("FP8 recipe (block-scaled)", text)
+    if re.search(r"fp8|float8", text, re.IGNORECASE):
+        if not node.hardware.supports("fp8"):
+            raise Unexpressible("FP8 recipe (no fp8 rate)", f"{text} on {node.hardware.name}")
+        return "fp8"
+    if re.search(r"fp16", text, re.IGNORECASE):
+        return "fp16"
+    if re.search(r"bf16", text, re.IGNORECASE):
+        return "bf16"
+    notes.append(f"precision {text!r}: bf16")
+    return "bf16" if node.hardware.supports("bf16") else "fp16"
+
+
+def _global_batch(par: dict, seq_len: int) -> int:
+    if par["global_batch_size"]:
+        return int(par["global_batch_size"])
+    tokens = par["global_batch_tokens"]
+    if isinstance(tokens, int) and tokens % seq_len == 0:
+        return tokens // seq_len
+    raise Unexpressible("missing layout", f"global batch {tokens!r} tokens")
+
+
+def _layout(row: dict, model: ModelSpec, num_gpus: int, global_batch: int, notes: list[str]) -> Layout:
+    family, par = row["source_family"], row["parallel"]
+    schedule_text = par["pp_schedule"] or ""
+    if "DualPipe" in schedule_text:
+        raise Unexpressible("DualPipe schedule", schedule_text)
+    tp, pp, cp = par["tp"] or 1, par["pp"] or 1, par["cp"] or 1
+    if (par["tp"] is None or par["pp"] is None) and family == "megatron_sc21_table2" and par["dp"]:
+        # PTD-P rows give dp only. SC'21 runs tp 8 inside each DGX A100 for every model above 18B
+        # (Table 1); pp is what remains of the GPUs (175B: 384 / (4 x 8) = 12; 530B: 560 / (2 x 8) = 35).
+        tp, pp = 8, num_gpus // (par["dp"] * 8 * cp)
+        notes.append(f"tp, pp not given: tp 8 (one DGX, as in SC'21 Table 1), pp {pp} = GPUs / (dp x tp)")
+    elif par["tp"] is None or par["pp"] is None:
+        raise Unexpressible("missing layout", "tp or pp not given")
+    dp = par["dp"] or num_gpus // (tp * pp * cp)
+    if dp * tp * pp * cp != num_gpus:
+        raise Unexpressible("missing layout", f"dp {dp} x tp {tp} x pp {pp} x cp {cp} != {num_gpus} GPUs")
+    vpp = par["vpp"] or 1
+    if vpp > 1 and model.num_layers % (pp * vpp):
+        raise Unexpressible("uneven stages", f"{model.num_layers} layers over pp {pp} x vpp {vpp}")
+    if model.num_layers % pp:
+        notes.append(f"{model.num_layers} layers over pp {pp}: balanced split, first stages one layer more")
+    micro = par["micro_batch_size"]
+    if micro is None:
+        micro = 1
+        notes.append("micro-batch not given: 1")
+    if global_batch % (dp * micro):
+        raise Unexpressible("batch not divisible", f"global batch {global_batch} over dp {dp} x micro-batch {micro}")
+    microbatches = global_batch // (dp * micro)
+    if vpp > 1 and microbatches % pp:
+        raise Unexpressible("interleaving needs m % pp == 0", f"{microbatches} micro-batches, pp {pp}")
+    return Layout(dp=dp, tp=tp, pp=pp, cp=cp, ep=par["ep"] or 1, zero_stage=_zero_stage(par, family, notes),
+                  sequence_parallel=_sequence_parallel(par, family, tp, notes), micro_batch_size=micro,
+                  num_microbatches=microbatches, schedule="interleaved" if vpp > 1 else "1f1b",
+                  virtual_stages=vpp, recompute=_recompute(par["recompute"], row["throughput"], family, notes))
+
+
+def _zero_stage(par: dict, family: str, notes: list[str]) -> int:
+    if par["zero_stage"] is not None:
+        return int(par["zero_stage"])
+    if par["fsdp"]:
+        return 3
+    if family in MEGATRON_DEFAULT_FAMILIES:
+        notes.append("ZeRO stage not given: 1 (Megatron-Core distributed optimizer)")
+        return 1
+    notes.append("ZeRO stage not given: 0")
+    return 0
+
+
+def _sequence_parallel(par: dict, family: str, tp: int, notes: list[str]) -> bool:
+    if par["sequence_parallel"] is not None:
+        return bool(par["sequence_parallel"]) and tp > 1
+    if tp > 1 and family in MEGATRON_DEFAULT_FAMILIES | {"llama3_405b", "torchtitan"}:
+        notes.append("sequence parallel not given: on under tp")
+        return True
+    return False
+
+
+def _recompute(text: str | None, throughput: dict, family: str, notes: list[str]) -> str:
+    if text is None:
+        ratio = _hardware_to_model_flops(throughput)
+        if ratio is not None and abs(ratio - 4 / 3) < 0.05:
+            notes.append(f"recompute not given: full (reported TFLOP/s / (MFU x peak) = {ratio:.2f}, 4/3 means "
+                         "one recomputed forward)")
+            return "full"
+        if family in HARDWARE_FLOP_FAMILIES:
+            notes.append("recompute not given: full (this family's TFLOP/s count recomputation)")
+            return "full"
+        notes.append("recompute not given: none")
+        return "none"
+    for mode in ("full", "selective", "none"):
+        if text.startswith(mode):
+            return mode
+    raise Unexpressible("recompute mode", text)

@@ -1,0 +1,186 @@
+"""The published-runs measuring stick: row mapping, FLOP conventions, statistics, scoring."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+
+from costmodels.model_spec import ModelSpec
+from planner.published import Unexpressible, cross_validate_by_family, load_rows, map_row, score
+from planner.published.conventions import flops_per_token, measured_tokens_per_s_per_gpu
+from planner.published.scoring import _node
+from planner.published.stats import kendall_tau, median, percentile
+
+DATA = Path(__file__).parent.parent / "benchmarks" / "data" / "published_runs.json"
+
+
+@pytest.fixture(scope="module")
+def rows() -> dict[str, dict]:
+    return {row["id"]: row for row in load_rows(DATA)}
+
+
+def test_sc21_table1_gpt_1_7b_row(rows):
+    run = map_row(rows["megatron-sc21-t1-1.7B"], _node)
+    m, L = run.model, run.layout
+    assert (m.num_layers, m.hidden_size, m.num_attention_heads, m.ffn_hidden_size, m.vocab_size) == \
+        (24, 2304, 24, 9216, 51200)
+    assert not m.gated_mlp and m.tied_embeddings and m.num_kv_heads == 24
+    assert (L.dp, L.tp, L.pp, L.micro_batch_size, L.num_microbatches) == (32, 1, 1, 16, 1)
+    assert (L.recompute, L.zero_stage, run.precision, run.hardware_name) == ("full", 0, "fp16", "a100-sxm-80gb")
+    # SC'21 eq. 3 per token with recomputation: 96·l·h²·(1 + s/6h + V/16lh); 137 TFLOP/s per GPU.
+    l, h, s, V = 24, 2304, 2048, 51200
+    per_token = 96 * l * h**2 * (1 + s / (6 * h) + V / (16 * l * h))
+    assert run.measured_tokens_per_s_per_gpu == pytest.approx(137e12 / per_token, rel=1e-12)
+    assert run.measured_tokens_per_s_per_gpu == pytest.approx(9288, abs=1)
+
+
+def test_bloom_oom_cell_row(rows):
+    run = map_row(rows["bloom-prequel-056"], _node)
+    assert run.status == "oom" and run.measured_tokens_per_s_per_gpu is None
+    L = run.layout
+    assert (L.dp, L.tp, L.pp, L.micro_batch_size, L.num_microbatches, L.zero_stage) == (32, 2, 6, 2, 32, 1)
+    assert L.recompute == "full"
+    assert any("vocab" in note for note in run.assumptions)  # the sweep gives no vocabulary: the fill says so
+
+
+def test_torchtitan_fsdp_row(rows):
+    run = map_row(rows["torchtitan-t1-8b-8gpu-fsdp"], _node)
+    m, L = run.model, run.layout
+    assert m.gated_mlp and m.num_kv_heads == 8 and not m.tied_embeddings and m.ffn_hidden_size == 14336
+    assert (L.dp, L.zero_stage, L.micro_batch_size, L.num_microbatches, L.recompute) == (8, 3, 2, 1, "selective")
+    assert run.runtime == "torch" and run.precision == "bf16"
+    assert run.node.hardware.memory_bytes == 96 * 10**9  # the source's 96 GB H100 variant, noted
+    assert run.assumptions and "96GB" in run.assumptions[0]
+    assert run.measured_tokens_per_s_per_gpu == 5762
+
+
+@pytest.mark.parametrize("row_id, reason", [
+    ("nemo-mb-26-04-nemo-container-dgx-h100-gpt-oss-120b-64gpu-bf16-tp1pp4cp1vpnoneep8-gbs1280-mbs1",
+     "missing model shape"),
+    ("nemo-mb-25-09-nemo-container-dgx-h100-deepseekv3-1024gpu-na-tp2pp8cp1vp4ep64-gbs8192-mbs1", "MLA"),
+    ("nemo-mb-26-04-01-nemo-container-dgx-b200-deepseekv3-256gpu-mxfp8-tp1pp8cp1vp2ep32-gbs4096-mbs1", "MLA"),
+    ("torchtitan-asynctp-8b-64gpu-float8-rowwise-vanilla", "FP8 recipe (block-scaled)"),
+    ("deepseek-v3-pretrain", "unknown GPU"),
+])
+def test_not_yet_expressible_rows(rows, row_id, reason):
+    with pytest.raises(Unexpressible) as err:
+        map_row(rows[row_id], _node)
+    assert err.value.reason == reason
+
+
+def test_moe_row_without_expert_shape(rows):
+    row = dict(rows["megatron-sc21-t1-1.7B"])
+    row["model"] = {**row["model"], "moe_experts": 8, "moe_top_k": 2}  # experts but no expert FFN size
+    with pytest.raises(Unexpressible, match="MoE expert FFN"):
+        map_row(row, _node)
+
+
+def _tiny(gated: bool) -> ModelSpec:
+    return ModelSpec(name="tiny", num_layers=2, hidden_size=4, ffn_hidden_size=8, num_attention_heads=2,
+                     num_kv_heads=1, vocab_size=10, gated_mlp=gated)
+
+
+def test_flops_per_token_by_hand():
+    # h=4, a=2 heads of d=2 (q_dim 4), 1 kv head (kv_dim 2), f=8, V=10, s=3, L=2.
+    # Matrices per layer: q 16 + k 8 + v 8 + o 16 = 48; SwiGLU 3·4·8 = 96 -> P = 144.
+    # Forward per layer 2·144 + 4·3·4 = 336; logits 2·10·4 = 80. Model: 3·(2·336 + 80) = 2256.
+    model = _tiny(gated=True)
+    assert flops_per_token(model, 3, "none", "model") == 2256
+    assert flops_per_token(model, 3, "full", "model") == 2256           # model FLOPs ignore recompute
+    assert flops_per_token(model, 3, "full", "hardware") == 2256 + 672  # + one forward of the layers
+    assert flops_per_token(model, 3, "selective", "hardware") == 2256 + 2 * 48
+    assert flops_per_token(_tiny(gated=False), 3, "none", "model") == 2256 - 3 * 2 * 2 * 32  # 2 MLP mats
+
+
+def test_measured_rate_prefers_tokens_then_converts_tflops():
+    model = _tiny(gated=True)
+    common = dict(family="torchtitan", num_gpus=4, global_batch=8, model=model, seq_len=3, recompute="full",
+                  datasheet_peak_tflops=100.0)
+    assert measured_tokens_per_s_per_gpu({"tokens_per_sec_per_gpu": 7, "tflops_per_gpu": 1}, **common) == \
+        (7.0, "tokens/s per GPU")
+    assert measured_tokens_per_s_per_gpu({"iteration_time_s": 2.0}, **common)[0] == 8 * 3 / 2 / 4
+    rate, basis = measured_tokens_per_s_per_gpu({"tflops_per_gpu": 1, "tflops_counts_recompute": True}, **common)
+    assert rate == pytest.approx(1e12 / (2256 + 672)) and "hardware" in basis
+    rate, _ = measured_tokens_per_s_per_gpu({"tflops_per_gpu": 1}, **common)  # torchtitan: model FLOPs
+    assert rate == pytest.approx(1e12 / 2256)
+    rate, _ = measured_tokens_per_s_per_gpu({"mfu_pct": 50}, **common)
+    assert rate == pytest.approx(0.5 * 100e12 / 2256)
+    assert measured_tokens_per_s_per_gpu({}, **common) is None
+
+
+def test_percentile_and_median():
+    assert median([3, 1, 2]) == 2
+    assert median([4, 1, 3, 2]) == 2.5
+    assert percentile([1, 2, 3, 4], 90) == pytest.approx(3.7)  # position 0.9·3 = 2.7
+    assert percentile([5], 90) == 5
+
+
+def test_kendall_tau():
+    assert kendall_tau([1, 2, 3], [10, 20, 30]) == 1
+    assert kendall_tau([1, 2, 3], [3, 2, 1]) == -1
+    assert kendall_tau([1, 2, 3, 4], [1, 3, 2, 4]) == pytest.approx(4 / 6)  # 5 concordant, 1 discordant
+    assert kendall_tau([1, 1, 2], [1, 2, 3]) == pytest.approx(2 / math.sqrt(2 * 3))  # tau-b with a tie in x
+    assert kendall_tau([1, 1, 1], [1, 2, 3]) is None
+
+
+def test_score_sc21_table1_family(rows):
+    family_rows = [r for r in rows.values() if r["source_family"] == "megatron_sc21_table1"]
+    (table,) = score(family_rows)
+    assert table.num_rows == 10 and table.num_evaluated == 10 and not table.not_expressible
+    errors = sorted(abs(r.signed_error) for r in table.results)
+    assert table.abs_median == pytest.approx((errors[4] + errors[5]) / 2)
+    for r in table.results:
+        assert r.signed_error == pytest.approx(r.predicted_tokens_per_s_per_gpu / r.measured_tokens_per_s_per_gpu - 1)
+
+
+def test_nemo_repeats_are_scored_once(rows):
+    nemo = [r for r in rows.values() if r["source_family"] == "nemo_megatron_bridge_perf"]
+    (table,) = score(nemo)
+    merged = [r for r in table.results if len(r.row_ids) > 1]
+    assert merged, "the NeMo tables repeat configurations across containers"
+    assert sum(len(r.row_ids) for r in table.results) + sum(table.not_expressible.values()) == len(nemo)
+
+
+def test_cross_validation_driver_with_a_fit_of_nothing(rows):
+    subset = [r for r in rows.values() if r["source_family"] in ("megatron_sc21_table1", "korthikanti_2022")]
+    seen: list[set[str]] = []
+
+    def fit(train):
+        seen.append({r["source_family"] for r in train})
+        from planner.published import default_evaluate
+        return default_evaluate
+
+    held_out = cross_validate_by_family(subset, fit)
+    assert seen == [{"megatron_sc21_table1"}, {"korthikanti_2022"}]  # each fit never sees its held-out family
+    plain = score(subset)
+    assert [s.abs_median for s in held_out] == [s.abs_median for s in plain]
+
+
+def test_sc21_table2_ptdp_row_derives_tp_and_pp(rows):
+    run = map_row(rows["megatron-sc21-t2-ptdp-175b-384gpu"], _node)
+    L = run.layout
+    assert (L.dp, L.tp, L.pp, L.num_microbatches) == (4, 8, 12, 384)  # 384 / (4 x 8) = 12; 1536 / 4 sequences
+    assert any("tp 8" in note for note in run.assumptions)  # the derivation is recorded, not silent
+
+
+def test_nemo_qwen3_moe_row_takes_the_vendored_shape(rows):
+    run = map_row(rows["nemo-mb-26-04-nemo-container-dgx-h100-qwen3-30b-a3b-16gpu-fp8-tp1pp1cp1vpnoneep16-gbs1024-mbs1"],
+                  _node)
+    m, L = run.model, run.layout
+    assert m.moe is not None and (m.moe.num_experts, m.moe.top_k, m.moe.expert_ffn_hidden_size) == (128, 8, 768)
+    assert (m.num_layers, m.hidden_size, m.q_dim, m.kv_dim) == (48, 2048, 4096, 512)  # head_dim 128, 4 kv heads
+    assert (L.dp, L.ep, L.micro_batch_size, L.num_microbatches) == (16, 16, 1, 64)  # ep carved out of dp
+    assert run.precision == "fp8" and any("MODEL_SHAPES" in note for note in run.assumptions)
+
+
+def test_gb200_row_uses_the_nvl72_rack_as_node(rows):
+    run = map_row(rows["nemo-mb-25-11-nemo-container-dgx-gb200-llama3-70b-64gpu-fp8-cs-tp1pp1cp1vp1ep1-gbs256-mbs2"],
+                  _node)
+    assert run.hardware_name == "gb200-nvl72" and run.precision == "fp8"
+    assert run.gpus_per_node == 72  # 64 GPUs fit one rack; make_cluster trims the node to the job
+    from planner.published.runs import _gpus_per_node
+    notes: list[str] = []
+    assert _gpus_per_node({"hardware": {"gpus_per_node": None}}, run.node, 256, notes) == 64  # 256 % 72 != 0
+    assert notes and "64" in notes[0]
