@@ -17,6 +17,7 @@ from costmodels.layout import Layout, layout_problems
 from costmodels.model_spec import ModelSpec, model_from_dict
 from costmodels.training import TrainingSpec
 from hardware_specs.errors import AutoplanError
+from planner.launchable import launch_problems, runtime_problems
 from planner.runtime import user_model
 from planner.runtime.tp_styles import parse_style
 
@@ -82,40 +83,18 @@ def tp_plan_problems(plan: dict, layout: Layout) -> list[str]:
 def unsupported(model: ModelSpec, training: TrainingSpec, layout: Layout, plan: dict | None = None) -> list[str]:
     """Parts of the plan the generated job cannot apply, one sentence each naming the field.
 
-    With ``inputs.module`` (a user's model) the checks of autoplan's own model are replaced by
+    ``launch_problems`` decides for autoplan's own model (the same rule ``plan --launchable``
+    searches with); with ``inputs.module`` (a user's model) its model checks are replaced by
     ``user_model.layout_problems``."""
     plan = plan or {"inputs": {}, "best": {}}
-    L, out = layout, tp_plan_problems(plan, layout)
-    if L.cp > 1:
-        out.append(f"layout.cp = {L.cp}: context parallelism is not applied by the generated job "
-                   "(torch's context_parallel is CUDA-only and experimental); re-plan with --cp 1")
-    if L.ep > 1:
-        out.append(f"layout.ep = {L.ep}: expert parallelism is not applied by the generated job; re-plan with --ep 1")
-    if L.optimizer_offload:
-        out.append("layout.optimizer_offload: optimizer offload is not applied by the generated job; re-plan without it")
-    if training.lora_rank:
-        out.append(f"training.lora_rank = {training.lora_rank}: LoRA is not applied by the generated job")
+    out = tp_plan_problems(plan, layout)
     user = plan["inputs"].get("module")
     if user is None:
-        return out + _own_model_problems(model, L)
+        return out + launch_problems(model, training, layout)
+    out += runtime_problems(training, layout)
     if not isinstance(user, str) or ":" not in user:
         out.append(f"inputs.module = {json.dumps(user)}: expected 'pkg.mod:factory'")
-    return out + user_model.layout_problems(L, has_tp_plan="tp_plan" in plan["best"])
-
-
-def _own_model_problems(model: ModelSpec, L: Layout) -> list[str]:
-    """What the job cannot apply to autoplan's own model of ``model``."""
-    out = []
-    if model.tied_embeddings and L.pp > 1:
-        out.append(f"layout.pp = {L.pp}: {model.name} ties input and output embeddings, which separate pipeline "
-                   "stages cannot share; re-plan with --pp 1")
-    if model.tied_embeddings and L.tp > 1:
-        out.append(f"layout.tp = {L.tp}: tied embeddings are not split by the generated job; re-plan with --tp 1")
-    if model.moe is not None and L.tp > 1:
-        out.append(f"layout.tp = {L.tp}: MoE layers are not tensor-parallel in the generated job; re-plan with --tp 1")
-    if model.num_kv_heads % L.tp:
-        out.append(f"layout.tp = {L.tp} does not divide the {model.num_kv_heads} key/value heads; pick a divisor")
-    return out
+    return out + user_model.layout_problems(layout, has_tp_plan="tp_plan" in plan["best"])
 
 
 def check_plan(plan: dict) -> tuple[ModelSpec, TrainingSpec, Layout]:
