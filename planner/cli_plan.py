@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import json
 import sys
-from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import click
 from rich.console import Console
 
 from .cli_common import EXIT_INFEASIBLE, run_command, write_atomic
+
+if TYPE_CHECKING:
+    from .runtime.plan_file import PlanEntry, PlanFile
 
 JOB_OPTIONS: list[Callable] = [
     click.option("--model", "model", required=True, help="Preset name (see 'autoplan models') or a config.json path."),
@@ -56,7 +58,7 @@ def _job_kwargs(kw: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _emit(report_dict: dict[str, Any], text: str, fmt: str, out: str | None, console_view: Callable) -> None:
+def _emit(text: str, fmt: str, out: str | None, console_view: Callable) -> None:
     if out:
         write_atomic(out, text)
     if fmt == "json":
@@ -90,11 +92,10 @@ def plan_command(fmt: str, out: str | None, top_k: int, allow_cross_node_tp: boo
 
         report = api.plan(top_k=top_k, solver=solver, allow_cross_node_tp=allow_cross_node_tp, launchable=launchable,
                           **_job_kwargs(kw))
-        data = report.to_dict()
-        text = report.to_json()
-        timed = report.to_dict(with_timing=True)
-        _emit(data, text, fmt, out, lambda: _print(timed))
-        _plot(data, plot_dir)
+        plan_file = report.to_plan_file()
+        timed = report.to_plan_file(with_timing=True)
+        _emit(plan_file.to_json(), fmt, out, lambda: _print(timed))
+        _plot(plan_file, plot_dir)
         if not report.feasible:
             miss = report.closest_misses[0] if report.closest_misses else None
             detail = (f"; closest needs {miss.needed_gib:.1f} GiB of {miss.available_gib:.1f} GiB "
@@ -131,7 +132,7 @@ def evaluate_command(fmt: str, out: str | None, dp: int, tp: int, pp: int, cp: i
         from costmodels.layout import Layout, LayoutError
 
         from . import api
-        from .report import PlanReport, plan_dict
+        from .report import PlanReport, plan_entry
 
         per_replica, rest = divmod(kw["global_batch"], dp * micro_batch)
         if rest or per_replica == 0:
@@ -146,8 +147,8 @@ def evaluate_command(fmt: str, out: str | None, dp: int, tp: int, pp: int, cp: i
         job = api.resolve_job(**_job_kwargs(kw))
         report = PlanReport(inputs=job.inputs, best=breakdown, candidates=(),
                             search={"solver": "evaluate", "space_size": 1, "evaluated": 1})
-        single = plan_dict(breakdown)
-        text = json.dumps(single, indent=2, sort_keys=True) + "\n"
+        single = plan_entry(breakdown)
+        text = json.dumps(single.to_dict(), indent=2, sort_keys=True) + "\n"
         if out:
             write_atomic(out, report.to_json())
         if fmt == "json":
@@ -160,19 +161,19 @@ def evaluate_command(fmt: str, out: str | None, dp: int, tp: int, pp: int, cp: i
     run_command(work)
 
 
-def print_plan_view(console: Console, single: dict[str, Any]) -> None:
+def print_plan_view(console: Console, single: "PlanEntry") -> None:
     from .render import print_plan
 
     print_plan(console, single, "layout")
 
 
-def _print(report: dict[str, Any]) -> None:
+def _print(report: "PlanFile") -> None:
     from .render import print_report
 
     print_report(Console(), report)
 
 
-def _plot(plan: dict[str, Any], plot_dir: str | None) -> None:
+def _plot(plan: "PlanFile", plot_dir: str | None) -> None:
     """``--plot DIR``: figures of the plan (planner.validate.plot), listed on stderr."""
     if plot_dir:
         from .validate.plot import plot_plan
@@ -188,9 +189,9 @@ def _plot(plan: dict[str, Any], plot_dir: str | None) -> None:
 def explain_command(plan_file: str, plot_dir: str | None) -> None:
     """Show a plan file: layout, memory by component, time by term, traffic, sources."""
     def work() -> None:
-        from .plan_file import read_plan_file
+        from .runtime.plan_file import read_plan_file
 
-        plan = read_plan_file(Path(plan_file))
+        plan = read_plan_file(plan_file)
         _print(plan)
         _plot(plan, plot_dir)
 

@@ -5,11 +5,14 @@ from __future__ import annotations
 import json
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from .cli_common import run_command
+
+if TYPE_CHECKING:
+    from .runtime.plan_file import PlanFile
 
 MIB = 2**20
 
@@ -51,8 +54,8 @@ def validate_command(plan_file: str, num_candidates: int, steps: int, warmup: in
     run_command(work)
 
 
-def _load(profile_path: str | None, plan: dict[str, Any]):
-    path = profile_path or plan["inputs"].get("profile")
+def _load(profile_path: str | None, plan: "PlanFile"):
+    path = profile_path or plan.inputs.profile
     if not path or not Path(path).exists():
         return path, None
     from profiles import load_profile
@@ -63,7 +66,7 @@ def _load(profile_path: str | None, plan: dict[str, Any]):
 def run_validation(plan_path: Path, *, num_candidates: int, steps: int, warmup: int, nproc: int | None,
                    dry_run: bool, calibrate: bool, profile_path: str | None, workdir: str | None) -> dict[str, Any]:
     """The whole command as a function: returns the JSON report."""
-    from .plan_file import read_plan_file
+    from .runtime.plan_file import read_plan_file
     from .validate import runner
 
     if calibrate and dry_run:
@@ -82,7 +85,7 @@ def run_validation(plan_path: Path, *, num_candidates: int, steps: int, warmup: 
     results.sort(key=lambda r: r.name)
     report: dict[str, Any] = {"plan_file": str(plan_path), "workdir": str(base), "dry_run": dry_run,
                               "plans": [r.to_dict() for r in results]}
-    runtime = plan["inputs"].get("training", {}).get("runtime", "megatron")
+    runtime = plan.inputs.training.runtime
     if runtime != "torch":
         report["note"] = (f"the plan is costed for the {runtime} runtime, but the job runs on PyTorch (FSDP2, "
                           "PyTorch TP/SP), which holds memory differently; for a like-for-like comparison "
@@ -108,12 +111,12 @@ def _measure(jobs: list[dict], base: Path, *, steps: int, warmup: int, nproc: in
     return out
 
 
-def _calibrate(plan: dict[str, Any], results: list, path: str, profile) -> dict[str, Any]:
+def _calibrate(plan: "PlanFile", results: list, path: str, profile) -> dict[str, Any]:
     import platform
 
     from .validate.calibrate import Run, fit, interval_s, write_calibration
 
-    runs = [Run(inputs=plan["inputs"], layout=r.layout, measured_step_time_s=r.measured_step_time_s)
+    runs = [Run(inputs=plan.inputs, layout=r.layout, measured_step_time_s=r.measured_step_time_s)
             for r in results if r.measured_step_time_s]
     cal = fit(runs, profile=profile)
     provenance = {"source": "autoplan validate --calibrate", "runs": len(runs), "host": platform.node(),

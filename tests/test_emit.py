@@ -18,6 +18,7 @@ from costmodels.presets import load_model
 from planner.cli import main
 from planner.emit import frameworks
 from planner.emit.job import write_job
+from planner.runtime.plan_file import PlanFile
 
 NASTY = "my \"model\" $(touch PWNED) `id`; rm -rf / 'x'\nnewline"
 
@@ -28,7 +29,7 @@ def make_plan(model: str = "tiny-llama", name: str | None = None, gpus: int = 4,
     base.update(layout)
     world = base.get("dp", 1) * base.get("tp", 1) * base.get("pp", 1) * base.get("cp", 1)
     batch = base["dp"] * base["num_microbatches"] * base["micro_batch_size"]
-    return {"schema_version": 1,
+    return {"schema_version": 1, "inputs_digest": "0" * 16,
             "inputs": {"model": name or model, "model_spec": model_to_dict(load_model(model)), "hardware": "cpu",
                        "gpus": world, "gpus_per_node": 2,
                        "training": {"global_batch_size": batch, "seq_len": 32, "precision": "bf16",
@@ -42,7 +43,7 @@ def job(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("job dir with space")
     plan = make_plan(name=NASTY, gpus=8, dp=2, tp=2, pp=2, sequence_parallel=True, schedule="interleaved",
                      virtual_stages=2, num_microbatches=4, recompute="full", hsdp_shard_degree=0)
-    write_job(plan, out, python=str(out / "py $(touch PWNED2)"))
+    write_job(PlanFile.from_dict(plan), out, python=str(out / "py $(touch PWNED2)"))
     return out
 
 
@@ -141,7 +142,7 @@ def test_cli_rejects_unreadable_plan(tmp_path):
     path = tmp_path / "plan.json"
     path.write_text("{not json")
     result = CliRunner().invoke(main, ["launch", str(path), "--out", str(tmp_path / "job")])
-    assert result.exit_code == 2 and "is not JSON" in result.output
+    assert result.exit_code == 2 and "not valid JSON" in result.output
 
 
 def test_cli_writes_job(tmp_path):

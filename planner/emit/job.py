@@ -14,61 +14,26 @@ import sys
 from pathlib import Path
 
 from costmodels.layout import Layout, layout_problems
-from costmodels.model_spec import ModelSpec, model_from_dict
+from costmodels.model_spec import ModelSpec
 from costmodels.training import TrainingSpec
 from hardware_specs.errors import AutoplanError
 from planner.launchable import launch_problems, runtime_problems
 from planner.runtime import user_model
+from planner.runtime.plan_file import PlanFile, PlanFileError
 from planner.runtime.tp_styles import parse_style
+from profiles.io import write_text_atomic
 
 from . import frameworks, scripts
 
 RUNTIME_MODULES = ("__init__", "model", "init", "parallel", "pipelining", "clip", "data", "trainer",
-                   "checkpoint", "main", "tp_styles", "user_model")
+                   "checkpoint", "main", "tp_styles", "user_model", "plan_file")
 SPEC_MODULES = {"costmodels": ("model_spec", "layout", "training"), "hardware_specs": ("errors",)}
 
 
-class PlanFileError(AutoplanError):
-    """A plan file that cannot be read, or a plan the generated job cannot apply."""
-
-
-def read_plan(path: str | Path) -> dict:
-    """The plan JSON at ``path`` (a plan file or a single {"layout", "predicted"} plan is rejected)."""
-    try:
-        with open(path, encoding="utf-8") as handle:
-            plan = json.load(handle)
-    except OSError as err:
-        raise PlanFileError(f"plan: cannot read {path} ({err.strerror})") from None
-    except json.JSONDecodeError as err:
-        raise PlanFileError(f"plan: {path} is not JSON ({err.msg} at line {err.lineno})") from None
-    for key in ("inputs", "best"):
-        if not isinstance(plan, dict) or key not in plan:
-            raise PlanFileError(f"plan: {path} has no {key!r}; write it with 'autoplan plan --out plan.json'")
-    return plan
-
-
-def plan_parts(plan: dict) -> tuple[ModelSpec, TrainingSpec, Layout]:
-    """(model, training, layout) of the plan's best candidate, validated."""
-    inputs = plan["inputs"]
-    try:
-        model = model_from_dict(inputs["model_spec"])
-        raw = dict(inputs["training"])
-        if "lora_targets" in raw:
-            raw["lora_targets"] = tuple(raw["lora_targets"])
-        training = TrainingSpec(**raw)
-        layout = Layout.from_dict(plan["best"]["layout"])
-    except (KeyError, TypeError) as err:
-        raise PlanFileError(f"plan: missing or malformed field {err}") from None
-    return model, training, layout
-
-
-def tp_plan_problems(plan: dict, layout: Layout) -> list[str]:
+def tp_plan_problems(tp_plan: dict[str, str] | None, layout: Layout) -> list[str]:
     """What is wrong with the plan's ``best.tp_plan`` (from ``autoplan shard --attach``), if anything."""
-    tp_plan = plan["best"].get("tp_plan")
     if tp_plan is None:
         return []
-    if not isinstance(tp_plan, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in tp_plan.items()):
-        return ["best.tp_plan: expected {module fqn: style}; write it with 'autoplan shard ... --attach'"]
     if layout.tp == 1:
         return ["best.tp_plan is given but layout.tp = 1, so nothing would apply it; drop it or re-plan with tp > 1"]
     problems = []
@@ -80,32 +45,32 @@ def tp_plan_problems(plan: dict, layout: Layout) -> list[str]:
     return problems
 
 
-def unsupported(model: ModelSpec, training: TrainingSpec, layout: Layout, plan: dict | None = None) -> list[str]:
-    """Parts of the plan the generated job cannot apply, one sentence each naming the field.
+def unsupported(plan: PlanFile) -> list[str]:
+    """Parts of the plan's best layout the generated job cannot apply, one sentence each naming the field.
 
     ``launch_problems`` decides for autoplan's own model (the same rule ``plan --launchable``
     searches with); with ``inputs.module`` (a user's model) its model checks are replaced by
     ``user_model.layout_problems``."""
-    plan = plan or {"inputs": {}, "best": {}}
-    out = tp_plan_problems(plan, layout)
-    user = plan["inputs"].get("module")
-    if user is None:
-        return out + launch_problems(model, training, layout)
-    out += runtime_problems(training, layout)
-    if not isinstance(user, str) or ":" not in user:
-        out.append(f"inputs.module = {json.dumps(user)}: expected 'pkg.mod:factory'")
-    return out + user_model.layout_problems(layout, has_tp_plan="tp_plan" in plan["best"])
+    inputs, best = plan.inputs, plan.best
+    out = tp_plan_problems(best.tp_plan, best.layout)
+    if inputs.module is None:
+        return out + launch_problems(inputs.model_spec, inputs.training, best.layout)
+    out += runtime_problems(inputs.training, best.layout)
+    if ":" not in inputs.module:
+        out.append(f"inputs.module = {json.dumps(inputs.module)}: expected 'pkg.mod:factory'")
+    return out + user_model.layout_problems(best.layout, has_tp_plan=best.tp_plan is not None)
 
 
-def check_plan(plan: dict) -> tuple[ModelSpec, TrainingSpec, Layout]:
+def check_plan(plan: PlanFile) -> tuple[ModelSpec, TrainingSpec, Layout]:
     """Validate a plan for launching; raise ``PlanFileError`` with the first problem."""
-    model, training, layout = plan_parts(plan)
-    gpus = int(plan["inputs"].get("gpus", layout.world_size))
-    per_node = int(plan["inputs"].get("gpus_per_node") or gpus)
-    problems = layout_problems(layout, model, training, gpus, per_node) + unsupported(model, training, layout, plan)
+    if plan.best is None:
+        raise PlanFileError("best: null (no layout fits); there is nothing to launch")
+    inputs, layout = plan.inputs, plan.best.layout
+    problems = layout_problems(layout, inputs.model_spec, inputs.training, inputs.gpus, inputs.gpus_per_node)
+    problems += unsupported(plan)
     if problems:
         raise PlanFileError(problems[0])
-    return model, training, layout
+    return inputs.model_spec, inputs.training, layout
 
 
 def _copy_runtime(out: Path) -> None:
@@ -124,34 +89,35 @@ def _copy_runtime(out: Path) -> None:
 
 
 def _write(path: Path, text: str, executable: bool = False) -> None:
-    from planner.cli_common import write_atomic
-
-    write_atomic(path, text)
+    try:
+        write_text_atomic(path, text)
+    except OSError as err:
+        raise AutoplanError(f"--out: cannot write {path} ({err.strerror})") from None
     if executable:
         os.chmod(path, 0o755)
 
 
-def _summary(plan: dict, layout: Layout) -> str:
-    L, inputs = layout, plan["inputs"]
-    model = f"user model {inputs['module']}" if "module" in inputs else f"model {inputs.get('model')}"
-    tp_plan = f" ({len(plan['best']['tp_plan'])}-entry tp_plan)" if "tp_plan" in plan["best"] else ""
-    return (f"{model} on {inputs.get('hardware')}: dp {L.dp} tp {L.tp}{tp_plan} pp {L.pp} "
+def _summary(plan: PlanFile, layout: Layout) -> str:
+    L, inputs, tp_plan = layout, plan.inputs, plan.best.tp_plan
+    model = f"user model {inputs.module}" if inputs.module is not None else f"model {inputs.model}"
+    tp_text = f" ({len(tp_plan)}-entry tp_plan)" if tp_plan is not None else ""
+    return (f"{model} on {inputs.hardware}: dp {L.dp} tp {L.tp}{tp_text} pp {L.pp} "
             f"zero {L.zero_stage} schedule {L.schedule} recompute {L.recompute}")
 
 
-def write_job(plan: dict, out: str | Path, *, python: str | None = None) -> list[Path]:
+def write_job(plan: PlanFile, out: str | Path, *, python: str | None = None) -> list[Path]:
     """Write the job directory for ``plan``; returns the files written. Refuses unsupported plans."""
     model, training, layout = check_plan(plan)
     out = Path(out)
-    name = str(plan["inputs"].get("model", model.name))
+    name = plan.inputs.model
     summary = _summary(plan, layout)
     _copy_runtime(out)
-    _write(out / "plan.json", json.dumps(plan, indent=2, sort_keys=True) + "\n")
+    _write(out / "plan.json", plan.to_json())
     _write(out / "train.py", scripts.TRAIN_PY)
-    user = plan["inputs"].get("module")
+    user = plan.inputs.module
     _write(out / "launch.sh", scripts.launch_sh(world_size=layout.world_size, summary=summary,
                                                 python=python or sys.executable, user_module=user), executable=True)
-    per_node = int(plan["inputs"].get("gpus_per_node") or layout.world_size)
+    per_node = plan.inputs.gpus_per_node
     _write(out / "slurm.sbatch", scripts.slurm_sbatch(world_size=layout.world_size, gpus_per_node=per_node,
                                                        name=name, summary=summary))
     if user is None:

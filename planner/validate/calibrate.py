@@ -24,6 +24,7 @@ from typing import Any, Callable
 
 from costmodels.assumptions import DEFAULT_ASSUMPTIONS, Assumptions
 from costmodels.layout import Layout
+from planner.runtime.plan_file import PlanInputs
 
 from .compare import cost_model
 
@@ -49,7 +50,7 @@ INTERVAL_Z = 1.96
 class Run:
     """One measured plan: its plan-file inputs, layout and measured step time."""
 
-    inputs: dict[str, Any]
+    inputs: PlanInputs
     layout: Layout
     measured_step_time_s: float
 
@@ -70,7 +71,7 @@ def predict_all(runs: list[Run], assumptions: Assumptions | None, profile=None) 
     models: dict[str, Any] = {}
     out = []
     for run in runs:
-        key = repr(sorted((k, repr(v)) for k, v in run.inputs.items()))
+        key = run.inputs.digest()
         if key not in models:
             models[key] = cost_model(run.inputs, profile=profile, assumptions=assumptions)
         out.append(models[key].estimate(run.layout).step_time_s)
