@@ -9,10 +9,10 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from .cli_common import run_command
+from .common import run_command
 
 if TYPE_CHECKING:
-    from .runtime.plan_file import PlanFile
+    from ..runtime.plan_file import PlanFile
 
 MIB = 2**20
 
@@ -66,8 +66,8 @@ def _load(profile_path: str | None, plan: "PlanFile"):
 def run_validation(plan_path: Path, *, num_candidates: int, steps: int, warmup: int, nproc: int | None,
                    dry_run: bool, calibrate: bool, profile_path: str | None, workdir: str | None) -> dict[str, Any]:
     """The whole command as a function: returns the JSON report."""
-    from .runtime.plan_file import read_plan_file
-    from .validate import runner
+    from ..runtime.plan_file import read_plan_file
+    from ..validate import runner
 
     if calibrate and dry_run:
         raise runner.ValidateError("--calibrate needs measured step times; drop --dry-run")
@@ -96,7 +96,7 @@ def run_validation(plan_path: Path, *, num_candidates: int, steps: int, warmup: 
 
 
 def _measure(jobs: list[dict], base: Path, *, steps: int, warmup: int, nproc: int | None, profile) -> list:
-    from .validate import runner
+    from ..validate import runner
 
     out = []
     sizes = sorted({j["layout"].world_size for j in jobs})
@@ -114,7 +114,7 @@ def _measure(jobs: list[dict], base: Path, *, steps: int, warmup: int, nproc: in
 def _calibrate(plan: "PlanFile", results: list, path: str, profile) -> dict[str, Any]:
     import platform
 
-    from .validate.calibrate import Run, fit, interval_s, write_calibration
+    from ..validate.calibrate import Run, fit, interval_s, write_calibration
 
     runs = [Run(inputs=plan.inputs, layout=r.layout, measured_step_time_s=r.measured_step_time_s)
             for r in results if r.measured_step_time_s]
@@ -122,7 +122,7 @@ def _calibrate(plan: "PlanFile", results: list, path: str, profile) -> dict[str,
     provenance = {"source": "autoplan validate --calibrate", "runs": len(runs), "host": platform.node(),
                   "plans": [r.layout.to_dict() for r in results if r.measured_step_time_s]}
     write_calibration(path, cal, provenance=provenance, device_type=profile.device_type if profile else "cpu")
-    from .validate.calibrate import predict_all
+    from ..validate.calibrate import predict_all
     from costmodels.assumptions import DEFAULT_ASSUMPTIONS
     from dataclasses import replace
 

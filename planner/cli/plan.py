@@ -9,10 +9,10 @@ from typing import TYPE_CHECKING, Any, Callable
 import click
 from rich.console import Console
 
-from .cli_common import EXIT_INFEASIBLE, run_command, write_atomic
+from .common import EXIT_INFEASIBLE, run_command, write_atomic
 
 if TYPE_CHECKING:
-    from .runtime.plan_file import PlanEntry, PlanFile
+    from ..runtime.plan_file import PlanEntry, PlanFile
 
 JOB_OPTIONS: list[Callable] = [
     click.option("--model", "model", required=True, help="Preset name (see 'autoplan models') or a config.json path."),
@@ -88,7 +88,7 @@ def plan_command(fmt: str, out: str | None, top_k: int, allow_cross_node_tp: boo
     Exits 1 when no layout fits, printing the closest misses and what would make them fit.
     """
     def work() -> None:
-        from . import api
+        from .. import api
 
         report = api.plan(top_k=top_k, solver=solver, allow_cross_node_tp=allow_cross_node_tp, launchable=launchable,
                           **_job_kwargs(kw))
@@ -131,8 +131,8 @@ def evaluate_command(fmt: str, out: str | None, dp: int, tp: int, pp: int, cp: i
     def work() -> None:
         from costmodels.layout import Layout, LayoutError
 
-        from . import api
-        from .report import PlanReport, plan_entry
+        from .. import api
+        from ..report import PlanReport, plan_entry
 
         per_replica, rest = divmod(kw["global_batch"], dp * micro_batch)
         if rest or per_replica == 0:
@@ -162,13 +162,13 @@ def evaluate_command(fmt: str, out: str | None, dp: int, tp: int, pp: int, cp: i
 
 
 def print_plan_view(console: Console, single: "PlanEntry") -> None:
-    from .render import print_plan
+    from ..render import print_plan
 
     print_plan(console, single, "layout")
 
 
 def _print(report: "PlanFile") -> None:
-    from .render import print_report
+    from ..render import print_report
 
     print_report(Console(), report)
 
@@ -176,7 +176,7 @@ def _print(report: "PlanFile") -> None:
 def _plot(plan: "PlanFile", plot_dir: str | None) -> None:
     """``--plot DIR``: figures of the plan (planner.validate.plot), listed on stderr."""
     if plot_dir:
-        from .validate.plot import plot_plan
+        from ..validate.plot import plot_plan
 
         paths = plot_plan(plan, plot_dir)
         click.echo(f"wrote {len(paths)} figures to {plot_dir}", err=True)
@@ -189,7 +189,7 @@ def _plot(plan: "PlanFile", plot_dir: str | None) -> None:
 def explain_command(plan_file: str, plot_dir: str | None) -> None:
     """Show a plan file: layout, memory by component, time by term, traffic, sources."""
     def work() -> None:
-        from .runtime.plan_file import read_plan_file
+        from ..runtime.plan_file import read_plan_file
 
         plan = read_plan_file(plan_file)
         _print(plan)
