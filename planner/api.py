@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from costmodels.breakdown import CostBreakdown
 from costmodels.assumptions import DEFAULT_ASSUMPTIONS, Assumptions
 from costmodels.estimate import CostModel
-from costmodels.layout import Layout, check_layout
+from costmodels.layout import Layout, LayoutError, check_layout
 from costmodels.model_spec import ModelSpec
 from costmodels.presets import load_model
 from costmodels.training import TrainingSpec
@@ -143,6 +143,19 @@ def evaluate(*, model: str | ModelSpec, hardware: str | NodeSpec, gpus: int, glo
                       seq_len=seq_len, **options)
     check_layout(layout, job.model, job.training, gpus, job.cluster.gpus_per_node)
     return job.cost_model().estimate(layout)
+
+
+def layout_for_batch(global_batch: int, *, dp: int, micro_batch_size: int = 1, tp: int = 1,
+                     sequence_parallel: bool | None = None, **degrees: Any) -> Layout:
+    """The layout with these degrees that meets ``global_batch`` exactly: the micro-batch count is
+    global_batch / (dp · micro_batch_size); sequence parallelism defaults to on when tp > 1.
+    ``degrees``: the other ``Layout`` fields (pp, cp, ep, zero_stage, schedule, ...)."""
+    per_replica, rest = divmod(global_batch, dp * micro_batch_size)
+    if rest or per_replica == 0:
+        raise LayoutError(f"--global-batch {global_batch} is not divisible by dp {dp} x "
+                          f"--micro-batch {micro_batch_size}")
+    return Layout(dp=dp, tp=tp, micro_batch_size=micro_batch_size, num_microbatches=per_replica,
+                  sequence_parallel=tp > 1 if sequence_parallel is None else sequence_parallel, **degrees)
 
 
 def suggest_fixes(miss: CostBreakdown, job: Job) -> tuple[str, ...]:

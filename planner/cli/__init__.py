@@ -1,4 +1,8 @@
-"""The ``autoplan`` command line: a thin click shell over the planner API."""
+"""The ``autoplan`` command line: a thin click shell over the planner API.
+
+One module per verb group (``plan``: plan, evaluate, explain, models, hardware; ``launch``;
+``validate``; ``profile``; ``alpa``: trace, shard), each holding option parsing and printing only;
+the work is done by ``planner.api``, ``planner.emit``, ``planner.validate`` and ``profiles``."""
 
 from __future__ import annotations
 

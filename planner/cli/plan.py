@@ -129,20 +129,14 @@ def evaluate_command(fmt: str, out: str | None, dp: int, tp: int, pp: int, cp: i
                      recompute_layers: int, sequence_parallel: bool | None, offload: bool, **kw: Any) -> None:
     """Cost one explicit layout: memory per GPU, step time by term, traffic."""
     def work() -> None:
-        from costmodels.layout import Layout, LayoutError
-
         from .. import api
         from ..report import PlanReport, plan_entry
 
-        per_replica, rest = divmod(kw["global_batch"], dp * micro_batch)
-        if rest or per_replica == 0:
-            raise LayoutError(f"--global-batch {kw['global_batch']} is not divisible by dp {dp} x "
-                              f"--micro-batch {micro_batch}")
-        layout = Layout(dp=dp, tp=tp, pp=pp, cp=cp, ep=ep, zero_stage=zero, hsdp_shard_degree=hsdp_shard,
-                        micro_batch_size=micro_batch, num_microbatches=per_replica, schedule=schedule,
-                        virtual_stages=virtual_stages, recompute=recompute, recompute_num_layers=recompute_layers,
-                        sequence_parallel=tp > 1 if sequence_parallel is None else sequence_parallel,
-                        optimizer_offload=offload)
+        layout = api.layout_for_batch(kw["global_batch"], dp=dp, tp=tp, pp=pp, cp=cp, ep=ep, zero_stage=zero,
+                                      hsdp_shard_degree=hsdp_shard, micro_batch_size=micro_batch, schedule=schedule,
+                                      virtual_stages=virtual_stages, recompute=recompute,
+                                      recompute_num_layers=recompute_layers, sequence_parallel=sequence_parallel,
+                                      optimizer_offload=offload)
         breakdown = api.evaluate(layout=layout, **_job_kwargs(kw))
         job = api.resolve_job(**_job_kwargs(kw))
         report = PlanReport(inputs=job.inputs, best=breakdown, candidates=(),
