@@ -80,6 +80,30 @@ def test_job_is_self_contained(job):
     assert out[1] == "False"
 
 
+def test_bundle_is_derived_from_the_runtime_imports(job):
+    """The copied runtime is what ``main`` imports (lazy imports too), and every copied module
+    imports with only the bundle on the path."""
+    from planner.emit.job import bundle_modules
+
+    bundle = bundle_modules()
+    assert {"main", "plan_file", "pipelining", "tp_styles", "user_model"} <= set(bundle["planner_runtime"])
+    assert "harness" not in " ".join(bundle["planner_runtime"])  # test-only module, not imported by the job
+    assert bundle["costmodels"] == ("layout", "model_spec", "training")
+    copied = sorted(p.stem for p in (job / "runtime" / "planner_runtime").glob("*.py"))
+    assert copied == sorted(bundle["planner_runtime"])
+    names = ", ".join(f"planner_runtime.{m}" for m in bundle["planner_runtime"] if m != "__init__")
+    code = f"import sys; sys.path.insert(0, sys.argv[1]); import {names}; print('planner' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code, str(job / "runtime")], capture_output=True, text=True,
+                         check=True, cwd=job).stdout.strip()
+    assert out == "False"
+
+
+def test_emit_does_not_import_the_cli():
+    code = "import sys, planner.emit.job; print(any(m.startswith('planner.cli') for m in sys.modules))"
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          check=True).stdout.strip() == "False"
+
+
 def test_plan_copy_is_exact(job):
     assert json.loads((job / "plan.json").read_text())["inputs"]["model"] == NASTY
 

@@ -7,6 +7,7 @@ and DIR/exports/ (Megatron-LM, DeepSpeed, torchtitan). Importing this module doe
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import shutil
@@ -25,9 +26,10 @@ from profiles.io import write_text_atomic
 
 from . import frameworks, scripts
 
-RUNTIME_MODULES = ("__init__", "model", "init", "parallel", "pipelining", "clip", "data", "trainer",
-                   "checkpoint", "main", "tp_styles", "user_model", "plan_file")
-SPEC_MODULES = {"costmodels": ("model_spec", "layout", "training"), "hardware_specs": ("errors",)}
+RUNTIME_ENTRY = "main"
+"""The runtime module the job runs; the bundle is what it imports, followed transitively."""
+SPEC_PACKAGES = ("costmodels", "hardware_specs")
+"""Packages whose modules the runtime may import (specs only; they are copied beside it)."""
 
 
 def tp_plan_problems(tp_plan: dict[str, str] | None, layout: Layout) -> list[str]:
@@ -73,19 +75,42 @@ def check_plan(plan: PlanFile) -> tuple[ModelSpec, TrainingSpec, Layout]:
     return inputs.model_spec, inputs.training, layout
 
 
+def bundle_modules() -> dict[str, tuple[str, ...]]:
+    """{package: module names} the generated job needs: ``planner/runtime``'s entry module and
+    every module it imports (relative imports, and ``costmodels.*`` / ``hardware_specs.*``),
+    followed transitively, read from the source with ``ast`` (nothing is imported)."""
+    root = Path(__file__).resolve().parent.parent.parent
+    dirs = {"planner_runtime": root / "planner" / "runtime", **{pkg: root / pkg for pkg in SPEC_PACKAGES}}
+    found: dict[str, set[str]] = {}
+    todo = [("planner_runtime", RUNTIME_ENTRY), ("planner_runtime", "__init__")]
+    while todo:
+        package, name = todo.pop()
+        if name in found.setdefault(package, set()):
+            continue
+        found[package].add(name)
+        tree = ast.parse((dirs[package] / f"{name}.py").read_text(encoding="utf-8"))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.level == 1:
+                targets = [a.name for a in node.names] if node.module is None else [node.module.split(".")[0]]
+                todo += [(package, t) for t in targets]
+            elif isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] in SPEC_PACKAGES:
+                head, _, rest = node.module.partition(".")
+                todo.append((head, rest.split(".")[0] if rest else "__init__"))
+    return {package: tuple(sorted(names)) for package, names in sorted(found.items())}
+
+
 def _copy_runtime(out: Path) -> None:
     runtime = out / "runtime"
-    package = runtime / "planner_runtime"
-    package.mkdir(parents=True, exist_ok=True)
-    source = Path(__file__).resolve().parent.parent / "runtime"
-    for name in RUNTIME_MODULES:
-        shutil.copyfile(source / f"{name}.py", package / f"{name}.py")
     root = Path(__file__).resolve().parent.parent.parent
-    for pkg, modules in SPEC_MODULES.items():
-        (runtime / pkg).mkdir(exist_ok=True)
-        (runtime / pkg / "__init__.py").write_text('"""Copied by autoplan launch (specs only)."""\n', encoding="utf-8")
+    for package, modules in bundle_modules().items():
+        source = root / "planner" / "runtime" if package == "planner_runtime" else root / package
+        (runtime / package).mkdir(parents=True, exist_ok=True)
+        if package != "planner_runtime":
+            (runtime / package / "__init__.py").write_text('"""Copied by autoplan launch (specs only)."""\n',
+                                                          encoding="utf-8")
         for name in modules:
-            shutil.copyfile(root / pkg / f"{name}.py", runtime / pkg / f"{name}.py")
+            if name != "__init__" or package == "planner_runtime":
+                shutil.copyfile(source / f"{name}.py", runtime / package / f"{name}.py")
 
 
 def _write(path: Path, text: str, executable: bool = False) -> None:
