@@ -1,4 +1,5 @@
-"""``PlanReport``: the planner's answer; its plan file form is ``PlanFile``."""
+"""``PlanReport``: the planner's answer to a request (what ``api.plan`` returns, built from a solver's
+``SolverResult``); its plan-file form is ``PlanFile``."""
 
 from __future__ import annotations
 

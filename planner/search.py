@@ -21,7 +21,7 @@ from costmodels.breakdown import CostBreakdown
 from costmodels.estimate import CostModel
 
 from .ranking import rank_key
-from .result import SolverResult, count, overshoot_key
+from .solver_result import SolverResult, count, overshoot_key
 from .space import (MeshChoice, ScheduleChoice, SearchOptions, StateChoice, make_layout, mesh_choices,
                     schedule_choices, state_choices)
 
