@@ -58,3 +58,16 @@ def test_plot_costs_with_the_plans_profile():
     assert round(plan_cost_model(datasheet).estimate(plan.best.layout).step_time_s, 6) != round(best["step_time_s"], 6)
     points = {(round(m, 3), round(t, 6)) for m, t, _ in candidate_points(plan, plan_cost_model(plan))}
     assert (round(best["peak_memory_gib"], 3), round(best["step_time_s"], 6)) in points
+
+
+def test_explain_plot_without_the_plans_profile_is_one_line_exit_2(tmp_path, monkeypatch):
+    shipped = Path(__file__).resolve().parents[1] / "profiles" / "data" / "cpu-gloo-2proc.json"
+    (tmp_path / "p.json").write_bytes(shipped.read_bytes())
+    monkeypatch.chdir(tmp_path)
+    args = ["plan", "--model", "tiny-llama", "--hardware", "cpu", "--gpus", "2", "--global-batch", "4",
+            "--seq-len", "32", "--precision", "fp32", "--profile", "p.json", "--out", "plan.json"]
+    assert CliRunner().invoke(main, args).exit_code == 0
+    (tmp_path / "p.json").unlink()
+    result = CliRunner().invoke(main, ["explain", "plan.json", "--plot", "figs"])
+    assert result.exit_code == 2
+    assert result.output.strip().splitlines()[-1].startswith("error: inputs.profile p.json: no such file")

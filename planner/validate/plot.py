@@ -17,7 +17,7 @@ from costmodels.breakdown import MEMORY_TERMS
 from costmodels.estimate import CostModel
 from costmodels.layout import Layout
 from hardware_specs.units import GIB
-from planner.runtime.plan_file import PlanFile
+from planner.runtime.plan_file import PlanFile, PlanFileError
 
 from .schedule import simulate
 
@@ -153,7 +153,11 @@ def plan_cost_model(plan: PlanFile) -> CostModel:
     """The cost model the plan was made with: its inputs and the profile they name, if any."""
     from planner.api import Job
 
-    return Job.from_inputs(plan.inputs, profile=plan.inputs.profile).cost_model()
+    profile = plan.inputs.profile
+    if profile is not None and not Path(profile).is_file():
+        raise PlanFileError(f"inputs.profile {profile}: no such file here; the plan was costed with it, so the "
+                            "figures need it too (run from the directory 'autoplan plan' ran in)")
+    return Job.from_inputs(plan.inputs, profile=profile).cost_model()
 
 
 def plot_plan(plan: PlanFile, out_dir: str | Path) -> list[Path]:
