@@ -55,6 +55,8 @@ def _plan_dict() -> dict:
     (lambda d: d["inputs"]["training"].update(seq_len=-1), "inputs.training"),
     (lambda d: d["inputs"]["model_spec"].update(wings=2), "inputs.model_spec: unknown field 'wings'"),
     (lambda d: d["inputs"].pop("hardware"), "inputs.hardware: missing"),
+    (lambda d: d["inputs"].update(memory_fraction=5), "inputs.memory_fraction: must be in (0, 1]"),
+    (lambda d: d["inputs"].update(gpus_per_node=0), "inputs.gpus_per_node: must be a positive integer"),
     (lambda d: d["best"].update(tp_plan={"a": 1}), "best.tp_plan"),
     (lambda d: d.update(schema_version=2), "schema_version 2 is not 1"),
     (lambda d: d.pop("candidates"), "candidates: missing"),

@@ -100,13 +100,19 @@ class PlanInputs:
             raise PlanFileError(f"{where}: expected an object")
         module = _get(raw, "module", where, str, optional=True)
         shape = _get(raw, "input_shape", where, list, optional=True)
+        fraction = _optional(_get(raw, "memory_fraction", where, (int, float), optional=True), 0.95)
+        if not 0 < fraction <= 1:
+            raise PlanFileError(f"{where}.memory_fraction: must be in (0, 1], got {fraction!r}")
+        for key in ("gpus", "gpus_per_node"):
+            if _get(raw, key, where, int) < 1:
+                raise PlanFileError(f"{where}.{key}: must be a positive integer, got {raw[key]!r}")
         return cls(model=_get(raw, "model", where, str),
                    model_spec=_spec(model_from_dict, raw.get("model_spec"), f"{where}.model_spec"),
                    hardware=_get(raw, "hardware", where, str),
                    gpus=_get(raw, "gpus", where, int),
                    gpus_per_node=_get(raw, "gpus_per_node", where, int),
                    training=_spec(_training, raw.get("training"), f"{where}.training"),
-                   memory_fraction=_optional(_get(raw, "memory_fraction", where, (int, float), optional=True), 0.95),
+                   memory_fraction=fraction,
                    profile=_get(raw, "profile", where, str, optional=True),
                    top_k=_get(raw, "top_k", where, int, optional=True),
                    allow_cross_node_tp=_get(raw, "allow_cross_node_tp", where, bool, optional=True),
