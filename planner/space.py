@@ -165,7 +165,7 @@ def _launchable(options: SearchOptions, model: ModelSpec, training: TrainingSpec
     """True unless ``options.launchable`` and ``launch_problems`` finds a problem with this choice.
 
     The choice is completed with neutral values for the levels not yet chosen (ZeRO-0 without
-    offload; one sequence per micro-batch, no pipeline schedule subtleties). Each rule of
+    offload; one sequence per micro-batch, so the most micro-batches, 1F1B). Each rule of
     ``launch_problems`` reads the mesh plus at most one level, so a layout passes every level's
     check exactly when it passes the rule as a whole (``tests/test_launchable.py`` checks this)."""
     if not options.launchable:
