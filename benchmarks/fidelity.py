@@ -31,8 +31,9 @@ from costmodels.layout import Layout, layout_problems  # noqa: E402
 from costmodels.presets import load_model  # noqa: E402
 from costmodels.training import TrainingSpec  # noqa: E402
 from planner.api import resolve_job  # noqa: E402
-from planner.emit.job import unsupported  # noqa: E402
+from planner.launchable import launch_problems  # noqa: E402
 from planner.report import PlanReport  # noqa: E402
+from planner.runtime.plan_file import PlanFile  # noqa: E402
 from planner.space import LAUNCHABLE, SearchOptions, all_layouts  # noqa: E402
 from planner.validate import runner  # noqa: E402
 from planner.validate.calibrate import Run, fit, predict_all  # noqa: E402
@@ -44,20 +45,20 @@ SHIPPED_PROFILE = Path(__file__).resolve().parents[1] / "profiles" / "data" / "c
 """The real profile of this machine class (autoplan profile --device cpu --nproc 2)."""
 
 
-def plan_dict(model: str, hardware: str, gpus: int, batch: int, seq: int, precision: str, layout: Layout) -> dict:
-    """A plan file dict with ``layout`` as best (the shape ``autoplan evaluate --out`` writes)."""
+def plan_file(model: str, hardware: str, gpus: int, batch: int, seq: int, precision: str, layout: Layout) -> PlanFile:
+    """A plan file with ``layout`` as best (what ``autoplan evaluate --out`` writes)."""
     job = resolve_job(model=model, hardware=hardware, gpus=gpus, gpus_per_node=gpus, global_batch=batch,
                       seq_len=seq, precision=precision, runtime="torch")
     report = PlanReport(inputs=job.inputs, best=job.cost_model().estimate(layout), candidates=(),
                         search={"solver": "evaluate", "space_size": 1, "evaluated": 1})
-    return json.loads(report.to_json())
+    return report.to_plan_file()
 
 
 def small_layouts(world: int, batch: int, seq: int) -> list[Layout]:
     model, training = load_model("tiny-llama"), TrainingSpec(global_batch_size=batch, seq_len=seq, precision="fp32")
     options = SearchOptions(recompute_modes=("none", "full"), schedules=("1f1b",), allow_hsdp=False, **LAUNCHABLE)
     return [lay for lay in all_layouts(model, training, world, world, options)
-            if not (lay.tp > 1 and not lay.sequence_parallel) and not unsupported(model, training, lay)
+            if not (lay.tp > 1 and not lay.sequence_parallel) and not launch_problems(model, training, lay)
             and not layout_problems(lay, model, training, world, world)
             and not (lay.pp > 1 and lay.num_microbatches < lay.pp)]  # torch's Schedule1F1B refuses m < pp
 
@@ -140,7 +141,7 @@ def launch_resuming(jobs: list[dict], workdir: Path, steps: int, world: int, att
 
 def measured_runs(world: int, workdir: Path, steps: int) -> tuple[list[Run], list]:
     batch, seq = 4, 64
-    plans = [(f"w{world}-{i:03d}", plan_dict("tiny-llama", "cpu", world, batch, seq, "fp32", lay))
+    plans = [(f"w{world}-{i:03d}", plan_file("tiny-llama", "cpu", world, batch, seq, "fp32", lay))
              for i, lay in enumerate(small_layouts(world, batch, seq))]
     jobs, skipped = runner.prepare(plans, workdir)
     began = time.perf_counter()
@@ -148,7 +149,7 @@ def measured_runs(world: int, workdir: Path, steps: int) -> tuple[list[Run], lis
     print(f"world size {world}: {len(jobs)} layouts measured in {time.perf_counter() - began:.0f} s"
           f" ({len(skipped)} refused by the launcher)")
     results = [runner.compare(j, measured[j["name"]]) for j in jobs if j["name"] in measured]
-    runs = [Run(inputs=j["plan"]["inputs"], layout=j["layout"], measured_step_time_s=r.measured_step_time_s)
+    runs = [Run(inputs=j["plan"].inputs, layout=j["layout"], measured_step_time_s=r.measured_step_time_s)
             for j, r in zip(jobs, results)]
     return runs, results
 
@@ -187,7 +188,7 @@ def dry_runs(workdir: Path) -> None:
                 extra = {"pp": 4, "dp": 2} if model == "llama3-70b" and label == "PP 1F1B" else {}
                 layout = Layout(**{**fields, **extra}, micro_batch_size=1, recompute=recompute)
                 world = layout.world_size
-                plan = plan_dict(model, "h100-sxm-80gb", world, layout.dp * layout.num_microbatches, 8192, "bf16",
+                plan = plan_file(model, "h100-sxm-80gb", world, layout.dp * layout.num_microbatches, 8192, "bf16",
                                  layout)
                 jobs, skipped = runner.prepare([(f"{model}-{label}-{recompute}".replace(" ", "_"), plan)], workdir)
                 if skipped:

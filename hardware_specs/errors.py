@@ -1,7 +1,9 @@
-"""User-input errors shared by every autoplan package.
+"""The project-wide user-input error base, ``AutoplanError``, and ``SpecError``.
 
-All are ``ValueError`` subclasses so callers can catch one type; the CLI
-prints ``str(error)`` as a single line and exits with status 2.
+It lives here, in ``hardware_specs``, only because that is the lowest package of the one-way
+import chain (``hardware_specs <- profiles <- costmodels <- planner``), so every package can raise
+it. All are ``ValueError`` subclasses so callers can catch one type; the CLI prints
+``str(error)`` as a single line and exits with status 2.
 """
 
 

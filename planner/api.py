@@ -8,14 +8,15 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from costmodels.breakdown import CostBreakdown
+from costmodels.assumptions import DEFAULT_ASSUMPTIONS, Assumptions
 from costmodels.estimate import CostModel
-from costmodels.layout import Layout, check_layout
-from costmodels.model_spec import ModelSpec, model_to_dict
+from costmodels.layout import Layout, LayoutError, check_layout
+from costmodels.model_spec import ModelSpec
 from costmodels.presets import load_model
 from costmodels.training import TrainingSpec
 from hardware_specs import ClusterSpec, NodeSpec, load_node, make_cluster
@@ -24,6 +25,7 @@ from hardware_specs.errors import AutoplanError, SpecError
 from .brute_force import solve_brute_force
 from .ranking import rank_key
 from .report import ClosestMiss, PlanReport
+from .runtime.plan_file import PlanInputs
 from .search import solve
 from .space import LAUNCHABLE, SearchOptions
 from .stages import refine_stages
@@ -45,10 +47,19 @@ class Job:
     cluster: ClusterSpec
     profile: "HardwareProfile | None"
     memory_fraction: float
-    inputs: dict[str, Any]
+    inputs: PlanInputs
 
-    def cost_model(self) -> CostModel:
-        return CostModel(self.model, self.training, self.cluster, profile=self.profile,
+    @classmethod
+    def from_inputs(cls, inputs: PlanInputs, *, profile: "str | Path | HardwareProfile | None" = None) -> "Job":
+        """The job a plan file's ``inputs`` describe (the one place specs are rebuilt from a plan
+        file). ``profile``: a loaded profile or a path; None costs with datasheet rates (pass
+        ``inputs.profile`` to cost as ``plan`` did)."""
+        cluster = make_cluster(load_node(inputs.hardware), inputs.gpus, inputs.gpus_per_node)
+        return cls(model=inputs.model_spec, training=inputs.training, cluster=cluster,
+                   profile=_load_profile(profile), memory_fraction=float(inputs.memory_fraction), inputs=inputs)
+
+    def cost_model(self, assumptions: Assumptions = DEFAULT_ASSUMPTIONS) -> CostModel:
+        return CostModel(self.model, self.training, self.cluster, profile=self.profile, assumptions=assumptions,
                          memory_fraction=self.memory_fraction)
 
 
@@ -70,16 +81,11 @@ def resolve_job(*, model: str | ModelSpec, hardware: str | NodeSpec, gpus: int, 
         raise SpecError(f"--precision {precision}: {node.hardware.name} has no {precision} rate; use fp16")
     cluster = make_cluster(node, gpus, gpus_per_node)
     loaded = _load_profile(profile)
-    inputs = {
-        "model": model if isinstance(model, str) else model.name,
-        "model_spec": model_to_dict(model_spec),
-        "hardware": hardware if isinstance(hardware, str) else node.hardware.name,
-        "gpus": gpus, "gpus_per_node": cluster.gpus_per_node,
-        "training": {"global_batch_size": global_batch, "seq_len": seq_len, "precision": precision,
-                     "optimizer": optimizer, "lora_rank": lora_rank, "attention": attention, "runtime": runtime},
-        "memory_fraction": memory_fraction,
-        "profile": str(profile) if isinstance(profile, (str, Path)) else None,
-    }
+    inputs = PlanInputs(model=model if isinstance(model, str) else model.name, model_spec=model_spec,
+                        hardware=hardware if isinstance(hardware, str) else node.hardware.name,
+                        gpus=gpus, gpus_per_node=cluster.gpus_per_node, training=training,
+                        memory_fraction=memory_fraction,
+                        profile=str(profile) if isinstance(profile, (str, Path)) else None)
     return Job(model=model_spec, training=training, cluster=cluster, profile=loaded,
                memory_fraction=float(memory_fraction), inputs=inputs)
 
@@ -122,7 +128,7 @@ def plan(*, model: str | ModelSpec, hardware: str | NodeSpec, gpus: int, global_
     seconds = time.perf_counter() - started
     misses = tuple(ClosestMiss(breakdown=b, suggestions=suggest_fixes(b, job)) for b in result.closest_misses)
     return PlanReport(
-        inputs={**job.inputs, "top_k": top_k, "allow_cross_node_tp": allow_cross_node_tp, "launchable": launchable},
+        inputs=replace(job.inputs, top_k=top_k, allow_cross_node_tp=allow_cross_node_tp, launchable=launchable),
         best=ranked[0] if ranked else None, candidates=ranked[1:], rejected=result.rejected,
         closest_misses=misses,
         search={"solver": solver, "space_size": result.num_candidates, "evaluated": result.num_evaluated,
@@ -137,6 +143,19 @@ def evaluate(*, model: str | ModelSpec, hardware: str | NodeSpec, gpus: int, glo
                       seq_len=seq_len, **options)
     check_layout(layout, job.model, job.training, gpus, job.cluster.gpus_per_node)
     return job.cost_model().estimate(layout)
+
+
+def layout_for_batch(global_batch: int, *, dp: int, micro_batch_size: int = 1, tp: int = 1,
+                     sequence_parallel: bool | None = None, **degrees: Any) -> Layout:
+    """The layout with these degrees that meets ``global_batch`` exactly: the micro-batch count is
+    global_batch / (dp · micro_batch_size); sequence parallelism defaults to on when tp > 1.
+    ``degrees``: the other ``Layout`` fields (pp, cp, ep, zero_stage, schedule, ...)."""
+    per_replica, rest = divmod(global_batch, dp * micro_batch_size)
+    if rest or per_replica == 0:
+        raise LayoutError(f"--global-batch {global_batch} is not divisible by dp {dp} x "
+                          f"--micro-batch {micro_batch_size}")
+    return Layout(dp=dp, tp=tp, micro_batch_size=micro_batch_size, num_microbatches=per_replica,
+                  sequence_parallel=tp > 1 if sequence_parallel is None else sequence_parallel, **degrees)
 
 
 def suggest_fixes(miss: CostBreakdown, job: Job) -> tuple[str, ...]:

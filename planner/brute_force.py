@@ -10,7 +10,7 @@ from collections import Counter
 from costmodels.estimate import CostModel
 
 from .ranking import mesh_of, rank_key
-from .result import SolverResult, overshoot_key
+from .solver_result import SolverResult, overshoot_key
 from .space import SearchOptions, all_layouts
 
 

@@ -1,12 +1,14 @@
-"""Human-readable views of plans (rich tables), built from the plan-file dictionaries so that
-``plan``, ``evaluate`` and ``explain plan.json`` print the same thing."""
+"""Human-readable views of plans (rich tables), built from ``PlanFile`` so that ``plan``,
+``evaluate`` and ``explain plan.json`` print the same thing."""
 
 from __future__ import annotations
 
-from typing import Any
-
 from rich.console import Console
 from rich.table import Table
+
+from costmodels.layout import Layout
+
+from .runtime.plan_file import PlanEntry, PlanFile
 
 TIME_LABELS = {"compute": "compute", "recompute": "recompute", "tp_comm": "TP comm (exposed)",
                "cp_comm": "CP comm (exposed)", "ep_comm": "EP comm (exposed)", "dp_comm": "DP comm (exposed)",
@@ -14,33 +16,32 @@ TIME_LABELS = {"compute": "compute", "recompute": "recompute", "tp_comm": "TP co
                "offload": "offload (host)", "overhead": "fixed overhead"}
 
 
-def layout_summary(layout: dict[str, Any]) -> str:
+def layout_summary(L: Layout) -> str:
     """One line: ``dp 8 · tp 8 · pp 4 · ZeRO-1 · mb 1 × 64 · 1f1b · recompute selective · SP``."""
-    parts = [f"dp {layout['dp']}", f"tp {layout['tp']}", f"pp {layout['pp']}"]
-    if layout["cp"] > 1:
-        parts.append(f"cp {layout['cp']}")
-    if layout["ep"] > 1:
-        parts.append(f"ep {layout['ep']}")
-    zero = f"ZeRO-{layout['zero_stage']}"
-    if layout.get("hsdp_shard_degree"):
-        zero += f" (HSDP shard {layout['hsdp_shard_degree']})"
+    parts = [f"dp {L.dp}", f"tp {L.tp}", f"pp {L.pp}"]
+    if L.cp > 1:
+        parts.append(f"cp {L.cp}")
+    if L.ep > 1:
+        parts.append(f"ep {L.ep}")
+    zero = f"ZeRO-{L.zero_stage}"
+    if L.hsdp_shard_degree:
+        zero += f" (HSDP shard {L.hsdp_shard_degree})"
     parts.append(zero)
-    parts.append(f"mb {layout['micro_batch_size']} x {layout['num_microbatches']}")
-    if layout["pp"] > 1:
-        sched = layout["schedule"]
-        parts.append(f"{sched} v={layout['virtual_stages']}" if sched == "interleaved" else sched)
-    parts.append(f"recompute {layout['recompute']}")
-    if layout["sequence_parallel"]:
+    parts.append(f"mb {L.micro_batch_size} x {L.num_microbatches}")
+    if L.pp > 1:
+        parts.append(f"{L.schedule} v={L.virtual_stages}" if L.schedule == "interleaved" else L.schedule)
+    parts.append(f"recompute {L.recompute}")
+    if L.sequence_parallel:
         parts.append("SP")
-    if layout["optimizer_offload"]:
+    if L.optimizer_offload:
         parts.append("offload")
     return " · ".join(parts)
 
 
-def print_plan(console: Console, plan: dict[str, Any], title: str) -> None:
+def print_plan(console: Console, plan: PlanEntry, title: str) -> None:
     """Layout, headline figures, memory by component against capacity, time by term, traffic."""
-    p = plan["predicted"]
-    console.print(f"[bold]{title}[/bold]: {layout_summary(plan['layout'])}")
+    p = plan.predicted
+    console.print(f"[bold]{title}[/bold]: {layout_summary(plan.layout)}")
     console.print(f"  step {p['step_time_s']:.3f} s · {p['tokens_per_s']:,.0f} tokens/s "
                   f"({p['tokens_per_s_per_gpu']:,.0f}/GPU) · MFU {p['mfu']:.1%} · HFU {p['hfu']:.1%} · "
                   f"bubble {p['bubble_fraction']:.1%}")
@@ -67,7 +68,7 @@ def print_plan(console: Console, plan: dict[str, Any], title: str) -> None:
         console.print("  sources: " + ", ".join(f"{k}={v}" for k, v in sources.items()), style="dim")
 
 
-def print_candidates(console: Console, candidates: list[dict[str, Any]]) -> None:
+def print_candidates(console: Console, candidates: tuple[PlanEntry, ...]) -> None:
     if not candidates:
         return
     table = Table(title="alternatives (best layout of each next-best mesh)", box=None, padding=(0, 2),
@@ -75,8 +76,8 @@ def print_candidates(console: Console, candidates: list[dict[str, Any]]) -> None
     for col in ("#", "layout", "step s", "tokens/s", "MFU", "peak GiB"):
         table.add_column(col, justify="right" if col != "layout" else "left")
     for i, c in enumerate(candidates, start=2):
-        p = c["predicted"]
-        table.add_row(str(i), layout_summary(c["layout"]), f"{p['step_time_s']:.3f}", f"{p['tokens_per_s']:,.0f}",
+        p = c.predicted
+        table.add_row(str(i), layout_summary(c.layout), f"{p['step_time_s']:.3f}", f"{p['tokens_per_s']:,.0f}",
                       f"{p['mfu']:.1%}", f"{p['peak_memory_gib']:.1f}")
     console.print(table)
 
@@ -92,23 +93,24 @@ def print_tp_plan(console: Console, tp_plan: dict[str, str] | None, shown: int =
         console.print(f"    ... and {len(tp_plan) - shown} more (see the plan file)")
 
 
-def print_report(console: Console, report: dict[str, Any]) -> None:
+def print_report(console: Console, report: PlanFile) -> None:
     """A whole plan file: inputs, best plan, alternatives, search statistics, or the closest misses."""
-    i, t = report["inputs"], report["inputs"]["training"]
-    console.print(f"[bold]{i['model']}[/bold] on {i['gpus']} x {i['hardware']} ({i['gpus_per_node']} per node) · "
-                  f"global batch {t['global_batch_size']} x {t['seq_len']} tokens · {t['precision']} · {t['optimizer']}"
-                  + (f" · LoRA r={t['lora_rank']}" if t["lora_rank"] else ""))
-    if i.get("module"):
-        console.print(f"user model {i['module']} (input shape {i.get('input_shape')})")
-    if report["best"] is not None:
-        print_plan(console, report["best"], "best")
-        print_tp_plan(console, report["best"].get("tp_plan"))
-        print_candidates(console, report["candidates"])
-    for miss in report.get("closest_misses", []):
-        print_plan(console, miss, "closest miss")
-        console.print(f"  needs {miss['needed_gib']:.1f} GiB, has {miss['available_gib']:.1f} GiB; would fit with: "
-                      + "; ".join(miss["suggestions"]))
-    s = report["search"]
+    i, t = report.inputs, report.inputs.training
+    console.print(f"[bold]{i.model}[/bold] on {i.gpus} x {i.hardware} ({i.gpus_per_node} per node) · "
+                  f"global batch {t.global_batch_size} x {t.seq_len} tokens · {t.precision} · {t.optimizer}"
+                  + (f" · LoRA r={t.lora_rank}" if t.lora_rank else ""))
+    if i.module:
+        shape = list(i.input_shape) if i.input_shape is not None else None
+        console.print(f"user model {i.module} (input shape {shape})")
+    if report.best is not None:
+        print_plan(console, report.best, "best")
+        print_tp_plan(console, report.best.tp_plan)
+        print_candidates(console, report.candidates)
+    for miss in report.closest_misses:
+        print_plan(console, miss.entry, "closest miss")
+        console.print(f"  needs {miss.needed_gib:.1f} GiB, has {miss.available_gib:.1f} GiB; would fit with: "
+                      + "; ".join(miss.suggestions))
+    s = report.search
     rejected = ", ".join(f"{n:,} {why}" for why, n in s["rejected"].items())
     timing = f" in {s['seconds']:.2f} s" if "seconds" in s else ""
     console.print(f"searched {s['space_size']:,} layouts ({s['evaluated']:,} evaluated in full){timing}; "

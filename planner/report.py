@@ -1,21 +1,20 @@
-"""``PlanReport``: the planner's answer, and its JSON form (the plan file)."""
+"""``PlanReport``: the planner's answer to a request (what ``api.plan`` returns, built from a solver's
+``SolverResult``); its plan-file form is ``PlanFile``."""
 
 from __future__ import annotations
 
-import hashlib
-import json
 from dataclasses import dataclass, field
 from typing import Any
 
 from costmodels.breakdown import CostBreakdown
 from hardware_specs.units import GIB
 
-SCHEMA_VERSION = 1
+from .runtime.plan_file import MissEntry, PlanEntry, PlanFile, PlanInputs
 
 
-def plan_dict(breakdown: CostBreakdown) -> dict[str, Any]:
-    """One plan: ``{"layout": {...}, "predicted": {...}}``."""
-    return {"layout": breakdown.layout.to_dict(), "predicted": breakdown.predicted_dict()}
+def plan_entry(breakdown: CostBreakdown) -> PlanEntry:
+    """One plan of a plan file: the layout and what the cost model predicts for it."""
+    return PlanEntry(layout=breakdown.layout, predicted=breakdown.predicted_dict())
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -38,7 +37,7 @@ class ClosestMiss:
 class PlanReport:
     """Best plan, ranked alternatives (best plan of each of the next-best meshes), search statistics."""
 
-    inputs: dict[str, Any]
+    inputs: PlanInputs
     """What was asked: model, hardware, GPUs, training spec, options."""
     best: CostBreakdown | None
     """The fastest layout that fits, or None when nothing fits."""
@@ -53,32 +52,24 @@ class PlanReport:
     def feasible(self) -> bool:
         return self.best is not None
 
-    def to_dict(self, *, with_timing: bool = False) -> dict[str, Any]:
+    def to_plan_file(self, *, with_timing: bool = False) -> PlanFile:
+        """The plan file of this report (``with_timing``: also the search's wall time, which the
+        file leaves out so that it is byte-identical for the same inputs)."""
         search = dict(self.search)
         if not with_timing:
             search.pop("seconds", None)
         search["rejected"] = dict(sorted(self.rejected.items()))
-        out: dict[str, Any] = {
-            "schema_version": SCHEMA_VERSION,
-            "inputs": self.inputs,
-            "inputs_digest": inputs_digest(self.inputs),
-            "best": plan_dict(self.best) if self.best else None,
-            "candidates": [plan_dict(c) for c in self.candidates],
-            "search": search,
-        }
-        if self.closest_misses:
-            out["closest_misses"] = [
-                {**plan_dict(m.breakdown), "needed_gib": round(m.needed_gib, 3),
-                 "available_gib": round(m.available_gib, 3), "suggestions": list(m.suggestions)}
-                for m in self.closest_misses]
-        return out
+        misses = tuple(MissEntry(entry=plan_entry(m.breakdown), needed_gib=round(m.needed_gib, 3),
+                                 available_gib=round(m.available_gib, 3), suggestions=m.suggestions)
+                       for m in self.closest_misses)
+        return PlanFile(inputs=self.inputs, inputs_digest=self.inputs.digest(),
+                        best=plan_entry(self.best) if self.best else None,
+                        candidates=tuple(plan_entry(c) for c in self.candidates), search=search,
+                        closest_misses=misses)
+
+    def to_dict(self, *, with_timing: bool = False) -> dict[str, Any]:
+        return self.to_plan_file(with_timing=with_timing).to_dict()
 
     def to_json(self, *, with_timing: bool = False) -> str:
         """Stable JSON: sorted keys, fixed indentation; byte-identical for the same inputs."""
-        return json.dumps(self.to_dict(with_timing=with_timing), indent=2, sort_keys=True) + "\n"
-
-
-def inputs_digest(inputs: dict[str, Any]) -> str:
-    """SHA-256 of the canonical JSON of the inputs: two plans with the same digest answer the same question."""
-    canonical = json.dumps(inputs, sort_keys=True, separators=(",", ":"))
-    return hashlib.sha256(canonical.encode()).hexdigest()[:16]
+        return self.to_plan_file(with_timing=with_timing).to_json()

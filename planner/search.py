@@ -21,7 +21,7 @@ from costmodels.breakdown import CostBreakdown
 from costmodels.estimate import CostModel
 
 from .ranking import rank_key
-from .result import SolverResult, count, overshoot_key
+from .solver_result import SolverResult, count, overshoot_key
 from .space import (MeshChoice, ScheduleChoice, SearchOptions, StateChoice, make_layout, mesh_choices,
                     schedule_choices, state_choices)
 
@@ -82,7 +82,7 @@ def solve(cost_model: CostModel, num_gpus: int, gpus_per_node: int, options: Sea
     work = []
     for order, mesh in enumerate(mesh_choices(model, training, num_gpus, gpus_per_node, options)):
         scheds = schedule_choices(mesh, model, training, options)
-        states = state_choices(mesh, gpus_per_node, options)
+        states = state_choices(mesh, gpus_per_node, options, model, training)
         total += len(scheds) * len(states)
         if not scheds:
             continue

@@ -19,6 +19,8 @@ from costmodels.layout import Layout
 from costmodels.model_spec import ModelSpec
 from costmodels.training import TrainingSpec
 
+from .launchable import launch_problems
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class SearchOptions:
@@ -29,19 +31,14 @@ class SearchOptions:
     zero_stages: tuple[int, ...] = (0, 1, 2, 3)
     recompute_modes: tuple[str, ...] = ("none", "selective", "full")
     schedules: tuple[str, ...] = ("1f1b", "gpipe", "interleaved")
-    allow_offload: bool = True
     allow_hsdp: bool = True
-    max_cp: int = 0
-    """Largest context-parallel degree (0 = no limit)."""
-    max_ep: int = 0
-    """Largest expert-parallel degree (0 = no limit)."""
-    pipeline_needs_pp_microbatches: bool = False
-    """Pipeline schedules only with at least pp micro-batches (torch.distributed.pipelining's
-    Schedule1F1B and ScheduleInterleaved1F1B refuse fewer)."""
+    launchable: bool = False
+    """Only layouts ``autoplan launch`` applies: ``planner.launchable.launch_problems`` is checked
+    on every mesh, state and schedule choice (see ``_launchable``)."""
 
 
-LAUNCHABLE = dict(max_cp=1, max_ep=1, allow_offload=False, pipeline_needs_pp_microbatches=True)
-"""Options that keep the search to what ``autoplan launch`` applies (no cp, ep or offload)."""
+LAUNCHABLE = dict(launchable=True)
+"""Options that keep the search to what ``autoplan launch`` applies."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -72,20 +69,22 @@ def mesh_choices(model: ModelSpec, training: TrainingSpec, num_gpus: int, gpus_p
             if pp > model.num_layers:
                 continue
             for cp in divisors(num_gpus // (tp * pp)):
-                if training.seq_len % cp or (options.max_cp and cp > options.max_cp):
+                if training.seq_len % cp:
                     continue
                 dp = num_gpus // (tp * pp * cp)
                 if training.global_batch_size % dp:
                     continue
-                for ep in _expert_degrees(model, dp, options.max_ep):
-                    out.append(MeshChoice(dp=dp, tp=tp, pp=pp, cp=cp, ep=ep))
+                for ep in _expert_degrees(model, dp):
+                    mesh = MeshChoice(dp=dp, tp=tp, pp=pp, cp=cp, ep=ep)
+                    if _launchable(options, model, training, mesh):
+                        out.append(mesh)
     return out
 
 
-def _expert_degrees(model: ModelSpec, dp: int, max_ep: int) -> list[int]:
+def _expert_degrees(model: ModelSpec, dp: int) -> list[int]:
     if model.moe is None:
         return [1]
-    return [e for e in divisors(dp) if model.moe.num_experts % e == 0 and (not max_ep or e <= max_ep)]
+    return [e for e in divisors(dp) if model.moe.num_experts % e == 0]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -97,7 +96,8 @@ class StateChoice:
     optimizer_offload: bool
 
 
-def state_choices(mesh: MeshChoice, gpus_per_node: int, options: SearchOptions) -> list[StateChoice]:
+def state_choices(mesh: MeshChoice, gpus_per_node: int, options: SearchOptions, model: ModelSpec,
+                  training: TrainingSpec) -> list[StateChoice]:
     """ZeRO stages (only 0 without data parallelism), HSDP for ZeRO-3, offload on or off."""
     group = mesh.dp * mesh.cp
     stages = [z for z in options.zero_stages if group > 1 or z == 0]
@@ -108,8 +108,10 @@ def state_choices(mesh: MeshChoice, gpus_per_node: int, options: SearchOptions) 
         if options.allow_hsdp and zero == 3 and 1 < node_share < mesh.dp and mesh.dp % node_share == 0:
             shard_degrees.append(node_share)
         for shard in shard_degrees:
-            for offload in ((False, True) if options.allow_offload else (False,)):
-                out.append(StateChoice(zero_stage=zero, hsdp_shard_degree=shard, optimizer_offload=offload))
+            for offload in (False, True):
+                state = StateChoice(zero_stage=zero, hsdp_shard_degree=shard, optimizer_offload=offload)
+                if _launchable(options, model, training, mesh, state=state):
+                    out.append(state)
     return out
 
 
@@ -136,16 +138,16 @@ def schedule_choices(mesh: MeshChoice, model: ModelSpec, training: TrainingSpec,
         for schedule, v in _schedules(mesh, model, m, options):
             for recompute in options.recompute_modes:
                 for sp in sp_values:
-                    out.append(ScheduleChoice(micro_batch_size=b, num_microbatches=m, schedule=schedule,
-                                              virtual_stages=v, recompute=recompute, sequence_parallel=sp))
+                    sched = ScheduleChoice(micro_batch_size=b, num_microbatches=m, schedule=schedule,
+                                           virtual_stages=v, recompute=recompute, sequence_parallel=sp)
+                    if _launchable(options, model, training, mesh, sched=sched):
+                        out.append(sched)
     return out
 
 
 def _schedules(mesh: MeshChoice, model: ModelSpec, m: int, options: SearchOptions) -> Iterator[tuple[str, int]]:
     if mesh.pp == 1:
         yield "1f1b", 1  # no pipeline: the schedule is moot, one canonical choice
-        return
-    if options.pipeline_needs_pp_microbatches and m < mesh.pp:
         return
     for schedule in options.schedules:
         if schedule != "interleaved":
@@ -156,6 +158,23 @@ def _schedules(mesh: MeshChoice, model: ModelSpec, m: int, options: SearchOption
         for v in divisors(model.num_layers // mesh.pp):
             if v > 1:
                 yield "interleaved", v
+
+
+def _launchable(options: SearchOptions, model: ModelSpec, training: TrainingSpec, mesh: MeshChoice, *,
+                state: StateChoice | None = None, sched: ScheduleChoice | None = None) -> bool:
+    """True unless ``options.launchable`` and ``launch_problems`` finds a problem with this choice.
+
+    The choice is completed with neutral values for the levels not yet chosen (ZeRO-0 without
+    offload; one sequence per micro-batch, so the most micro-batches, 1F1B). Each rule of
+    ``launch_problems`` reads the mesh plus at most one level, so a layout passes every level's
+    check exactly when it passes the rule as a whole (``tests/test_launchable.py`` checks this)."""
+    if not options.launchable:
+        return True
+    state = state or StateChoice(zero_stage=0, hsdp_shard_degree=0, optimizer_offload=False)
+    per_replica = training.global_batch_size // mesh.dp
+    sched = sched or ScheduleChoice(micro_batch_size=1, num_microbatches=per_replica, schedule="1f1b",
+                                    virtual_stages=1, recompute="none", sequence_parallel=False)
+    return not launch_problems(model, training, make_layout(mesh, state, sched))
 
 
 def make_layout(mesh: MeshChoice, state: StateChoice, sched: ScheduleChoice) -> Layout:
@@ -171,6 +190,6 @@ def all_layouts(model: ModelSpec, training: TrainingSpec, num_gpus: int, gpus_pe
     """The whole space, one layout at a time (what the brute-force solver walks)."""
     for mesh in mesh_choices(model, training, num_gpus, gpus_per_node, options):
         scheds = schedule_choices(mesh, model, training, options)
-        for state in state_choices(mesh, gpus_per_node, options):
+        for state in state_choices(mesh, gpus_per_node, options, model, training):
             for sched in scheds:
                 yield make_layout(mesh, state, sched)

@@ -3,7 +3,7 @@ trains exactly like a single process; ``shard --attach`` and ``launch`` refuse w
 
 One shared launch: ``evaluate --out`` (dp 2 x tp 2, ZeRO-3) -> ``shard --module ... --attach`` ->
 ``launch`` -> the generated ``launch.sh`` (4 processes). The reference is the parity harness's
-single-process path (``planner.runtime.harness.run_case``) on the same user model, same global batch.
+single-process path (``planner.runtime.case_runner.run_case``) on the same user model, same global batch.
 """
 
 from __future__ import annotations
@@ -66,7 +66,7 @@ def reference() -> dict:
     trained as the job is, once with lr 0 (weights frozen)."""
     import torch
 
-    from planner.runtime.harness import run_case
+    from planner.runtime.case_runner import run_case
 
     case = {"module": FACTORY, "layout": {"num_microbatches": 2, "micro_batch_size": 4}, "seq_len": SEQ_LEN,
             "steps": STEPS}
@@ -116,7 +116,7 @@ def preset_parity(tmp_path_factory) -> dict:
     tp 2, through the parity harness (one launch of 2 processes), and the single-process reference."""
     import torch
 
-    from planner.runtime.harness import run_case
+    from planner.runtime.case_runner import run_case
 
     work = tmp_path_factory.mktemp("alpa_preset")
     shard = _cli(["shard", "--model", "tiny-llama", "--input-shape", "4,32", "--tp", 2, "--hardware", "cpu",
@@ -128,7 +128,7 @@ def preset_parity(tmp_path_factory) -> dict:
               "layout": {"tp": 2, "recompute": "full", "num_microbatches": 2, "micro_batch_size": 4}}]
     (work / "cases.json").write_text(json.dumps(cases))
     proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
-                           "-m", "planner.runtime.harness", str(work / "cases.json"), str(work / "out.json")],
+                           "-m", "planner.runtime.case_runner", str(work / "cases.json"), str(work / "out.json")],
                           capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"},
                           timeout=300, check=False)
     assert proc.returncode == 0, proc.stderr[-4000:]

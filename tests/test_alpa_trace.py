@@ -116,7 +116,7 @@ def test_plan_styles_parse_and_map_to_pytorch():
     from torch.distributed.tensor.parallel import ColwiseParallel, PrepareModuleInput, RowwiseParallel
 
     from hardware_specs.errors import AutoplanError
-    from planner.alpa.apply import parallel_styles, parse_style
+    from planner.runtime.tp_styles import parallel_styles, parse_style
 
     assert parse_style("colwise;input=shard(1);output=replicate") == (
         "colwise", {"input": "shard(1)", "output": "replicate"})

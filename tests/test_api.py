@@ -1,6 +1,5 @@
 """The Python API: light import, names or specs, same answer as the CLI, no mutation."""
 
-import json
 import subprocess
 import sys
 from pathlib import Path
@@ -10,6 +9,7 @@ import pytest
 import planner
 from costmodels.presets import load_model
 from hardware_specs import load_node
+from planner.runtime.plan_file import PlanFile
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -56,9 +56,13 @@ def test_errors_are_value_errors_naming_the_field():
 
 
 def test_report_json_round_trips():
+    """Written, read back through the plan-file reader, written again: the same plan and bytes."""
     report = planner.plan(model="mixtral-8x7b", hardware="h100-sxm-80gb", gpus=32, global_batch=128, seq_len=4096)
-    data = json.loads(report.to_json())
-    assert data["best"]["layout"] == report.best.layout.to_dict()
+    back = PlanFile.from_json(report.to_json())
+    assert back.best.layout == report.best.layout and back.best.layout.ep == report.best.layout.ep
+    assert [c.layout for c in back.candidates] == [c.layout for c in report.candidates]
+    assert back.inputs.model_spec.moe == report.inputs.model_spec.moe
+    assert back.to_json() == report.to_json()
     assert report.search["space_size"] == sum(report.rejected.values()) + 1 + len(report.candidates)
 
 

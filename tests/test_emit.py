@@ -18,6 +18,7 @@ from costmodels.presets import load_model
 from planner.cli import main
 from planner.emit import frameworks
 from planner.emit.job import write_job
+from planner.runtime.plan_file import PlanFile
 
 NASTY = "my \"model\" $(touch PWNED) `id`; rm -rf / 'x'\nnewline"
 
@@ -28,7 +29,7 @@ def make_plan(model: str = "tiny-llama", name: str | None = None, gpus: int = 4,
     base.update(layout)
     world = base.get("dp", 1) * base.get("tp", 1) * base.get("pp", 1) * base.get("cp", 1)
     batch = base["dp"] * base["num_microbatches"] * base["micro_batch_size"]
-    return {"schema_version": 1,
+    return {"schema_version": 1, "inputs_digest": "0" * 16,
             "inputs": {"model": name or model, "model_spec": model_to_dict(load_model(model)), "hardware": "cpu",
                        "gpus": world, "gpus_per_node": 2,
                        "training": {"global_batch_size": batch, "seq_len": 32, "precision": "bf16",
@@ -42,7 +43,7 @@ def job(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("job dir with space")
     plan = make_plan(name=NASTY, gpus=8, dp=2, tp=2, pp=2, sequence_parallel=True, schedule="interleaved",
                      virtual_stages=2, num_microbatches=4, recompute="full", hsdp_shard_degree=0)
-    write_job(plan, out, python=str(out / "py $(touch PWNED2)"))
+    write_job(PlanFile.from_dict(plan), out, python=str(out / "py $(touch PWNED2)"))
     return out
 
 
@@ -77,6 +78,30 @@ def test_job_is_self_contained(job):
                          check=True).stdout.split("\n")
     assert out[0].startswith(str(job / "runtime"))
     assert out[1] == "False"
+
+
+def test_bundle_is_derived_from_the_runtime_imports(job):
+    """The copied runtime is what ``main`` imports (lazy imports too), and every copied module
+    imports with only the bundle on the path."""
+    from planner.emit.job import bundle_modules
+
+    bundle = bundle_modules()
+    assert {"main", "plan_file", "pipelining", "tp_styles", "user_model"} <= set(bundle["planner_runtime"])
+    assert "harness" not in " ".join(bundle["planner_runtime"])  # test-only module, not imported by the job
+    assert bundle["costmodels"] == ("layout", "model_spec", "training")
+    copied = sorted(p.stem for p in (job / "runtime" / "planner_runtime").glob("*.py"))
+    assert copied == sorted(bundle["planner_runtime"])
+    names = ", ".join(f"planner_runtime.{m}" for m in bundle["planner_runtime"] if m != "__init__")
+    code = f"import sys; sys.path.insert(0, sys.argv[1]); import {names}; print('planner' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code, str(job / "runtime")], capture_output=True, text=True,
+                         check=True, cwd=job).stdout.strip()
+    assert out == "False"
+
+
+def test_emit_does_not_import_the_cli():
+    code = "import sys, planner.emit.job; print(any(m.startswith('planner.cli') for m in sys.modules))"
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          check=True).stdout.strip() == "False"
 
 
 def test_plan_copy_is_exact(job):
@@ -141,7 +166,7 @@ def test_cli_rejects_unreadable_plan(tmp_path):
     path = tmp_path / "plan.json"
     path.write_text("{not json")
     result = CliRunner().invoke(main, ["launch", str(path), "--out", str(tmp_path / "job")])
-    assert result.exit_code == 2 and "is not JSON" in result.output
+    assert result.exit_code == 2 and "not valid JSON" in result.output
 
 
 def test_cli_writes_job(tmp_path):

@@ -1,7 +1,7 @@
 """Loss parity: every layout of issue 4 trains exactly like a single process (CPU, gloo, torchrun).
 
 One torchrun launch per world size runs all layouts of that size one after another in one
-process group (``planner.runtime.harness``); the single-process reference runs in a separate
+process group (``planner.runtime.case_runner``); the single-process reference runs in a separate
 plain process. Each layout is checked with and without full recomputation, on the loss and on
 the global gradient norm (which also checks the clipping, engaged at every step: norm > 1).
 """
@@ -63,7 +63,7 @@ def _run(tmp: Path, nproc: int) -> dict:
     cases, out = tmp / "cases.json", tmp / f"results-{nproc}.json"
     cases.write_text(json.dumps(_cases()), encoding="utf-8")
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    harness = ["-m", "planner.runtime.harness", str(cases), str(out)]
+    harness = ["-m", "planner.runtime.case_runner", str(cases), str(out)]
     if nproc == 1:
         command = [sys.executable, *harness]
     else:

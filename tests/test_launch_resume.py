@@ -21,7 +21,7 @@ def _reference(tmp: Path) -> list[dict]:
     cases = [{"name": "ref", "model": "tiny-llama", "layout": {"num_microbatches": 4, "micro_batch_size": 2},
               "seq_len": 32, "steps": STEPS, "lr": 1e-3, "max_norm": 1.0, "seed": 0}]
     (tmp / "cases.json").write_text(json.dumps(cases))
-    subprocess.run([sys.executable, "-m", "planner.runtime.harness", str(tmp / "cases.json"), str(tmp / "ref.json")],
+    subprocess.run([sys.executable, "-m", "planner.runtime.case_runner", str(tmp / "cases.json"), str(tmp / "ref.json")],
                    cwd=REPO, check=True, capture_output=True, timeout=300)
     return json.loads((tmp / "ref.json").read_text())["ref"]
 

@@ -52,5 +52,5 @@ def test_plan_with_profile_ranks_on_measured_numbers() -> None:
     for term in COVERED:
         assert with_profile.best.sources[term] == "profile"
         assert without.best.sources[term] == "datasheet"
-    assert with_profile.inputs["profile"] == str(SHIPPED)
+    assert with_profile.inputs.profile == str(SHIPPED)
     assert with_profile.best.step_time_s != pytest.approx(without.best.step_time_s, rel=1e-3)

@@ -9,28 +9,22 @@ Pure Python (no torch).
 
 from __future__ import annotations
 
-import copy
 import json
-from pathlib import Path
+from dataclasses import replace
 
 from costmodels.layout import Layout
+from costmodels.model_spec import model_to_dict
 from hardware_specs.errors import AutoplanError
-from planner.plan_file import read_plan_file
-from planner.report import inputs_digest
 from planner.runtime import user_model
+from planner.runtime.plan_file import PlanFile, read_plan_file
 
 
-def read_target(path: str) -> tuple[dict, Layout]:
+def read_target(path: str) -> tuple[PlanFile, Layout]:
     """(plan, best layout) of the plan file ``--attach`` names; one-line errors for anything else."""
-    plan = read_plan_file(Path(path))
-    best = plan["best"]
-    if not isinstance(best, dict) or not isinstance(best.get("layout"), dict):
+    plan = read_plan_file(path)
+    if plan.best is None:
         raise AutoplanError(f"--attach {path}: the plan has no best layout (nothing fit); re-plan first")
-    try:
-        layout = Layout.from_dict(best["layout"])
-    except (KeyError, TypeError, ValueError) as err:
-        raise AutoplanError(f"--attach {path}: best.layout is malformed ({err})") from None
-    return plan, layout
+    return plan, plan.best.layout
 
 
 def check_degrees(path: str, layout: Layout, *, tp: int, dp: int | None) -> int:
@@ -44,10 +38,10 @@ def check_degrees(path: str, layout: Layout, *, tp: int, dp: int | None) -> int:
     return layout.dp
 
 
-def check_target(path: str, plan: dict, layout: Layout, *, module: str | None, model_dict: dict | None) -> None:
+def check_target(path: str, plan: PlanFile, layout: Layout, *, module: str | None, model_dict: dict | None) -> None:
     """Refuse a plan the chosen model cannot be launched with (before tracing and solving)."""
-    if model_dict is not None and model_dict != plan["inputs"].get("model_spec"):
-        raise AutoplanError(f"--model: the plan in {path} is for {plan['inputs'].get('model')!r}, a different "
+    if model_dict is not None and model_dict != json.loads(json.dumps(model_to_dict(plan.inputs.model_spec))):
+        raise AutoplanError(f"--model: the plan in {path} is for {plan.inputs.model!r}, a different "
                             "model; shard that model, or attach to a plan made for this one")
     if module is not None:
         problems = user_model.layout_problems(layout, has_tp_plan=True)
@@ -55,20 +49,8 @@ def check_target(path: str, plan: dict, layout: Layout, *, module: str | None, m
             raise AutoplanError(f"--attach {path}: {problems[0]}")
 
 
-def attached(plan: dict, tp_plan: dict, *, module: str | None, input_shape: tuple[int, ...] | None) -> dict:
-    """A new plan dict: ``plan`` with ``best.tp_plan`` (and the user's model) set; ``plan`` is unchanged."""
-    out = copy.deepcopy(plan)
-    out["best"]["tp_plan"] = dict(sorted(tp_plan.items()))
-    out["inputs"].pop("module", None)
-    out["inputs"].pop("input_shape", None)
-    if module is not None:
-        out["inputs"]["module"] = module
-        out["inputs"]["input_shape"] = list(input_shape)
-    if "inputs_digest" in out:
-        out["inputs_digest"] = inputs_digest(out["inputs"])
-    return out
-
-
-def plan_text(plan: dict) -> str:
-    """The plan file's bytes (as ``autoplan plan --out`` writes them: sorted keys, indent 2)."""
-    return json.dumps(plan, indent=2, sort_keys=True) + "\n"
+def attached(plan: PlanFile, tp_plan: dict, *, module: str | None, input_shape: tuple[int, ...] | None) -> PlanFile:
+    """A new plan file: ``plan`` with ``best.tp_plan`` (and the user's model) set; ``plan`` is unchanged."""
+    inputs = replace(plan.inputs, module=module, input_shape=None if module is None else tuple(input_shape))
+    best = replace(plan.best, tp_plan=dict(sorted(tp_plan.items())))
+    return replace(plan, inputs=inputs, inputs_digest=inputs.digest(), best=best)

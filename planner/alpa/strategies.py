@@ -1,10 +1,11 @@
 """Sharding strategies of one operator on a mesh: products of per-axis atoms, with costs.
 
 Per strategy (Alpa, section 4.2): compute time c (roofline of FLOPs and bytes over the
-devices that split the work; forward + backward = 3 x forward, REFERENCE.md "Backward ~ 2 x
-forward"), intra-operator communication d (gradient all-reduce of parameters replicated on an
-axis that splits the work: data parallelism's gradient sync), and memory (parameter states
-per device plus the stored output).
+devices that split the work; forward + backward = 3 x forward, since backward costs about twice
+the forward, Narayanan et al. SC'21, appendix on floating-point operations), intra-operator
+communication d (gradient all-reduce of parameters replicated on an axis that splits the work:
+data parallelism's gradient sync), and memory (parameter states per device plus the stored
+output).
 """
 
 from __future__ import annotations

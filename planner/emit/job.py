@@ -7,6 +7,7 @@ and DIR/exports/ (Megatron-LM, DeepSpeed, torchtitan). Importing this module doe
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import shutil
@@ -14,60 +15,27 @@ import sys
 from pathlib import Path
 
 from costmodels.layout import Layout, layout_problems
-from costmodels.model_spec import ModelSpec, model_from_dict
+from costmodels.model_spec import ModelSpec
 from costmodels.training import TrainingSpec
 from hardware_specs.errors import AutoplanError
+from planner.launchable import launch_problems, runtime_problems
 from planner.runtime import user_model
+from planner.runtime.plan_file import PlanFile, PlanFileError
 from planner.runtime.tp_styles import parse_style
+from profiles.io import write_text_atomic
 
 from . import frameworks, scripts
 
-RUNTIME_MODULES = ("__init__", "model", "init", "parallel", "pipelining", "clip", "data", "trainer",
-                   "checkpoint", "main", "tp_styles", "user_model")
-SPEC_MODULES = {"costmodels": ("model_spec", "layout", "training"), "hardware_specs": ("errors",)}
+RUNTIME_ENTRY = "main"
+"""The runtime module the job runs; the bundle is what it imports, followed transitively."""
+SPEC_PACKAGES = ("costmodels", "hardware_specs")
+"""Packages whose modules the runtime may import (specs only; they are copied beside it)."""
 
 
-class PlanFileError(AutoplanError):
-    """A plan file that cannot be read, or a plan the generated job cannot apply."""
-
-
-def read_plan(path: str | Path) -> dict:
-    """The plan JSON at ``path`` (a plan file or a single {"layout", "predicted"} plan is rejected)."""
-    try:
-        with open(path, encoding="utf-8") as handle:
-            plan = json.load(handle)
-    except OSError as err:
-        raise PlanFileError(f"plan: cannot read {path} ({err.strerror})") from None
-    except json.JSONDecodeError as err:
-        raise PlanFileError(f"plan: {path} is not JSON ({err.msg} at line {err.lineno})") from None
-    for key in ("inputs", "best"):
-        if not isinstance(plan, dict) or key not in plan:
-            raise PlanFileError(f"plan: {path} has no {key!r}; write it with 'autoplan plan --out plan.json'")
-    return plan
-
-
-def plan_parts(plan: dict) -> tuple[ModelSpec, TrainingSpec, Layout]:
-    """(model, training, layout) of the plan's best candidate, validated."""
-    inputs = plan["inputs"]
-    try:
-        model = model_from_dict(inputs["model_spec"])
-        raw = dict(inputs["training"])
-        if "lora_targets" in raw:
-            raw["lora_targets"] = tuple(raw["lora_targets"])
-        training = TrainingSpec(**raw)
-        layout = Layout.from_dict(plan["best"]["layout"])
-    except (KeyError, TypeError) as err:
-        raise PlanFileError(f"plan: missing or malformed field {err}") from None
-    return model, training, layout
-
-
-def tp_plan_problems(plan: dict, layout: Layout) -> list[str]:
+def tp_plan_problems(tp_plan: dict[str, str] | None, layout: Layout) -> list[str]:
     """What is wrong with the plan's ``best.tp_plan`` (from ``autoplan shard --attach``), if anything."""
-    tp_plan = plan["best"].get("tp_plan")
     if tp_plan is None:
         return []
-    if not isinstance(tp_plan, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in tp_plan.items()):
-        return ["best.tp_plan: expected {module fqn: style}; write it with 'autoplan shard ... --attach'"]
     if layout.tp == 1:
         return ["best.tp_plan is given but layout.tp = 1, so nothing would apply it; drop it or re-plan with tp > 1"]
     problems = []
@@ -79,100 +47,102 @@ def tp_plan_problems(plan: dict, layout: Layout) -> list[str]:
     return problems
 
 
-def unsupported(model: ModelSpec, training: TrainingSpec, layout: Layout, plan: dict | None = None) -> list[str]:
-    """Parts of the plan the generated job cannot apply, one sentence each naming the field.
+def unsupported(plan: PlanFile) -> list[str]:
+    """Parts of the plan's best layout the generated job cannot apply, one sentence each naming the field.
 
-    With ``inputs.module`` (a user's model) the checks of autoplan's own model are replaced by
+    ``launch_problems`` decides for autoplan's own model (the same rule ``plan --launchable``
+    searches with); with ``inputs.module`` (a user's model) its model checks are replaced by
     ``user_model.layout_problems``."""
-    plan = plan or {"inputs": {}, "best": {}}
-    L, out = layout, tp_plan_problems(plan, layout)
-    if L.cp > 1:
-        out.append(f"layout.cp = {L.cp}: context parallelism is not applied by the generated job "
-                   "(torch's context_parallel is CUDA-only and experimental); re-plan with --cp 1")
-    if L.ep > 1:
-        out.append(f"layout.ep = {L.ep}: expert parallelism is not applied by the generated job; re-plan with --ep 1")
-    if L.optimizer_offload:
-        out.append("layout.optimizer_offload: optimizer offload is not applied by the generated job; re-plan without it")
-    if training.lora_rank:
-        out.append(f"training.lora_rank = {training.lora_rank}: LoRA is not applied by the generated job")
-    user = plan["inputs"].get("module")
-    if user is None:
-        return out + _own_model_problems(model, L)
-    if not isinstance(user, str) or ":" not in user:
-        out.append(f"inputs.module = {json.dumps(user)}: expected 'pkg.mod:factory'")
-    return out + user_model.layout_problems(L, has_tp_plan="tp_plan" in plan["best"])
+    inputs, best = plan.inputs, plan.best
+    out = tp_plan_problems(best.tp_plan, best.layout)
+    if inputs.module is None:
+        return out + launch_problems(inputs.model_spec, inputs.training, best.layout)
+    out += runtime_problems(inputs.training, best.layout)
+    if ":" not in inputs.module:
+        out.append(f"inputs.module = {json.dumps(inputs.module)}: expected 'pkg.mod:factory'")
+    return out + user_model.layout_problems(best.layout, has_tp_plan=best.tp_plan is not None)
 
 
-def _own_model_problems(model: ModelSpec, L: Layout) -> list[str]:
-    """What the job cannot apply to autoplan's own model of ``model``."""
-    out = []
-    if model.tied_embeddings and L.pp > 1:
-        out.append(f"layout.pp = {L.pp}: {model.name} ties input and output embeddings, which separate pipeline "
-                   "stages cannot share; re-plan with --pp 1")
-    if model.tied_embeddings and L.tp > 1:
-        out.append(f"layout.tp = {L.tp}: tied embeddings are not split by the generated job; re-plan with --tp 1")
-    if model.moe is not None and L.tp > 1:
-        out.append(f"layout.tp = {L.tp}: MoE layers are not tensor-parallel in the generated job; re-plan with --tp 1")
-    if model.num_kv_heads % L.tp:
-        out.append(f"layout.tp = {L.tp} does not divide the {model.num_kv_heads} key/value heads; pick a divisor")
-    return out
-
-
-def check_plan(plan: dict) -> tuple[ModelSpec, TrainingSpec, Layout]:
+def check_plan(plan: PlanFile) -> tuple[ModelSpec, TrainingSpec, Layout]:
     """Validate a plan for launching; raise ``PlanFileError`` with the first problem."""
-    model, training, layout = plan_parts(plan)
-    gpus = int(plan["inputs"].get("gpus", layout.world_size))
-    per_node = int(plan["inputs"].get("gpus_per_node") or gpus)
-    problems = layout_problems(layout, model, training, gpus, per_node) + unsupported(model, training, layout, plan)
+    if plan.best is None:
+        raise PlanFileError("best: null (no layout fits); there is nothing to launch")
+    inputs, layout = plan.inputs, plan.best.layout
+    problems = layout_problems(layout, inputs.model_spec, inputs.training, inputs.gpus, inputs.gpus_per_node)
+    problems += unsupported(plan)
     if problems:
         raise PlanFileError(problems[0])
-    return model, training, layout
+    return inputs.model_spec, inputs.training, layout
+
+
+def bundle_modules() -> dict[str, tuple[str, ...]]:
+    """{package: module names} the generated job needs: ``planner/runtime``'s entry module and
+    every module it imports (relative imports, and ``costmodels.*`` / ``hardware_specs.*``),
+    followed transitively, read from the source with ``ast`` (nothing is imported)."""
+    root = Path(__file__).resolve().parent.parent.parent
+    dirs = {"planner_runtime": root / "planner" / "runtime", **{pkg: root / pkg for pkg in SPEC_PACKAGES}}
+    found: dict[str, set[str]] = {}
+    todo = [("planner_runtime", RUNTIME_ENTRY), ("planner_runtime", "__init__")]
+    while todo:
+        package, name = todo.pop()
+        if name in found.setdefault(package, set()):
+            continue
+        found[package].add(name)
+        tree = ast.parse((dirs[package] / f"{name}.py").read_text(encoding="utf-8"))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.level == 1:
+                targets = [a.name for a in node.names] if node.module is None else [node.module.split(".")[0]]
+                todo += [(package, t) for t in targets]
+            elif isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] in SPEC_PACKAGES:
+                head, _, rest = node.module.partition(".")
+                todo.append((head, rest.split(".")[0] if rest else "__init__"))
+    return {package: tuple(sorted(names)) for package, names in sorted(found.items())}
 
 
 def _copy_runtime(out: Path) -> None:
     runtime = out / "runtime"
-    package = runtime / "planner_runtime"
-    package.mkdir(parents=True, exist_ok=True)
-    source = Path(__file__).resolve().parent.parent / "runtime"
-    for name in RUNTIME_MODULES:
-        shutil.copyfile(source / f"{name}.py", package / f"{name}.py")
     root = Path(__file__).resolve().parent.parent.parent
-    for pkg, modules in SPEC_MODULES.items():
-        (runtime / pkg).mkdir(exist_ok=True)
-        (runtime / pkg / "__init__.py").write_text('"""Copied by autoplan launch (specs only)."""\n', encoding="utf-8")
+    for package, modules in bundle_modules().items():
+        source = root / "planner" / "runtime" if package == "planner_runtime" else root / package
+        (runtime / package).mkdir(parents=True, exist_ok=True)
+        if package != "planner_runtime":
+            (runtime / package / "__init__.py").write_text('"""Copied by autoplan launch (specs only)."""\n',
+                                                          encoding="utf-8")
         for name in modules:
-            shutil.copyfile(root / pkg / f"{name}.py", runtime / pkg / f"{name}.py")
+            if name != "__init__" or package == "planner_runtime":
+                shutil.copyfile(source / f"{name}.py", runtime / package / f"{name}.py")
 
 
 def _write(path: Path, text: str, executable: bool = False) -> None:
-    from planner.cli_common import write_atomic
-
-    write_atomic(path, text)
+    try:
+        write_text_atomic(path, text)
+    except OSError as err:
+        raise AutoplanError(f"--out: cannot write {path} ({err.strerror})") from None
     if executable:
         os.chmod(path, 0o755)
 
 
-def _summary(plan: dict, layout: Layout) -> str:
-    L, inputs = layout, plan["inputs"]
-    model = f"user model {inputs['module']}" if "module" in inputs else f"model {inputs.get('model')}"
-    tp_plan = f" ({len(plan['best']['tp_plan'])}-entry tp_plan)" if "tp_plan" in plan["best"] else ""
-    return (f"{model} on {inputs.get('hardware')}: dp {L.dp} tp {L.tp}{tp_plan} pp {L.pp} "
+def _summary(plan: PlanFile, layout: Layout) -> str:
+    L, inputs, tp_plan = layout, plan.inputs, plan.best.tp_plan
+    model = f"user model {inputs.module}" if inputs.module is not None else f"model {inputs.model}"
+    tp_text = f" ({len(tp_plan)}-entry tp_plan)" if tp_plan is not None else ""
+    return (f"{model} on {inputs.hardware}: dp {L.dp} tp {L.tp}{tp_text} pp {L.pp} "
             f"zero {L.zero_stage} schedule {L.schedule} recompute {L.recompute}")
 
 
-def write_job(plan: dict, out: str | Path, *, python: str | None = None) -> list[Path]:
+def write_job(plan: PlanFile, out: str | Path, *, python: str | None = None) -> list[Path]:
     """Write the job directory for ``plan``; returns the files written. Refuses unsupported plans."""
     model, training, layout = check_plan(plan)
     out = Path(out)
-    name = str(plan["inputs"].get("model", model.name))
+    name = plan.inputs.model
     summary = _summary(plan, layout)
     _copy_runtime(out)
-    _write(out / "plan.json", json.dumps(plan, indent=2, sort_keys=True) + "\n")
+    _write(out / "plan.json", plan.to_json())
     _write(out / "train.py", scripts.TRAIN_PY)
-    user = plan["inputs"].get("module")
+    user = plan.inputs.module
     _write(out / "launch.sh", scripts.launch_sh(world_size=layout.world_size, summary=summary,
                                                 python=python or sys.executable, user_module=user), executable=True)
-    per_node = int(plan["inputs"].get("gpus_per_node") or layout.world_size)
+    per_node = plan.inputs.gpus_per_node
     _write(out / "slurm.sbatch", scripts.slurm_sbatch(world_size=layout.world_size, gpus_per_node=per_node,
                                                        name=name, summary=summary))
     if user is None:

@@ -20,12 +20,11 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from costmodels.layout import Layout
-from costmodels.model_spec import model_from_dict
 from hardware_specs.errors import AutoplanError
 
 from . import checkpoint
 from .data import open_source
+from .plan_file import PlanFile, PlanFileError, read_plan_file
 from .trainer import init_distributed, pick_device, setup_job, train_step
 
 GIB = 2**30
@@ -93,29 +92,24 @@ def _resume(job, args) -> int:
     return step
 
 
-def _read(path: str) -> dict:
-    with open(path, encoding="utf-8") as handle:
-        return json.load(handle)
-
-
-def _load_plan(path: str):
-    """(model spec, layout, seq_len, precision, optimizer) of the plan (also used by ``autoplan validate``)."""
-    plan = _read(path)
-    training = plan["inputs"]["training"]
-    return (model_from_dict(plan["inputs"]["model_spec"]), Layout.from_dict(plan["best"]["layout"]),
-            int(training["seq_len"]), str(training.get("precision", "bf16")), str(training.get("optimizer", "adamw")))
-
-
-def _load_user_parts(path: str) -> tuple[str | None, dict | None]:
-    """(``inputs.module``, ``best.tp_plan``) of the plan, each None when absent (``autoplan shard --attach``)."""
-    plan = _read(path)
-    return plan["inputs"].get("module"), plan["best"].get("tp_plan")
+def _load_plan(path: str) -> PlanFile:
+    """The plan file with a best layout; anything else is one ``error:`` line and exit 2 (rank 0 prints)."""
+    try:
+        plan = read_plan_file(path)
+        if plan.best is None:
+            raise PlanFileError(f"plan file {path}: best is null (no layout fits); nothing to train")
+    except PlanFileError as err:
+        if os.environ.get("RANK", "0") == "0":
+            print(f"error: {err}", file=sys.stderr, flush=True)
+        raise SystemExit(2) from None
+    return plan
 
 
 def _setup(args):
     """(job, sequence length) of the plan on this rank; a plan the job cannot apply is one ``error:`` line, exit 2."""
-    spec, layout, seq_len, precision, optimizer = _load_plan(args.plan)
-    module, tp_plan = _load_user_parts(args.plan)
+    plan = _load_plan(args.plan)
+    spec, layout, training = plan.inputs.model_spec, plan.best.layout, plan.inputs.training
+    seq_len = training.seq_len
     device = pick_device()
     init_distributed(device)
     if dist.get_world_size() != layout.world_size:
@@ -123,7 +117,8 @@ def _setup(args):
                          f" x pp {layout.pp} x cp {layout.cp}); torchrun started {dist.get_world_size()}")
     try:
         job = setup_job(spec, layout, device=device, seed=args.seed, lr=args.lr, weight_decay=args.weight_decay,
-                        precision=precision, optimizer=optimizer, module=module, tp_plan=tp_plan, seq_len=seq_len)
+                        precision=training.precision, optimizer=training.optimizer, module=plan.inputs.module,
+                        tp_plan=plan.best.tp_plan, seq_len=seq_len)
     except AutoplanError as err:
         if dist.get_rank() == 0:
             print(f"error: {err}", file=sys.stderr, flush=True)

@@ -24,6 +24,7 @@ from typing import Any, Callable
 
 from costmodels.assumptions import DEFAULT_ASSUMPTIONS, Assumptions
 from costmodels.layout import Layout
+from planner.runtime.plan_file import PlanInputs
 
 from .compare import cost_model
 
@@ -49,7 +50,7 @@ INTERVAL_Z = 1.96
 class Run:
     """One measured plan: its plan-file inputs, layout and measured step time."""
 
-    inputs: dict[str, Any]
+    inputs: PlanInputs
     layout: Layout
     measured_step_time_s: float
 
@@ -70,7 +71,7 @@ def predict_all(runs: list[Run], assumptions: Assumptions | None, profile=None) 
     models: dict[str, Any] = {}
     out = []
     for run in runs:
-        key = repr(sorted((k, repr(v)) for k, v in run.inputs.items()))
+        key = run.inputs.digest()
         if key not in models:
             models[key] = cost_model(run.inputs, profile=profile, assumptions=assumptions)
         out.append(models[key].estimate(run.layout).step_time_s)
@@ -154,3 +155,22 @@ def write_calibration(path: str | Path, cal: Calibration, *, provenance: dict[st
     history["calibration"] = provenance
     write_profile(target, replace(profile, calibration=calibration_table(cal), provenance=history))
     load_profile(target)
+
+
+def calibrate_from_results(inputs: PlanInputs, results: list, path: str, profile) -> dict[str, Any]:
+    """``validate --calibrate``: fit factors to the measured results (``runner.PlanResult``),
+    write them into the profile at ``path``, and report the fit with each run's new prediction."""
+    import platform
+
+    runs = [Run(inputs=inputs, layout=r.layout, measured_step_time_s=r.measured_step_time_s)
+            for r in results if r.measured_step_time_s]
+    cal = fit(runs, profile=profile)
+    provenance = {"source": "autoplan validate --calibrate", "runs": len(runs), "host": platform.node(),
+                  "plans": [r.layout.to_dict() for r in results if r.measured_step_time_s]}
+    write_calibration(path, cal, provenance=provenance, device_type=profile.device_type if profile else "cpu")
+    after = predict_all(runs, replace(DEFAULT_ASSUMPTIONS, **cal.factors), profile)
+    return {"profile": str(path), "factors": cal.factors, "step_time_log_sd": cal.step_time_log_sd,
+            "median_abs_error_pct_before": 100 * cal.median_abs_error_before,
+            "median_abs_error_pct_after": 100 * cal.median_abs_error_after,
+            "after": [{"layout": run.layout.to_dict(), "predicted_s": p, "interval_s": interval_s(p, cal.step_time_log_sd),
+                       "measured_s": run.measured_step_time_s} for run, p in zip(runs, after)]}

@@ -21,9 +21,7 @@ from costmodels.assumptions import DEFAULT_ASSUMPTIONS, Assumptions
 from costmodels.breakdown import CostBreakdown
 from costmodels.estimate import CostModel
 from costmodels.layout import Layout
-from costmodels.model_spec import model_from_dict
-from costmodels.training import TrainingSpec
-from hardware_specs import load_node, make_cluster
+from planner.runtime.plan_file import PlanInputs
 
 MEMORY_COMPONENTS = ("params", "grads", "optimizer", "states", "states_peak", "activations")
 
@@ -35,26 +33,16 @@ def error_pct(predicted: float, measured: float) -> float | None:
     return 100.0 * (predicted - measured) / measured
 
 
-def training_spec(inputs: dict[str, Any]) -> TrainingSpec:
-    raw = dict(inputs["training"])
-    if "lora_targets" in raw:
-        raw["lora_targets"] = tuple(raw["lora_targets"])
-    return TrainingSpec(**raw)
-
-
-def cost_model(inputs: dict[str, Any], *, profile=None, assumptions: Assumptions | None = None) -> CostModel:
+def cost_model(inputs: PlanInputs, *, profile=None, assumptions: Assumptions | None = None) -> CostModel:
     """The cost model of a plan file's inputs. ``assumptions`` given: used as they are (the
     profile's own calibration is not applied on top); else the profile's calibration applies."""
-    node = load_node(inputs["hardware"])
-    cluster = make_cluster(node, int(inputs["gpus"]), inputs.get("gpus_per_node"))
-    model = model_from_dict(inputs["model_spec"])
-    fraction = float(inputs.get("memory_fraction", 0.95))
+    from planner.api import Job
+
     if assumptions is not None and profile is not None and profile.calibration:
         from dataclasses import replace
 
         profile = replace(profile, calibration={})
-    return CostModel(model, training_spec(inputs), cluster, profile=profile,
-                     assumptions=assumptions or DEFAULT_ASSUMPTIONS, memory_fraction=fraction)
+    return Job.from_inputs(inputs, profile=profile).cost_model(assumptions or DEFAULT_ASSUMPTIONS)
 
 
 def recompute_working_bytes(cm: CostModel, layout: Layout) -> float:

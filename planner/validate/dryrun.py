@@ -34,7 +34,7 @@ import torch.distributed as dist
 
 from costmodels.layout import Layout
 from planner.runtime import trainer
-from planner.runtime.main import _load_plan
+from planner.runtime.plan_file import read_plan_file
 from planner.runtime.parallel import build_meshes, build_parts, parallelize, shard_embedding_grads
 
 from .probe import MemoryProbe
@@ -186,10 +186,11 @@ def main(argv: list[str]) -> None:
     warnings.filterwarnings("ignore")
     plan_path, out_path = argv[:2]
     if len(argv) > 2:
-        spec, layout, seq_len, precision, optimizer = _load_plan(plan_path)
-        result = measure_rank(spec, layout, int(argv[2]), seq_len, precision, optimizer)
+        plan = read_plan_file(plan_path)
+        t = plan.inputs.training
+        result = measure_rank(plan.inputs.model_spec, plan.best.layout, int(argv[2]), t.seq_len, t.precision, t.optimizer)
     else:
-        _, layout, *_ = _load_plan(plan_path)
+        layout = read_plan_file(plan_path).best.layout
         result = {"plan": plan_path, "ranks": [_rank_in_subprocess(plan_path, r) for r in pipeline_ranks(layout)]}
     with open(out_path, "w", encoding="utf-8") as handle:
         json.dump(result, handle, indent=1, sort_keys=True)

@@ -27,7 +27,7 @@ import torch
 import torch.distributed as dist
 
 from planner.runtime.data import SyntheticTokens
-from planner.runtime.main import _load_plan
+from planner.runtime.plan_file import read_plan_file
 from planner.runtime.trainer import init_distributed, pick_device, setup_job, train_step
 
 from .probe import MemoryProbe
@@ -61,8 +61,10 @@ def _timed_step(job, source, step: int, seq_len: int) -> tuple[dict, float]:
 
 def run_case(case: dict, device: torch.device) -> dict:
     """Train one plan: warm-up, timed steps (step log written), one probed step; per-rank memory."""
-    spec, layout, seq_len, precision, optimizer = _load_plan(case["plan_file"])
-    job = setup_job(spec, layout, device=device, precision=precision, optimizer=optimizer)
+    plan = read_plan_file(case["plan_file"])
+    spec, layout, training = plan.inputs.model_spec, plan.best.layout, plan.inputs.training
+    seq_len = training.seq_len
+    job = setup_job(spec, layout, device=device, precision=training.precision, optimizer=training.optimizer)
     source = SyntheticTokens(spec.vocab_size, 0)
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)

@@ -12,13 +12,13 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 from costmodels.breakdown import MEMORY_TERMS
+from costmodels.estimate import CostModel
 from costmodels.layout import Layout
 from hardware_specs.units import GIB
+from planner.runtime.plan_file import PlanFile, PlanFileError
 
-from .compare import cost_model
 from .schedule import simulate
 
 MAX_POINTS = 4000
@@ -62,11 +62,11 @@ def stage_times(cm, layout: Layout) -> tuple[list[float], list[float], float]:
     return fwd, bwd, comm
 
 
-def plot_schedule(plan: dict[str, Any], out_dir: Path) -> list[Path]:
+def plot_schedule(plan: PlanFile, cm: CostModel, out_dir: Path) -> list[Path]:
     """Timeline of the chosen plan's step, per pipeline rank."""
     plt = _pyplot()
-    layout = Layout.from_dict(plan["best"]["layout"])
-    fwd, bwd, comm = stage_times(cost_model(plan["inputs"]), layout)
+    layout = plan.best.layout
+    fwd, bwd, comm = stage_times(cm, layout)
     bars = simulate(layout.schedule, layout.pp, layout.num_microbatches, layout.virtual_stages, fwd, bwd, comm)
     end = max(b.end_s for b in bars)
     fig, ax = plt.subplots(figsize=(10, 1.0 + 0.6 * layout.pp))
@@ -87,11 +87,10 @@ def plot_schedule(plan: dict[str, Any], out_dir: Path) -> list[Path]:
     return _save(fig, out_dir, "schedule")
 
 
-def plot_memory(plan: dict[str, Any], out_dir: Path) -> list[Path]:
+def plot_memory(plan: PlanFile, cm: CostModel, out_dir: Path) -> list[Path]:
     """Stacked memory components per pipeline rank, with the usable capacity."""
     plt = _pyplot()
-    cm = cost_model(plan["inputs"])
-    breakdown = cm.estimate(Layout.from_dict(plan["best"]["layout"]))
+    breakdown = cm.estimate(plan.best.layout)
     fig, ax = plt.subplots(figsize=(1.6 + 0.9 * len(breakdown.stages), 4))
     xs = list(range(len(breakdown.stages)))
     bottom = [0.0] * len(xs)
@@ -108,15 +107,14 @@ def plot_memory(plan: dict[str, Any], out_dir: Path) -> list[Path]:
     return _save(fig, out_dir, "memory")
 
 
-def candidate_points(plan: dict[str, Any]) -> list[tuple[float, float, bool]]:
+def candidate_points(plan: PlanFile, cm: CostModel) -> list[tuple[float, float, bool]]:
     """(peak GiB, step s, fits) of the layouts of the plan's search space (sampled evenly)."""
     from planner.space import LAUNCHABLE, SearchOptions, all_layouts
 
-    inputs = plan["inputs"]
-    cm = cost_model(inputs)
-    options = SearchOptions(allow_cross_node_tp=bool(inputs.get("allow_cross_node_tp")),
-                            **(LAUNCHABLE if inputs.get("launchable") else {}))
-    layouts = list(all_layouts(cm.model, cm.training, int(inputs["gpus"]), cm.cluster.gpus_per_node, options))
+    inputs = plan.inputs
+    options = SearchOptions(allow_cross_node_tp=bool(inputs.allow_cross_node_tp),
+                            **(LAUNCHABLE if inputs.launchable else {}))
+    layouts = list(all_layouts(cm.model, cm.training, inputs.gpus, cm.cluster.gpus_per_node, options))
     stride = max(1, len(layouts) // MAX_POINTS)
     out = []
     for layout in layouts[::stride]:
@@ -125,18 +123,18 @@ def candidate_points(plan: dict[str, Any]) -> list[tuple[float, float, bool]]:
     return out
 
 
-def plot_candidates(plan: dict[str, Any], out_dir: Path) -> list[Path]:
+def plot_candidates(plan: PlanFile, cm: CostModel, out_dir: Path) -> list[Path]:
     """Step time vs peak memory of the evaluated layouts; chosen plan and memory cap marked."""
     plt = _pyplot()
-    points = candidate_points(plan)
-    best = plan["best"]["predicted"]
+    points = candidate_points(plan, cm)
+    best = plan.best.predicted
     fig, ax = plt.subplots(figsize=(7, 4.5))
     for fits, color, label in ((True, "#4c72b0", "fits"), (False, "#bbbbbb", "over memory")):
         sel = [(m, t) for m, t, f in points if f == fits]
         if sel:
             ax.scatter([m for m, _ in sel], [t for _, t in sel], s=8, color=color, alpha=0.6, label=label)
-    for other in plan.get("candidates", []):
-        p = other["predicted"]
+    for other in plan.candidates:
+        p = other.predicted
         ax.scatter([p["peak_memory_gib"]], [p["step_time_s"]], s=30, marker="s", facecolor="none",
                    edgecolor="#55a868")
     ax.scatter([best["peak_memory_gib"]], [best["step_time_s"]], s=120, marker="*", color="#c44e52",
@@ -151,9 +149,23 @@ def plot_candidates(plan: dict[str, Any], out_dir: Path) -> list[Path]:
     return _save(fig, out_dir, "candidates")
 
 
-def plot_plan(plan: dict[str, Any], out_dir: str | Path) -> list[Path]:
-    """All three figures (PNG and SVG each) for a plan file dict; none when nothing fits."""
+def plan_cost_model(plan: PlanFile) -> CostModel:
+    """The cost model the plan was made with: its inputs and the profile they name, if any."""
+    from planner.api import Job
+
+    profile = plan.inputs.profile
+    if profile is not None and not Path(profile).is_file():
+        raise PlanFileError(f"inputs.profile {profile}: no such file here; the plan was costed with it, so the "
+                            "figures need it too (run from the directory 'autoplan plan' ran in)")
+    return Job.from_inputs(plan.inputs, profile=profile).cost_model()
+
+
+def plot_plan(plan: PlanFile, out_dir: str | Path) -> list[Path]:
+    """All three figures (PNG and SVG each) for a plan file; none when nothing fits.
+
+    Costed as the plan was: with the profile its inputs name (``inputs.profile``), if any."""
     out = Path(out_dir)
-    if plan.get("best") is None:
+    if plan.best is None:
         return []
-    return plot_schedule(plan, out) + plot_memory(plan, out) + plot_candidates(plan, out)
+    cm = plan_cost_model(plan)
+    return plot_schedule(plan, cm, out) + plot_memory(plan, cm, out) + plot_candidates(plan, cm, out)

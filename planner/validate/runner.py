@@ -19,6 +19,7 @@ from typing import Any
 
 from costmodels.layout import Layout
 from hardware_specs.errors import AutoplanError
+from planner.runtime.plan_file import PlanFile, PlanFileError
 
 from .compare import (MemoryRow, cost_model, error_pct, measured_by_stage, measured_step_time_s,
                       memory_rows, predicted_memory)
@@ -62,21 +63,21 @@ class PlanResult:
         return {**out, **self.extra}
 
 
-def single_plans(plan: dict[str, Any], candidates: int) -> list[tuple[str, dict[str, Any]]]:
-    """(name, plan file dict with that plan as ``best``) for the best plan and the next K."""
-    if plan.get("best") is None:
+def single_plans(plan: PlanFile, candidates: int) -> list[tuple[str, PlanFile]]:
+    """(name, plan file with that plan as ``best``) for the best plan and the next K."""
+    if plan.best is None:
         raise ValidateError("plan file: 'best' is null (no layout fits); nothing to validate")
-    chosen = [plan["best"], *plan.get("candidates", [])[:candidates]]
-    return [(f"plan-{i}", {**plan, "best": p, "candidates": []}) for i, p in enumerate(chosen)]
+    chosen = [plan.best, *plan.candidates[:candidates]]
+    return [(f"plan-{i}", plan.with_best(p)) for i, p in enumerate(chosen)]
 
 
-def prepare(plans: list[tuple[str, dict[str, Any]]], workdir: Path) -> tuple[list[dict], list[PlanResult]]:
+def prepare(plans: list[tuple[str, PlanFile]], workdir: Path) -> tuple[list[dict], list[PlanResult]]:
     """Write a job per launchable plan; plans the launcher refuses come back as skipped results."""
-    from planner.emit.job import PlanFileError, write_job
+    from planner.emit.job import write_job
 
     jobs, skipped = [], []
     for name, plan in plans:
-        layout = Layout.from_dict(plan["best"]["layout"])
+        layout = plan.best.layout
         job_dir = workdir / name
         try:
             write_job(plan, job_dir)
@@ -128,7 +129,7 @@ def dry_run(job: dict) -> dict:
 
 def compare(job: dict, measured: dict, profile=None) -> PlanResult:
     """Predicted (cost model from the plan's inputs) vs measured for one job."""
-    cm = cost_model(job["plan"]["inputs"], profile=profile)
+    cm = cost_model(job["plan"].inputs, profile=profile)
     breakdown = cm.estimate(job["layout"])
     rows = memory_rows(predicted_memory(cm, breakdown), measured_by_stage(measured["ranks"]))
     times = measured.get("step_time_s")

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import json
 import sys
-from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import click
 from rich.console import Console
 
-from .cli_common import EXIT_INFEASIBLE, run_command, write_atomic
+from .common import EXIT_INFEASIBLE, run_command, write_atomic
+
+if TYPE_CHECKING:
+    from ..runtime.plan_file import PlanEntry, PlanFile
 
 JOB_OPTIONS: list[Callable] = [
     click.option("--model", "model", required=True, help="Preset name (see 'autoplan models') or a config.json path."),
@@ -56,7 +58,7 @@ def _job_kwargs(kw: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _emit(report_dict: dict[str, Any], text: str, fmt: str, out: str | None, console_view: Callable) -> None:
+def _emit(text: str, fmt: str, out: str | None, console_view: Callable) -> None:
     if out:
         write_atomic(out, text)
     if fmt == "json":
@@ -72,7 +74,8 @@ def _emit(report_dict: dict[str, Any], text: str, fmt: str, out: str | None, con
               help="Alternatives to list (best layout of each next-best mesh).")
 @click.option("--allow-cross-node-tp", is_flag=True, help="Let tensor parallel span nodes.")
 @click.option("--launchable", is_flag=True,
-              help="Only layouts 'autoplan launch' can run here (no context/expert parallelism or offload), "
+              help="Only layouts 'autoplan launch' can run (no context/expert parallelism or offload, tied "
+                   "embeddings only at tp = pp = 1; the rule launch checks), "
                    "costed as its job runs them (--runtime torch).")
 @click.option("--solver", type=click.Choice(["search", "brute-force"]), default="search", show_default=True,
               help="search: exact branch and bound; brute-force: evaluate every layout (slow, for checking).")
@@ -85,15 +88,14 @@ def plan_command(fmt: str, out: str | None, top_k: int, allow_cross_node_tp: boo
     Exits 1 when no layout fits, printing the closest misses and what would make them fit.
     """
     def work() -> None:
-        from . import api
+        from .. import api
 
         report = api.plan(top_k=top_k, solver=solver, allow_cross_node_tp=allow_cross_node_tp, launchable=launchable,
                           **_job_kwargs(kw))
-        data = report.to_dict()
-        text = report.to_json()
-        timed = report.to_dict(with_timing=True)
-        _emit(data, text, fmt, out, lambda: _print(timed))
-        _plot(data, plot_dir)
+        plan_file = report.to_plan_file()
+        timed = report.to_plan_file(with_timing=True)
+        _emit(plan_file.to_json(), fmt, out, lambda: _print(timed))
+        _plot(plan_file, plot_dir)
         if not report.feasible:
             miss = report.closest_misses[0] if report.closest_misses else None
             detail = (f"; closest needs {miss.needed_gib:.1f} GiB of {miss.available_gib:.1f} GiB "
@@ -127,26 +129,20 @@ def evaluate_command(fmt: str, out: str | None, dp: int, tp: int, pp: int, cp: i
                      recompute_layers: int, sequence_parallel: bool | None, offload: bool, **kw: Any) -> None:
     """Cost one explicit layout: memory per GPU, step time by term, traffic."""
     def work() -> None:
-        from costmodels.layout import Layout, LayoutError
+        from .. import api
+        from ..report import PlanReport, plan_entry
 
-        from . import api
-        from .report import PlanReport, plan_dict
-
-        per_replica, rest = divmod(kw["global_batch"], dp * micro_batch)
-        if rest or per_replica == 0:
-            raise LayoutError(f"--global-batch {kw['global_batch']} is not divisible by dp {dp} x "
-                              f"--micro-batch {micro_batch}")
-        layout = Layout(dp=dp, tp=tp, pp=pp, cp=cp, ep=ep, zero_stage=zero, hsdp_shard_degree=hsdp_shard,
-                        micro_batch_size=micro_batch, num_microbatches=per_replica, schedule=schedule,
-                        virtual_stages=virtual_stages, recompute=recompute, recompute_num_layers=recompute_layers,
-                        sequence_parallel=tp > 1 if sequence_parallel is None else sequence_parallel,
-                        optimizer_offload=offload)
+        layout = api.layout_for_batch(kw["global_batch"], dp=dp, tp=tp, pp=pp, cp=cp, ep=ep, zero_stage=zero,
+                                      hsdp_shard_degree=hsdp_shard, micro_batch_size=micro_batch, schedule=schedule,
+                                      virtual_stages=virtual_stages, recompute=recompute,
+                                      recompute_num_layers=recompute_layers, sequence_parallel=sequence_parallel,
+                                      optimizer_offload=offload)
         breakdown = api.evaluate(layout=layout, **_job_kwargs(kw))
         job = api.resolve_job(**_job_kwargs(kw))
         report = PlanReport(inputs=job.inputs, best=breakdown, candidates=(),
                             search={"solver": "evaluate", "space_size": 1, "evaluated": 1})
-        single = plan_dict(breakdown)
-        text = json.dumps(single, indent=2, sort_keys=True) + "\n"
+        single = plan_entry(breakdown)
+        text = json.dumps(single.to_dict(), indent=2, sort_keys=True) + "\n"
         if out:
             write_atomic(out, report.to_json())
         if fmt == "json":
@@ -159,22 +155,22 @@ def evaluate_command(fmt: str, out: str | None, dp: int, tp: int, pp: int, cp: i
     run_command(work)
 
 
-def print_plan_view(console: Console, single: dict[str, Any]) -> None:
-    from .render import print_plan
+def print_plan_view(console: Console, single: "PlanEntry") -> None:
+    from ..render import print_plan
 
     print_plan(console, single, "layout")
 
 
-def _print(report: dict[str, Any]) -> None:
-    from .render import print_report
+def _print(report: "PlanFile") -> None:
+    from ..render import print_report
 
     print_report(Console(), report)
 
 
-def _plot(plan: dict[str, Any], plot_dir: str | None) -> None:
+def _plot(plan: "PlanFile", plot_dir: str | None) -> None:
     """``--plot DIR``: figures of the plan (planner.validate.plot), listed on stderr."""
     if plot_dir:
-        from .validate.plot import plot_plan
+        from ..validate.plot import plot_plan
 
         paths = plot_plan(plan, plot_dir)
         click.echo(f"wrote {len(paths)} figures to {plot_dir}", err=True)
@@ -187,9 +183,9 @@ def _plot(plan: dict[str, Any], plot_dir: str | None) -> None:
 def explain_command(plan_file: str, plot_dir: str | None) -> None:
     """Show a plan file: layout, memory by component, time by term, traffic, sources."""
     def work() -> None:
-        from .plan_file import read_plan_file
+        from ..runtime.plan_file import read_plan_file
 
-        plan = read_plan_file(Path(plan_file))
+        plan = read_plan_file(plan_file)
         _print(plan)
         _plot(plan, plot_dir)
 

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from .cli_common import run_command
+from .common import run_command
 
 if TYPE_CHECKING:
     from rich.table import Table

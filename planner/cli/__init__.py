@@ -1,4 +1,8 @@
-"""The ``autoplan`` command line: a thin click shell over the planner API."""
+"""The ``autoplan`` command line: a thin click shell over the planner API.
+
+One module per verb group (``plan``: plan, evaluate, explain, models, hardware; ``launch``;
+``validate``; ``profile``; ``alpa``: trace, shard), each holding option parsing and printing only;
+the work is done by ``planner.api``, ``planner.emit``, ``planner.validate`` and ``profiles``."""
 
 from __future__ import annotations
 
@@ -41,11 +45,11 @@ def main() -> None:
 
 # Commands live in their own modules; each is registered here.
 # (register-commands: keep one line per module)
-from .cli_plan import evaluate_command, explain_command, hardware_command, models_command, plan_command  # noqa: E402
+from .plan import evaluate_command, explain_command, hardware_command, models_command, plan_command  # noqa: E402
 
 for _command in (plan_command, evaluate_command, explain_command, models_command, hardware_command):
     main.add_command(_command)
-from .cli_profile import profile_command; main.add_command(profile_command)  # noqa: E402
-from .cli_launch import launch_command; main.add_command(launch_command)  # noqa: E402
-from .cli_alpa import shard_command, trace_command; main.add_command(trace_command); main.add_command(shard_command)  # noqa: E402,E501
-from .cli_validate import validate_command; main.add_command(validate_command)  # noqa: E402
+from .profile import profile_command; main.add_command(profile_command)  # noqa: E402
+from .launch import launch_command; main.add_command(launch_command)  # noqa: E402
+from .alpa import shard_command, trace_command; main.add_command(trace_command); main.add_command(shard_command)  # noqa: E402,E501
+from .validate import validate_command; main.add_command(validate_command)  # noqa: E402

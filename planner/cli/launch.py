@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from .cli_common import run_command
+from .common import run_command
 
 
 @click.command("launch")
@@ -21,10 +21,11 @@ def launch_command(plan_file: str, out_dir: str, python: str | None) -> None:
     on CUDA with NCCL when present, else on CPU with gloo. Plans with parts the job cannot
     apply (context or expert parallelism, ...) are refused with a line naming the field.
     """
-    from .emit.job import read_plan, write_job
+    from ..emit.job import write_job
+    from ..runtime.plan_file import read_plan_file
 
     def work() -> None:
-        files = write_job(read_plan(plan_file), out_dir, python=python)
+        files = write_job(read_plan_file(plan_file), out_dir, python=python)
         click.echo(f"wrote {len(files)} files to {out_dir}; run: {out_dir}/launch.sh --steps 20")
 
     run_command(work)

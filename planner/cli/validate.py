@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import json
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import click
 
-from .cli_common import run_command
+from .common import run_command
 
 MIB = 2**20
 
@@ -40,6 +39,8 @@ def validate_command(plan_file: str, num_candidates: int, steps: int, warmup: in
     --dry-run: the same step on fake tensors at the plan's real size, memory only.
     """
     def work() -> None:
+        from ..validate.workflow import run_validation
+
         report = run_validation(Path(plan_file), num_candidates=num_candidates, steps=steps, warmup=warmup,
                                 nproc=nproc, dry_run=dry_run, calibrate=calibrate, profile_path=profile_path,
                                 workdir=workdir)
@@ -49,86 +50,6 @@ def validate_command(plan_file: str, num_candidates: int, steps: int, warmup: in
             print_report(report)
 
     run_command(work)
-
-
-def _load(profile_path: str | None, plan: dict[str, Any]):
-    path = profile_path or plan["inputs"].get("profile")
-    if not path or not Path(path).exists():
-        return path, None
-    from profiles import load_profile
-
-    return path, load_profile(Path(path))
-
-
-def run_validation(plan_path: Path, *, num_candidates: int, steps: int, warmup: int, nproc: int | None,
-                   dry_run: bool, calibrate: bool, profile_path: str | None, workdir: str | None) -> dict[str, Any]:
-    """The whole command as a function: returns the JSON report."""
-    from .plan_file import read_plan_file
-    from .validate import runner
-
-    if calibrate and dry_run:
-        raise runner.ValidateError("--calibrate needs measured step times; drop --dry-run")
-    plan = read_plan_file(plan_path)
-    path, profile = _load(profile_path, plan)
-    if calibrate and not path:
-        raise runner.ValidateError("--calibrate: give --profile PATH, the profile file to write the factors into")
-    base = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="autoplan-validate-"))
-    base.mkdir(parents=True, exist_ok=True)
-    jobs, results = runner.prepare(runner.single_plans(plan, num_candidates), base)
-    if dry_run:
-        results += [runner.compare(job, runner.dry_run(job), profile) for job in jobs]
-    else:
-        results += _measure(jobs, base, steps=steps, warmup=warmup, nproc=nproc, profile=profile)
-    results.sort(key=lambda r: r.name)
-    report: dict[str, Any] = {"plan_file": str(plan_path), "workdir": str(base), "dry_run": dry_run,
-                              "plans": [r.to_dict() for r in results]}
-    runtime = plan["inputs"].get("training", {}).get("runtime", "megatron")
-    if runtime != "torch":
-        report["note"] = (f"the plan is costed for the {runtime} runtime, but the job runs on PyTorch (FSDP2, "
-                          "PyTorch TP/SP), which holds memory differently; for a like-for-like comparison "
-                          "re-plan with --launchable (or --runtime torch)")
-    if calibrate:
-        report["calibration"] = _calibrate(plan, results, path, profile)
-    return report
-
-
-def _measure(jobs: list[dict], base: Path, *, steps: int, warmup: int, nproc: int | None, profile) -> list:
-    from .validate import runner
-
-    out = []
-    sizes = sorted({j["layout"].world_size for j in jobs})
-    for size in sizes:
-        group = [j for j in jobs if j["layout"].world_size == size]
-        if nproc is not None and size != nproc:
-            out += [runner.PlanResult(name=j["name"], layout=j["layout"], job_dir=j["job_dir"],
-                                      skipped=f"needs {size} processes; --nproc is {nproc}") for j in group]
-            continue
-        measured = runner.launch(group, base, steps=steps, warmup=warmup, nproc=size)
-        out += [runner.compare(j, measured[j["name"]], profile) for j in group if j["name"] in measured]
-    return out
-
-
-def _calibrate(plan: dict[str, Any], results: list, path: str, profile) -> dict[str, Any]:
-    import platform
-
-    from .validate.calibrate import Run, fit, interval_s, write_calibration
-
-    runs = [Run(inputs=plan["inputs"], layout=r.layout, measured_step_time_s=r.measured_step_time_s)
-            for r in results if r.measured_step_time_s]
-    cal = fit(runs, profile=profile)
-    provenance = {"source": "autoplan validate --calibrate", "runs": len(runs), "host": platform.node(),
-                  "plans": [r.layout.to_dict() for r in results if r.measured_step_time_s]}
-    write_calibration(path, cal, provenance=provenance, device_type=profile.device_type if profile else "cpu")
-    from .validate.calibrate import predict_all
-    from costmodels.assumptions import DEFAULT_ASSUMPTIONS
-    from dataclasses import replace
-
-    after = predict_all(runs, replace(DEFAULT_ASSUMPTIONS, **cal.factors), profile)
-    return {"profile": str(path), "factors": cal.factors, "step_time_log_sd": cal.step_time_log_sd,
-            "median_abs_error_pct_before": 100 * cal.median_abs_error_before,
-            "median_abs_error_pct_after": 100 * cal.median_abs_error_after,
-            "after": [{"layout": run.layout.to_dict(), "predicted_s": p, "interval_s": interval_s(p, cal.step_time_log_sd),
-                       "measured_s": run.measured_step_time_s} for run, p in zip(runs, after)]}
 
 
 def _pct(value: float | None) -> str:

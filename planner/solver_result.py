@@ -1,4 +1,6 @@
-"""What a solver returns: the best plan per mesh, counts of rejected candidates, closest misses."""
+"""``SolverResult``: what a solver (search or brute force) returns, before ``api.plan`` turns it
+into a ``PlanReport`` (planner/report.py): the best plan per mesh, counts of rejected candidates,
+closest misses."""
 
 from __future__ import annotations
 

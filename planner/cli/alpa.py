@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import click
 
 from hardware_specs.errors import AutoplanError
 
-from .cli_common import run_command, write_atomic
+from .common import run_command, write_atomic
+
+if TYPE_CHECKING:
+    from ..runtime.plan_file import PlanFile
 
 
 def parse_shape(text: str) -> tuple[int, ...]:
@@ -25,11 +29,11 @@ def parse_shape(text: str) -> tuple[int, ...]:
 
 def _module(module_path: str | None, model: str | None, input_shape: str | None, dtype: str):
     """(module on the meta device, token shape, name) from a factory path or a preset built by the project's model."""
-    from .alpa import trace
+    from ..alpa import trace
 
     if model is not None:
         from costmodels.presets import load_model
-        from .runtime.model import build_model
+        from ..runtime.model import build_model
 
         spec = load_model(model)
         shape = parse_shape(input_shape) if input_shape else (1, min(2048, spec.max_position_embeddings))
@@ -42,7 +46,7 @@ def _module(module_path: str | None, model: str | None, input_shape: str | None,
 
 def _traced(module_path: str | None, model: str | None, input_shape: str | None, dtype: str):
     """The operator graph of a factory's module or of a preset."""
-    from .alpa import trace
+    from ..alpa import trace
 
     module, shape, name = _module(module_path, model, input_shape, dtype)
     return trace.trace_module(module, trace.token_inputs(shape), name=name)
@@ -58,7 +62,7 @@ def trace_command(module_path: str, input_shape: str, dtype: str, out: str) -> N
     """Trace a module on the meta device into an operator graph (shapes, FLOPs, params, blocks)."""
 
     def work() -> None:
-        from .alpa.graph import find_blocks, to_json
+        from ..alpa.graph import find_blocks, to_json
 
         graph = _traced(module_path, None, input_shape, dtype)
         write_atomic(out, to_json(graph, find_blocks(graph)))
@@ -103,7 +107,7 @@ class _Target:
     """The plan file ``--attach`` names, read and checked before tracing and solving."""
 
     path: str
-    plan: dict
+    plan: "PlanFile"
     dp: int
     input_shape: str
 
@@ -113,7 +117,7 @@ def _attach_target(path: str, out: str | None, *, tp: int, dp: int | None, model
     from costmodels.model_spec import model_to_dict
     from costmodels.presets import load_model
 
-    from .alpa.attach import check_degrees, check_target, read_target
+    from ..alpa.attach import check_degrees, check_target, read_target
 
     if not out or out == "-":
         raise AutoplanError("--attach needs --out NEW_PLAN.json, the plan file to write (not '-')")
@@ -121,22 +125,22 @@ def _attach_target(path: str, out: str | None, *, tp: int, dp: int | None, model
     dp_used = check_degrees(path, layout, tp=tp, dp=dp)
     model_dict = json.loads(json.dumps(model_to_dict(load_model(model)))) if model else None
     check_target(path, plan, layout, module=module_path, model_dict=model_dict)
-    seq_len = plan["inputs"].get("training", {}).get("seq_len", 2048)
+    seq_len = plan.inputs.training.seq_len
     return _Target(path=path, plan=plan, dp=dp_used, input_shape=f"{layout.micro_batch_size},{seq_len}")
 
 
 def _attach_write(target: _Target, report: dict, out: str, module_path: str | None, shape) -> None:
-    from .alpa.attach import attached, plan_text
+    from ..alpa.attach import attached
 
     if report["unexpressible"]:
         raise AutoplanError(f"--attach: {len(report['unexpressible'])} layout change(s) of the ILP plan cannot be "
                             f"written as a module-level plan ({report['unexpressible'][0]}); try another --tp")
     new = attached(target.plan, report["tp_plan"], module=module_path, input_shape=shape if module_path else None)
-    write_atomic(out, plan_text(new))
+    write_atomic(out, new.to_json())
 
 
 def _check_contract(module, tp: int) -> None:
-    from .runtime.user_model import contract_problems
+    from ..runtime.user_model import contract_problems
 
     problems = contract_problems(module, splits_params=tp > 1)
     if problems:
@@ -173,22 +177,22 @@ def shard_command(model, module_path, input_shape, tp, dp, hardware, gpus_per_no
     with --module, inputs.module and inputs.input_shape), ready for 'autoplan launch NEW'."""
 
     def work() -> None:
-        from .alpa import trace
-        from .alpa.shard import shard_graph
+        from ..alpa import trace
+        from ..alpa.shard import shard_graph
 
         if (model is None) == (module_path is None):
             raise AutoplanError("give exactly one of --model PRESET or --module pkg.mod:factory")
         target = _attach_target(attach_path, out, tp=tp, dp=dp, model=model, module_path=module_path) \
             if attach_path else None
-        inputs = target.plan["inputs"] if target else {}
-        cost_dtype = dtype or PRECISION_DTYPES.get(inputs.get("training", {}).get("precision"), "bf16")
+        inputs = target.plan.inputs if target else None
+        cost_dtype = dtype or PRECISION_DTYPES.get(inputs.training.precision if inputs else None, "bf16")
         module, shape, name = _module(module_path, model, input_shape or (target and target.input_shape), cost_dtype)
         if target and module_path:
             _check_contract(module, tp)
         graph = trace.trace_module(module, trace.token_inputs(shape), name=name)
         result = shard_graph(graph, tp=tp, dp=target.dp if target else dp or 1,
-                             hardware=hardware or inputs.get("hardware") or "h100-sxm-80gb", dtype=cost_dtype,
-                             gpus_per_node=gpus_per_node or inputs.get("gpus_per_node"),
+                             hardware=hardware or (inputs.hardware if inputs else "h100-sxm-80gb"), dtype=cost_dtype,
+                             gpus_per_node=gpus_per_node or (inputs.gpus_per_node if inputs else None),
                              memory_fraction=memory_fraction, reuse_blocks=not no_reuse, solver=solver,
                              time_limit_s=time_limit)
         report = result.report.to_dict()

@@ -1,0 +1,50 @@
+"""``launch_problems``: the one rule for what the job ``autoplan launch`` writes can apply.
+
+``plan --launchable`` filters the search space with it (``planner.space``) and ``launch`` refuses
+a plan with it (``planner.emit.job``), so the two cannot disagree. Each rule reads the mesh
+degrees plus at most one of: how model states are held (offload), or the micro-batch count.
+"""
+
+from __future__ import annotations
+
+from costmodels.layout import Layout
+from costmodels.model_spec import ModelSpec
+from costmodels.training import TrainingSpec
+
+
+def runtime_problems(training: TrainingSpec, layout: Layout) -> list[str]:
+    """What the generated job applies to no model at all, one sentence each naming the field."""
+    L, out = layout, []
+    if L.cp > 1:
+        out.append(f"layout.cp = {L.cp}: context parallelism is not applied by the generated job "
+                   "(torch's context_parallel is CUDA-only and experimental); re-plan with --cp 1")
+    if L.ep > 1:
+        out.append(f"layout.ep = {L.ep}: expert parallelism is not applied by the generated job; re-plan with --ep 1")
+    if L.optimizer_offload:
+        out.append("layout.optimizer_offload: optimizer offload is not applied by the generated job; re-plan without it")
+    if L.pp > 1 and L.num_microbatches < L.pp:
+        out.append(f"layout.num_microbatches = {L.num_microbatches}: torch.distributed.pipelining's schedules need "
+                   f"at least pp = {L.pp} micro-batches; use a smaller micro-batch")
+    if training.lora_rank:
+        out.append(f"training.lora_rank = {training.lora_rank}: LoRA is not applied by the generated job")
+    return out
+
+
+def model_problems(model: ModelSpec, layout: Layout) -> list[str]:
+    """What the generated job cannot apply to autoplan's own model of ``model``."""
+    L, out = layout, []
+    if model.tied_embeddings and L.pp > 1:
+        out.append(f"layout.pp = {L.pp}: {model.name} ties input and output embeddings, which separate pipeline "
+                   "stages cannot share; re-plan with --pp 1")
+    if model.tied_embeddings and L.tp > 1:
+        out.append(f"layout.tp = {L.tp}: tied embeddings are not split by the generated job; re-plan with --tp 1")
+    if model.moe is not None and L.tp > 1:
+        out.append(f"layout.tp = {L.tp}: MoE layers are not tensor-parallel in the generated job; re-plan with --tp 1")
+    if model.num_kv_heads % L.tp:
+        out.append(f"layout.tp = {L.tp} does not divide the {model.num_kv_heads} key/value heads; pick a divisor")
+    return out
+
+
+def launch_problems(model: ModelSpec, training: TrainingSpec, layout: Layout) -> list[str]:
+    """Every part of ``layout`` the generated job cannot apply to autoplan's own ``model``."""
+    return runtime_problems(training, layout) + model_problems(model, layout)

@@ -1,0 +1,274 @@
+"""``PlanFile``: the plan file (``autoplan plan --out``) as a frozen, validated type.
+
+The one reader and writer of plan files: ``explain``, ``launch``, ``validate``, ``shard
+--attach``, the plots and the launched job all go through ``read_plan_file`` /
+``PlanFile.from_json``, and ``PlanReport`` writes through ``PlanFile.to_json``. Every field is
+checked where it enters, and a bad one is named by its dotted path (``best.layout.zero_stage``).
+It lives beside the runtime because the generated job copies it and reads its plan with it;
+it imports only the spec modules, never torch.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import stat
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from costmodels.layout import Layout
+from costmodels.model_spec import ModelSpec, model_from_dict, model_to_dict
+from costmodels.training import TrainingSpec
+from hardware_specs.errors import AutoplanError
+
+SCHEMA_VERSION = 1
+MAX_PLAN_FILE_BYTES = 64 * 2**20
+"""Plan files above this are refused unread (a real one is a few hundred KiB at most)."""
+TRAINING_KEYS = ("global_batch_size", "seq_len", "precision", "optimizer", "lora_rank", "attention", "runtime")
+"""``inputs.training`` keys a plan file always carries (``lora_targets`` only when not the default)."""
+
+
+class PlanFileError(AutoplanError):
+    """A plan file that is missing, unreadable, corrupt, of another schema version, or malformed."""
+
+
+def _get(raw: dict, key: str, where: str, kind: type | tuple[type, ...], *, optional: bool = False) -> Any:
+    """``raw[key]`` checked to be of ``kind``; a bad or missing value names ``where.key``."""
+    path = f"{where}.{key}" if where else key
+    if key not in raw or raw[key] is None:
+        if optional:
+            return None
+        raise PlanFileError(f"{path}: missing; regenerate the plan with 'autoplan plan --out'")
+    value = raw[key]
+    bad_bool = isinstance(value, bool) and bool not in (kind if isinstance(kind, tuple) else (kind,))
+    if not isinstance(value, kind) or bad_bool:
+        names = "/".join(k.__name__ for k in (kind if isinstance(kind, tuple) else (kind,)))
+        raise PlanFileError(f"{path}: expected {names}, got {json.dumps(value)[:60]}")
+    return value
+
+
+def _spec(build, raw: Any, where: str):
+    """``build(raw)`` with its error re-worded to name ``where``."""
+    if not isinstance(raw, dict):
+        raise PlanFileError(f"{where}: expected an object, got {json.dumps(raw)[:60]}")
+    try:
+        return build(raw)
+    except (AutoplanError, TypeError) as err:
+        text = str(err)
+        for own_name in ("layout", "model_spec"):  # the spec's own name for itself becomes ``where``
+            if text.startswith((own_name + ".", own_name + ":")):
+                raise PlanFileError(f"{where}{text[len(own_name):]}") from None
+        raise PlanFileError(f"{where}: {text}") from None
+
+
+def _optional(value: Any, default: Any) -> Any:
+    return default if value is None else value
+
+
+def _training(raw: dict) -> TrainingSpec:
+    values = dict(raw)
+    if "lora_targets" in values:
+        values["lora_targets"] = tuple(values["lora_targets"])
+    return TrainingSpec(**values)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PlanInputs:
+    """What was asked (``inputs``): the model and its spec, hardware, GPUs, training, options."""
+
+    model: str
+    model_spec: ModelSpec
+    hardware: str
+    gpus: int
+    gpus_per_node: int
+    training: TrainingSpec
+    memory_fraction: float = 0.95
+    profile: str | None = None
+    top_k: int | None = None
+    """``plan`` options; None in an ``evaluate`` plan file."""
+    allow_cross_node_tp: bool | None = None
+    launchable: bool | None = None
+    module: str | None = None
+    """A user's model (``pkg.mod:factory``), set by ``autoplan shard --module ... --attach``."""
+    input_shape: tuple[int, ...] | None = None
+
+    @classmethod
+    def from_dict(cls, raw: Any, where: str = "inputs") -> "PlanInputs":
+        if not isinstance(raw, dict):
+            raise PlanFileError(f"{where}: expected an object")
+        module = _get(raw, "module", where, str, optional=True)
+        shape = _get(raw, "input_shape", where, list, optional=True)
+        fraction = _optional(_get(raw, "memory_fraction", where, (int, float), optional=True), 0.95)
+        if not 0 < fraction <= 1:
+            raise PlanFileError(f"{where}.memory_fraction: must be in (0, 1], got {fraction!r}")
+        for key in ("gpus", "gpus_per_node"):
+            if _get(raw, key, where, int) < 1:
+                raise PlanFileError(f"{where}.{key}: must be a positive integer, got {raw[key]!r}")
+        return cls(model=_get(raw, "model", where, str),
+                   model_spec=_spec(model_from_dict, raw.get("model_spec"), f"{where}.model_spec"),
+                   hardware=_get(raw, "hardware", where, str),
+                   gpus=_get(raw, "gpus", where, int),
+                   gpus_per_node=_get(raw, "gpus_per_node", where, int),
+                   training=_spec(_training, raw.get("training"), f"{where}.training"),
+                   memory_fraction=fraction,
+                   profile=_get(raw, "profile", where, str, optional=True),
+                   top_k=_get(raw, "top_k", where, int, optional=True),
+                   allow_cross_node_tp=_get(raw, "allow_cross_node_tp", where, bool, optional=True),
+                   launchable=_get(raw, "launchable", where, bool, optional=True),
+                   module=module, input_shape=None if shape is None else tuple(shape))
+
+    def to_dict(self) -> dict[str, Any]:
+        t = self.training
+        training = {key: getattr(t, key) for key in TRAINING_KEYS}
+        if t.lora_targets != TrainingSpec.__dataclass_fields__["lora_targets"].default:
+            training["lora_targets"] = list(t.lora_targets)
+        out: dict[str, Any] = {"model": self.model, "model_spec": model_to_dict(self.model_spec),
+                               "hardware": self.hardware, "gpus": self.gpus, "gpus_per_node": self.gpus_per_node,
+                               "training": training, "memory_fraction": self.memory_fraction,
+                               "profile": self.profile}
+        for key in ("top_k", "allow_cross_node_tp", "launchable", "module"):
+            if getattr(self, key) is not None:
+                out[key] = getattr(self, key)
+        if self.input_shape is not None:
+            out["input_shape"] = list(self.input_shape)
+        return out
+
+    def digest(self) -> str:
+        """SHA-256 of the canonical JSON of the inputs: two plans with the same digest answer the same question."""
+        canonical = json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(canonical.encode()).hexdigest()[:16]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PlanEntry:
+    """One plan: its layout and what the cost model predicts for it (``CostBreakdown.predicted_dict``)."""
+
+    layout: Layout
+    predicted: dict[str, Any]
+    tp_plan: dict[str, str] | None = None
+    """Per-module tensor-parallel styles (``autoplan shard --attach``), on ``best`` only."""
+
+    @classmethod
+    def from_dict(cls, raw: Any, where: str) -> "PlanEntry":
+        if not isinstance(raw, dict):
+            raise PlanFileError(f"{where}: expected an object, got {json.dumps(raw)[:60]}")
+        tp_plan = _get(raw, "tp_plan", where, dict, optional=True)
+        if tp_plan is not None and not all(isinstance(k, str) and isinstance(v, str) for k, v in tp_plan.items()):
+            raise PlanFileError(f"{where}.tp_plan: expected {{module fqn: style}}; write it with "
+                                "'autoplan shard ... --attach'")
+        return cls(layout=_spec(Layout.from_dict, raw.get("layout"), f"{where}.layout"),
+                   predicted=_get(raw, "predicted", where, dict), tp_plan=tp_plan)
+
+    def to_dict(self) -> dict[str, Any]:
+        out = {"layout": self.layout.to_dict(), "predicted": self.predicted}
+        if self.tp_plan is not None:
+            out["tp_plan"] = dict(sorted(self.tp_plan.items()))
+        return out
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MissEntry:
+    """A layout that came closest to fitting, and what would make it fit."""
+
+    entry: PlanEntry
+    needed_gib: float
+    available_gib: float
+    suggestions: tuple[str, ...]
+
+    @classmethod
+    def from_dict(cls, raw: Any, where: str) -> "MissEntry":
+        entry = PlanEntry.from_dict(raw, where)
+        suggestions = _get(raw, "suggestions", where, list)
+        return cls(entry=entry, needed_gib=_get(raw, "needed_gib", where, (int, float)),
+                   available_gib=_get(raw, "available_gib", where, (int, float)),
+                   suggestions=tuple(str(s) for s in suggestions))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**self.entry.to_dict(), "needed_gib": self.needed_gib, "available_gib": self.available_gib,
+                "suggestions": list(self.suggestions)}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PlanFile:
+    """A whole plan file: inputs, best plan (None when nothing fits), ranked alternatives, search."""
+
+    inputs: PlanInputs
+    inputs_digest: str
+    best: PlanEntry | None
+    candidates: tuple[PlanEntry, ...] = ()
+    search: dict[str, Any] = field(default_factory=dict)
+    """Solver, space size, evaluated count, rejected counts (and ``seconds`` outside plan files)."""
+    closest_misses: tuple[MissEntry, ...] = ()
+
+    @classmethod
+    def from_dict(cls, raw: Any) -> "PlanFile":
+        if not isinstance(raw, dict) or "schema_version" not in raw:
+            raise PlanFileError("no schema_version; is it an autoplan plan file?")
+        if raw["schema_version"] != SCHEMA_VERSION:
+            raise PlanFileError(f"schema_version {raw['schema_version']!r} is not {SCHEMA_VERSION}; "
+                                "regenerate it with this autoplan")
+        best = raw.get("best", ...)
+        if best is ...:
+            raise PlanFileError("best: missing; regenerate the plan with 'autoplan plan --out'")
+        candidates = _get(raw, "candidates", "", list)
+        misses = _get(raw, "closest_misses", "", list, optional=True) or []
+        return cls(inputs=PlanInputs.from_dict(raw.get("inputs")),
+                   inputs_digest=_get(raw, "inputs_digest", "", str),
+                   best=None if best is None else PlanEntry.from_dict(best, "best"),
+                   candidates=tuple(PlanEntry.from_dict(c, f"candidates.{i}") for i, c in enumerate(candidates)),
+                   search=_get(raw, "search", "", dict),
+                   closest_misses=tuple(MissEntry.from_dict(m, f"closest_misses.{i}") for i, m in enumerate(misses)))
+
+    @classmethod
+    def from_json(cls, text: str) -> "PlanFile":
+        try:
+            raw = json.loads(text)
+        except json.JSONDecodeError as err:
+            raise PlanFileError(f"not valid JSON (line {err.lineno}: {err.msg}); "
+                                "regenerate it with 'autoplan plan --out'") from None
+        return cls.from_dict(raw)
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "schema_version": SCHEMA_VERSION,
+            "inputs": self.inputs.to_dict(),
+            "inputs_digest": self.inputs_digest,
+            "best": self.best.to_dict() if self.best else None,
+            "candidates": [c.to_dict() for c in self.candidates],
+            "search": self.search,
+        }
+        if self.closest_misses:
+            out["closest_misses"] = [m.to_dict() for m in self.closest_misses]
+        return out
+
+    def to_json(self) -> str:
+        """Stable JSON: sorted keys, fixed indentation; byte-identical for the same plan."""
+        return json.dumps(self.to_dict(), indent=2, sort_keys=True) + "\n"
+
+    def with_best(self, best: PlanEntry) -> "PlanFile":
+        """This plan file with ``best`` as its only plan (what ``validate`` launches one by one)."""
+        return replace(self, best=best, candidates=())
+
+
+def read_plan_file(path: str | Path) -> PlanFile:
+    """The plan file at ``path``; anything else is one ``PlanFileError`` line naming the file."""
+    path = Path(path)
+    try:
+        info = os.stat(path)
+        if not stat.S_ISREG(info.st_mode):
+            raise PlanFileError(f"plan file {path}: not a regular file; give the JSON file 'autoplan plan --out' wrote")
+        if info.st_size > MAX_PLAN_FILE_BYTES:
+            raise PlanFileError(f"plan file {path}: {info.st_size:,} bytes, more than any plan file "
+                                f"({MAX_PLAN_FILE_BYTES:,}); is it the right file?")
+        with open(path, "rb") as handle:
+            text = handle.read(MAX_PLAN_FILE_BYTES + 1).decode("utf-8")
+    except FileNotFoundError:
+        raise PlanFileError(f"plan file {str(path)!r} does not exist") from None
+    except (OSError, UnicodeDecodeError) as err:
+        raise PlanFileError(f"plan file {path}: cannot read ({err})") from None
+    try:
+        return PlanFile.from_json(text)
+    except PlanFileError as err:
+        raise PlanFileError(f"plan file {path}: {err}") from None

@@ -1,0 +1,49 @@
+"""One launchability rule: every layout ``plan --launchable`` returns is one ``launch`` accepts."""
+
+from __future__ import annotations
+
+import pytest
+
+import planner
+from planner.emit.job import check_plan
+
+CASES = [
+    # gpt3-1.3b ties its embeddings: the launched job splits them neither over tp nor over pp
+    dict(model="gpt3-1.3b", hardware="a100-sxm-80gb", gpus=16, global_batch=64, seq_len=2048),
+    dict(model="tiny-gpt", hardware="cpu", gpus=4, global_batch=8, seq_len=64, precision="fp32"),
+    dict(model="tiny-llama", hardware="cpu", gpus=4, global_batch=8, seq_len=128, precision="fp32"),
+    dict(model="tiny-mixtral", hardware="cpu", gpus=4, global_batch=8, seq_len=64, precision="fp32"),
+    dict(model="llama3-8b", hardware="h100-sxm-80gb", gpus=16, global_batch=32, seq_len=4096),
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c["model"] for c in CASES])
+def test_every_launchable_plan_is_accepted_by_launch(case):
+    report = planner.plan(launchable=True, top_k=8, **case)
+    assert report.best is not None
+    plan = report.to_plan_file()
+    for entry in (plan.best, *plan.candidates):
+        check_plan(plan.with_best(entry))  # raises PlanFileError naming the first problem
+
+
+def test_tied_embeddings_plan_keeps_to_tp_and_pp_one():
+    report = planner.plan(launchable=True, top_k=8, **CASES[0])
+    layouts = [b.layout for b in (report.best, *report.candidates)]
+    assert layouts and all(L.tp == 1 and L.pp == 1 for L in layouts)
+
+
+@pytest.mark.parametrize("case", CASES[1:], ids=[c["model"] for c in CASES[1:]])
+def test_launchable_space_is_the_space_filtered_by_launch_problems(case):
+    """The level-by-level filter in ``planner.space`` keeps exactly the layouts the rule accepts."""
+    from costmodels.presets import load_model
+    from costmodels.training import TrainingSpec
+    from planner.launchable import launch_problems
+    from planner.space import LAUNCHABLE, SearchOptions, all_layouts
+
+    model = load_model(case["model"])
+    training = TrainingSpec(global_batch_size=case["global_batch"], seq_len=case["seq_len"], runtime="torch")
+    gpus, per_node = case["gpus"], 2
+    kept = list(all_layouts(model, training, gpus, per_node, SearchOptions(**LAUNCHABLE)))
+    everything = list(all_layouts(model, training, gpus, per_node, SearchOptions()))
+    accepted = [L for L in everything if not launch_problems(model, training, L)]
+    assert kept == accepted and 0 < len(kept) < len(everything)
