@@ -75,7 +75,7 @@ def main() -> None:
     parser.add_argument("profile", nargs="?", default=str(SHIPPED))
     profile = load_profile(parser.parse_args().profile)
     for curve in profile.collectives:
-        where = "across nodes" if curve.spans_nodes else "in node"
+        where = f"{curve.ranks_per_node}/node x {curve.num_nodes}"
         noise = segments.relative_noise(curve.sizes_bytes, curve.median_time_s)
         print(f"{curve.op}, {curve.num_ranks} ranks {where}: noise σ {noise:.1%}")
         for regime in curve.segments:

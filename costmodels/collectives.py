@@ -55,7 +55,7 @@ def collective_time_s(op: str, size_bytes: float, degree: int, stride: int, clus
                       assumptions: Assumptions = DEFAULT_ASSUMPTIONS) -> float:
     """Seconds for ``op`` on the group of ``degree`` ranks spaced ``stride`` apart.
 
-    A measured curve from ``profile`` wins when it covers (op, degree, spans nodes); otherwise the
+    A measured curve from ``profile`` wins when it covers (op, degree, ranks per node, nodes); else the
     alpha-beta model on the datasheet links.
     """
     return collective_time_and_source(op, size_bytes, degree, stride, cluster, profile, assumptions)[0]
@@ -70,7 +70,7 @@ def collective_time_and_source(op: str, size_bytes: float, degree: int, stride: 
     per_node, num_nodes = cluster.group_placement(degree, stride)
     scale = assumptions.communication_scale
     if profile is not None:
-        measured = profile.collective_time_s(op, degree, num_nodes > 1, size_bytes)
+        measured = profile.collective_time_s(op, degree, per_node, num_nodes, size_bytes)
         if measured is not None:
             return measured * scale, "profile"
     return _datasheet_time_s(op, size_bytes, per_node, num_nodes, cluster, assumptions) * scale, "datasheet"

@@ -66,8 +66,13 @@ class Job:
 def resolve_job(*, model: str | ModelSpec, hardware: str | NodeSpec, gpus: int, global_batch: int,
                 seq_len: int, gpus_per_node: int | None = None, precision: str = "bf16",
                 optimizer: str = "adamw", lora_rank: int = 0, attention: str = "fused",
-                runtime: str = "megatron", memory_fraction: float = 0.95, profile: "str | Path | HardwareProfile | None" = None) -> Job:
-    """Turn names and numbers into specs, validating each where it enters."""
+                runtime: str = "megatron", memory_fraction: float = 0.95, profile: "str | Path | HardwareProfile | None" = None,
+                profile_device_mismatch: str = "refuse") -> Job:
+    """Turn names and numbers into specs, validating each where it enters.
+
+    A profile measured on other devices than ``hardware`` (``profiles.match``) is refused unless
+    ``profile_device_mismatch`` is ``ok``; the plan's inputs then record the override.
+    """
     model_spec = model if isinstance(model, ModelSpec) else load_model(model)
     node = hardware if isinstance(hardware, NodeSpec) else load_node(hardware)
     for name, value in (("gpus", gpus), ("global_batch", global_batch), ("seq_len", seq_len)):
@@ -81,11 +86,13 @@ def resolve_job(*, model: str | ModelSpec, hardware: str | NodeSpec, gpus: int, 
         raise SpecError(f"--precision {precision}: {node.hardware.name} has no {precision} rate; use fp16")
     cluster = make_cluster(node, gpus, gpus_per_node)
     loaded = _load_profile(profile)
+    mismatches = _check_profile(loaded, profile, cluster, profile_device_mismatch)
     inputs = PlanInputs(model=model if isinstance(model, str) else model.name, model_spec=model_spec,
                         hardware=hardware if isinstance(hardware, str) else node.hardware.name,
                         gpus=gpus, gpus_per_node=cluster.gpus_per_node, training=training,
                         memory_fraction=memory_fraction,
-                        profile=str(profile) if isinstance(profile, (str, Path)) else None)
+                        profile=str(profile) if isinstance(profile, (str, Path)) else None,
+                        profile_device_mismatch=tuple(mismatches) if mismatches else None)
     return Job(model=model_spec, training=training, cluster=cluster, profile=loaded,
                memory_fraction=float(memory_fraction), inputs=inputs)
 
@@ -98,13 +105,24 @@ def _load_profile(profile: "str | Path | HardwareProfile | None") -> "HardwarePr
     return load_profile(Path(profile))
 
 
+def _check_profile(loaded: "HardwareProfile | None", given: Any, cluster: ClusterSpec,
+                   mismatch: str) -> tuple[str, ...]:
+    """Where the profile meets the cluster: ``profiles.match.check_profile_matches``."""
+    if loaded is None:
+        return ()
+    from profiles.match import check_profile_matches
+
+    where = str(given) if isinstance(given, (str, Path)) else "(given as an object)"
+    return check_profile_matches(loaded, cluster, where, mismatch)
+
+
 def plan(*, model: str | ModelSpec, hardware: str | NodeSpec, gpus: int, global_batch: int, seq_len: int,
          top_k: int = 5, solver: str = "search", allow_cross_node_tp: bool = False,
          launchable: bool = False, **options: Any) -> PlanReport:
     """The fastest layout that fits, ranked alternatives, and why others were rejected.
 
     ``options``: gpus_per_node, precision, optimizer, lora_rank, attention, runtime, memory_fraction,
-    profile (see ``resolve_job``). ``solver``: ``search`` (branch and bound, exact) or ``brute-force``.
+    profile, profile_device_mismatch (see ``resolve_job``). ``solver``: ``search`` (branch and bound, exact) or ``brute-force``.
     ``launchable``: search only layouts ``autoplan launch`` applies (no cp, ep or offload), costed
     as its job holds memory (``runtime`` defaults to ``torch``; ``megatron`` is refused).
     """

@@ -2,20 +2,25 @@
 
 Imported only from ``profiles.harness.main``. Every rank of the world takes part in every
 layout: the world is split into equal groups that run the collective at the same time, as the
-groups of one parallel axis do in training. A point's time is the slowest rank of the group,
-median over back-to-back repeats after one barrier (nccl-tests reports the same max).
+groups of one parallel axis do in training. Each message size starts on a world barrier, with
+batch and repeat counts agreed world-wide, so every group runs the same calls at the same
+time and contention on shared links, NICs and switches is held as it is in a training step.
+The batches then run back to back with one sync after the last (as nccl-tests times its
+iterations). A point's time is the median over batches of the slowest rank of the group, then
+the maximum of that over all groups: a synchronous step waits for its slowest group. This is
+not nccl-tests' default, which averages its time over ranks (``-a 1``; ``-a 3`` is the max).
 """
 
 from __future__ import annotations
 
-import math
 import statistics
 from typing import Callable
 
 import torch
 import torch.distributed as dist
 
-from .bench_compute import Timer
+from .bench_compute import WARMUP_CALLS, Timer, batch_counts
+from .fit import COLLECTIVE_OPS
 from .shapes import GroupLayout, MeasurePlan
 
 COMM_DTYPES: dict[str, tuple[str, torch.dtype]] = {
@@ -24,11 +29,10 @@ COMM_DTYPES: dict[str, tuple[str, torch.dtype]] = {
 }
 
 
-BATCH_TARGET_S = 0.005
-"""Back-to-back calls per timed repeat are chosen to last about this long (seconds)."""
-BATCH_MAX_CALLS = 32
-WARMUP_CALLS = 3
-"""Calls in the warm-up batch that sizes the timed batches."""
+
+def ops_for(layout: GroupLayout) -> tuple[str, ...]:
+    """Collectives measured on ``layout``: all of them; send/recv only on pairs."""
+    return tuple(op for op in COLLECTIVE_OPS if op != "send_recv" or layout.num_ranks == 2)
 
 
 def join_layout(layout: GroupLayout) -> tuple[dist.ProcessGroup, tuple[int, ...]]:
@@ -42,6 +46,11 @@ def join_layout(layout: GroupLayout) -> tuple[dist.ProcessGroup, tuple[int, ...]
             mine = (group, members)
     assert mine is not None, f"rank {me} is in no group of {layout}"
     return mine
+
+
+def leave_layout(group: dist.ProcessGroup) -> None:
+    """Destroy this rank's group of a layout (its communicator and buffers) once it is measured."""
+    dist.destroy_process_group(group)
 
 
 def collective_call(op: str, size_bytes: int, members: tuple[int, ...], group: dist.ProcessGroup,
@@ -84,8 +93,8 @@ def _send_recv_call(buf: torch.Tensor, members: tuple[int, ...], group: dist.Pro
     return lambda: None
 
 
-def group_max(values: list[float], group: dist.ProcessGroup, device: torch.device) -> list[float]:
-    """Element-wise maximum over the ranks of ``group``."""
+def group_max(values: list[float], group: dist.ProcessGroup | None, device: torch.device) -> list[float]:
+    """Element-wise maximum over the ranks of ``group`` (None: the whole world)."""
     t = torch.tensor(values, dtype=torch.float64 if device.type == "cpu" else torch.float32, device=device)
     dist.all_reduce(t, op=dist.ReduceOp.MAX, group=group)
     return t.tolist()
@@ -93,36 +102,28 @@ def group_max(values: list[float], group: dist.ProcessGroup, device: torch.devic
 
 def lockstep_median_s(fn: Callable[[], object], group: dist.ProcessGroup, timer: Timer,
                       plan: MeasurePlan, device: torch.device) -> float:
-    """Seconds per call: median over repeats of the slowest rank's time for a batch of
+    """Seconds per call: median over batches of the slowest rank's time for a batch of
     back-to-back calls, divided by the batch length.
 
-    As in nccl-tests, one barrier starts the timed batches and they then run back to back, so
-    the skew with which ranks leave the barrier touches only the first batch. Batch length and
-    repeat count come from the group-wide slowest warm-up batch, so all ranks agree on them.
+    A world barrier starts the warm-up and another the timed batches, which then run back to
+    back with one sync after the last, so barrier skew touches only the first batch. Batch
+    length and count come from the world's slowest warm-up (``batch_counts``), so every group
+    runs the same number of calls.
     """
-    def calls(count: int) -> Callable[[], None]:
-        def run() -> None:
-            for _ in range(count):
-                fn()
-        return run
-
     fn()
     timer.sync()
-    dist.barrier(group=group)
-    (warm,) = group_max([timer.time_s(calls(WARMUP_CALLS)) / WARMUP_CALLS], group, device)
-    warm = max(warm, 1e-9)
-    batch = min(BATCH_MAX_CALLS, max(1, math.ceil(BATCH_TARGET_S / warm)))
-    repeats = min(plan.max_repeats, max(plan.min_repeats, math.ceil(plan.time_budget_s / (warm * batch))))
-    timed = calls(batch)
+    dist.barrier()
+    (warm,) = group_max(timer.batch_times_s(fn, WARMUP_CALLS, 1), None, device)
+    calls, repeats = batch_counts(warm, plan)
     timer.sync()
-    dist.barrier(group=group)
-    times = [timer.time_s(timed) / batch for _ in range(repeats)]
-    return statistics.median(group_max(times, group, device))
+    dist.barrier()
+    return statistics.median(group_max(timer.batch_times_s(fn, calls, repeats), group, device))
 
 
 def measure_curve(op: str, layout: GroupLayout, group: dist.ProcessGroup, members: tuple[int, ...],
                   plan: MeasurePlan, timer: Timer, device: torch.device) -> dict[str, object] | None:
-    """Raw medians of ``op`` over the plan's sizes on this rank's group of ``layout``."""
+    """Medians of ``op`` over the plan's sizes, each the maximum over all groups of ``layout``.
+    A size's buffers are dropped before the next size's are made."""
     dtype_name, dtype = COMM_DTYPES[device.type]
     sizes, medians = [], []
     for size in plan.collective_sizes_bytes:
@@ -131,7 +132,9 @@ def measure_curve(op: str, layout: GroupLayout, group: dist.ProcessGroup, member
             continue
         sizes.append(size)
         medians.append(lockstep_median_s(fn, group, timer, plan, device))
+        del fn
     if not sizes:
         return None
-    return {"op": op, "num_ranks": layout.num_ranks, "spans_nodes": layout.spans_nodes,
-            "dtype": dtype_name, "sizes_bytes": sizes, "median_time_s": medians}
+    return {"op": op, "num_ranks": layout.num_ranks, "ranks_per_node": layout.ranks_per_node,
+            "num_nodes": layout.num_nodes, "dtype": dtype_name, "sizes_bytes": sizes,
+            "median_time_s": group_max(medians, None, device)}

@@ -1,11 +1,16 @@
 """Timing of compute and memory-bound kernels on one device (imports torch).
 
 Imported only from ``profiles.harness.main`` (under torchrun), never by ``import profiles``.
-The same code runs on CPU and CUDA; only the ``Timer`` differs (CUDA events on GPU).
+The same code runs on CPU and CUDA; only the ``Timer``'s time stamps differ (CUDA events on GPU,
+the wall clock on CPU). Calls are timed in batches of back-to-back calls between two stamps,
+with one host synchronisation after the last batch (as nccl-tests times its iterations), so
+the host's launch gap between calls is not counted as device time.
 """
 
 from __future__ import annotations
 
+import itertools
+import math
 import statistics
 import time
 from typing import Callable
@@ -18,10 +23,18 @@ from .shapes import MeasurePlan
 TORCH_DTYPES: dict[str, torch.dtype] = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 NORM_WIDTH = 1024
 """Row width of the layer-norm, RMSNorm and softmax buffers (a hidden size / sequence length)."""
+BATCH_TARGET_S = 0.005
+"""Back-to-back calls per timed batch are chosen to last about this long (seconds)."""
+BATCH_MAX_CALLS = 4096
+"""At most this many calls per batch: a 4 KiB NCCL all-reduce (about 10 us) gets 500."""
+WARMUP_CALLS = 3
+"""Calls in the warm-up batch that sizes the timed batches."""
+FP8_MAX = 448.0
+"""Largest finite float8 e4m3 value (Micikevicius et al. 2022, "FP8 formats for deep learning")."""
 
 
 class Timer:
-    """Seconds of one call: wall clock on CPU, CUDA events around the call on GPU."""
+    """Time stamps on the device's own clock: CUDA events on GPU, the wall clock on CPU."""
 
     def __init__(self, device: torch.device) -> None:
         self.cuda = device.type == "cuda"
@@ -31,28 +44,69 @@ class Timer:
         if self.cuda:
             torch.cuda.synchronize()
 
-    def time_s(self, fn: Callable[[], object]) -> float:
+    def stamp(self) -> object:
+        """A point in the device's queue: a recorded event on GPU, ``perf_counter`` on CPU."""
         if self.cuda:
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            fn()
-            end.record()
-            end.synchronize()
-            return start.elapsed_time(end) / 1e3
-        begin = time.perf_counter()
-        fn()
-        return time.perf_counter() - begin
+            event = torch.cuda.Event(enable_timing=True)
+            event.record()
+            return event
+        return time.perf_counter()
+
+    def seconds_between(self, start: object, end: object) -> float:
+        """Seconds between two stamps (read after ``sync``)."""
+        if self.cuda:
+            return start.elapsed_time(end) / 1e3  # type: ignore[attr-defined]
+        return end - start  # type: ignore[operator]
+
+    def batch_times_s(self, fn: Callable[[], object], calls: int, repeats: int) -> list[float]:
+        """Seconds per call of ``repeats`` back-to-back batches of ``calls`` calls each: one stamp
+        between batches, one sync after the last, each batch's time divided by ``calls``."""
+        stamps = [self.stamp()]
+        for _ in range(repeats):
+            for _ in range(calls):
+                fn()
+            stamps.append(self.stamp())
+        self.sync()
+        return [self.seconds_between(a, b) / calls for a, b in zip(stamps, stamps[1:])]
+
+
+def batch_counts(per_call_s: float, plan: MeasurePlan) -> tuple[int, int]:
+    """(calls per batch, batches) for a call of ``per_call_s``: batches of about
+    ``BATCH_TARGET_S`` (at most ``BATCH_MAX_CALLS`` calls), as many as ``plan.time_budget_s``
+    pays for, within ``plan.min_repeats`` and ``plan.max_repeats``."""
+    per_call_s = max(per_call_s, 1e-9)
+    calls = min(BATCH_MAX_CALLS, max(1, math.ceil(BATCH_TARGET_S / per_call_s)))
+    repeats = min(plan.max_repeats, max(plan.min_repeats, math.ceil(plan.time_budget_s / (per_call_s * calls))))
+    return calls, repeats
 
 
 def median_time_s(fn: Callable[[], object], timer: Timer, plan: MeasurePlan) -> float:
-    """Median seconds of ``fn`` after one warm-up, repeated until ``plan.time_budget_s`` is spent
-    (at least ``min_repeats``, at most ``max_repeats`` times)."""
+    """Median seconds per call of ``fn`` over timed batches (``batch_counts``), after one call
+    and one batch of ``WARMUP_CALLS`` that sizes them."""
+    fn()
     timer.sync()
-    timer.time_s(fn)
-    times: list[float] = []
-    while len(times) < plan.max_repeats and (len(times) < plan.min_repeats or sum(times) < plan.time_budget_s):
-        times.append(timer.time_s(fn))
-    return statistics.median(times)
+    (warm,) = timer.batch_times_s(fn, WARMUP_CALLS, 1)
+    return statistics.median(timer.batch_times_s(fn, *batch_counts(warm, plan)))
+
+
+def burn_in(fn: Callable[[], object], seconds: float, timer: Timer) -> None:
+    """Run ``fn`` back to back for ``seconds`` of wall time, so clocks and power reach the state
+    a training run holds them in before anything is timed."""
+    deadline = time.perf_counter() + seconds
+    while time.perf_counter() < deadline:
+        fn()
+        timer.sync()
+
+
+def rotation_copies(footprint_bytes: int, flush_bytes: int) -> int:
+    """Copies of a ``footprint_bytes`` operand set that together cover ``flush_bytes`` (at least 1)."""
+    return max(1, math.ceil(flush_bytes / max(footprint_bytes, 1)))
+
+
+def rotating(make: Callable[[int], Callable[[], object]], copies: int) -> Callable[[], object]:
+    """A call that runs ``make(0)``, ``make(1)``, ... ``make(copies - 1)`` in turn."""
+    calls = itertools.cycle([make(i) for i in range(copies)])
+    return lambda: next(calls)()
 
 
 def supported_gemm_dtypes(device: torch.device) -> tuple[list[str], dict[str, str]]:
@@ -75,17 +129,35 @@ def supported_gemm_dtypes(device: torch.device) -> tuple[list[str], dict[str, st
     return dtypes, skipped
 
 
-def gemm_call(m: int, n: int, k: int, dtype: str, device: torch.device) -> Callable[[], object]:
-    """A no-allocation (m×k)·(k×n) matmul in ``dtype`` (fp8 through ``torch._scaled_mm``)."""
-    if dtype == "fp8":
-        a = torch.randn(m, k, device=device).to(torch.float8_e4m3fn)
-        b = torch.randn(n, k, device=device).to(torch.float8_e4m3fn).t()  # column-major, as cuBLASLt needs
-        one = torch.ones((), device=device)
-        return lambda: torch._scaled_mm(a, b, scale_a=one, scale_b=one, out_dtype=torch.bfloat16)
-    dt = TORCH_DTYPES[dtype]
-    a, b = torch.randn(m, k, device=device, dtype=dt), torch.randn(k, n, device=device, dtype=dt)
-    c = torch.empty(m, n, device=device, dtype=dt)
-    return lambda: torch.mm(a, b, out=c)
+def tensorwise_fp8(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``x`` cast to float8 e4m3 with one scale for the tensor, from its absolute maximum (the
+    dynamic tensor-wise recipe of torchao's float8 training), and the inverse scale to undo it."""
+    scale = FP8_MAX / x.abs().amax().float().clamp(min=1e-12)
+    return (x.float() * scale).to(torch.float8_e4m3fn), scale.reciprocal()
+
+
+def scaled_fp8_matmul(a: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    """``a @ w.T`` as fp8 training runs it: amax, scale and cast of both operands each call,
+    then ``torch._scaled_mm`` with the inverse scales and a bf16 output."""
+    a8, inv_a = tensorwise_fp8(a)
+    w8, inv_w = tensorwise_fp8(w)
+    return torch._scaled_mm(a8, w8.t(), scale_a=inv_a, scale_b=inv_w, out_dtype=torch.bfloat16)
+
+
+def gemm_call(m: int, n: int, k: int, dtype: str, device: torch.device, flush_bytes: int = 0) -> Callable[[], object]:
+    """A no-allocation (m×k)·(k×n) matmul in ``dtype``, rotating through operand copies that
+    cover ``flush_bytes`` so each call reads operands the last ones evicted. fp8 runs the
+    tensor-wise scaled recipe (``scaled_fp8_matmul``) on bf16 operands (output bf16)."""
+    fp8 = dtype == "fp8"
+    dt = torch.bfloat16 if fp8 else TORCH_DTYPES[dtype]
+    elem = torch.empty((), dtype=dt).element_size()
+    copies = rotation_copies(elem * (m * k + k * n + m * n), flush_bytes)
+    a = torch.randn(copies, m, k, device=device, dtype=dt)
+    b = torch.randn(copies, n, k, device=device, dtype=dt) if fp8 else torch.randn(copies, k, n, device=device, dtype=dt)
+    if fp8:
+        return rotating(lambda i: (lambda x=a[i], w=b[i]: scaled_fp8_matmul(x, w)), copies)
+    c = torch.empty(copies, m, n, device=device, dtype=dt)
+    return rotating(lambda i: (lambda x=a[i], w=b[i], out=c[i]: torch.mm(x, w, out=out)), copies)
 
 
 def attention_call(batch: int, seq_len: int, num_heads: int, head_dim: int, dtype: str,
@@ -103,18 +175,19 @@ def attention_call(batch: int, seq_len: int, num_heads: int, head_dim: int, dtyp
     return call
 
 
-def memory_call(kernel: str, size_bytes: int, device: torch.device) -> Callable[[], object]:
+def memory_call(kernel: str, size_bytes: int, device: torch.device, flush_bytes: int = 0) -> Callable[[], object]:
     """A memory-bound kernel reading and writing ``size_bytes`` of fp32: copy (into a
-    preallocated buffer), layer norm, RMSNorm or softmax over rows of ``NORM_WIDTH``."""
-    numel = size_bytes // 4
-    x = torch.randn(numel // NORM_WIDTH, NORM_WIDTH, device=device)
+    preallocated buffer), layer norm, RMSNorm or softmax over rows of ``NORM_WIDTH``; inputs
+    rotate through copies covering ``flush_bytes``."""
+    if kernel not in ("copy", "layer_norm", "rms_norm", "softmax"):
+        raise ValueError(f"unknown memory kernel {kernel!r}")
+    copies = rotation_copies(2 * size_bytes, flush_bytes)
+    x = torch.randn(copies, size_bytes // 4 // NORM_WIDTH, NORM_WIDTH, device=device)
     if kernel == "copy":
         y = torch.empty_like(x)
-        return lambda: y.copy_(x)
+        return rotating(lambda i: (lambda src=x[i], dst=y[i]: dst.copy_(src)), copies)
     if kernel == "layer_norm":
-        return lambda: F.layer_norm(x, (NORM_WIDTH,))
+        return rotating(lambda i: (lambda src=x[i]: F.layer_norm(src, (NORM_WIDTH,))), copies)
     if kernel == "rms_norm":
-        return lambda: F.rms_norm(x, (NORM_WIDTH,))
-    if kernel == "softmax":
-        return lambda: torch.softmax(x, dim=-1)
-    raise ValueError(f"unknown memory kernel {kernel!r}")
+        return rotating(lambda i: (lambda src=x[i]: F.rms_norm(src, (NORM_WIDTH,))), copies)
+    return rotating(lambda i: (lambda src=x[i]: torch.softmax(src, dim=-1)), copies)

@@ -23,13 +23,13 @@ def fit_compute_table(dtype: str, points: tuple[GemmPoint, ...] | tuple[Attentio
         overhead_s=overhead, flops_per_s=rate, bytes_per_s=bandwidth, rms_relative_error=err))
 
 
-def fit_collective(*, op: str, num_ranks: int, spans_nodes: bool, dtype: str,
+def fit_collective(*, op: str, num_ranks: int, ranks_per_node: int, num_nodes: int, dtype: str,
                    sizes_bytes: tuple[int, ...], median_time_s: tuple[float, ...]) -> CollectiveCurve:
     """Smooth the curve monotone, fit one alpha-beta line and the regimes through the medians."""
     latency, bandwidth = fit.fit_alpha_beta(op, num_ranks, sizes_bytes, median_time_s)
     predicted = [fit.alpha_beta_time_s(op, num_ranks, s, latency, bandwidth) for s in sizes_bytes]
     return CollectiveCurve(
-        op=op, num_ranks=num_ranks, spans_nodes=spans_nodes, dtype=dtype,
+        op=op, num_ranks=num_ranks, ranks_per_node=ranks_per_node, num_nodes=num_nodes, dtype=dtype,
         sizes_bytes=tuple(sizes_bytes), median_time_s=tuple(median_time_s),
         smoothed_time_s=tuple(fit.monotone_log_smooth(median_time_s)),
         latency_s=latency, bus_bandwidth_bytes_per_s=bandwidth,
@@ -39,7 +39,8 @@ def fit_collective(*, op: str, num_ranks: int, spans_nodes: bool, dtype: str,
 
 def refit_collectives(profile: HardwareProfile) -> HardwareProfile:
     """The same profile with every collective fit recomputed from its stored medians."""
-    curves = tuple(fit_collective(op=c.op, num_ranks=c.num_ranks, spans_nodes=c.spans_nodes, dtype=c.dtype,
+    curves = tuple(fit_collective(op=c.op, num_ranks=c.num_ranks, ranks_per_node=c.ranks_per_node,
+                                  num_nodes=c.num_nodes, dtype=c.dtype,
                                   sizes_bytes=c.sizes_bytes, median_time_s=c.median_time_s)
                    for c in profile.collectives)
     return replace(profile, collectives=curves)
@@ -50,7 +51,7 @@ def build_profile(raw: Mapping[str, Any], *, device_type: str, provenance: dict[
 
     ``raw`` = {"gemm": {dtype: [{m, n, k, time_s}]}, "attention": {dtype: [{batch, seq_len,
     num_heads, head_dim, time_s}]}, "memory": {kernel: [{size_bytes, time_s}]},
-    "collectives": [{op, num_ranks, spans_nodes, dtype, sizes_bytes, median_time_s}]}.
+    "collectives": [{op, num_ranks, ranks_per_node, num_nodes, dtype, sizes_bytes, median_time_s}]}.
     """
     gemm = {d: fit_compute_table(d, tuple(GemmPoint(**p) for p in pts))
             for d, pts in sorted(raw.get("gemm", {}).items()) if pts}

@@ -4,9 +4,12 @@
     torchrun --nnodes 4 --nproc-per-node 8 --rdzv-backend c10d --rdzv-endpoint HOST:29500 \\
         -m profiles.harness --device cuda --out P.json
 
-Every rank measures compute on its own device at the same time (medians are then taken over
-ranks), then all ranks take part in every collective layout. Rank 0 fits and writes the file.
-torch is imported inside ``main`` only, so importing this module stays cheap.
+Every rank gathers every rank's device identity (mixed devices are refused unless
+``--allow-mixed-devices``), sets TF32 off, burns in, then measures compute on its own device at
+the same time as the others; a point's time is the slowest rank's median over rounds, since a
+synchronous step runs at the pace of its slowest device. Then all ranks take part in every
+collective layout (``bench_comm``). Rank 0 fits and writes the file. torch is imported inside
+functions only, so importing this module stays cheap.
 """
 
 from __future__ import annotations
@@ -14,15 +17,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
-import socket
 import statistics
 import sys
-from datetime import datetime, timezone
-from pathlib import Path
 from typing import Any, Callable
 
-from .fit import COLLECTIVE_OPS
+from .match import mixed_device_problems
+from .provenance import device_identity, device_state, load_average, provenance, set_numerics
 from .schema import MEMORY_KERNELS
 from .shapes import MeasurePlan, fit_to_memory, group_layouts, make_plan
 
@@ -54,6 +54,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--quick", action="store_true", help="fewer shapes and sizes (under a minute on CPU)")
     parser.add_argument("--progress-file", default=None, help="append JSON progress lines here")
     parser.add_argument("--command", default=None, help="command line to record in the provenance")
+    parser.add_argument("--allow-mixed-devices", action="store_true",
+                        help="profile ranks with different devices (each point then records the slowest)")
     return parser.parse_args(argv)
 
 
@@ -64,7 +66,7 @@ def compute_tasks(plan: MeasurePlan, dtypes: list[str], device: Any, timer: Any,
 
     def gemm(dtype: str, m: int, n: int, k: int) -> Task:
         def run() -> None:
-            t = bc.median_time_s(bc.gemm_call(m, n, k, dtype, device), timer, plan)
+            t = bc.median_time_s(bc.gemm_call(m, n, k, dtype, device, plan.flush_bytes), timer, plan)
             raw["gemm"].setdefault(dtype, []).append({"m": m, "n": n, "k": k, "time_s": t})
         return f"gemm {dtype} {m}x{n}x{k}", run
 
@@ -77,7 +79,7 @@ def compute_tasks(plan: MeasurePlan, dtypes: list[str], device: Any, timer: Any,
 
     def memory(kernel: str, size: int) -> Task:
         def run() -> None:
-            t = bc.median_time_s(bc.memory_call(kernel, size, device), timer, plan)
+            t = bc.median_time_s(bc.memory_call(kernel, size, device, plan.flush_bytes), timer, plan)
             raw["memory"].setdefault(kernel, []).append({"size_bytes": size, "time_s": t})
         return f"{kernel} {size >> 20} MiB", run
 
@@ -88,7 +90,9 @@ def compute_tasks(plan: MeasurePlan, dtypes: list[str], device: Any, timer: Any,
 
 
 def comm_tasks(plan: MeasurePlan, device: Any, timer: Any, raw: dict[str, Any]) -> list[Task]:
-    """One task per (group layout, collective); every rank runs all of them in the same order."""
+    """One task per (group layout, collective); every rank runs all of them in the same order.
+    A layout's groups are made at its first collective and destroyed after its last, and the
+    device's cached memory released, in every round."""
     import torch.distributed as dist
 
     from . import bench_comm as bm
@@ -96,20 +100,35 @@ def comm_tasks(plan: MeasurePlan, device: Any, timer: Any, raw: dict[str, Any]) 
     local = int(os.environ.get("LOCAL_WORLD_SIZE", dist.get_world_size()))
     tasks: list[Task] = []
     for layout in group_layouts(dist.get_world_size(), local):
+        ops = bm.ops_for(layout)
         joined: list[Any] = []
 
-        def run(op: str, layout: Any = layout, joined: list[Any] = joined) -> None:
+        def run(op: str, layout: Any = layout, joined: list[Any] = joined, last: str = ops[-1]) -> None:
             if not joined:
                 joined.extend(bm.join_layout(layout))
             curve = bm.measure_curve(op, layout, joined[0], joined[1], plan, timer, device)
             if curve is not None and dist.get_rank() == 0:
                 raw["collectives"].append(curve)
+            if op == last:
+                bm.leave_layout(joined[0])
+                joined.clear()
+                release_memory(device)
 
-        for op in COLLECTIVE_OPS:
-            if op != "send_recv" or layout.num_ranks == 2:
-                where = "across nodes" if layout.spans_nodes else "in node"
-                tasks.append((f"{op} x{layout.num_ranks} {where}", lambda op=op, run=run: run(op)))
+        where = f"{layout.ranks_per_node}/node x {layout.num_nodes} node(s)"
+        tasks += [(f"{op} x{layout.num_ranks} {where}", lambda op=op, run=run: run(op)) for op in ops]
     return tasks
+
+
+def release_memory(device: Any) -> None:
+    """Free what the last phase or layout left behind: Python garbage, and on GPU the caching
+    allocator's unused blocks, so the next buffers fit on a 24-40 GB or shared device."""
+    import gc
+
+    gc.collect()
+    if device.type == "cuda":
+        import torch
+
+        torch.cuda.empty_cache()
 
 
 def pool_medians(records: list[dict[str, Any]], value: str = "time_s",
@@ -124,78 +143,33 @@ def pool_medians(records: list[dict[str, Any]], value: str = "time_s",
 
 
 def merge_compute(per_rank: list[dict[str, Any]]) -> dict[str, Any]:
-    """Compute records of every rank and round, pooled to one median per point."""
+    """Compute records of every rank and round: each rank's median over rounds, then the
+    slowest rank's (a synchronous step waits for its slowest device)."""
     merged: dict[str, Any] = {}
     for family in ("gemm", "attention", "memory"):
         keys = sorted({key for r in per_rank for key in r[family]})
-        merged[family] = {key: pool_medians([p for r in per_rank for p in r[family].get(key, [])])
+        merged[family] = {key: pool_medians([p for r in per_rank for p in pool_medians(r[family].get(key, []))],
+                                            pool=max)
                           for key in keys}
     return merged
 
 
+CURVE_KEY = ("op", "num_ranks", "ranks_per_node", "num_nodes", "dtype")
+
+
 def merge_curves(curves: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Collective sweeps of every round, pooled to one time per (op, group, size): the fastest
-    round's median. Each round's median is already robust within the round; across rounds,
-    interference from other processes (a shared host, the OS) only ever adds time, so the calmest
-    round is the best estimate of the collective's own cost (the reason ``timeit`` reports a
-    minimum). On this machine gloo's medians at 64 KiB-1 MiB jump between rounds by up to 7x."""
-    points = [{**{k: c[k] for k in ("op", "num_ranks", "spans_nodes", "dtype")}, "size": s, "time_s": t}
+    """Collective sweeps of every round, pooled to one time per (curve, size): the median over
+    rounds (each already the world's slowest group). The minimum would bias the curve low: a
+    step in training does not get to keep its calmest attempt."""
+    points = [{**{k: c[k] for k in CURVE_KEY}, "size": s, "time_s": t}
               for c in curves for s, t in zip(c["sizes_bytes"], c["median_time_s"])]
     merged: dict[tuple[Any, ...], dict[str, Any]] = {}
-    for p in pool_medians(points, pool=min):
-        key = (p["op"], p["num_ranks"], p["spans_nodes"], p["dtype"])
-        curve = merged.setdefault(key, dict(zip(("op", "num_ranks", "spans_nodes", "dtype"), key),
-                                             sizes_bytes=[], median_time_s=[]))
+    for p in pool_medians(points):
+        key = tuple(p[k] for k in CURVE_KEY)
+        curve = merged.setdefault(key, dict(zip(CURVE_KEY, key), sizes_bytes=[], median_time_s=[]))
         curve["sizes_bytes"].append(p["size"])
         curve["median_time_s"].append(p["time_s"])
     return list(merged.values())
-
-
-def device_name(device: Any) -> str:
-    """Marketing name of the device: CUDA device name, or the CPU model from /proc/cpuinfo."""
-    import torch
-
-    if device.type == "cuda":
-        return torch.cuda.get_device_name(device)
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
-def load_average() -> list[float] | None:
-    """The host's 1, 5 and 15 minute load averages (None where the OS has none): other work
-    on the machine while profiling slows every measurement down."""
-    try:
-        return [round(x, 2) for x in os.getloadavg()]
-    except OSError:
-        return None
-
-
-def provenance(args: argparse.Namespace, device: Any, hosts: list[str], skipped: dict[str, str],
-               load_before: list[float] | None) -> dict[str, Any]:
-    """Where and how the profile was measured."""
-    import torch
-    import torch.distributed as dist
-
-    world = dist.get_world_size()
-    local = int(os.environ.get("LOCAL_WORLD_SIZE", world))
-    cuda = device.type == "cuda"
-    nccl = torch.cuda.nccl.version() if cuda else None
-    return {
-        "device_name": device_name(device), "num_devices": world, "num_nodes": world // local,
-        "devices_per_node": local, "backend": dist.get_backend(), "hosts": sorted(set(hosts)),
-        "torch_version": torch.__version__, "cuda_version": torch.version.cuda if cuda else None,
-        "nccl_version": ".".join(map(str, nccl)) if isinstance(nccl, tuple) else nccl,
-        "python_version": platform.python_version(), "platform": platform.platform(),
-        "threads_per_process": torch.get_num_threads(), "mode": "quick" if args.quick else "full",
-        "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "command": args.command or " ".join(["python -m profiles.harness", *sys.argv[1:]]),
-        "skipped": skipped, "load_average_before": load_before, "load_average_after": load_average(),
-    }
 
 
 def setup(device_type: str) -> Any:
@@ -218,6 +192,26 @@ def setup(device_type: str) -> Any:
     return torch.device("cpu")
 
 
+def gather_identities(device: Any) -> list[dict[str, Any]]:
+    """Every rank's ``device_identity``, in rank order (on every rank)."""
+    import torch.distributed as dist
+
+    identities: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(identities, device_identity(device))
+    return identities
+
+
+def burn_in_device(plan: MeasurePlan, dtypes: list[str], device: Any, timer: Any) -> None:
+    """``plan.burn_in_s`` of the plan's largest GEMM in its fastest dtype (none on CPU)."""
+    from . import bench_compute as bc
+
+    if plan.burn_in_s <= 0 or not plan.gemm_shapes:
+        return
+    m, n, k = max(plan.gemm_shapes, key=lambda s: s[0] * s[1] * s[2])
+    dtype = "bf16" if "bf16" in dtypes else dtypes[0]
+    bc.burn_in(bc.gemm_call(m, n, k, dtype, device, plan.flush_bytes), plan.burn_in_s, timer)
+
+
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     import torch.distributed as dist
@@ -226,16 +220,26 @@ def main(argv: list[str] | None = None) -> None:
     from .build import build_profile
     from .io import write_profile
 
-    load_before = load_average()
+    extra: dict[str, Any] = {"load_average_before": load_average(), "compute_rank_pool": "max",
+                             "collective_round_pool": "median"}
     device = setup(args.device)
     rank = dist.get_rank()
+    identities = gather_identities(device)
+    problems = mixed_device_problems(identities)
+    if problems and not args.allow_mixed_devices:
+        if rank == 0:
+            print(f"error: {problems[0]}", file=sys.stderr, flush=True)
+        dist.destroy_process_group()
+        sys.exit(2)
+    extra["numerics"] = set_numerics()
     timer = bc.Timer(device)
     plan = make_plan(args.device, args.quick)
     if device.type == "cuda":
-        import torch
-
-        plan = fit_to_memory(plan, torch.cuda.get_device_properties(device).total_memory)
+        plan = fit_to_memory(plan, min(i["memory_bytes"] for i in identities))
     dtypes, skipped = bc.supported_gemm_dtypes(device)
+    extra["device_state"] = {"before": device_state(device)}
+    burn_in_device(plan, dtypes, device, timer)
+    extra["device_state"]["after_burn_in"] = device_state(device)
     raw: dict[str, Any] = {"gemm": {}, "attention": {}, "memory": {}, "collectives": []}
     tasks = compute_tasks(plan, dtypes, device, timer, raw)
     comm = comm_tasks(plan, device, timer, raw) if dist.get_world_size() > 1 else []
@@ -246,17 +250,18 @@ def main(argv: list[str] | None = None) -> None:
             run()
             progress.step(what)
     per_rank: list[Any] = [None] * dist.get_world_size()
-    dist.all_gather_object(per_rank, ({k: raw[k] for k in ("gemm", "attention", "memory")}, socket.gethostname()))
+    dist.all_gather_object(per_rank, {k: raw[k] for k in ("gemm", "attention", "memory")})
+    release_memory(device)
     for _ in range(plan.comm_rounds):
         for what, run in comm:
             run()
             progress.step(what)
+    extra["device_state"]["after"] = device_state(device)
     if rank == 0:
-        raw.update(merge_compute([r[0] for r in per_rank]))
+        raw.update(merge_compute(per_rank))
         raw["collectives"] = merge_curves(raw["collectives"])
         profile = build_profile(raw, device_type=args.device,
-                                provenance=provenance(args, device, [r[1] for r in per_rank], skipped,
-                                                       load_before))
+                                provenance=provenance(args, device, identities, skipped, extra))
         write_profile(args.out, profile)
     dist.barrier()
     dist.destroy_process_group()

@@ -14,11 +14,13 @@ from .fit import COLLECTIVE_OPS
 from .schema import (MEMORY_KERNELS, PROFILE_KIND, SCHEMA_VERSION, AttentionPoint, CollectiveCurve,
                      ComputeTable, GemmPoint, HardwareProfile, MemoryPoint, ProfileError, ThroughputFit)
 from .segments import HockneySegment
+from .shapes import legacy_placement
 from .work import ELEMENT_BYTES
 
 DEVICE_TYPES = ("cpu", "cuda")
-READABLE_VERSIONS = (1, SCHEMA_VERSION)
-"""Schema versions ``load_profile`` reads; a version-1 curve has no ``segments`` (see ``_segments``)."""
+READABLE_VERSIONS = (1, 2, SCHEMA_VERSION)
+"""Schema versions ``load_profile`` reads; a version-1 curve has no ``segments`` (see
+``_segments``), a version-1 or 2 curve has ``spans_nodes`` in place of its placement (see ``_placement``)."""
 
 
 def profile_to_dict(profile: HardwareProfile) -> dict[str, Any]:
@@ -91,10 +93,11 @@ def profile_from_dict(data: Any, where: str = "profile") -> HardwareProfile:
     provenance = doc.get(data, "provenance", dict)
     calibration = {k: doc.positive(data["calibration"], k, f"calibration.{k}")
                    for k in doc.get(data, "calibration", dict)}
-    curves = tuple(_curve(doc, c, f"collectives[{i}]", version)
+    curves = tuple(_curve(doc, c, f"collectives[{i}]", version, provenance)
                    for i, c in enumerate(doc.get(data, "collectives", list)))
-    keys = [(c.op, c.num_ranks, c.spans_nodes) for c in curves]
-    doc.check(len(set(keys)) == len(keys), "collectives", "holds the same (op, num_ranks, spans_nodes) twice")
+    keys = [c.key for c in curves]
+    doc.check(len(set(keys)) == len(keys), "collectives",
+              "holds the same (op, num_ranks, ranks_per_node, num_nodes) twice")
     return HardwareProfile(
         device_type=device_type, provenance=provenance, calibration=calibration,
         gemm=_tables(doc, data, "gemm", GemmPoint, ("m", "n", "k")),
@@ -189,7 +192,7 @@ def _memory(doc: _Doc, data: dict[str, Any]) -> dict[str, tuple[MemoryPoint, ...
     return out
 
 
-def _curve(doc: _Doc, c: Any, path: str, version: int) -> CollectiveCurve:
+def _curve(doc: _Doc, c: Any, path: str, version: int, provenance: dict[str, Any]) -> CollectiveCurve:
     doc.check(isinstance(c, dict), path, "must be an object")
     op = doc.choice(c, "op", COLLECTIVE_OPS, f"{path}.op")
     num_ranks = doc.get(c, "num_ranks", int, f"{path}.num_ranks")
@@ -213,9 +216,30 @@ def _curve(doc: _Doc, c: Any, path: str, version: int) -> CollectiveCurve:
               "rms_relative_error": doc.positive(c, "rms_relative_error", f"{path}.rms_relative_error",
                                                  allow_zero=True)}
     return CollectiveCurve(
-        op=op, num_ranks=num_ranks, spans_nodes=doc.get(c, "spans_nodes", bool, f"{path}.spans_nodes"),
+        op=op, num_ranks=num_ranks, **_placement(doc, c, path, version, num_ranks, provenance),
         dtype=doc.choice(c, "dtype", tuple(ELEMENT_BYTES), f"{path}.dtype"), **series, **single,
         segments=_segments(doc, c, path, version, sizes, single))
+
+
+def _placement(doc: _Doc, c: dict[str, Any], path: str, version: int, num_ranks: int,
+               provenance: dict[str, Any]) -> dict[str, int]:
+    """``ranks_per_node`` and ``num_nodes`` of a curve. Versions 1 and 2 stored only
+    ``spans_nodes``: an in-node curve was one node of ``num_ranks``; a cross-node curve is the
+    layout that harness measured, rebuilt from the provenance's world and node size."""
+    if version >= 3:
+        per_node = doc.get(c, "ranks_per_node", int, f"{path}.ranks_per_node")
+        nodes = doc.get(c, "num_nodes", int, f"{path}.num_nodes")
+        doc.check(per_node >= 1 and nodes >= 1 and per_node * nodes >= num_ranks, f"{path}.ranks_per_node",
+                  f"{per_node} per node on {nodes} nodes cannot hold {num_ranks} ranks")
+        return {"ranks_per_node": per_node, "num_nodes": nodes}
+    if not doc.get(c, "spans_nodes", bool, f"{path}.spans_nodes"):
+        return {"ranks_per_node": num_ranks, "num_nodes": 1}
+    world = doc.get(provenance, "num_devices", int, "provenance.num_devices")
+    local = doc.get(provenance, "devices_per_node", int, "provenance.devices_per_node")
+    found = legacy_placement(world, local, num_ranks, True) if world >= 1 and local >= 1 else None
+    doc.check(found is not None, path, f"spans nodes, but no layout of {num_ranks} ranks on {world} devices "
+              f"of {local} per node does; the file is inconsistent, re-run 'autoplan profile'")
+    return {"ranks_per_node": found[0], "num_nodes": found[1]}
 
 
 def _segments(doc: _Doc, c: dict[str, Any], path: str, version: int, sizes: tuple[int, ...],

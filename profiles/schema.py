@@ -14,9 +14,10 @@ from hardware_specs.errors import AutoplanError
 from . import fit, work
 from .segments import HockneySegment, segmented_time_s
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 """2 added ``segments`` (the regimes of ``segments.fit_segmented``) to each collective curve;
-version 1 files still load, each curve as the one regime of its single alpha-beta fit."""
+3 keys each curve by ``ranks_per_node`` and ``num_nodes`` instead of ``spans_nodes``. Version 1
+and 2 files still load (``io.load_profile`` migrates them)."""
 PROFILE_KIND = "autoplan-hardware-profile"
 MEMORY_KERNELS: tuple[str, ...] = ("copy", "layer_norm", "rms_norm", "softmax")
 
@@ -113,12 +114,16 @@ class MemoryPoint:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class CollectiveCurve:
-    """One collective on groups of ``num_ranks`` ranks, inside one node or across nodes."""
+    """One collective on groups of ``num_ranks`` ranks placed ``ranks_per_node`` to a node on
+    ``num_nodes`` nodes: 16 ranks as 8 per node on 2 nodes is another curve than 16 nodes of 1."""
 
     op: str
     """``all_reduce``, ``all_gather``, ``reduce_scatter``, ``all_to_all``, ``broadcast``, ``send_recv``."""
     num_ranks: int
-    spans_nodes: bool
+    ranks_per_node: int
+    """Most ranks of one group on one node."""
+    num_nodes: int
+    """Nodes one group spans (1: inside a node)."""
     dtype: str
     sizes_bytes: tuple[int, ...]
     """Full buffer sizes (nccl-tests convention), strictly increasing."""
@@ -134,6 +139,15 @@ class CollectiveCurve:
     """RMS relative error of the single-line fit over the measured sizes."""
     segments: tuple[HockneySegment, ...]
     """Regimes of the segmented alpha-beta fit (``segments.fit_segmented``), by increasing size."""
+
+    @property
+    def spans_nodes(self) -> bool:
+        return self.num_nodes > 1
+
+    @property
+    def key(self) -> tuple[str, int, int, int]:
+        """(op, num_ranks, ranks_per_node, num_nodes): what a lookup must match."""
+        return self.op, self.num_ranks, self.ranks_per_node, self.num_nodes
 
     def time_s(self, size_bytes: float) -> float:
         """Seconds for one call on a ``size_bytes`` buffer: log-space interpolation of the
@@ -196,18 +210,20 @@ class HardwareProfile:
         points = self.memory.get(kernel)
         return points[-1].bytes_per_s if points else None
 
-    def collective_curve(self, op: str, num_ranks: int, spans_nodes: bool) -> CollectiveCurve | None:
-        """The measured curve for (op, group size, placement), if any."""
+    def collective_curve(self, op: str, num_ranks: int, ranks_per_node: int,
+                         num_nodes: int) -> CollectiveCurve | None:
+        """The curve measured for exactly this (op, group size, ranks per node, nodes), if any."""
         for curve in self.collectives:
-            if (curve.op, curve.num_ranks, curve.spans_nodes) == (op, num_ranks, spans_nodes):
+            if curve.key == (op, num_ranks, ranks_per_node, num_nodes):
                 return curve
         return None
 
-    def collective_time_s(self, op: str, num_ranks: int, spans_nodes: bool,
+    def collective_time_s(self, op: str, num_ranks: int, ranks_per_node: int, num_nodes: int,
                           size_bytes: float) -> float | None:
-        """Seconds for ``op`` over ``num_ranks`` ranks on a ``size_bytes`` buffer; None if that
-        (op, group size, placement) was not measured. One rank or an empty buffer costs 0."""
+        """Seconds for ``op`` over ``num_ranks`` ranks, ``ranks_per_node`` to a node on
+        ``num_nodes`` nodes, on a ``size_bytes`` buffer; None if that placement was not measured
+        (the caller then uses the datasheet). One rank or an empty buffer costs 0."""
         if num_ranks <= 1 or size_bytes <= 0:
             return 0.0
-        curve = self.collective_curve(op, num_ranks, spans_nodes)
+        curve = self.collective_curve(op, num_ranks, ranks_per_node, num_nodes)
         return None if curve is None else curve.time_s(size_bytes)

@@ -2,8 +2,9 @@
 
 GEMM shapes are the four weight matmuls of a transformer layer (QKV, attention output, MLP up,
 MLP down) and, in the full profile, their backward matmuls (input and weight gradients), for
-layer widths of the model families autoplan ships presets for. A family too big for the
-device's time budget is scaled down by powers of two until one layer's largest GEMM fits.
+layer widths of the model families autoplan ships presets for, whole and as one tensor-parallel
+rank holds them (``TP_DEGREES``). A family too big for the device's time budget is scaled down
+by powers of two until one layer's largest GEMM fits.
 """
 
 from __future__ import annotations
@@ -32,6 +33,13 @@ class LayerWidths:
         t, h = tokens, self.hidden
         return [(t, self.q_dim + 2 * self.kv_dim, h), (t, h, self.q_dim), (t, up, h), (t, h, self.ffn)]
 
+    def sharded(self, tp: int) -> "LayerWidths":
+        """The widths one of ``tp`` tensor-parallel ranks multiplies (Shoeybi et al. 2019, sec. 3):
+        QKV and MLP-up split by columns, attention-output and MLP-down by rows, so the head
+        widths and the MLP width shrink by ``tp`` and the hidden size stays whole."""
+        return LayerWidths(hidden=self.hidden, ffn=self.ffn // tp, q_dim=self.q_dim // tp,
+                           kv_dim=self.kv_dim // tp, gated=self.gated)
+
     def scaled(self, factor: int) -> "LayerWidths":
         """Every width divided by ``factor`` (a power of two)."""
         return LayerWidths(hidden=self.hidden // factor, ffn=self.ffn // factor, q_dim=self.q_dim // factor,
@@ -48,6 +56,12 @@ LAYER_FAMILIES: tuple[LayerWidths, ...] = (
     # Llama 3 70B (same table): h 8192, f 28672, 8 kv heads of 128.
     LayerWidths(hidden=8192, ffn=28672, q_dim=8192, kv_dim=1024, gated=True),
 )
+
+
+TP_DEGREES: tuple[int, ...] = (1, 2, 4, 8)
+"""Tensor-parallel degrees whose per-rank layer GEMMs the GPU profile measures."""
+MIN_SHARDED_WIDTH = 64
+"""A sharded family is measured only while every sharded width stays at least this wide."""
 
 
 def backward_gemms(shape: Shape) -> list[Shape]:
@@ -67,11 +81,24 @@ def fit_family(family: LayerWidths, tokens: int, budget_flops: float) -> LayerWi
     return family.scaled(factor)
 
 
-def gemm_shapes(tokens_list: tuple[int, ...], budget_flops: float, with_backward: bool) -> tuple[Shape, ...]:
-    """Distinct GEMM shapes of every family at every token count, within the FLOP budget."""
+def sharded_families(tp_degrees: tuple[int, ...]) -> list[LayerWidths]:
+    """Every family whole and as one rank of each degree in ``tp_degrees`` holds it."""
+    out = []
+    for family in LAYER_FAMILIES:
+        for tp in tp_degrees:
+            sharded = family.sharded(tp)
+            if min(sharded.q_dim, sharded.kv_dim, sharded.ffn) >= MIN_SHARDED_WIDTH:
+                out.append(sharded)
+    return out
+
+
+def gemm_shapes(tokens_list: tuple[int, ...], budget_flops: float, with_backward: bool,
+                tp_degrees: tuple[int, ...] = (1,)) -> tuple[Shape, ...]:
+    """Distinct GEMM shapes of every family (and its tp shards) at every token count, within
+    the FLOP budget."""
     shapes: list[Shape] = []
     for tokens in tokens_list:
-        for family in LAYER_FAMILIES:
+        for family in sharded_families(tp_degrees):
             for fwd in fit_family(family, tokens, budget_flops).forward_gemms(tokens):
                 shapes.append(fwd)
                 if with_backward:
@@ -100,6 +127,12 @@ class MeasurePlan:
     comm_rounds: int
     """Sweeps over every collective and size (cheaper than compute rounds, and collectives on a
     shared host jitter more, so there are more of them)."""
+    flush_bytes: int
+    """GEMM operands and memory-kernel buffers rotate through copies covering at least this many
+    bytes, so no timed call finds its operands in the cache the previous call filled (0: one copy)."""
+    burn_in_s: float
+    """Seconds of back-to-back large GEMMs before the first timed point, so clocks and power
+    settle where a training run holds them."""
 
 
 def powers_of_two(low: int, high: int) -> tuple[int, ...]:
@@ -112,7 +145,12 @@ def powers_of_two(low: int, high: int) -> tuple[int, ...]:
 
 
 def make_plan(device_type: str, quick: bool) -> MeasurePlan:
-    """The measurement plan for ``cpu`` or ``cuda``; ``quick`` trades coverage for time."""
+    """The measurement plan for ``cpu`` or ``cuda``; ``quick`` trades coverage for time.
+
+    On GPU the operands rotate through 256 MiB, twice the largest L2 in ``hardware_specs``
+    (B200's 126 MB; H100 has 50 MB), and the run burns in first; the CPU plan keeps one copy
+    (its figures are the in-cache rates ``docs/profiling.md`` reports) and no burn-in.
+    """
     cuda = device_type == "cuda"
     budget_flops = (4e12 if cuda else 2e9) / (4 if quick else 1)
     tokens = (1024, 4096, 16384) if cuda else (128, 512, 2048)
@@ -128,7 +166,8 @@ def make_plan(device_type: str, quick: bool) -> MeasurePlan:
     top_memory = (1024 if cuda else 64) * MIB * (1 if quick else 4)
     top_collective = (256 if cuda else 16) * MIB * (1 if quick else 16)
     return MeasurePlan(
-        gemm_shapes=gemm_shapes(tokens, budget_flops, with_backward=not quick),
+        gemm_shapes=gemm_shapes(tokens, budget_flops, with_backward=not quick,
+                                tp_degrees=TP_DEGREES if cuda else (1,)),
         attention_shapes=attention,
         memory_sizes_bytes=powers_of_two(top_memory // 64, top_memory)[::2] if quick
         else powers_of_two(top_memory // 256, top_memory)[::2],
@@ -138,6 +177,8 @@ def make_plan(device_type: str, quick: bool) -> MeasurePlan:
         time_budget_s=0.03 if quick else 0.1,
         rounds=1 if quick else 3,
         comm_rounds=2 if quick else 6,
+        flush_bytes=256 * MIB if cuda else 0,
+        burn_in_s=(2.0 if quick else 5.0) if cuda else 0.0,
     )
 
 
@@ -155,9 +196,15 @@ class GroupLayout:
 
     num_ranks: int
     """Ranks per group."""
-    spans_nodes: bool
-    """Whether a group holds ranks of more than one node (ranks fill nodes in order)."""
+    ranks_per_node: int
+    """Most ranks of one group on one node (ranks fill nodes in order)."""
+    num_nodes: int
+    """Nodes one group spans."""
     groups: tuple[tuple[int, ...], ...]
+
+    @property
+    def spans_nodes(self) -> bool:
+        return self.num_nodes > 1
 
 
 def _partition(world: int, size: int, stride: int) -> tuple[tuple[int, ...], ...]:
@@ -166,16 +213,42 @@ def _partition(world: int, size: int, stride: int) -> tuple[tuple[int, ...], ...
     return tuple(tuple(s + j * stride for j in range(size)) for s in starts)
 
 
-def group_layouts(world: int, ranks_per_node: int) -> tuple[GroupLayout, ...]:
-    """Every group size the world allows (each divisor >= 2), placed inside a node (contiguous
-    ranks) and, on several nodes, across nodes (ranks ``world/size`` apart, one per node where
-    possible). Layouts with the same (size, spans) are measured once."""
-    layouts: dict[tuple[int, bool], GroupLayout] = {}
+def placement(group: tuple[int, ...], ranks_per_node: int) -> tuple[int, int]:
+    """(most ranks of ``group`` on one node, nodes it spans), ranks filling nodes in order."""
+    nodes = [r // ranks_per_node for r in group]
+    return max(nodes.count(n) for n in set(nodes)), len(set(nodes))
+
+
+def _layouts(world: int, ranks_per_node: int) -> list[tuple[int, GroupLayout]]:
+    """(stride, layout) for every divisor size >= 2 and both strides, in measuring order."""
+    out = []
     for size in range(2, world + 1):
         if world % size:
             continue
         for stride in (1, world // size):
             groups = _partition(world, size, stride)
-            spans = any(len({r // ranks_per_node for r in g}) > 1 for g in groups)
-            layouts.setdefault((size, spans), GroupLayout(num_ranks=size, spans_nodes=spans, groups=groups))
+            placements = {placement(g, ranks_per_node) for g in groups}
+            assert len(placements) == 1, f"groups of {size} at stride {stride} are placed unequally"
+            ((per_node, nodes),) = placements
+            out.append((stride, GroupLayout(num_ranks=size, ranks_per_node=per_node, num_nodes=nodes,
+                                            groups=groups)))
+    return out
+
+
+def group_layouts(world: int, ranks_per_node: int) -> tuple[GroupLayout, ...]:
+    """Every group size the world allows (each divisor >= 2), placed inside a node (contiguous
+    ranks) and, on several nodes, across nodes (ranks ``world/size`` apart, one per node where
+    possible). A layout is keyed, and measured once, by (size, ranks per node, nodes)."""
+    layouts: dict[tuple[int, int, int], GroupLayout] = {}
+    for _, layout in _layouts(world, ranks_per_node):
+        layouts.setdefault((layout.num_ranks, layout.ranks_per_node, layout.num_nodes), layout)
     return tuple(layouts[key] for key in sorted(layouts))
+
+
+def legacy_placement(world: int, ranks_per_node: int, num_ranks: int, spans_nodes: bool) -> tuple[int, int] | None:
+    """(ranks per node, nodes) of the layout a schema-1/2 harness measured as (``num_ranks``,
+    ``spans_nodes``): the first stride, 1 then ``world/size``, whose groups matched; None if none."""
+    for _, layout in _layouts(world, ranks_per_node):
+        if (layout.num_ranks, layout.spans_nodes) == (num_ranks, spans_nodes):
+            return layout.ranks_per_node, layout.num_nodes
+    return None

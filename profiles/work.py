@@ -8,6 +8,8 @@ from __future__ import annotations
 
 ELEMENT_BYTES: dict[str, int] = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1}
 """Bytes per element of each dtype name used in profiles and hardware specs."""
+OUTPUT_BYTES: dict[str, int] = {**ELEMENT_BYTES, "fp8": 2}
+"""Bytes per element of a GEMM's output: fp8 GEMMs write bf16 (``torch._scaled_mm(out_dtype=bf16)``)."""
 
 
 def gemm_flops(m: int, n: int, k: int) -> float:
@@ -16,8 +18,9 @@ def gemm_flops(m: int, n: int, k: int) -> float:
 
 
 def gemm_bytes(m: int, n: int, k: int, dtype: str) -> float:
-    """Bytes a GEMM must move at least once: read A (m×k) and B (k×n), write C (m×n)."""
-    return float(ELEMENT_BYTES[dtype] * (m * k + k * n + m * n))
+    """Bytes a GEMM must move at least once: read A (m×k) and B (k×n), write C (m×n) in the
+    output dtype (``OUTPUT_BYTES``)."""
+    return float(ELEMENT_BYTES[dtype] * (m * k + k * n) + OUTPUT_BYTES[dtype] * m * n)
 
 
 def attention_flops(batch: int, seq_len: int, num_heads: int, head_dim: int) -> float:

@@ -11,7 +11,7 @@ import pytest
 from click.testing import CliRunner
 
 from planner.cli import main
-from profiles.harness import merge_curves, pool_medians
+from profiles.harness import pool_medians
 
 PLAN_ARGS = ["--model", "tiny-llama", "--hardware", "cpu", "--gpus", "2", "--global-batch", "8", "--seq-len", "256"]
 
@@ -67,11 +67,3 @@ def test_pool_medians_merges_rounds_and_ranks_by_point() -> None:
     records = [{"m": 1, "time_s": 3.0}, {"m": 2, "time_s": 1.0}, {"m": 1, "time_s": 1.0}, {"m": 1, "time_s": 2.0}]
     assert pool_medians(records) == [{"m": 1, "time_s": 2.0}, {"m": 2, "time_s": 1.0}]
 
-
-def test_merge_curves_takes_the_fastest_round_per_size() -> None:
-    # Interference only adds time: per size, the calmest round's median is kept.
-    sweep = {"op": "all_reduce", "num_ranks": 2, "spans_nodes": False, "dtype": "fp32", "sizes_bytes": [4096, 8192]}
-    rounds = [{**sweep, "median_time_s": [1.0, 4.0]}, {**sweep, "median_time_s": [3.0, 2.0]},
-              {**sweep, "median_time_s": [2.0, 3.0]}]
-    assert merge_curves(rounds) == [{**sweep, "median_time_s": [1.0, 2.0]}]
-    assert json.dumps(merge_curves(rounds))  # stays JSON-ready

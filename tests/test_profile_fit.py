@@ -82,7 +82,7 @@ def test_monotone_smoothing_is_nondecreasing_and_keeps_sorted_input(times: list[
 def test_interpolated_curve_is_monotone_everywhere(noisy: list[float], queries: list[float], op: str) -> None:
     """Even from noisy, non-monotone medians the curve never gets faster for a bigger message,
     inside the measured range and beyond it on both sides."""
-    curve = fit_collective(op=op, num_ranks=2, spans_nodes=False, dtype="fp32",
+    curve = fit_collective(op=op, num_ranks=2, ranks_per_node=2, num_nodes=1, dtype="fp32",
                            sizes_bytes=SIZES, median_time_s=tuple(noisy))
     queries = sorted(queries)
     times = [curve.time_s(q) for q in queries]
@@ -154,7 +154,7 @@ def test_segmented_fit_predicts_held_out_sizes_of_the_shipped_profile(op: str) -
     from profiles import segments
 
     shipped = profiles.load_profile(Path(profiles.__file__).parent / "data" / "cpu-gloo-2proc.json")
-    curve = shipped.collective_curve(op, 2, False)
+    curve = shipped.collective_curve(op, 2, 2, 1)
     assert curve is not None
     sizes, times = curve.sizes_bytes, curve.median_time_s
     regimes = segments.fit_segmented(op, 2, sizes[::2], times[::2])

@@ -28,7 +28,7 @@ def synthetic_profile() -> HardwareProfile:
     raw = {
         "gemm": {"fp32": gemm}, "attention": {"fp32": attention},
         "memory": {"copy": [{"size_bytes": 2**20, "time_s": 2 * 2**20 / 20e9}]},
-        "collectives": [{"op": "all_reduce", "num_ranks": 2, "spans_nodes": False, "dtype": "fp32",
+        "collectives": [{"op": "all_reduce", "num_ranks": 2, "ranks_per_node": 2, "num_nodes": 1, "dtype": "fp32",
                          "sizes_bytes": sizes, "median_time_s": [1e-4 + s / 1e9 for s in sizes]}],
     }
     return build_profile(raw, device_type="cpu", provenance={"device_name": "synthetic", "num_devices": 2})
@@ -122,9 +122,12 @@ def test_malformed_fields_are_named(written: Path, mutate, field: str) -> None:
 
 
 def _as_version_1(data: dict) -> dict:
-    """What autoplan wrote before regimes: schema 1, no ``segments`` in the curves."""
+    """What autoplan wrote before regimes: schema 1, no ``segments`` in the curves, and
+    ``spans_nodes`` in place of ranks per node and nodes."""
     for curve in data["collectives"]:
         curve.pop("segments")
+        curve["spans_nodes"] = curve.pop("num_nodes") > 1
+        curve.pop("ranks_per_node")
     return {**data, "schema_version": 1}
 
 
@@ -165,11 +168,11 @@ def test_lookups_answer_measured_terms_and_none_elsewhere() -> None:
     assert p.attention_flops_per_s(1, 1024, 4, 64, "fp32") is not None
     assert p.attention_flops_per_s(1, 1024, 4, 64, "fp8") is None
     assert p.memory_bandwidth_bytes_per_s() == pytest.approx(20e9)
-    assert p.collective_time_s("all_reduce", 2, False, 8192) == pytest.approx(1e-4 + 8192 / 1e9, rel=1e-6)
-    assert p.collective_time_s("all_reduce", 2, True, 8192) is None     # not measured across nodes
-    assert p.collective_time_s("all_reduce", 8, False, 8192) is None    # group size not measured
-    assert p.collective_time_s("all_gather", 2, False, 8192) is None    # op not measured
-    assert p.collective_time_s("all_reduce", 1, False, 8192) == 0.0     # one rank: nothing to send
+    assert p.collective_time_s("all_reduce", 2, 2, 1, 8192) == pytest.approx(1e-4 + 8192 / 1e9, rel=1e-6)
+    assert p.collective_time_s("all_reduce", 2, 1, 2, 8192) is None     # not measured across nodes
+    assert p.collective_time_s("all_reduce", 8, 8, 1, 8192) is None     # group size not measured
+    assert p.collective_time_s("all_gather", 2, 2, 1, 8192) is None     # op not measured
+    assert p.collective_time_s("all_reduce", 1, 1, 1, 8192) == 0.0      # one rank: nothing to send
     assert p.calibration == {}
     assert p.device_type == "cpu"
 
@@ -190,6 +193,6 @@ def test_shipped_cpu_profile_is_a_real_two_process_gloo_measurement() -> None:
     assert (prov["num_devices"], prov["backend"], prov["threads_per_process"]) == (2, "gloo", 1)
     assert prov["command"].startswith("autoplan profile --device cpu --nproc 2")
     assert set(p.gemm) == {"fp32", "bf16"} and set(p.attention) == {"fp32", "bf16"}
-    ops = {(c.op, c.num_ranks, c.spans_nodes) for c in p.collectives}
-    assert ops == {(op, 2, False) for op in profiles.fit.COLLECTIVE_OPS}
+    ops = {c.key for c in p.collectives}
+    assert ops == {(op, 2, 2, 1) for op in profiles.fit.COLLECTIVE_OPS}
     assert p.memory_bandwidth_bytes_per_s() is not None

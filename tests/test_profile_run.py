@@ -57,7 +57,7 @@ def test_quick_profile_measured_every_planned_point(quick_run: Run) -> None:
         assert sorted((q.m, q.n, q.k) for q in p.gemm[dtype].points) == sorted(plan.gemm_shapes)
         assert len(p.attention[dtype].points) == len(plan.attention_shapes)
     assert set(p.memory) == set(MEMORY_KERNELS)
-    assert {(c.op, c.num_ranks, c.spans_nodes) for c in p.collectives} == {(op, 2, False) for op in COLLECTIVE_OPS}
+    assert {c.key for c in p.collectives} == {(op, 2, 2, 1) for op in COLLECTIVE_OPS}
     for curve in p.collectives:
         assert curve.sizes_bytes == plan.collective_sizes_bytes
         assert all(a <= b for a, b in zip(curve.smoothed_time_s, curve.smoothed_time_s[1:]))

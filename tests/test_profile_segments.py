@@ -123,7 +123,7 @@ def test_a_slower_regime_after_the_cache_sets_the_tail_of_the_profile_curve() ->
     """Beyond the largest measured size the cost model extends the measured curve with the last
     regime's β (1 GB/s here), not the single line's, which averages in the faster sizes."""
     sizes = SIZES[:-1]  # up to 128 MiB
-    curve = fit_collective(op=OP, num_ranks=N, spans_nodes=False, dtype="fp32", sizes_bytes=sizes,
+    curve = fit_collective(op=OP, num_ranks=N, ranks_per_node=N, num_nodes=1, dtype="fp32", sizes_bytes=sizes,
                            median_time_s=tuple(two_regimes(s) for s in sizes))
     assert curve.bus_bandwidth_bytes_per_s > 1.2e9               # the single line is too fast
     extra = 1024 * MIB

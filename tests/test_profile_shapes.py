@@ -47,16 +47,28 @@ def test_fit_to_memory_drops_buffers_above_a_sixteenth_of_memory() -> None:
 
 def test_group_layouts_on_one_node() -> None:
     (only,) = group_layouts(2, 2)
-    assert (only.num_ranks, only.spans_nodes, only.groups) == (2, False, ((0, 1),))
+    assert (only.num_ranks, only.ranks_per_node, only.num_nodes, only.groups) == (2, 2, 1, ((0, 1),))
 
 
 def test_group_layouts_on_two_nodes_of_eight() -> None:
     layouts = group_layouts(16, 8)
-    assert [(x.num_ranks, x.spans_nodes) for x in layouts] == [
-        (2, False), (2, True), (4, False), (4, True), (8, False), (8, True), (16, True)]
+    assert [(x.num_ranks, x.ranks_per_node, x.num_nodes) for x in layouts] == [
+        (2, 1, 2), (2, 2, 1), (4, 2, 2), (4, 4, 1), (8, 4, 2), (8, 8, 1), (16, 8, 2)]
     for layout in layouts:
         members = sorted(r for g in layout.groups for r in g)
         assert members == list(range(16))  # a partition: every rank in exactly one group
         assert all(len(g) == layout.num_ranks for g in layout.groups)
         nodes_per_group = {len({r // 8 for r in g}) for g in layout.groups}
-        assert (max(nodes_per_group) > 1) == layout.spans_nodes
+        assert nodes_per_group == {layout.num_nodes}
+
+
+@pytest.mark.parametrize("tp", [2, 4, 8])
+def test_gpu_plans_hold_tp_sharded_layer_gemms(tp: int) -> None:
+    """Megatron TP splits QKV and MLP-up by columns (n / tp) and attention-out and MLP-down by
+    rows (k / tp); the hidden size stays whole. Llama 3 70B QKV at 4096 tokens: n = 10240 / tp."""
+    shapes = set(make_plan("cuda", quick=False).gemm_shapes)
+    assert (4096, 10240 // tp, 8192) in shapes       # 70B QKV
+    assert (4096, 8192, 8192 // tp) in shapes        # 70B attention output
+    assert (4096, 4096, 14336 // tp) in shapes       # 8B MLP down
+    if tp == 8:  # the quick plan scales the 70B family at tp 2 down to its smaller budget
+        assert (4096, 10240 // tp, 8192) in set(make_plan("cuda", quick=True).gemm_shapes)

@@ -36,6 +36,8 @@ JOB_OPTIONS: list[Callable] = [
                  show_default=True, help="Usable share of device memory."),
     click.option("--profile", type=click.Path(dir_okay=False), default=None,
                  help="Measured profile JSON (autoplan profile); datasheet rates otherwise."),
+    click.option("--profile-device-mismatch", type=click.Choice(["refuse", "ok"]), default="refuse", show_default=True,
+                 help="ok: use a --profile measured on other devices than --hardware (recorded in the plan)."),
     click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True,
                  help="json prints JSON only on stdout."),
     click.option("--out", type=click.Path(dir_okay=False, allow_dash=True), default=None,
@@ -51,7 +53,7 @@ def job_options(func: Callable) -> Callable:
 
 def _job_kwargs(kw: dict[str, Any]) -> dict[str, Any]:
     keys = ("model", "hardware", "gpus", "global_batch", "seq_len", "gpus_per_node", "precision", "optimizer",
-            "lora_rank", "attention", "memory_fraction", "profile")
+            "lora_rank", "attention", "memory_fraction", "profile", "profile_device_mismatch")
     out = {k: kw[k] for k in keys}
     if kw.get("runtime") is not None:
         out["runtime"] = kw["runtime"]

@@ -160,7 +160,7 @@ def _collective_table(profile: "HardwareProfile") -> "Table":
         table.add_column(name, justify="left" if name in ("op", "placement") else "right", no_wrap=True)
     for c in profile.collectives:
         beta = f"{c.bus_bandwidth_bytes_per_s / 1e9:.3g} GB/s" if c.bus_bandwidth_bytes_per_s else "-"
-        table.add_row(c.op, str(c.num_ranks), "across nodes" if c.spans_nodes else "in node",
+        table.add_row(c.op, str(c.num_ranks), f"{c.ranks_per_node}/node x {c.num_nodes}",
                       f"{c.latency_s * 1e6:.0f} us", beta, f"{c.peak_bus_bandwidth_bytes_per_s() / 1e9:.3g} GB/s",
                       f"{c.rms_relative_error:.0%}")
     return table

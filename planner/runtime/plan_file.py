@@ -93,6 +93,9 @@ class PlanInputs:
     module: str | None = None
     """A user's model (``pkg.mod:factory``), set by ``autoplan shard --module ... --attach``."""
     input_shape: tuple[int, ...] | None = None
+    profile_device_mismatch: tuple[str, ...] | None = None
+    """How the profile differs from the cluster, when the user allowed it
+    (``--profile-device-mismatch ok``); None when the profile matches or there is none."""
 
     @classmethod
     def from_dict(cls, raw: Any, where: str = "inputs") -> "PlanInputs":
@@ -101,6 +104,10 @@ class PlanInputs:
         module = _get(raw, "module", where, str, optional=True)
         shape = _get(raw, "input_shape", where, list, optional=True)
         fraction = _optional(_get(raw, "memory_fraction", where, (int, float), optional=True), 0.95)
+        mismatch = _get(raw, "profile_device_mismatch", where, dict, optional=True)
+        problems = None if mismatch is None else _get(mismatch, "problems", f"{where}.profile_device_mismatch", list)
+        if problems is not None and not all(isinstance(p, str) for p in problems):
+            raise PlanFileError(f"{where}.profile_device_mismatch.problems: expected a list of strings")
         if not 0 < fraction <= 1:
             raise PlanFileError(f"{where}.memory_fraction: must be in (0, 1], got {fraction!r}")
         for key in ("gpus", "gpus_per_node"):
@@ -117,7 +124,8 @@ class PlanInputs:
                    top_k=_get(raw, "top_k", where, int, optional=True),
                    allow_cross_node_tp=_get(raw, "allow_cross_node_tp", where, bool, optional=True),
                    launchable=_get(raw, "launchable", where, bool, optional=True),
-                   module=module, input_shape=None if shape is None else tuple(shape))
+                   module=module, input_shape=None if shape is None else tuple(shape),
+                   profile_device_mismatch=None if problems is None else tuple(problems))
 
     def to_dict(self) -> dict[str, Any]:
         t = self.training
@@ -133,6 +141,8 @@ class PlanInputs:
                 out[key] = getattr(self, key)
         if self.input_shape is not None:
             out["input_shape"] = list(self.input_shape)
+        if self.profile_device_mismatch is not None:
+            out["profile_device_mismatch"] = {"allowed": True, "problems": list(self.profile_device_mismatch)}
         return out
 
     def digest(self) -> str:
