@@ -87,7 +87,7 @@ def test_cli_refuses_with_one_line_and_exit_2(command: str) -> None:
 
 def test_override_is_explicit_and_recorded_in_the_plan() -> None:
     report = planner.plan(**H100_JOB, profile=str(SHIPPED), profile_device_mismatch="ok", top_k=1)
-    recorded = report.inputs["profile_device_mismatch"]
+    recorded = report.inputs.to_dict()["profile_device_mismatch"]
     assert recorded["allowed"] is True and any("cpu" in p for p in recorded["problems"])
     result = CliRunner().invoke(main, ["plan", *H100_ARGS, "--profile-device-mismatch", "ok", "--format", "json",
                                        "--top", "1"])
@@ -100,7 +100,7 @@ def test_override_is_explicit_and_recorded_in_the_plan() -> None:
 def test_matching_plans_record_nothing() -> None:
     report = planner.plan(model="tiny-llama", hardware="cpu", gpus=2, global_batch=8, seq_len=256,
                           profile=str(SHIPPED), top_k=1)
-    assert "profile_device_mismatch" not in report.inputs
+    assert "profile_device_mismatch" not in report.inputs.to_dict()
 
 
 # --- finding 4: curves are keyed by (degree, ranks per node, node count) -----------------------
