@@ -19,7 +19,7 @@ from hardware_specs.schema import ClusterSpec
 from . import activations as act
 from .assumptions import DEFAULT_ASSUMPTIONS, Assumptions
 from .breakdown import CostBreakdown, StageMemory
-from .compute import Rates
+from .compute import DATASHEET, Rates, merge_source
 from .flops import logits_gemm, model_flops_per_token
 from .layer_costs import LayerCosts, LayerForward, LayerKey
 from .layout import Layout
@@ -326,6 +326,8 @@ class CostModel:
             if n == 0:
                 continue
             f = self.layers.forward(self.layer_key(layout, kind))
+            for term, source in f.sources.items():
+                merge_source(t.sources, term, source)
             self._add_layers(t, f, layout, n)
             self._add_recompute(t, f, layout, n * share)
             if layout.recompute == "selective":
@@ -338,7 +340,7 @@ class CostModel:
     def rank_times(self, layout: Layout, rank: RankLayers) -> RankTimes:
         """All times of one rank: the core plus data-parallel sync and the optimizer step."""
         core = self.rank_core_times(layout, rank)
-        t = replace(core, comm_bytes=Counter(core.comm_bytes))
+        t = replace(core, comm_bytes=Counter(core.comm_bytes), sources=dict(core.sources))
         params = self.rank_params(layout, rank)
         self._add_data_parallel(t, layout, params, rank)
         self._add_optimizer(t, layout, params)
@@ -384,11 +386,13 @@ class CostModel:
             t.fwd_compute_s += self.rates.memory_time_s(2 * B * tokens * model.hidden_size)
             if layout.tp > 1:
                 op = "reduce_scatter" if layout.sequence_parallel else "all_reduce"
-                seconds, sent = self.layers.collective("tp", op, B * tokens * model.hidden_size, layout.tp, 1)
+                seconds, sent, source = self.layers.collective(op, B * tokens * model.hidden_size, layout.tp, 1)
+                merge_source(t.sources, "tp_comm", source)
                 t.tp_s += seconds
                 t.comm_bytes[f"tp_{op}"] += sent * layout.num_microbatches
         if rank.last:
-            head = self.rates.gemm_time_s(logits_gemm(model, tokens, layout.tp))
+            head, source = self.rates.gemm_time_and_source(logits_gemm(model, tokens, layout.tp))
+            merge_source(t.sources, "compute", source)
             loss = self.rates.memory_time_s(3 * 4 * tokens * model.vocab_size / layout.tp)
             t.fwd_compute_s += head + loss
             t.bwd_compute_s += 2 * head + loss
@@ -402,7 +406,8 @@ class CostModel:
         if layout.sequence_parallel:
             size /= layout.tp
         stride = layout.tp * layout.cp * layout.dp
-        seconds, sent = self.layers.collective("pp", "send_recv", size, 2, stride)
+        seconds, sent, source = self.layers.collective("send_recv", size, 2, stride)
+        merge_source(t.sources, "pp_comm", source)
         t.pp_s += 2 * layout.virtual_stages * seconds
         t.comm_bytes["pp_send_recv"] += 2 * layout.virtual_stages * sent * layout.num_microbatches
 
@@ -434,17 +439,17 @@ class CostModel:
         else:
             gathers_per_mb, reduce_per_mb = (2, True) if layout.zero_stage == 3 else (0, False)
         if layout.zero_stage == 0:
-            reduce_s, sent = self._in_pieces("all_reduce", grads, group, layout.tp, pieces)
+            reduce_s, sent = self._in_pieces(t, "all_reduce", grads, group, layout.tp, pieces)
             t.comm_bytes["dp_all_reduce"] += sent
             gather_s = 0.0
         else:
-            reduce_s, rs_sent = self._in_pieces("reduce_scatter", grads, shard, layout.tp, pieces)
-            gather_s, ag_sent = self._in_pieces("all_gather", weights, shard, layout.tp, pieces)
+            reduce_s, rs_sent = self._in_pieces(t, "reduce_scatter", grads, shard, layout.tp, pieces)
+            gather_s, ag_sent = self._in_pieces(t, "all_gather", weights, shard, layout.tp, pieces)
             t.comm_bytes["dp_reduce_scatter"] += rs_sent * (m if reduce_per_mb else 1)
             t.comm_bytes["dp_all_gather"] += ag_sent * (gathers_per_mb * m if gathers_per_mb else 1)
         replicas = group // shard
         if layout.zero_stage and replicas > 1:
-            ar_s, ar_sent = self._in_pieces("all_reduce", grads / shard, replicas, layout.tp * shard, pieces)
+            ar_s, ar_sent = self._in_pieces(t, "all_reduce", grads / shard, replicas, layout.tp * shard, pieces)
             each_mb = torch_runtime and reduce_per_mb  # FSDP2's HSDP all-reduces after every reduce-scatter
             if each_mb:
                 t.dp_mb_s += ar_s
@@ -460,9 +465,13 @@ class CostModel:
         if not reduce_per_mb:
             t.dp_tail_s += max(0.0, reduce_s - overlap * t.bwd_compute_s)
 
-    def _in_pieces(self, op: str, size_bytes: float, degree: int, stride: int, pieces: int) -> tuple[float, float]:
-        """(seconds, bytes sent) of ``op`` over ``size_bytes`` issued as ``pieces`` equal collectives."""
-        seconds, sent = self.layers.collective("dp", op, size_bytes / pieces, degree, stride)
+    def _in_pieces(self, t: RankTimes, op: str, size_bytes: float, degree: int, stride: int,
+                   pieces: int) -> tuple[float, float]:
+        """(seconds, bytes sent) of ``op`` over ``size_bytes`` issued as ``pieces`` equal collectives;
+        the rate's source goes to ``t.sources['dp_comm']``."""
+        seconds, sent, source = self.layers.collective(op, size_bytes / pieces, degree, stride)
+        if degree > 1:
+            merge_source(t.sources, "dp_comm", source)
         return pieces * seconds, pieces * sent
 
     def _add_optimizer(self, t: RankTimes, layout: Layout, params: ShardedParams) -> None:
@@ -501,7 +510,7 @@ class CostModel:
             model_flops_per_step=model_flops,
             hardware_flops_per_step=model_flops + self._recompute_flops(layout),
             tokens_per_step=self.training.tokens_per_step, num_gpus=layout.world_size,
-            peak_flops_per_gpu=self.rates.peak, sources=self._sources(layout),
+            peak_flops_per_gpu=self.rates.peak, sources=self._sources(layout, times),
         )
 
     def _recompute_flops(self, layout: Layout) -> float:
@@ -519,16 +528,19 @@ class CostModel:
         forward = model_flops_per_token(self.model, s, self.training.is_lora) / 3 * tokens
         return share * forward
 
-    def _sources(self, layout: Layout) -> dict[str, str]:
-        """Where each term's rate came from, for the communication terms this layout has."""
-        sources = {"compute": self.rates.sources.get("gemm", "datasheet"),
-                   "attention": self.rates.sources.get("attention", "datasheet"),
-                   "memory_bound": self.rates.sources.get("memory_bound", "datasheet")}
+    def _sources(self, layout: Layout, times: list[RankTimes]) -> dict[str, str]:
+        """Where each term's rate came from, over every rank of this layout: a term is ``profile``
+        if any rate it used was measured. Communication terms only for axes of degree > 1."""
+        merged: dict[str, str] = {}
+        for t in times:
+            for term, source in t.sources.items():
+                merge_source(merged, term, source)
+        sources = {"compute": merged.get("compute", DATASHEET), "attention": merged.get("attention", DATASHEET),
+                   "memory_bound": self.rates.memory_bound_source}
         degrees = {"tp": layout.tp, "cp": layout.cp, "ep": layout.ep, "dp": layout.dp * layout.cp, "pp": layout.pp}
-        sources.update({f"{axis}_comm": source for axis, source in self.layers.sources.items()
-                        if degrees.get(axis, 1) > 1})
+        sources.update({term: merged[term] for term in sorted(merged)
+                        if term.endswith("_comm") and degrees.get(term[:-len("_comm")], 1) > 1})
         return sources
-
 
 def estimate(model: ModelSpec, training: TrainingSpec, cluster: ClusterSpec, layout: Layout, *,
              profile: "HardwareProfile | None" = None, assumptions: Assumptions = DEFAULT_ASSUMPTIONS,
