@@ -96,12 +96,3 @@ def _datasheet_time_s(op: str, size_bytes: float, per_node: int, num_nodes: int,
                 + ring_time_s(op, size_bytes, per_node, intra_alpha, intra_beta))
     return ring_time_s(op, size_bytes, 2, inter_alpha, inter_beta)
 
-
-def group_stride(layout_degrees: dict[str, int], axis: str) -> int:
-    """Rank stride of ``axis`` under the order tp (innermost), cp, dp, pp (Megatron-LM)."""
-    stride = 1
-    for name in ("tp", "cp", "dp", "pp"):
-        if name == axis:
-            return stride
-        stride *= layout_degrees[name]
-    raise ValueError(f"unknown axis {axis!r}")

@@ -12,28 +12,20 @@ from __future__ import annotations
 import math
 from collections import Counter
 from dataclasses import replace
-from typing import TYPE_CHECKING, Callable, TypeVar
-
-from hardware_specs.schema import ClusterSpec
+from typing import Callable, TypeVar
 
 from . import activations as act
-from .assumptions import DEFAULT_ASSUMPTIONS, Assumptions
 from .breakdown import CostBreakdown, StageMemory
 from .compute import DATASHEET, Rates, merge_source
 from .flops import logits_gemm, model_flops_per_token
 from .layer_costs import LayerCosts, LayerForward, LayerKey
+from .job import Job
 from .layout import Layout
 from .memory import ShardedParams, StateBytes, held_state_bytes, state_bytes
-from .model_spec import ModelSpec
 from .params import embedding_params, lora_params_per_layer, output_params
 from .pipeline import bubble_time_s, in_flight_microbatches
 from .ranks import LayerPrefix, RankLayers, RankStatic, RankTimes
-from .training import TrainingSpec
 
-if TYPE_CHECKING:
-    from profiles import HardwareProfile
-
-DEFAULT_MEMORY_FRACTION = 0.95
 T = TypeVar("T")
 
 
@@ -46,19 +38,21 @@ def _memoised(memo: dict, key: tuple, compute: Callable[[], T]) -> T:
 
 
 class CostModel:
-    """The cost model for one job (model, training, cluster, profile); ``estimate`` any layout."""
+    """The memo of one job's per-term costs; ``estimate`` any layout. Every memo maps inputs to a
+    value that depends on nothing else, so no state of one call changes another's result."""
 
-    def __init__(self, model: ModelSpec, training: TrainingSpec, cluster: ClusterSpec, *,
-                 profile: "HardwareProfile | None" = None, assumptions: Assumptions = DEFAULT_ASSUMPTIONS,
-                 memory_fraction: float = DEFAULT_MEMORY_FRACTION) -> None:
+    def __init__(self, job: Job) -> None:
+        model, training, cluster, profile = job.model, job.training, job.cluster, job.profile
+        assumptions = job.assumptions
         if profile is not None and profile.calibration:
             assumptions = assumptions.with_calibration(profile.calibration)
+        self.job = job
         self.model, self.training, self.cluster = model, training, cluster
         self.assumptions = assumptions
         self.rates = Rates(cluster.hardware, training.precision, profile, assumptions)
         self.layers = LayerCosts(model, training, cluster, self.rates, profile, assumptions)
         self.states: StateBytes = state_bytes(training)
-        self.capacity_bytes = memory_fraction * cluster.hardware.memory_bytes
+        self.capacity_bytes = job.memory_fraction * cluster.hardware.memory_bytes
         self._prefix = LayerPrefix(model)
         self._core_memo: dict[tuple, RankTimes] = {}
         self._ranks_memo: dict[tuple, list[RankLayers]] = {}
@@ -168,10 +162,6 @@ class CostModel:
         """ZeRO shard degree for dense states (HSDP group or dp, times cp) and for expert states."""
         dense = layout.zero_shard_degree * layout.cp
         return dense, max(1, dense // layout.ep)
-
-    def rank_memory(self, layout: Layout, rank: RankLayers, index: int) -> StageMemory:
-        """Device memory of pipeline rank ``index`` holding ``rank``'s layers."""
-        return self._stage_memory(layout, index, self.rank_static(layout, rank))
 
     def rank_static(self, layout: Layout, rank: RankLayers) -> RankStatic:
         params = self.rank_params(layout, rank)
@@ -542,13 +532,12 @@ class CostModel:
                         if term.endswith("_comm") and degrees.get(term[:-len("_comm")], 1) > 1})
         return sources
 
-def estimate(model: ModelSpec, training: TrainingSpec, cluster: ClusterSpec, layout: Layout, *,
-             profile: "HardwareProfile | None" = None, assumptions: Assumptions = DEFAULT_ASSUMPTIONS,
-             memory_fraction: float = DEFAULT_MEMORY_FRACTION) -> CostBreakdown:
-    """Cost of ``layout`` for one job; see ``CostModel``. The layout is assumed valid
-    (``layout.check_layout``)."""
-    return CostModel(model, training, cluster, profile=profile, assumptions=assumptions,
-                     memory_fraction=memory_fraction).estimate(layout)
+def estimate(job: Job, layout: Layout, memo: CostModel | None = None) -> CostBreakdown:
+    """Memory per rank, step time by term and traffic of ``layout`` (assumed valid,
+    ``layout.check_layout``) for ``job``. ``memo`` (``CostModel(job)``) keeps the per-term values
+    of earlier calls, keyed by their inputs, so a search that costs many layouts of one job pays
+    for each term once; the result does not depend on it."""
+    return (memo if memo is not None else CostModel(job)).estimate(layout)
 
 
 def _fsdp2_sync(layout: Layout) -> tuple[int, bool]:

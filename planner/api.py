@@ -13,7 +13,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from costmodels.breakdown import CostBreakdown
-from costmodels.estimate import CostModel
+from costmodels.estimate import CostModel, estimate
+from costmodels.job import Job as CostJob
 from costmodels.layout import Layout, check_layout
 from costmodels.model_spec import ModelSpec, model_to_dict
 from costmodels.presets import load_model
@@ -47,9 +48,14 @@ class Job:
     memory_fraction: float
     inputs: dict[str, Any]
 
+    def cost_job(self) -> CostJob:
+        """What the cost model needs of this request."""
+        return CostJob(model=self.model, training=self.training, cluster=self.cluster, profile=self.profile,
+                       memory_fraction=self.memory_fraction)
+
     def cost_model(self) -> CostModel:
-        return CostModel(self.model, self.training, self.cluster, profile=self.profile,
-                         memory_fraction=self.memory_fraction)
+        """A fresh memo for costing many layouts of this job (``costmodels.estimate.estimate``)."""
+        return CostModel(self.cost_job())
 
 
 def resolve_job(*, model: str | ModelSpec, hardware: str | NodeSpec, gpus: int, global_batch: int,
@@ -136,7 +142,7 @@ def evaluate(*, model: str | ModelSpec, hardware: str | NodeSpec, gpus: int, glo
     job = resolve_job(model=model, hardware=hardware, gpus=gpus, global_batch=global_batch,
                       seq_len=seq_len, **options)
     check_layout(layout, job.model, job.training, gpus, job.cluster.gpus_per_node)
-    return job.cost_model().estimate(layout)
+    return estimate(job.cost_job(), layout)
 
 
 def suggest_fixes(miss: CostBreakdown, job: Job) -> tuple[str, ...]:

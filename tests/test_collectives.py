@@ -59,11 +59,12 @@ def test_zero3_gathers_pay_latency_once_per_fsdp_unit():
     # FSDP units (4 blocks + root) one by one in forward and again in backward, and
     # reduce-scatters their gradients, each piece paying gloo's latency (alpha = 30 µs).
     from costmodels.estimate import CostModel
+    from costmodels.job import Job
     from costmodels.layout import Layout
 
     cluster = make_cluster(load_node("cpu"), 2)
     training = TrainingSpec(global_batch_size=2, seq_len=64, precision="fp32")
-    cm = CostModel(load_model("tiny-llama"), training, cluster, assumptions=EXACT)
+    cm = CostModel(Job(model=load_model("tiny-llama"), training=training, cluster=cluster, assumptions=EXACT))
     layout = Layout(dp=2, zero_stage=3, num_microbatches=1)
     rank = cm.rank_layers(layout)[0]
     state_bytes = 4 * cm.rank_params(layout, rank).dense  # fp32 params, fp32 grads

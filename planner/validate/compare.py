@@ -20,6 +20,7 @@ from typing import Any
 from costmodels.assumptions import DEFAULT_ASSUMPTIONS, Assumptions
 from costmodels.breakdown import CostBreakdown
 from costmodels.estimate import CostModel
+from costmodels.job import Job
 from costmodels.layout import Layout
 from costmodels.model_spec import model_from_dict
 from costmodels.training import TrainingSpec
@@ -53,8 +54,8 @@ def cost_model(inputs: dict[str, Any], *, profile=None, assumptions: Assumptions
         from dataclasses import replace
 
         profile = replace(profile, calibration={})
-    return CostModel(model, training_spec(inputs), cluster, profile=profile,
-                     assumptions=assumptions or DEFAULT_ASSUMPTIONS, memory_fraction=fraction)
+    return CostModel(Job(model=model, training=training_spec(inputs), cluster=cluster, profile=profile,
+                     assumptions=assumptions or DEFAULT_ASSUMPTIONS, memory_fraction=fraction))
 
 
 def recompute_working_bytes(cm: CostModel, layout: Layout) -> float:
