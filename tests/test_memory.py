@@ -4,11 +4,13 @@ import itertools
 
 import pytest
 
+from costmodels.assignment import rank_layers, rank_params
 from costmodels.estimate import CostModel
 from costmodels.job import Job
 from costmodels.layout import Layout
 from costmodels.memory import ShardedParams, held_state_bytes, state_bytes, zero_closed_form_bytes, zero_state_bytes
 from costmodels.presets import load_model
+from costmodels.rank_memory import rank_buffer_bytes
 from costmodels.training import TrainingSpec
 from hardware_specs import load_node, make_cluster
 
@@ -103,7 +105,7 @@ def _torch_cost_model():
 def test_fsdp2_sync_counts(stage, pp, expected):
     """(all-gathers per micro-batch, reduce every micro-batch?) as the launched FSDP2 job does
     them; pipelining defers every reduction to the step's end."""
-    from costmodels.estimate import _fsdp2_sync
+    from costmodels.rank_time import _fsdp2_sync
 
     assert _fsdp2_sync(Layout(dp=2, tp=1, pp=pp, zero_stage=stage, num_microbatches=4)) == expected
 
@@ -122,9 +124,9 @@ def test_torch_runtime_pipelined_stage_keeps_gathered_params_and_its_gradients()
     one receive buffer per micro-batch plus a send buffer (the first stage receives nothing)."""
     cm = _torch_cost_model()
     layout = Layout(dp=2, tp=1, pp=2, zero_stage=2, num_microbatches=8)
-    ranks = cm.rank_layers(layout)
+    ranks = rank_layers(cm, layout)
     received = 2 * 1024 * cm.model.hidden_size  # bf16 residual of one micro-batch
     for index, rank in enumerate(ranks):
-        params = cm.rank_params(layout, rank)
+        params = rank_params(cm, layout, rank)
         expected = 2 * params.dense + 4 * params.trainable_dense + (8 * index + 1) * received
-        assert cm.rank_buffer_bytes(layout, rank, params) == pytest.approx(expected)
+        assert rank_buffer_bytes(cm, layout, rank, params) == pytest.approx(expected)

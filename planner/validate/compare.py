@@ -23,6 +23,7 @@ from costmodels.estimate import CostModel
 from costmodels.job import Job
 from costmodels.layout import Layout
 from costmodels.model_spec import model_from_dict
+from costmodels import rank_memory
 from costmodels.training import TrainingSpec
 from hardware_specs import load_node, make_cluster
 
@@ -61,7 +62,8 @@ def cost_model(inputs: dict[str, Any], *, profile=None, assumptions: Assumptions
 def recompute_working_bytes(cm: CostModel, layout: Layout) -> float:
     """Bytes of one layer's activations live while it is recomputed (in the cost model's
     activation term; invisible to saved-tensor hooks)."""
-    return cm.recompute_working_bytes(layout, cm.activation_shape(layout), cm.model.moe is not None)
+    return rank_memory.recompute_working_bytes(cm, layout, rank_memory.activation_shape(cm, layout),
+                                               cm.model.moe is not None)
 
 
 def predicted_memory(cm: CostModel, breakdown: CostBreakdown) -> list[dict[str, float]]:
