@@ -40,7 +40,7 @@ def ring_time_s(op: str, size_bytes: float, n: int, alpha_s: float, beta_bytes_p
 
 
 def bytes_sent_per_rank(op: str, size_bytes: float, n: int) -> float:
-    """Bytes each rank sends for one ring collective (REFERENCE: 2(n-1)/n·S for all-reduce)."""
+    """Bytes each rank sends for one ring collective (2(n-1)/n·S for a ring all-reduce; Thakur et al. 2005)."""
     if n <= 1:
         return 0.0
     if op == "all_reduce":
