@@ -62,7 +62,7 @@ def term_sources(cm: "CostModel", layout: Layout, times: list[RankTimes]) -> dic
     """Where each term's rate came from, over every rank of this layout: a term is ``profile``
     if any rate it used was measured. Communication terms only for axes of degree > 1."""
     merged: dict[str, str] = {}
-    for t in times:
+    for t in {id(t): t for t in times}.values():  # ranks of one signature share their times
         for term, source in t.sources.items():
             merge_source(merged, term, source)
     sources = {"compute": merged.get("compute", DATASHEET), "attention": merged.get("attention", DATASHEET),
