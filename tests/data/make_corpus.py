@@ -14,7 +14,7 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[2]
 CORPUS = Path(__file__).resolve().parent / "corpus"
@@ -147,7 +147,7 @@ def case_json(kind: str, kwargs: dict[str, Any]) -> str:
         os.chdir(here)
 
 
-def main(write: Callable[[Path, str], None] | None = None) -> None:
+def main() -> None:
     CORPUS.mkdir(parents=True, exist_ok=True)
     for name, kind, kwargs in cases():
         (CORPUS / f"{name}.json").write_text(case_json(kind, kwargs))
