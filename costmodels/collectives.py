@@ -40,7 +40,7 @@ def ring_time_s(op: str, size_bytes: float, n: int, alpha_s: float, beta_bytes_p
 
 
 def bytes_sent_per_rank(op: str, size_bytes: float, n: int) -> float:
-    """Bytes each rank sends for one ring collective (REFERENCE: 2(n-1)/n·S for all-reduce)."""
+    """Bytes each rank sends for one ring collective (2(n-1)/n·S for a ring all-reduce; Thakur et al. 2005)."""
     if n <= 1:
         return 0.0
     if op == "all_reduce":
@@ -96,12 +96,3 @@ def _datasheet_time_s(op: str, size_bytes: float, per_node: int, num_nodes: int,
                 + ring_time_s(op, size_bytes, per_node, intra_alpha, intra_beta))
     return ring_time_s(op, size_bytes, 2, inter_alpha, inter_beta)
 
-
-def group_stride(layout_degrees: dict[str, int], axis: str) -> int:
-    """Rank stride of ``axis`` under the order tp (innermost), cp, dp, pp (Megatron-LM)."""
-    stride = 1
-    for name in ("tp", "cp", "dp", "pp"):
-        if name == axis:
-            return stride
-        stride *= layout_degrees[name]
-    raise ValueError(f"unknown axis {axis!r}")

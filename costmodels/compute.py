@@ -27,8 +27,20 @@ def compute_dtype(precision: str, hardware: HardwareSpec) -> str:
     return "bf16" if precision == "fp8" else precision
 
 
+PROFILE, DATASHEET = "profile", "datasheet"
+
+
+def merge_source(sources: dict[str, str], term: str, source: str) -> None:
+    """Record ``source`` for ``term`` in ``sources``: a term is ``profile`` if any of its rates was measured."""
+    if sources.get(term) != PROFILE:
+        sources[term] = source
+
+
 class Rates:
-    """Times of kernels on one device; remembers whether a profile or the datasheet gave each rate."""
+    """Times of kernels on one device, each with the source of its rate (``profile`` or ``datasheet``).
+
+    Holds no state that depends on what was asked before: the memo maps a GEMM shape to its time
+    and source, which are pure functions of the shape and the specs."""
 
     def __init__(self, hardware: HardwareSpec, precision: str, profile: "HardwareProfile | None",
                  assumptions: Assumptions) -> None:
@@ -40,43 +52,44 @@ class Rates:
         self.bandwidth = hardware.memory_bandwidth_bytes_per_s
         self.profile = profile
         self.a = assumptions
-        self.sources: dict[str, str] = {}
-        self._gemm_memo: dict[tuple[int, int, int], float] = {}
+        self._gemm_memo: dict[tuple[int, int, int], tuple[float, str]] = {}
         measured_bw = profile.memory_bandwidth_bytes_per_s() if profile is not None else None
         self.memory_bandwidth = measured_bw or self.bandwidth * assumptions.memory_bandwidth_efficiency
-        self.sources["memory_bound"] = "profile" if measured_bw else "datasheet"
+        self.memory_bound_source = PROFILE if measured_bw else DATASHEET
 
     def gemm_time_s(self, g: Gemm) -> float:
         """Seconds for ``g.count`` GEMMs of shape (m×k)·(k×n)."""
-        key = (g.m, g.n, g.k)
-        per = self._gemm_memo.get(key)
-        if per is None:
-            per = self._single_gemm_time_s(g.m, g.n, g.k)
-            self._gemm_memo[key] = per
-        return per * g.count * self.a.compute_scale
+        return self.gemm_time_and_source(g)[0]
 
-    def _single_gemm_time_s(self, m: int, n: int, k: int) -> float:
+    def gemm_time_and_source(self, g: Gemm) -> tuple[float, str]:
+        """(seconds for ``g.count`` GEMMs of shape (m×k)·(k×n), where the rate came from)."""
+        key = (g.m, g.n, g.k)
+        cached = self._gemm_memo.get(key)
+        if cached is None:
+            cached = self._gemm_memo[key] = self._single_gemm_time_s(g.m, g.n, g.k)
+        per, source = cached
+        return per * g.count * self.a.compute_scale, source
+
+    def _single_gemm_time_s(self, m: int, n: int, k: int) -> tuple[float, str]:
         flops = 2.0 * m * n * k
         if self.profile is not None:
             rate = self.profile.gemm_flops_per_s(m, n, k, self.dtype)
             if rate:
-                self.sources["gemm"] = "profile"
-                return flops / rate
-        self.sources.setdefault("gemm", "datasheet")
+                return flops / rate, PROFILE
         moved = self.elem_bytes * (m * k + k * n + m * n)
-        return max(flops / (self.peak * self.a.gemm_efficiency), moved / self.memory_bandwidth)
+        return max(flops / (self.peak * self.a.gemm_efficiency), moved / self.memory_bandwidth), DATASHEET
 
-    def attention_time_s(self, flops: float, *, b: int, s: int, heads: int, head_dim: int) -> float:
-        """Seconds for the attention core (scores and score-value product) of ``flops`` FLOPs."""
+    def attention_time_and_source(self, flops: float, *, b: int, s: int, heads: int,
+                                  head_dim: int) -> tuple[float, str]:
+        """(seconds for the attention core (scores and score-value product) of ``flops`` FLOPs,
+        where the rate came from)."""
         if flops <= 0:
-            return 0.0
+            return 0.0, DATASHEET
         if self.profile is not None:
             rate = self.profile.attention_flops_per_s(b, s, heads, head_dim, self.attention_dtype)
             if rate:
-                self.sources["attention"] = "profile"
-                return flops / rate * self.a.compute_scale
-        self.sources.setdefault("attention", "datasheet")
-        return flops / (self.attention_peak * self.a.gemm_efficiency) * self.a.compute_scale
+                return flops / rate * self.a.compute_scale, PROFILE
+        return flops / (self.attention_peak * self.a.gemm_efficiency) * self.a.compute_scale, DATASHEET
 
     def memory_time_s(self, moved_bytes: float) -> float:
         """Seconds for memory-bound kernels moving ``moved_bytes`` (reads + writes)."""

@@ -18,7 +18,7 @@ from hardware_specs.schema import ClusterSpec
 from .activations import ActivationShape
 from .assumptions import Assumptions
 from .collectives import bytes_sent_per_rank, collective_time_and_source
-from .compute import Rates
+from .compute import Rates, merge_source
 from .flops import Gemm, _kv_per_rank, attention_core_flops, attention_gemms, lora_flops, mlp_gemms
 from .model_spec import ModelSpec
 from .training import TrainingSpec
@@ -59,6 +59,8 @@ class LayerForward:
     DTensor-parallel layer of the torch runtime)."""
     comm_bytes: dict[str, float] = field(default_factory=dict)
     flops: float = 0.0
+    sources: dict[str, str] = field(default_factory=dict)
+    """Where each term's rate came from: ``compute``, ``attention`` and ``<axis>_comm``."""
 
     @property
     def compute_s(self) -> float:
@@ -66,13 +68,14 @@ class LayerForward:
 
 
 class LayerCosts:
-    """Memoised per-layer forward costs for one (model, training, cluster, profile)."""
+    """Memoised per-layer forward costs for one (model, training, cluster, profile).
+
+    The memos map inputs to values (and their sources); nothing else survives a call."""
 
     def __init__(self, model: ModelSpec, training: TrainingSpec, cluster: ClusterSpec, rates: Rates,
                  profile: object, assumptions: Assumptions) -> None:
         self.model, self.training, self.cluster = model, training, cluster
         self.rates, self.profile, self.assumptions = rates, profile, assumptions
-        self.sources: dict[str, str] = {}
         self._memo: dict[LayerKey, LayerForward] = {}
         self._collective_memo: dict[tuple, tuple[float, float]] = {}
 
@@ -89,16 +92,14 @@ class LayerCosts:
             self._memo[key] = cached
         return cached
 
-    def collective(self, term: str, op: str, size_bytes: float, degree: int, stride: int) -> tuple[float, float]:
-        """(seconds, bytes sent per rank) of one collective, recording the source under ``term``."""
-        key = (term, op, size_bytes, degree, stride)
+    def collective(self, op: str, size_bytes: float, degree: int, stride: int) -> tuple[float, float, str]:
+        """(seconds, bytes sent per rank, source of the rate) of one collective."""
+        key = (op, size_bytes, degree, stride)
         cached = self._collective_memo.get(key)
         if cached is None:
             seconds, source = collective_time_and_source(op, size_bytes, degree, stride, self.cluster,
                                                          self.profile, self.assumptions)  # type: ignore[arg-type]
-            if degree > 1 and self.sources.get(term) != "profile":
-                self.sources[term] = source
-            cached = (seconds, bytes_sent_per_rank(op, size_bytes, degree))
+            cached = (seconds, bytes_sent_per_rank(op, size_bytes, degree), source)
             self._collective_memo[key] = cached
         return cached
 
@@ -107,17 +108,18 @@ class LayerCosts:
         out = LayerForward()
         tokens = key.b * key.s_local
         gemms = attention_gemms(model, tokens, key.tp) + self._mlp_gemms(key, tokens)
-        out.gemm_s = sum(rates.gemm_time_s(g) for g in gemms)
         out.flops = sum(g.flops for g in gemms)
         if self.training.is_lora:
-            extra = lora_flops(model, tokens, self.training.lora_rank, self.training.lora_targets, key.tp)
-            out.gemm_s += rates.gemm_time_s(Gemm(m=tokens, n=self.training.lora_rank, k=model.hidden_size,
-                                                 count=2 * len(self.training.lora_targets)))
-            out.flops += extra
+            out.flops += lora_flops(model, tokens, self.training.lora_rank, self.training.lora_targets, key.tp)
+            gemms.append(Gemm(m=tokens, n=self.training.lora_rank, k=model.hidden_size,
+                              count=2 * len(self.training.lora_targets)))
+        for g in gemms:
+            seconds, source = rates.gemm_time_and_source(g)
+            out.gemm_s += seconds
+            merge_source(out.sources, "compute", source)
         core_flops = attention_core_flops(model, key.b, key.s_local, key.s_local * key.cp, key.tp)
-        out.attention_core_s = rates.attention_time_s(core_flops, b=key.b, s=key.s_local,
-                                                      heads=model.num_attention_heads // key.tp,
-                                                      head_dim=model.d_head)
+        out.attention_core_s, out.sources["attention"] = rates.attention_time_and_source(
+            core_flops, b=key.b, s=key.s_local, heads=model.num_attention_heads // key.tp, head_dim=model.d_head)
         out.flops += core_flops
         out.attention_core_memory_s = rates.memory_time_s(self._eager_core_bytes(key))
         out.memory_s = rates.memory_time_s(self._memory_bound_bytes(key)) + out.attention_core_memory_s
@@ -178,12 +180,14 @@ class LayerCosts:
             return
         size = self.rates.elem_bytes * tokens * self.model.hidden_size
         if key.sp:
-            ag_s, ag_b = self.collective("tp", "all_gather", size, key.tp, 1)
-            rs_s, rs_b = self.collective("tp", "reduce_scatter", size, key.tp, 1)
+            ag_s, ag_b, ag_source = self.collective("all_gather", size, key.tp, 1)
+            rs_s, rs_b, rs_source = self.collective("reduce_scatter", size, key.tp, 1)
+            merge_source(out.sources, "tp_comm", ag_source)
+            merge_source(out.sources, "tp_comm", rs_source)
             out.tp_s = 2 * (ag_s + rs_s)
             out.comm_bytes = {"tp_all_gather": 2 * ag_b, "tp_reduce_scatter": 2 * rs_b}
         else:
-            ar_s, ar_b = self.collective("tp", "all_reduce", size, key.tp, 1)
+            ar_s, ar_b, out.sources["tp_comm"] = self.collective("all_reduce", size, key.tp, 1)
             out.tp_s = 2 * ar_s
             out.comm_bytes = {"tp_all_reduce": 2 * ar_b}
 
@@ -191,7 +195,7 @@ class LayerCosts:
         if key.cp == 1:
             return
         block = 2 * self.rates.elem_bytes * key.b * key.s_local * _kv_per_rank(self.model, key.tp)
-        step_s, step_b = self.collective("cp", "send_recv", block, key.cp, key.tp)
+        step_s, step_b, out.sources["cp_comm"] = self.collective("send_recv", block, key.cp, key.tp)
         out.cp_total_s = (key.cp - 1) * step_s
         out.cp_s = max(0.0, out.cp_total_s - out.attention_core_s)
         out.comm_bytes["cp_send_recv"] = (key.cp - 1) * step_b
@@ -202,6 +206,6 @@ class LayerCosts:
             return
         r = 1 / key.tp if key.sp else 1.0
         size = self.rates.elem_bytes * tokens * r * moe.top_k * moe.capacity_factor * self.model.hidden_size
-        a2a_s, a2a_b = self.collective("ep", "all_to_all", size, key.ep, key.tp * key.cp)
+        a2a_s, a2a_b, out.sources["ep_comm"] = self.collective("all_to_all", size, key.ep, key.tp * key.cp)
         out.ep_s = 2 * a2a_s
         out.comm_bytes["ep_all_to_all"] = 2 * a2a_b

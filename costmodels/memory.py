@@ -1,6 +1,6 @@
 """Model-state memory per rank: parameters, gradients and optimizer states under ZeRO.
 
-Convention (say which, REFERENCE.md): ZeRO (Rajbhandari et al., SC'20, Sec. 3 and Fig. 1), as
+Convention: ZeRO (Rajbhandari et al., SC'20, Sec. 3 and Fig. 1), as
 held by DeepSpeed and by Megatron-LM's distributed optimizer with 16-bit gradients. Mixed precision
 (bf16/fp16/fp8) with Adam keeps 2Ψ 16-bit params + 2Ψ 16-bit grads + KΨ optimizer states, K = 12
 (fp32 master copy, momentum, variance); SGD with momentum has K = 8 (master, momentum).

@@ -4,7 +4,7 @@ GPipe (Huang et al. 2019) runs all m forwards before the backwards: every rank h
 micro-batches. 1F1B / PipeDream-Flush (Narayanan et al. 2021): rank i of p holds min(p - i, m).
 Interleaved 1F1B (Narayanan et al. SC'21, Sec. 2.2): rank i warms up 2(p - i - 1) + (v - 1)p
 chunk-forwards, so it holds that many plus one chunk-micro-batches, min m·v; on rank 0 this is
-L/p layers × (1 + (p-1)/(p·v)) micro-batches' worth (REFERENCE.md).
+L/p layers × (1 + (p-1)/(p·v)) micro-batches' worth (Korthikanti et al. 2022, Sec. 4.2.3).
 
 Step time with per-rank micro-batch times t_i (Alpa, Zheng et al. OSDI'22, Sec. 5.2):
 T = Σ_i t_i + (m - 1)·max_j t_j for GPipe and 1F1B; with v chunks per rank the fill and drain

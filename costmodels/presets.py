@@ -59,11 +59,6 @@ PRESETS: dict[str, ModelSpec] = {m.name: m for m in [
 ]}
 
 
-def list_models() -> list[str]:
-    """Preset names in a stable order."""
-    return list(PRESETS)
-
-
 def load_model(name_or_path: str | Path) -> ModelSpec:
     """A preset by name, or a Hugging Face style ``config.json`` by path."""
     text = str(name_or_path)

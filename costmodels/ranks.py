@@ -27,6 +27,8 @@ class RankTimes:
     optimizer_s: float = 0.0
     offload_s: float = 0.0
     comm_bytes: Counter = field(default_factory=Counter)
+    sources: dict[str, str] = field(default_factory=dict)
+    """Where each term's rate came from (``compute``, ``attention``, ``<axis>_comm``) for this rank."""
 
     @property
     def per_microbatch_s(self) -> float:

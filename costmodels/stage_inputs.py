@@ -6,6 +6,8 @@ from typing import TYPE_CHECKING
 
 from .layout import Layout
 from .pipeline import in_flight_microbatches
+from .rank_memory import rank_static
+from .rank_time import rank_core_times
 from .ranks import RankLayers, RankStatic, state_sum
 
 if TYPE_CHECKING:
@@ -28,21 +30,21 @@ def stage_slicing_inputs(cost_model: "CostModel", layout: Layout) -> dict:
     buffers; the per-layer bytes still count it, so the DP's memory check errs on the safe side."""
     model = cost_model.model
     empty = RankLayers(chunks=(), num_dense=0, num_moe=0, first=False, last=False)
-    base_t = cost_model.rank_core_times(layout, empty).per_microbatch_s
-    base = cost_model.rank_static(layout, empty)
+    base_t = rank_core_times(cost_model, layout, empty).per_microbatch_s
+    base = rank_static(cost_model, layout, empty)
     per_kind: dict[bool, tuple[float, float, float]] = {}
     for j in range(model.num_layers):
         kind = model.is_moe_layer(j)
         if kind not in per_kind:
             one = RankLayers(chunks=((j, j + 1),), num_dense=int(not kind), num_moe=int(kind), first=False, last=False)
-            st = cost_model.rank_static(layout, one)
-            per_kind[kind] = (cost_model.rank_core_times(layout, one).per_microbatch_s - base_t,
+            st = rank_static(cost_model, layout, one)
+            per_kind[kind] = (rank_core_times(cost_model, layout, one).per_microbatch_s - base_t,
                               held_bytes(st) - held_bytes(base), st.stored_per_microbatch_bytes)
     ends = {}
     for name, first, last in (("first", True, False), ("last", False, True)):
         rank = RankLayers(chunks=(), num_dense=0, num_moe=0, first=first, last=last)
-        st = cost_model.rank_static(layout, rank)
-        ends[name] = (cost_model.rank_core_times(layout, rank).per_microbatch_s - base_t,
+        st = rank_static(cost_model, layout, rank)
+        ends[name] = (rank_core_times(cost_model, layout, rank).per_microbatch_s - base_t,
                       held_bytes(st) - held_bytes(base) + st.stored_per_microbatch_bytes * layout.pp)
     kinds = [per_kind[model.is_moe_layer(j)] for j in range(model.num_layers)]
     fixed = base.buffers_bytes + cost_model.cluster.hardware.runtime_reserved_bytes + base.working_bytes \

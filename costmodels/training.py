@@ -23,7 +23,7 @@ class TrainingSpec:
     """One training step: global batch, sequence length, precision and optimizer."""
 
     global_batch_size: int
-    """Sequences per optimizer step, B."""
+    """Sequences per optimizer step (B in Narayanan et al. SC'21 eq. 3; in code B is element bytes)."""
     seq_len: int
     """Tokens per sequence, s."""
     precision: Precision = "bf16"

@@ -14,7 +14,8 @@ from typing import TYPE_CHECKING, Any
 
 from costmodels.breakdown import CostBreakdown
 from costmodels.assumptions import DEFAULT_ASSUMPTIONS, Assumptions
-from costmodels.estimate import CostModel
+from costmodels.estimate import CostModel, estimate
+from costmodels.job import Job as CostJob
 from costmodels.layout import Layout, LayoutError, check_layout
 from costmodels.model_spec import ModelSpec
 from costmodels.presets import load_model
@@ -58,9 +59,14 @@ class Job:
         return cls(model=inputs.model_spec, training=inputs.training, cluster=cluster,
                    profile=_load_profile(profile), memory_fraction=float(inputs.memory_fraction), inputs=inputs)
 
+    def cost_job(self, assumptions: Assumptions = DEFAULT_ASSUMPTIONS) -> CostJob:
+        """What the cost model needs of this request."""
+        return CostJob(model=self.model, training=self.training, cluster=self.cluster, profile=self.profile,
+                       assumptions=assumptions, memory_fraction=self.memory_fraction)
+
     def cost_model(self, assumptions: Assumptions = DEFAULT_ASSUMPTIONS) -> CostModel:
-        return CostModel(self.model, self.training, self.cluster, profile=self.profile, assumptions=assumptions,
-                         memory_fraction=self.memory_fraction)
+        """A fresh memo for costing many layouts of this job (``costmodels.estimate.estimate``)."""
+        return CostModel(self.cost_job(assumptions))
 
 
 def resolve_job(*, model: str | ModelSpec, hardware: str | NodeSpec, gpus: int, global_batch: int,
@@ -160,7 +166,7 @@ def evaluate(*, model: str | ModelSpec, hardware: str | NodeSpec, gpus: int, glo
     job = resolve_job(model=model, hardware=hardware, gpus=gpus, global_batch=global_batch,
                       seq_len=seq_len, **options)
     check_layout(layout, job.model, job.training, gpus, job.cluster.gpus_per_node)
-    return job.cost_model().estimate(layout)
+    return estimate(job.cost_job(), layout)
 
 
 def layout_for_batch(global_batch: int, *, dp: int, micro_batch_size: int = 1, tp: int = 1,

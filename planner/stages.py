@@ -1,11 +1,12 @@
 """Non-uniform pipeline stages: Alpa's stage-slicing DP applied to the planner's plans.
 
 The search costs balanced splits. For a pipelined plan (1F1B or GPipe), ``refine_stages`` asks
-``planner.alpa.slice_stages`` (Zheng et al. OSDI'22, eq. 2-3: minimise Σ_i t_i + (B − 1)·max_j t_j
-under a memory cap per stage) for layers per stage, with per-layer costs from the same cost
-model; the first and last stages carry the embedding and the head. The split replaces the
-balanced one when the cost model prices it faster and it fits. Both solvers pass their results
-through this, so they still agree. Interleaved plans keep equal chunks (Megatron requires them).
+``planner.alpa.slice_stages`` (Zheng et al. OSDI'22, eq. 2-3, with their B written m, the micro-
+batch count: minimise Σ_i t_i + (m − 1)·max_j t_j under a memory cap per stage) for layers per
+stage, with per-layer costs from the same cost model; the first and last stages carry the embedding
+and the head. The split replaces the balanced one when the cost model prices it faster and it fits.
+Both solvers pass their results through this, so they still agree. Interleaved plans keep equal
+chunks (Megatron requires them).
 """
 
 from __future__ import annotations

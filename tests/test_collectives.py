@@ -58,18 +58,21 @@ def test_zero3_gathers_pay_latency_once_per_fsdp_unit():
     # tiny-llama (4 layers) on the cpu preset, dp 2 ZeRO-3, fp32: each micro-batch gathers the 5
     # FSDP units (4 blocks + root) one by one in forward and again in backward, and
     # reduce-scatters their gradients, each piece paying gloo's latency (alpha = 30 µs).
+    from costmodels.assignment import rank_layers, rank_params
     from costmodels.estimate import CostModel
+    from costmodels.job import Job
     from costmodels.layout import Layout
+    from costmodels.rank_time import rank_times
 
     cluster = make_cluster(load_node("cpu"), 2)
     training = TrainingSpec(global_batch_size=2, seq_len=64, precision="fp32")
-    cm = CostModel(load_model("tiny-llama"), training, cluster, assumptions=EXACT)
+    cm = CostModel(Job(model=load_model("tiny-llama"), training=training, cluster=cluster, assumptions=EXACT))
     layout = Layout(dp=2, zero_stage=3, num_microbatches=1)
-    rank = cm.rank_layers(layout)[0]
-    state_bytes = 4 * cm.rank_params(layout, rank).dense  # fp32 params, fp32 grads
+    rank = rank_layers(cm, layout)[0]
+    state_bytes = 4 * rank_params(cm, layout, rank).dense  # fp32 params, fp32 grads
     gather = 5 * collective_time_s("all_gather", state_bytes / 5, 2, 1, cluster, assumptions=EXACT)
     reduce = 5 * collective_time_s("reduce_scatter", state_bytes / 5, 2, 1, cluster, assumptions=EXACT)
     assert gather > collective_time_s("all_gather", state_bytes, 2, 1, cluster, assumptions=EXACT)
-    t = cm.rank_times(layout, rank)
+    t = rank_times(cm, layout, rank)
     expected = max(0.0, gather - t.fwd_compute_s) + max(0.0, gather + reduce - t.bwd_compute_s)
     assert t.dp_mb_s == pytest.approx(expected)

@@ -4,10 +4,13 @@ import itertools
 
 import pytest
 
+from costmodels.assignment import rank_layers, rank_params
 from costmodels.estimate import CostModel
+from costmodels.job import Job
 from costmodels.layout import Layout
 from costmodels.memory import ShardedParams, held_state_bytes, state_bytes, zero_closed_form_bytes, zero_state_bytes
 from costmodels.presets import load_model
+from costmodels.rank_memory import rank_buffer_bytes
 from costmodels.training import TrainingSpec
 from hardware_specs import load_node, make_cluster
 
@@ -31,8 +34,8 @@ def test_zero_paper_figure_1_numbers():
 
 
 def _states(layout, model="llama2-7b", gpus=8):
-    cm = CostModel(load_model(model), TrainingSpec(global_batch_size=64, seq_len=2048),
-                   make_cluster(load_node("a100-sxm-80gb"), gpus))
+    cm = CostModel(Job(model=load_model(model), training=TrainingSpec(global_batch_size=64, seq_len=2048),
+                   cluster=make_cluster(load_node("a100-sxm-80gb"), gpus)))
     stage = cm.estimate(layout).peak_stage
     return stage.params_bytes + stage.grads_bytes + stage.optimizer_bytes
 
@@ -52,9 +55,9 @@ def test_more_tp_or_zero_never_raises_model_state_memory():
 
 def test_lora_keeps_no_grads_or_optimizer_for_frozen_weights():
     model = load_model("llama2-7b")
-    full = CostModel(model, TrainingSpec(global_batch_size=8, seq_len=512), make_cluster(load_node("a100-sxm-80gb"), 1))
-    lora = CostModel(model, TrainingSpec(global_batch_size=8, seq_len=512, lora_rank=16),
-                     make_cluster(load_node("a100-sxm-80gb"), 1))
+    full = CostModel(Job(model=model, training=TrainingSpec(global_batch_size=8, seq_len=512), cluster=make_cluster(load_node("a100-sxm-80gb"), 1)))
+    lora = CostModel(Job(model=model, training=TrainingSpec(global_batch_size=8, seq_len=512, lora_rank=16),
+                     cluster=make_cluster(load_node("a100-sxm-80gb"), 1)))
     layout = Layout(num_microbatches=8)
     f, l = full.estimate(layout).peak_stage, lora.estimate(layout).peak_stage
     # LoRA on q, k, v, o with r = 16: 32 layers x 16 x (4096+4096) x 4 = 16.8M trainable params.
@@ -66,8 +69,8 @@ def test_lora_keeps_no_grads_or_optimizer_for_frozen_weights():
 
 def test_offload_moves_optimizer_states_off_the_device():
     layout = Layout(dp=8, zero_stage=1, num_microbatches=8, optimizer_offload=True)
-    cm = CostModel(load_model("llama2-7b"), TrainingSpec(global_batch_size=64, seq_len=2048),
-                   make_cluster(load_node("a100-sxm-80gb"), 8))
+    cm = CostModel(Job(model=load_model("llama2-7b"), training=TrainingSpec(global_batch_size=64, seq_len=2048),
+                   cluster=make_cluster(load_node("a100-sxm-80gb"), 8)))
     breakdown = cm.estimate(layout)
     assert breakdown.peak_stage.optimizer_bytes == 0
     assert breakdown.offload_s > 0 and breakdown.optimizer_s == 0
@@ -92,7 +95,7 @@ def test_torch_runtime_holds_fp32_shards_from_zero_1_on(precision):
 
 def _torch_cost_model():
     training = TrainingSpec(global_batch_size=16, seq_len=1024, runtime="torch")
-    return CostModel(load_model("llama2-7b"), training, make_cluster(load_node("h100-sxm-80gb"), 8))
+    return CostModel(Job(model=load_model("llama2-7b"), training=training, cluster=make_cluster(load_node("h100-sxm-80gb"), 8)))
 
 
 @pytest.mark.parametrize("stage, pp, expected", [
@@ -102,7 +105,7 @@ def _torch_cost_model():
 def test_fsdp2_sync_counts(stage, pp, expected):
     """(all-gathers per micro-batch, reduce every micro-batch?) as the launched FSDP2 job does
     them; pipelining defers every reduction to the step's end."""
-    from costmodels.estimate import _fsdp2_sync
+    from costmodels.rank_time import _fsdp2_sync
 
     assert _fsdp2_sync(Layout(dp=2, tp=1, pp=pp, zero_stage=stage, num_microbatches=4)) == expected
 
@@ -121,9 +124,9 @@ def test_torch_runtime_pipelined_stage_keeps_gathered_params_and_its_gradients()
     one receive buffer per micro-batch plus a send buffer (the first stage receives nothing)."""
     cm = _torch_cost_model()
     layout = Layout(dp=2, tp=1, pp=2, zero_stage=2, num_microbatches=8)
-    ranks = cm.rank_layers(layout)
+    ranks = rank_layers(cm, layout)
     received = 2 * 1024 * cm.model.hidden_size  # bf16 residual of one micro-batch
     for index, rank in enumerate(ranks):
-        params = cm.rank_params(layout, rank)
+        params = rank_params(cm, layout, rank)
         expected = 2 * params.dense + 4 * params.trainable_dense + (8 * index + 1) * received
-        assert cm.rank_buffer_bytes(layout, rank, params) == pytest.approx(expected)
+        assert rank_buffer_bytes(cm, layout, rank, params) == pytest.approx(expected)

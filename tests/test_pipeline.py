@@ -3,6 +3,7 @@
 import pytest
 
 from costmodels.estimate import CostModel
+from costmodels.job import Job
 from costmodels.layout import Layout
 from costmodels.pipeline import in_flight_microbatches, uniform_bubble_fraction
 from costmodels.presets import load_model
@@ -23,7 +24,7 @@ def test_in_flight_counts():
 
 def _cost(layout, layers=32):
     model = load_model("llama2-7b")
-    cm = CostModel(model, TrainingSpec(global_batch_size=64, seq_len=2048), make_cluster(load_node("a100-sxm-80gb"), 8))
+    cm = CostModel(Job(model=model, training=TrainingSpec(global_batch_size=64, seq_len=2048), cluster=make_cluster(load_node("a100-sxm-80gb"), 8)))
     return cm.estimate(layout)
 
 

@@ -5,6 +5,7 @@ import random
 import pytest
 
 from costmodels.estimate import CostModel
+from costmodels.job import Job
 from costmodels.layout import check_layout
 from costmodels.presets import load_model
 from costmodels.training import TrainingSpec
@@ -32,9 +33,9 @@ def _case(seed):
 def test_search_equals_brute_force(seed):
     model, training, cluster, fraction = _case(seed)
     options = SearchOptions()
-    fast = solve(CostModel(model, training, cluster, memory_fraction=fraction), cluster.num_gpus,
+    fast = solve(CostModel(Job(model=model, training=training, cluster=cluster, memory_fraction=fraction)), cluster.num_gpus,
                  cluster.gpus_per_node, options, top_k=4)
-    slow = solve_brute_force(CostModel(model, training, cluster, memory_fraction=fraction), cluster.num_gpus,
+    slow = solve_brute_force(CostModel(Job(model=model, training=training, cluster=cluster, memory_fraction=fraction)), cluster.num_gpus,
                              cluster.gpus_per_node, options, top_k=4)
     assert [b.layout for b in fast.ranked] == [b.layout for b in slow.ranked]
     assert [b.step_time_s for b in fast.ranked] == [b.step_time_s for b in slow.ranked]
@@ -56,7 +57,7 @@ def test_every_candidate_is_valid_and_meets_the_global_batch():
 def test_search_prunes_most_of_a_large_space():
     model, training = load_model("llama3-70b"), TrainingSpec(global_batch_size=256, seq_len=4096)
     cluster = make_cluster(load_node("h100-sxm-80gb"), 32)
-    result = solve(CostModel(model, training, cluster), 32, 8, SearchOptions(), top_k=3)
+    result = solve(CostModel(Job(model=model, training=training, cluster=cluster)), 32, 8, SearchOptions(), top_k=3)
     assert result.ranked and result.num_evaluated < result.num_candidates / 5
 
 
@@ -71,7 +72,7 @@ def test_search_equals_brute_force_with_a_measured_profile(gpus, model):
     profile = load_profile(Path(__file__).resolve().parents[1] / "profiles/data/cpu-gloo-2proc.json")
     training = TrainingSpec(global_batch_size=8, seq_len=128, precision="fp32")
     cluster = make_cluster(load_node("cpu"), gpus)
-    make = lambda: CostModel(load_model(model), training, cluster, profile=profile)  # noqa: E731
+    make = lambda: CostModel(Job(model=load_model(model), training=training, cluster=cluster, profile=profile))  # noqa: E731
     fast = solve(make(), gpus, cluster.gpus_per_node, SearchOptions(), top_k=3)
     slow = solve_brute_force(make(), gpus, cluster.gpus_per_node, SearchOptions(), top_k=3)
     assert [b.layout for b in fast.ranked] == [b.layout for b in slow.ranked]

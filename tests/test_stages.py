@@ -4,6 +4,7 @@ import pytest
 
 import planner
 from costmodels.estimate import CostModel
+from costmodels.job import Job
 from costmodels.layout import Layout
 from costmodels.presets import load_model
 from costmodels.training import TrainingSpec
@@ -12,8 +13,8 @@ from planner.stages import refine_stages
 
 
 def _cost_model(model="llama3-8b", gpus=8):
-    return CostModel(load_model(model), TrainingSpec(global_batch_size=32, seq_len=4096),
-                     make_cluster(load_node("h100-sxm-80gb"), gpus))
+    return CostModel(Job(model=load_model(model), training=TrainingSpec(global_batch_size=32, seq_len=4096),
+                     cluster=make_cluster(load_node("h100-sxm-80gb"), gpus)))
 
 
 def test_dp_moves_layers_off_the_heavy_last_stage():

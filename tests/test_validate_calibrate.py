@@ -64,6 +64,7 @@ def test_host_time_per_layer_is_once_forward_twice_backward_and_again_when_recom
     """``layer_overhead_s`` x adds x per layer forward, 2x backward and x per recomputed forward,
     for every micro-batch; ``tp_layer_overhead_s`` only to DTensor (torch runtime) TP layers."""
     from costmodels.estimate import CostModel
+    from costmodels.job import Job
     from costmodels.layout import Layout
     from costmodels.presets import load_model
     from costmodels.training import TrainingSpec
@@ -74,7 +75,7 @@ def test_host_time_per_layer_is_once_forward_twice_backward_and_again_when_recom
     x = 0.001
     for runtime, tp_extra in (("megatron", 0.0), ("torch", 0.002)):
         training = TrainingSpec(global_batch_size=4, seq_len=64, precision="fp32", runtime=runtime)
-        base = CostModel(model, training, cluster).estimate(layout).step_time_s
+        base = CostModel(Job(model=model, training=training, cluster=cluster)).estimate(layout).step_time_s
         charged = replace(DEFAULT_ASSUMPTIONS, layer_overhead_s=x, tp_layer_overhead_s=0.002)
-        step = CostModel(model, training, cluster, assumptions=charged).estimate(layout).step_time_s
+        step = CostModel(Job(model=model, training=training, cluster=cluster, assumptions=charged)).estimate(layout).step_time_s
         assert step - base == pytest.approx(4 * model.num_layers * issues * (x + tp_extra))

@@ -22,6 +22,7 @@ from costmodels.breakdown import CostBreakdown
 from costmodels.estimate import CostModel
 from costmodels.layout import Layout
 from planner.runtime.plan_file import PlanInputs
+from costmodels import rank_memory
 
 MEMORY_COMPONENTS = ("params", "grads", "optimizer", "states", "states_peak", "activations")
 
@@ -48,7 +49,8 @@ def cost_model(inputs: PlanInputs, *, profile=None, assumptions: Assumptions | N
 def recompute_working_bytes(cm: CostModel, layout: Layout) -> float:
     """Bytes of one layer's activations live while it is recomputed (in the cost model's
     activation term; invisible to saved-tensor hooks)."""
-    return cm.recompute_working_bytes(layout, cm.activation_shape(layout), cm.model.moe is not None)
+    return rank_memory.recompute_working_bytes(cm, layout, rank_memory.activation_shape(cm, layout),
+                                               cm.model.moe is not None)
 
 
 def predicted_memory(cm: CostModel, breakdown: CostBreakdown) -> list[dict[str, float]]:

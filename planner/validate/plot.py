@@ -13,9 +13,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from costmodels.assignment import rank_layers
 from costmodels.breakdown import MEMORY_TERMS
 from costmodels.estimate import CostModel
 from costmodels.layout import Layout
+from costmodels.rank_time import rank_core_times
 from hardware_specs.units import GIB
 from planner.runtime.plan_file import PlanFile, PlanFileError
 
@@ -53,8 +55,8 @@ def stage_times(cm, layout: Layout) -> tuple[list[float], list[float], float]:
     forward's and adds its own); recomputation is part of backward."""
     fwd, bwd, comm = [], [], 0.0
     v = layout.virtual_stages
-    for rank in cm.rank_layers(layout):
-        t = cm.rank_core_times(layout, rank)
+    for rank in rank_layers(cm, layout):
+        t = rank_core_times(cm, layout, rank)
         collectives = t.tp_s + t.cp_s + t.ep_s + t.dp_mb_s
         fwd.append((t.fwd_compute_s + collectives / 3) / v)
         bwd.append((t.bwd_compute_s + t.recompute_s + 2 * collectives / 3) / v)

@@ -1,0 +1,73 @@
+"""Assembly: the step time by term, memory by rank, traffic, FLOPs and sources of one layout.
+
+The step is m·max_i t_i + bubble (``pipeline.bubble_time_s``) + the slowest rank's tail:
+data-parallel gradient reduction not hidden behind the last backward, parameter all-gather not
+hidden behind the first forward (ZeRO-1/2), and the optimizer step.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from .breakdown import CostBreakdown, StageMemory
+from .compute import DATASHEET, merge_source
+from .flops import model_flops_per_token
+from .layout import Layout
+from .pipeline import bubble_time_s
+from .ranks import RankTimes
+
+if TYPE_CHECKING:
+    from .estimate import CostModel
+
+
+def assemble(cm: "CostModel", layout: Layout, memory: tuple[StageMemory, ...], times: list[RankTimes]) -> CostBreakdown:
+    m = layout.num_microbatches
+    per_mb = [t.per_microbatch_s for t in times]
+    crit = times[max(range(len(times)), key=per_mb.__getitem__)]
+    tail = times[max(range(len(times)), key=lambda i: times[i].tail_s)]
+    model_flops = model_flops_per_token(cm.model, cm.training.seq_len, cm.training.is_lora) \
+        * cm.training.tokens_per_step
+    return CostBreakdown(
+        layout=layout, stages=memory, memory_capacity_bytes=cm.capacity_bytes,
+        compute_s=m * crit.compute_s, recompute_s=m * crit.recompute_s, tp_comm_s=m * crit.tp_s,
+        cp_comm_s=m * crit.cp_s, ep_comm_s=m * crit.ep_s,
+        dp_comm_s=m * crit.dp_mb_s + tail.dp_tail_s, pp_comm_s=m * crit.pp_s,
+        bubble_s=bubble_time_s(per_mb, layout.virtual_stages), optimizer_s=tail.optimizer_s,
+        offload_s=tail.offload_s, overhead_s=cm.assumptions.step_overhead_s,
+        comm_bytes_per_gpu=dict(crit.comm_bytes),
+        model_flops_per_step=model_flops,
+        hardware_flops_per_step=model_flops + recompute_flops(cm, layout),
+        tokens_per_step=cm.training.tokens_per_step, num_gpus=layout.world_size,
+        peak_flops_per_gpu=cm.rates.peak, sources=term_sources(cm, layout, times),
+    )
+
+
+def recompute_flops(cm: "CostModel", layout: Layout) -> float:
+    """Extra FLOPs of recomputation over the whole step: full reruns the forward of the
+    recomputed layers (2N + 4·L·(a·d)·s per token, a third of the model FLOPs); selective reruns
+    the attention core (4·L·(a·d)·s per token)."""
+    tokens, s, model = cm.training.tokens_per_step, cm.training.seq_len, cm.model
+    attention = 4.0 * model.num_layers * model.q_dim * s * tokens
+    if layout.recompute == "selective":
+        return attention
+    if layout.recompute != "full":
+        return 0.0
+    share = 1.0 if layout.recompute_num_layers == 0 else \
+        min(1.0, layout.recompute_num_layers * layout.num_stages / model.num_layers)
+    forward = model_flops_per_token(cm.model, s, cm.training.is_lora) / 3 * tokens
+    return share * forward
+
+
+def term_sources(cm: "CostModel", layout: Layout, times: list[RankTimes]) -> dict[str, str]:
+    """Where each term's rate came from, over every rank of this layout: a term is ``profile``
+    if any rate it used was measured. Communication terms only for axes of degree > 1."""
+    merged: dict[str, str] = {}
+    for t in {id(t): t for t in times}.values():  # ranks of one signature share their times
+        for term, source in t.sources.items():
+            merge_source(merged, term, source)
+    sources = {"compute": merged.get("compute", DATASHEET), "attention": merged.get("attention", DATASHEET),
+               "memory_bound": cm.rates.memory_bound_source}
+    degrees = {"tp": layout.tp, "cp": layout.cp, "ep": layout.ep, "dp": layout.dp * layout.cp, "pp": layout.pp}
+    sources.update({term: merged[term] for term in sorted(merged)
+                    if term.endswith("_comm") and degrees.get(term[:-len("_comm")], 1) > 1})
+    return sources

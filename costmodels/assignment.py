@@ -1,0 +1,92 @@
+"""Layer-to-rank assignment: which layers each pipeline rank holds, and its parameter elements.
+
+Chunk c of rank i is model stage c·pp + i (Megatron-LM's interleaved assignment, Narayanan et al.
+SC'21 Sec. 2.2); each chunk holds ``Layout.stage_layers`` consecutive layers.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from .layer_costs import LayerKey
+from .layout import Layout
+from .memo import memoised
+from .memory import ShardedParams
+from .params import embedding_params, lora_params_per_layer, output_params
+from .ranks import RankLayers
+
+if TYPE_CHECKING:
+    from .estimate import CostModel
+
+
+def rank_groups(cm: "CostModel", layout: Layout) -> list[tuple[RankLayers, int]]:
+    """Ranks of equal signature, one representative each with its count (memoised)."""
+    key = (layout.pp, layout.virtual_stages, layout.layers_per_stage)
+    return memoised(cm.groups_memo, key, lambda: _count_rank_groups(cm, layout))
+
+
+def _count_rank_groups(cm: "CostModel", layout: Layout) -> list[tuple[RankLayers, int]]:
+    counts: dict[tuple, list] = {}
+    for rank in rank_layers(cm, layout):
+        counts.setdefault(rank.signature, [rank, 0])[1] += 1
+    return [(rank, n) for rank, n in counts.values()]
+
+
+def rank_layers(cm: "CostModel", layout: Layout) -> list[RankLayers]:
+    """Chunk c of rank i is model stage c·pp + i (Megatron's interleaved assignment)."""
+    key = (layout.pp, layout.virtual_stages, layout.layers_per_stage)
+    return memoised(cm.ranks_memo, key, lambda: _assign_rank_layers(cm, layout))
+
+
+def _assign_rank_layers(cm: "CostModel", layout: Layout) -> list[RankLayers]:
+    counts = layout.stage_layers(cm.model.num_layers)
+    starts = [0]
+    for c in counts:
+        starts.append(starts[-1] + c)
+    ranks = []
+    for i in range(layout.pp):
+        chunks = tuple((starts[k], starts[k + 1]) for k in range(i, len(counts), layout.pp))
+        moe = sum(cm.prefix.moe_layers(a, b) for a, b in chunks)
+        dense = sum(b - a for a, b in chunks) - moe
+        ranks.append(RankLayers(chunks=chunks, num_dense=dense, num_moe=moe, first=i == 0,
+                                last=i == layout.pp - 1))
+    return ranks
+
+
+def rank_params(cm: "CostModel", layout: Layout, rank: RankLayers) -> ShardedParams:
+    """Parameter elements on one rank: layers / tp, experts / (tp·ep), embedding and head."""
+    key = (layout.tp, layout.ep, layout.pp, rank)
+    return memoised(cm.params_memo, key, lambda: _count_rank_params(cm, layout, rank))
+
+
+def _count_rank_params(cm: "CostModel", layout: Layout, rank: RankLayers) -> ShardedParams:
+    model, tp = cm.model, layout.tp
+    dense = sum(cm.prefix.dense_params(a, b) for a, b in rank.chunks)
+    expert = sum(cm.prefix.expert_params(a, b) for a, b in rank.chunks)
+    if rank.first:
+        dense += embedding_params(model)
+    if rank.last:
+        dense += output_params(model)
+        if model.tied_embeddings and layout.pp > 1:
+            dense += model.vocab_size * model.hidden_size  # the head keeps its own copy
+    lora = 0.0
+    if cm.training.is_lora:
+        lora = rank.num_layers * lora_params_per_layer(model, cm.training.lora_rank,
+                                                        cm.training.lora_targets)
+        dense += lora
+    return ShardedParams(dense=dense / tp, expert=expert / (tp * layout.ep),
+                         trainable_dense=(lora if cm.training.is_lora else dense) / tp,
+                         trainable_expert=0.0 if cm.training.is_lora else expert / (tp * layout.ep))
+
+
+def layer_key(cm: "CostModel", layout: Layout, moe: bool) -> LayerKey:
+    return LayerKey(moe=moe, b=layout.micro_batch_size, s_local=cm.training.seq_len // layout.cp,
+                    tp=layout.tp, sp=layout.sequence_parallel, cp=layout.cp, ep=layout.ep if moe else 1)
+
+
+def recomputed_layers(cm: "CostModel", layout: Layout, n: int) -> int:
+    if layout.recompute != "full":
+        return 0
+    if layout.recompute_num_layers == 0:
+        return n
+    return min(layout.recompute_num_layers * layout.virtual_stages, n)

@@ -1,0 +1,31 @@
+"""``Job``: everything a cost depends on besides the layout."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from hardware_specs.schema import ClusterSpec
+
+from .assumptions import DEFAULT_ASSUMPTIONS, Assumptions
+from .model_spec import ModelSpec
+from .training import TrainingSpec
+
+if TYPE_CHECKING:
+    from profiles import HardwareProfile
+
+DEFAULT_MEMORY_FRACTION = 0.95
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Job:
+    """One training job on one cluster; ``costmodels.estimate(job, layout)`` costs a layout of it."""
+
+    model: ModelSpec
+    training: TrainingSpec
+    cluster: ClusterSpec
+    profile: "HardwareProfile | None" = None
+    """Measured rates; None = datasheet rates only. Its calibration, if any, overrides ``assumptions``."""
+    assumptions: Assumptions = DEFAULT_ASSUMPTIONS
+    memory_fraction: float = DEFAULT_MEMORY_FRACTION
+    """Share of device memory a plan may use, in (0, 1]."""

@@ -1,0 +1,168 @@
+"""Per-rank memory: model states as ZeRO holds them, activations saved per micro-batch,
+communication buffers, and the device memory of a pipeline rank at the schedule's peak."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import TYPE_CHECKING
+
+from . import activations as act
+from .assignment import layer_key, rank_params, recomputed_layers
+from .breakdown import StageMemory
+from .layout import Layout
+from .memo import memoised
+from .memory import ShardedParams, held_state_bytes
+from .pipeline import in_flight_microbatches
+from .ranks import RankLayers, RankStatic
+
+if TYPE_CHECKING:
+    from .estimate import CostModel
+
+
+def shard_degrees(cm: "CostModel", layout: Layout) -> tuple[int, int]:
+    """ZeRO shard degree for dense states (HSDP group or dp, times cp) and for expert states."""
+    dense = layout.zero_shard_degree * layout.cp
+    return dense, max(1, dense // layout.ep)
+
+
+def rank_static(cm: "CostModel", layout: Layout, rank: RankLayers) -> RankStatic:
+    params = rank_params(cm, layout, rank)
+    p, g, o = held_states(cm, layout, params)
+    stored, working = rank_activation_parts(cm, layout, rank)
+    return RankStatic(params_bytes=p, grads_bytes=g, optimizer_bytes=o,
+                       buffers_bytes=rank_buffer_bytes(cm, layout, rank, params),
+                       stored_per_microbatch_bytes=stored, working_bytes=working,
+                       received_per_microbatch_bytes=_received_saved_bytes(cm, layout, rank))
+
+
+def held_states(cm: "CostModel", layout: Layout, params: ShardedParams) -> tuple[float, float, float]:
+    z, z_e = shard_degrees(cm, layout)
+    return held_state_bytes(params, cm.training, zero_stage=layout.zero_stage, shard_degree=z,
+                            expert_shard_degree=z_e, offload=layout.optimizer_offload)
+
+
+def stage_memory(cm: "CostModel", layout: Layout, index: int, static: RankStatic) -> StageMemory:
+    """Activations at the schedule's peak: in-flight micro-batches × what each leaves stored
+    (divided by v: one in-flight unit of the interleaved schedule is one chunk), plus the
+    recomputation working set; overhead is the runtime reserve plus allocator fragmentation."""
+    in_flight = in_flight_microbatches(layout.schedule, layout.pp, index, layout.num_microbatches,
+                                       layout.virtual_stages)
+    stored = static.stored_per_microbatch_bytes - static.received_per_microbatch_bytes
+    activations = in_flight * stored / layout.virtual_stages + static.working_bytes
+    overhead = (cm.cluster.hardware.runtime_reserved_bytes
+                + cm.assumptions.allocator_fragmentation * (activations + static.buffers_bytes))
+    return StageMemory(params_bytes=static.params_bytes, grads_bytes=static.grads_bytes,
+                       optimizer_bytes=static.optimizer_bytes, activations_bytes=activations,
+                       buffers_bytes=static.buffers_bytes, overhead_bytes=overhead)
+
+
+def rank_activation_parts(cm: "CostModel", layout: Layout, rank: RankLayers) -> tuple[float, float]:
+    """(bytes one micro-batch leaves stored on this rank, recomputation working set).
+
+    With full recomputation of only ``recompute_num_layers`` per stage, that share of layers
+    stores its input and the rest store everything (Megatron's 'block' method). The first
+    stage adds its embedding dropout mask, the last its head input and fp32 logits.
+    Memoised: every way of holding model states shares it."""
+    key = (layout.micro_batch_size, layout.cp, layout.tp, layout.sequence_parallel, layout.recompute,
+           layout.recompute_num_layers, layout.virtual_stages, rank.signature, layout.dp * layout.cp == 1)
+    return memoised(cm.activation_memo, key, lambda: _compute_activation_parts(cm, layout, rank))
+
+
+def activation_shape(cm: "CostModel", layout: Layout) -> act.ActivationShape:
+    """The per-layer activation shape of ``layout``'s dense layers. The torch runtime's job
+    runs mixed precision by ``torch.autocast`` when it has no data parallelism (FSDP2's
+    mixed-precision policy otherwise), which changes what is saved."""
+    x = cm.layers.shape(layer_key(cm, layout, False))
+    autocast = (cm.training.runtime == "torch" and cm.training.precision != "fp32"
+                and layout.dp * layout.cp == 1)
+    return replace(x, autocast=True) if autocast else x
+
+
+def _compute_activation_parts(cm: "CostModel", layout: Layout, rank: RankLayers) -> tuple[float, float]:
+    model = cm.model
+    x = activation_shape(cm, layout)
+    share = recomputed_layers(cm, layout, rank.num_layers) / max(rank.num_layers, 1)
+    stored = 0.0
+    for kind, n in ((False, rank.num_dense), (True, rank.num_moe)):
+        if n == 0:
+            continue
+        mode_bytes = act.layer_bytes(model, x, moe_layer=kind, recompute=layout.recompute)
+        if layout.recompute == "full" and share < 1.0:
+            mode_bytes = share * mode_bytes + (1 - share) * act.layer_bytes(model, x, moe_layer=kind,
+                                                                            recompute="none")
+        stored += n * mode_bytes
+    v = layout.virtual_stages
+    if rank.first:
+        stored += v * act.first_stage_extra_bytes(model, x)
+    if rank.last:
+        stored += v * act.last_stage_extra_bytes(model, x)
+    return stored, recompute_working_bytes(cm, layout, x, rank.num_moe > 0)
+
+
+def recompute_working_bytes(cm: "CostModel", layout: Layout, x: act.ActivationShape, has_moe: bool) -> float:
+    """While one layer is recomputed, its full activations (full) or its core (selective) are live."""
+    if layout.recompute == "full":
+        return act.layer_bytes(cm.model, x, moe_layer=has_moe, recompute="none")
+    if layout.recompute == "selective":
+        return act.attention_core_bytes(cm.model, x)
+    return 0.0
+
+
+def rank_buffer_bytes(cm: "CostModel", layout: Layout, rank: RankLayers, params: ShardedParams) -> float:
+    """Communication buffers and gathered copies: data parallel (``_data_parallel_buffer_bytes``),
+    one gathered TP activation, pipeline send and receive buffers (under the torch runtime one
+    receive buffer per micro-batch and receiving chunk, kept by ``torch.distributed.pipelining``,
+    plus one send)."""
+    B = cm.rates.elem_bytes
+    tokens = layout.micro_batch_size * cm.training.seq_len // layout.cp
+    block = B * tokens * cm.model.hidden_size
+    buffers = _data_parallel_buffer_bytes(cm, layout, params) if layout.dp * layout.cp > 1 else 0.0
+    if layout.tp > 1:
+        buffers += block
+    if layout.pp > 1 and cm.training.runtime == "torch":
+        received = act.received_input_bytes(cm.model, activation_shape(cm, layout))
+        buffers += (layout.num_microbatches * receiving_chunks(layout, rank) + 1) * received
+    elif layout.pp > 1:
+        buffers += 2 * block * (1 / layout.tp if layout.sequence_parallel else 1.0)
+    return buffers
+
+
+def _received_saved_bytes(cm: "CostModel", layout: Layout, rank: RankLayers) -> float:
+    """Of what one micro-batch leaves stored on this rank, the bytes that are its receive
+    buffers (torch runtime; counted with the buffers instead), one per receiving chunk."""
+    if cm.training.runtime != "torch":
+        return 0.0
+    per_chunk = act.torch_received_input_saved_bytes(cm.model, activation_shape(cm, layout), layout.recompute)
+    return receiving_chunks(layout, rank) * per_chunk
+
+
+def receiving_chunks(layout: Layout, rank: RankLayers) -> int:
+    """Model chunks of this rank that receive their input from a previous stage."""
+    return 0 if layout.pp == 1 else layout.virtual_stages - (1 if rank.first else 0)
+
+
+def _data_parallel_buffer_bytes(cm: "CostModel", layout: Layout, params: ShardedParams) -> float:
+    """Megatron runtime: ZeRO-3 keeps two layers' gathered params (the one computing, the one
+    prefetched) and one layer's unsharded grads; ZeRO 0-2 two gradient buckets.
+
+    Torch runtime (FSDP2 as launched): ZeRO-0 (``replicate``) keeps a compute copy of the
+    parameters only with mixed precision (in fp32 it is the parameter) and one unsharded
+    gradient beside the all-reduced one. ZeRO-1/2 keep the gathered compute copy of every
+    parameter from forward to backward, and so does ZeRO-3 under pipelining, which stops the
+    reshard after backward; else ZeRO-3 holds two layers' worth. Unsharded fp32 gradients
+    accumulate for the whole stage when reduction waits for the step's end (ZeRO-1 with
+    several micro-batches, or any stage under pipelining), else one layer's are live."""
+    sb = cm.states
+    biggest = cm.prefix.largest_layer / layout.tp
+    if cm.training.runtime != "torch":
+        if layout.zero_stage == 3:
+            return (2 * sb.gathered + sb.reduced) * biggest
+        return min(2 * cm.assumptions.dp_bucket_bytes, sb.grad * (params.dense + params.expert))
+    held = params.dense + params.expert
+    unsharded_grads = sb.reduced * (params.trainable_dense + params.trainable_expert)
+    if layout.zero_stage == 0:
+        return (0.0 if sb.gathered == sb.param else sb.gathered * held) + unsharded_grads
+    pipelined = layout.pp > 1
+    gathered = 2 * sb.gathered * biggest if layout.zero_stage == 3 and not pipelined else sb.gathered * held
+    accumulates = pipelined or (layout.zero_stage == 1 and layout.num_microbatches > 1)
+    return gathered + (unsharded_grads if accumulates else sb.reduced * biggest)

@@ -1,0 +1,229 @@
+"""Per-rank time: per-micro-batch compute, recomputation and exposed communication, and the
+per-step data-parallel sync and optimizer step.
+
+Per micro-batch, rank i spends t_i = forward + backward (2× forward compute; Narayanan et al.
+SC'21) + recomputation + exposed TP/CP/EP communication + ZeRO-3 gathers not hidden behind
+compute + pipeline send/recv.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from dataclasses import replace
+from typing import TYPE_CHECKING
+
+from .assignment import layer_key, rank_params, recomputed_layers
+from .compute import merge_source
+from .flops import logits_gemm
+from .layer_costs import LayerForward
+from .layout import Layout
+from .memo import memoised
+from .memory import ShardedParams
+from .rank_memory import shard_degrees
+from .ranks import RankLayers, RankTimes
+
+if TYPE_CHECKING:
+    from .estimate import CostModel
+
+
+def rank_core_times(cm: "CostModel", layout: Layout, rank: RankLayers) -> RankTimes:
+    """Per-micro-batch times of one rank: everything but data-parallel sync and the optimizer,
+    which depend on how model states are held. Memoised: many layouts share it."""
+    key = (layout.tp, layout.cp, layout.ep, layout.dp, layout.pp, layout.virtual_stages,
+           layout.micro_batch_size, layout.num_microbatches, layout.recompute, layout.recompute_num_layers,
+           layout.sequence_parallel, rank.signature)
+    return memoised(cm.core_memo, key, lambda: _compute_core_times(cm, layout, rank))
+
+
+def _compute_core_times(cm: "CostModel", layout: Layout, rank: RankLayers) -> RankTimes:
+    t = RankTimes()
+    share = recomputed_layers(cm, layout, rank.num_layers) / max(rank.num_layers, 1)
+    for kind, n in ((False, rank.num_dense), (True, rank.num_moe)):
+        if n == 0:
+            continue
+        f = cm.layers.forward(layer_key(cm, layout, kind))
+        for term, source in f.sources.items():
+            merge_source(t.sources, term, source)
+        _add_layers(cm, t, f, layout, n)
+        _add_recompute(cm, t, f, layout, n * share)
+        if layout.recompute == "selective":
+            t.recompute_s += n * (f.attention_core_s + f.attention_core_memory_s)
+    _add_ends(cm, t, layout, rank)
+    t.compute_s = t.fwd_compute_s + t.bwd_compute_s
+    _add_pipeline(cm, t, layout)
+    return t
+
+
+def rank_times(cm: "CostModel", layout: Layout, rank: RankLayers) -> RankTimes:
+    """All times of one rank: the core plus data-parallel sync and the optimizer step."""
+    core = rank_core_times(cm, layout, rank)
+    t = replace(core, comm_bytes=Counter(core.comm_bytes), sources=dict(core.sources))
+    params = rank_params(cm, layout, rank)
+    _add_data_parallel(cm, t, layout, params, rank)
+    _add_optimizer(cm, t, layout, params)
+    return t
+
+
+def _add_layers(cm: "CostModel", t: RankTimes, f: LayerForward, layout: Layout, n: float) -> None:
+    """Forward + backward of ``n`` layers: backward is 2× forward compute (input and weight
+    gradients); LoRA's frozen weights need only the input gradient, 1× forward GEMMs.
+    Backward repeats the forward's TP/EP collectives and moves K, V and their gradients in CP."""
+    bwd_gemm = (1.0 if cm.training.is_lora else 2.0) * f.gemm_s
+    t.fwd_compute_s += n * f.compute_s
+    t.bwd_compute_s += n * (bwd_gemm + 2 * (f.attention_core_s + f.memory_s + f.host_s))
+    t.tp_s += n * 2 * f.tp_s
+    t.cp_s += n * (f.cp_s + max(0.0, 2 * f.cp_total_s - 2 * f.attention_core_s))
+    t.ep_s += n * 2 * f.ep_s
+    for name, sent in f.comm_bytes.items():
+        t.comm_bytes[name] += n * (3 if name.startswith("cp") else 2) * sent * layout.num_microbatches
+
+
+def _add_recompute(cm: "CostModel", t: RankTimes, f: LayerForward, layout: Layout, n: float) -> None:
+    """Full recomputation reruns ``n`` layers' forward, their TP/CP/EP communication included."""
+    if n == 0:
+        return
+    t.recompute_s += n * f.compute_s
+    t.tp_s += n * f.tp_s
+    t.cp_s += n * f.cp_s
+    t.ep_s += n * f.ep_s
+    for name, sent in f.comm_bytes.items():
+        t.comm_bytes[name] += n * sent * layout.num_microbatches
+
+
+def _add_ends(cm: "CostModel", t: RankTimes, layout: Layout, rank: RankLayers) -> None:
+    """Embedding lookup (vocab-parallel: one all-reduce or reduce-scatter) and the output
+    projection with an fp32 cross-entropy over b·s·V/t logits (read and written 3 times)."""
+    model, B = cm.model, cm.rates.elem_bytes
+    tokens = layout.micro_batch_size * cm.training.seq_len // layout.cp
+    if rank.first:
+        t.fwd_compute_s += cm.rates.memory_time_s(2 * B * tokens * model.hidden_size)
+        if layout.tp > 1:
+            op = "reduce_scatter" if layout.sequence_parallel else "all_reduce"
+            seconds, sent, source = cm.layers.collective(op, B * tokens * model.hidden_size, layout.tp, 1)
+            merge_source(t.sources, "tp_comm", source)
+            t.tp_s += seconds
+            t.comm_bytes[f"tp_{op}"] += sent * layout.num_microbatches
+    if rank.last:
+        head, source = cm.rates.gemm_time_and_source(logits_gemm(model, tokens, layout.tp))
+        merge_source(t.sources, "compute", source)
+        loss = cm.rates.memory_time_s(3 * 4 * tokens * model.vocab_size / layout.tp)
+        t.fwd_compute_s += head + loss
+        t.bwd_compute_s += 2 * head + loss
+
+
+def _add_pipeline(cm: "CostModel", t: RankTimes, layout: Layout) -> None:
+    """Each chunk receives its input and sends its output once forward and once backward."""
+    if layout.pp == 1:
+        return
+    tokens = layout.micro_batch_size * cm.training.seq_len // layout.cp
+    size = cm.rates.elem_bytes * tokens * cm.model.hidden_size
+    if layout.sequence_parallel:
+        size /= layout.tp
+    stride = layout.tp * layout.cp * layout.dp
+    seconds, sent, source = cm.layers.collective("send_recv", size, 2, stride)
+    merge_source(t.sources, "pp_comm", source)
+    t.pp_s += 2 * layout.virtual_stages * seconds
+    t.comm_bytes["pp_send_recv"] += 2 * layout.virtual_stages * sent * layout.num_microbatches
+
+
+def _add_data_parallel(cm: "CostModel", t: RankTimes, layout: Layout, params: ShardedParams, rank: RankLayers) -> None:
+    """Gradient reduction and parameter gathers over the dp·cp group (expert grads over dp·cp/ep).
+
+    ZeRO 0: one all-reduce per step. ZeRO 1/2: reduce-scatter + all-gather per step (2Ψ, as
+    all-reduce). ZeRO-3: all-gather in forward and backward and reduce-scatter per micro-batch
+    (3Ψ per micro-batch; ZeRO paper Sec. 7). HSDP adds an all-reduce of 1/N_shard across replicas.
+    Under the torch runtime the counts are FSDP2's as launched (``_fsdp2_sync``). Each is issued
+    in pieces that each pay the latency: gradient buckets for ZeRO 0-2 (PyTorch DDP, Megatron),
+    one piece per FSDP unit (each block, plus the root) for ZeRO-3 and, under the torch runtime
+    (``fully_shard`` per block for every stage >= 1), for ZeRO-1/2 too.
+    """
+    z, _ = shard_degrees(cm, layout)
+    group = layout.dp * layout.cp
+    if group == 1:
+        return
+    sb, m = cm.states, layout.num_microbatches
+    torch_runtime = cm.training.runtime == "torch"
+    grads = sb.reduced * (params.trainable_dense + params.trainable_expert)
+    weights = sb.gathered * (params.dense + params.expert) if layout.zero_stage == 3 else \
+        sb.gathered * (params.trainable_dense + params.trainable_expert)
+    shard = z if layout.zero_stage else group
+    per_unit = layout.zero_stage == 3 or (layout.zero_stage >= 1 and torch_runtime)
+    pieces = rank.num_layers + 1 if per_unit else max(1, math.ceil(grads / cm.assumptions.dp_bucket_bytes))
+    if torch_runtime:
+        gathers_per_mb, reduce_per_mb = _fsdp2_sync(layout)
+    else:
+        gathers_per_mb, reduce_per_mb = (2, True) if layout.zero_stage == 3 else (0, False)
+    if layout.zero_stage == 0:
+        reduce_s, sent = _in_pieces(cm, t, "all_reduce", grads, group, layout.tp, pieces)
+        t.comm_bytes["dp_all_reduce"] += sent
+        gather_s = 0.0
+    else:
+        reduce_s, rs_sent = _in_pieces(cm, t, "reduce_scatter", grads, shard, layout.tp, pieces)
+        gather_s, ag_sent = _in_pieces(cm, t, "all_gather", weights, shard, layout.tp, pieces)
+        t.comm_bytes["dp_reduce_scatter"] += rs_sent * (m if reduce_per_mb else 1)
+        t.comm_bytes["dp_all_gather"] += ag_sent * (gathers_per_mb * m if gathers_per_mb else 1)
+    replicas = group // shard
+    if layout.zero_stage and replicas > 1:
+        ar_s, ar_sent = _in_pieces(cm, t, "all_reduce", grads / shard, replicas, layout.tp * shard, pieces)
+        each_mb = torch_runtime and reduce_per_mb  # FSDP2's HSDP all-reduces after every reduce-scatter
+        if each_mb:
+            t.dp_mb_s += ar_s
+        else:
+            t.dp_tail_s += ar_s
+        t.comm_bytes["dp_all_reduce"] += ar_sent * (m if each_mb else 1)
+    overlap = cm.assumptions.overlap_fraction
+    fwd_mb = gather_s if gathers_per_mb else 0.0
+    bwd_mb = (gather_s if gathers_per_mb == 2 else 0.0) + (reduce_s if reduce_per_mb else 0.0)
+    t.dp_mb_s += max(0.0, fwd_mb - overlap * t.fwd_compute_s) + max(0.0, bwd_mb - overlap * t.bwd_compute_s)
+    if not gathers_per_mb:
+        t.dp_tail_s += max(0.0, gather_s - overlap * t.fwd_compute_s)
+    if not reduce_per_mb:
+        t.dp_tail_s += max(0.0, reduce_s - overlap * t.bwd_compute_s)
+
+
+def _in_pieces(cm: "CostModel", t: RankTimes, op: str, size_bytes: float, degree: int, stride: int,
+               pieces: int) -> tuple[float, float]:
+    """(seconds, bytes sent) of ``op`` over ``size_bytes`` issued as ``pieces`` equal collectives;
+    the rate's source goes to ``t.sources['dp_comm']``."""
+    seconds, sent, source = cm.layers.collective(op, size_bytes / pieces, degree, stride)
+    if degree > 1:
+        merge_source(t.sources, "dp_comm", source)
+    return pieces * seconds, pieces * sent
+
+
+def _add_optimizer(cm: "CostModel", t: RankTimes, layout: Layout, params: ShardedParams) -> None:
+    """Optimizer step on this rank's shard: memory-bound, reading and writing the K bytes of
+    states per parameter, reading the gradient and writing the 16-bit copy. With offload, the
+    gradient goes to the host and the parameter comes back over the host link, and the step
+    runs on the host (ZeRO-Offload, Ren et al. 2021), not overlapped."""
+    sb = cm.states
+    z, z_e = shard_degrees(cm, layout)
+    stepped = params.trainable_dense / (z if layout.zero_stage else 1) + \
+        params.trainable_expert / (z_e if layout.zero_stage else 1)
+    moved = (2 * sb.optimizer + sb.grad + sb.param) * stepped
+    if not layout.optimizer_offload:
+        t.optimizer_s += cm.rates.memory_time_s(moved)
+        return
+    node = cm.cluster.node
+    t.offload_s += (sb.grad + sb.param) * stepped / node.host_link_bandwidth_bytes_per_s
+    t.offload_s += 2 * sb.optimizer * stepped / node.host_memory_bandwidth_bytes_per_s
+
+
+def _fsdp2_sync(layout: Layout) -> tuple[int, bool]:
+    """(parameter all-gathers per micro-batch, 0 = one per step; whether gradients are reduced
+    after every micro-batch) for the launcher's FSDP2 mapping (``planner/runtime/parallel.py``).
+
+    ZeRO-1 stays gathered and reduces once, after the last micro-batch. ZeRO-2 keeps parameters
+    gathered through forward (``reshard_after_forward=False``) but FSDP2 reshards after each
+    backward, so it gathers and reduce-scatters every micro-batch; ZeRO-3 also gathers again for
+    backward. With pp > 1 ``torch.distributed.pipelining`` turns gradient sync and the reshard
+    after backward off for every micro-batch and reduces once at the end of the step
+    (``PipelineStage.backward_maybe_with_nosync``, ``perform_reduce_grad``): ZeRO-2 then gathers
+    once per step and ZeRO-3 twice per micro-batch, both reducing once."""
+    pipelined = layout.pp > 1
+    if layout.zero_stage == 3:
+        return 2, not pipelined
+    if layout.zero_stage == 2 and not pipelined:
+        return 1, True
+    return 0, False

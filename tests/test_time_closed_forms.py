@@ -1,0 +1,93 @@
+"""Time side against closed forms: Megatron's FLOPs per step, PaLM's MFU, one layer's forward
+time worked by hand in a GEMM-bound and in a memory-bound case."""
+
+from __future__ import annotations
+
+import pytest
+
+import planner
+from costmodels.assumptions import DEFAULT_ASSUMPTIONS as A
+from costmodels.compute import Rates
+from costmodels.layer_costs import LayerCosts, LayerKey
+from costmodels.presets import load_model
+from costmodels.training import TrainingSpec
+from hardware_specs import load_node, make_cluster
+
+
+def test_flops_per_step_with_full_recompute_match_megatron_closed_form():
+    # Narayanan et al. SC'21 eq. 3: with full recomputation a step costs
+    # F = 96·B·s·l·h²·(1 + s/(6h) + V/(16·l·h)) FLOPs. GPT-3 175B: l = 96, h = 12288, V = 50257,
+    # B = 8 sequences of s = 2048. Our count differs by terms eq. 3 leaves out: biases and norms
+    # (~13h per layer vs 12h², 1e-4) and the output head's recomputed forward (2hV per token,
+    # ~2V/(96·l·h) ≈ 9e-4 of the total), so the two agree within 0.2%.
+    B, s, l, h, V = 8, 2048, 96, 12288, 50257
+    b = planner.evaluate(model="gpt3-175b", hardware="a100-sxm-80gb", gpus=64, global_batch=B, seq_len=s,
+                         layout=planner.Layout(tp=8, pp=8, num_microbatches=8, recompute="full"))
+    megatron = 96 * B * s * l * h**2 * (1 + s / (6 * h) + V / (16 * l * h))
+    assert b.hardware_flops_per_step == pytest.approx(megatron, rel=2e-3)
+    assert b.hardware_flops_per_step > megatron  # the head recompute is in ours, not in eq. 3
+    # Without recomputation the hardware FLOPs are the model FLOPs: 3/4 of eq. 3's layer terms.
+    none = planner.evaluate(model="gpt3-175b", hardware="a100-sxm-80gb", gpus=64, global_batch=B, seq_len=s,
+                            layout=planner.Layout(tp=8, pp=8, num_microbatches=8))
+    assert none.hardware_flops_per_step == none.model_flops_per_step
+    assert none.model_flops_per_step == pytest.approx(72 * B * s * l * h**2 * (1 + s / (6 * h)) + 6 * B * s * h * V,
+                                                      rel=2e-3)
+
+
+def test_mfu_is_palm_formula():
+    # Chowdhery et al. 2022 App. B: MFU = (6N + 12·L·H·Q·T)·tokens/s / (GPUs · peak), N the
+    # non-embedding parameters. Llama 2 7B: 6,738,415,616 parameters, minus the 32000 x 4096 input
+    # embedding = 6,607,343,616 (the untied output head is a matmul and stays). L = 32, H = 32,
+    # Q = 128, T = 4096. Peak: H100 SXM dense bf16 from the datasheet.
+    n, L, H, Q, T = 6_738_415_616 - 32000 * 4096, 32, 32, 128, 4096
+    gpus, batch = 8, 64
+    b = planner.evaluate(model="llama2-7b", hardware="h100-sxm-80gb", gpus=gpus, global_batch=batch, seq_len=T,
+                         layout=planner.Layout(dp=4, tp=2, sequence_parallel=True, num_microbatches=16))
+    peak = load_node("h100-sxm-80gb").hardware.peak_flops("bf16")
+    tokens_per_s = batch * T / b.step_time_s
+    assert b.mfu == pytest.approx((6 * n + 12 * L * H * Q * T) * tokens_per_s / (gpus * peak), rel=1e-9)
+
+
+def _layer(model: str, hardware: str, b: int, s: int):
+    m = load_model(model)
+    training = TrainingSpec(global_batch_size=b, seq_len=s)
+    cluster = make_cluster(load_node(hardware), 1)
+    rates = Rates(cluster.hardware, "bf16", None, A)
+    layers = LayerCosts(m, training, cluster, rates, None, A)
+    return m, cluster.hardware, layers.forward(LayerKey(moe=False, b=b, s_local=s, tp=1, sp=False, cp=1, ep=1))
+
+
+def test_gemm_bound_layer_forward_by_hand():
+    # Llama 2 7B, one sequence of 4096 tokens, one H100, bf16, no parallelism. h = 4096,
+    # f = 11008 (gated), MHA. Weight GEMMs: qkv 4096x12288, out 4096x4096, gate+up 4096x22016,
+    # down 11008x4096: 2·T·(h·3h + h·h + h·2f + f·h) FLOPs, each far above the ridge point, so
+    # time = FLOPs / (0.75 · 989 TFLOP/s). Attention core (fused): 4·T²·h FLOPs at the same rate.
+    # Memory-bound: 10 block passes (2 norms, 2 residuals) of 2·T·h bytes, SwiGLU reads 2f writes f
+    # (2·T·3f bytes), rotary reads+writes q and k (2·2·T·2h bytes), no dropout; at 0.8 · 3.35 TB/s.
+    m, hw, f = _layer("llama2-7b", "h100-sxm-80gb", 1, 4096)
+    T, h, ffn = 4096, 4096, 11008
+    peak, bw = hw.peak_flops("bf16"), hw.memory_bandwidth_bytes_per_s
+    gemm_flops = 2 * T * (h * 3 * h + h * h + h * 2 * ffn + ffn * h)
+    assert f.gemm_s == pytest.approx(gemm_flops / (0.75 * peak), rel=1e-12)
+    assert f.attention_core_s == pytest.approx(4 * T * T * h / (0.75 * peak), rel=1e-12)
+    moved = 10 * 2 * T * h + 2 * T * 3 * ffn + 2 * 2 * T * 2 * h
+    assert f.memory_s == pytest.approx(moved / (0.8 * bw), rel=1e-12)
+    assert f.compute_s == pytest.approx(f.gemm_s + f.attention_core_s + f.memory_s, rel=1e-12)
+    # GEMM-bound: the bytes the GEMMs move (2·(mk + kn + mn) each) would take far less time.
+    shapes = [(h, 3 * h), (h, h), (h, 2 * ffn), (ffn, h)]
+    gemm_bytes = sum(2 * (T * k + k * n + T * n) for k, n in shapes)
+    assert gemm_bytes / (0.8 * bw) < 0.2 * f.gemm_s
+
+
+def test_memory_bound_layer_forward_by_hand():
+    # tiny-llama (h = 256, f = 768 gated, 8 heads of 32, 4 kv heads: kv width 128) with a single
+    # token: every weight GEMM is below the ridge point, so its time is the bytes it moves,
+    # 2·(mk + kn + mn) in bf16, at 0.8 · 3.35 TB/s. qkv: m=1, k=256, n=256+2·128=512;
+    # out: k=256, n=256; gate+up: k=256, n=1536; down: k=768, n=256.
+    m, hw, f = _layer("tiny-llama", "h100-sxm-80gb", 1, 1)
+    bw = 0.8 * hw.memory_bandwidth_bytes_per_s
+    shapes = [(256, 512), (256, 256), (256, 1536), (768, 256)]
+    moved = sum(2 * (1 * k + k * n + 1 * n) for k, n in shapes)
+    assert f.gemm_s == pytest.approx(moved / bw, rel=1e-12)
+    flops_time = sum(2 * k * n for k, n in shapes) / (0.75 * hw.peak_flops("bf16"))
+    assert f.gemm_s > 100 * flops_time  # memory-bound: the FLOPs alone would take < 1%
