@@ -131,7 +131,7 @@ def case_json(kind: str, kwargs: dict[str, Any]) -> str:
     """The JSON document ``autoplan plan --format json`` / ``autoplan evaluate --format json`` prints."""
     from costmodels.layout import Layout
     from planner import api
-    from planner.report import plan_dict
+    from planner.report import plan_entry
 
     here = os.getcwd()
     os.chdir(REPO)
@@ -142,7 +142,7 @@ def case_json(kind: str, kwargs: dict[str, Any]) -> str:
         raw = dict(kwargs.pop("layout"))
         raw.setdefault("micro_batch_size", 1)
         layout = Layout(**raw)
-        return json.dumps(plan_dict(api.evaluate(layout=layout, **kwargs)), indent=2, sort_keys=True) + "\n"
+        return json.dumps(plan_entry(api.evaluate(layout=layout, **kwargs)).to_dict(), indent=2, sort_keys=True) + "\n"
     finally:
         os.chdir(here)
 
