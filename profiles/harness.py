@@ -52,6 +52,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--device", choices=("cpu", "cuda"), required=True)
     parser.add_argument("--out", required=True, help="profile JSON to write (rank 0)")
     parser.add_argument("--quick", action="store_true", help="fewer shapes and sizes (under a minute on CPU)")
+    parser.add_argument("--only", choices=("compute", "collectives"), default=None,
+                        help="measure one phase only (default: both)")
     parser.add_argument("--progress-file", default=None, help="append JSON progress lines here")
     parser.add_argument("--command", default=None, help="command line to record in the provenance")
     return parser.parse_args(argv)
@@ -192,6 +194,7 @@ def provenance(args: argparse.Namespace, device: Any, hosts: list[str], skipped:
         "nccl_version": ".".join(map(str, nccl)) if isinstance(nccl, tuple) else nccl,
         "python_version": platform.python_version(), "platform": platform.platform(),
         "threads_per_process": torch.get_num_threads(), "mode": "quick" if args.quick else "full",
+        "phases": [args.only] if args.only else ["compute", "collectives"],
         "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "command": args.command or " ".join(["python -m profiles.harness", *sys.argv[1:]]),
         "skipped": skipped, "load_average_before": load_before, "load_average_after": load_average(),
@@ -237,8 +240,8 @@ def main(argv: list[str] | None = None) -> None:
         plan = fit_to_memory(plan, torch.cuda.get_device_properties(device).total_memory)
     dtypes, skipped = bc.supported_gemm_dtypes(device)
     raw: dict[str, Any] = {"gemm": {}, "attention": {}, "memory": {}, "collectives": []}
-    tasks = compute_tasks(plan, dtypes, device, timer, raw)
-    comm = comm_tasks(plan, device, timer, raw) if dist.get_world_size() > 1 else []
+    tasks = compute_tasks(plan, dtypes, device, timer, raw) if args.only != "collectives" else []
+    comm = comm_tasks(plan, device, timer, raw) if dist.get_world_size() > 1 and args.only != "compute" else []
     total = plan.rounds * len(tasks) + plan.comm_rounds * len(comm)
     progress = Progress(args.progress_file, total, enabled=rank == 0)
     for _ in range(plan.rounds):

@@ -19,6 +19,9 @@ SCHEMA_VERSION = 2
 version 1 files still load, each curve as the one regime of its single alpha-beta fit."""
 PROFILE_KIND = "autoplan-hardware-profile"
 MEMORY_KERNELS: tuple[str, ...] = ("copy", "layer_norm", "rms_norm", "softmax")
+CURVE_SOURCES: tuple[str, ...] = ("measured", "nccl-tests", "trace", "calibration")
+"""Where a collective curve came from: ``autoplan profile`` on this machine, an nccl-tests log
+(``profiles.nccl_tests``), a PyTorch profiler trace (``profiles.trace_import``), or a calibration."""
 
 
 class ProfileError(AutoplanError):
@@ -134,6 +137,14 @@ class CollectiveCurve:
     """RMS relative error of the single-line fit over the measured sizes."""
     segments: tuple[HockneySegment, ...]
     """Regimes of the segmented alpha-beta fit (``segments.fit_segmented``), by increasing size."""
+    source: str = "measured"
+    """One of ``CURVE_SOURCES``; files without the field were measured by ``autoplan profile``."""
+
+    @property
+    def source_label(self) -> str:
+        """How a cost term priced from this curve names its source: ``profile`` for a curve
+        measured by ``autoplan profile``, else ``profile (nccl-tests)`` and so on."""
+        return "profile" if self.source == "measured" else f"profile ({self.source})"
 
     def time_s(self, size_bytes: float) -> float:
         """Seconds for one call on a ``size_bytes`` buffer: log-space interpolation of the
@@ -202,6 +213,11 @@ class HardwareProfile:
             if (curve.op, curve.num_ranks, curve.spans_nodes) == (op, num_ranks, spans_nodes):
                 return curve
         return None
+
+    def collective_source(self, op: str, num_ranks: int, spans_nodes: bool) -> str | None:
+        """``source_label`` of the curve for (op, group size, placement); None if unmeasured."""
+        curve = self.collective_curve(op, num_ranks, spans_nodes)
+        return None if curve is None else curve.source_label
 
     def collective_time_s(self, op: str, num_ranks: int, spans_nodes: bool,
                           size_bytes: float) -> float | None:
