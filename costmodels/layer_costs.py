@@ -96,7 +96,7 @@ class LayerCosts:
         if cached is None:
             seconds, source = collective_time_and_source(op, size_bytes, degree, stride, self.cluster,
                                                          self.profile, self.assumptions)  # type: ignore[arg-type]
-            if degree > 1 and self.sources.get(term) != "profile":
+            if degree > 1 and not self.sources.get(term, "").startswith("profile"):
                 self.sources[term] = source
             cached = (seconds, bytes_sent_per_rank(op, size_bytes, degree))
             self._collective_memo[key] = cached
