@@ -80,6 +80,66 @@ def import_nccl_tests_command(logs: tuple[str, ...], out: str, in_place: bool, d
                                                            command=command, date=_now())))
 
 
+@profile_command.command("import-trace")
+@click.argument("trace", type=click.Path(dir_okay=False))
+@click.option("--layout", default="", help="Parallel degrees of the traced job, e.g. 'dp=2,tp=4': the group size "
+              "of collectives the trace does not name.")
+@click.option("--model", default=None, help="Model of the traced job (preset or config.json), recorded in the profile.")
+@click.option("--spans-nodes", is_flag=True, help="The traced job's collective groups spanned nodes.")
+@click.option("--out", type=click.Path(dir_okay=False), default=None, help="Profile JSON to write.")
+def import_trace_command(trace: str, layout: str, model: str | None, spans_nodes: bool, out: str | None) -> None:
+    """Turn a PyTorch profiler Chrome trace of one training step (export_chrome_trace) into
+    measured rates: GEMM FLOP/s by shape, attention, collective curves; print the overlap of
+    communication with compute the step achieved.
+
+    \b
+    Trace the generated job's own step:
+      torchrun --standalone --nproc-per-node N -m planner.runtime.trace_step --plan plan.json --out step.json
+    """
+    from profiles.trace_import import import_trace, parse_degrees
+
+    command = shlex.join(["autoplan", "profile", "import-trace", trace] + (["--layout", layout] if layout else [])
+                         + (["--model", model] if model else []) + ["--spans-nodes"] * spans_nodes
+                         + (["--out", out] if out else []))
+
+    def work() -> None:
+        result = import_trace(trace, degrees=parse_degrees(layout), spans_nodes=spans_nodes,
+                              provenance={"model": model, "layout": layout, "command": command, "date": _now()})
+        print_trace_report(result)
+        if out:
+            _write_and_show(out, result.profile)
+
+    run_command(work)
+
+
+def print_trace_report(result) -> None:
+    """Per kind: the step's time in the trace and as the imported rates reproduce it; the overlap."""
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title="Step time by kind: trace vs imported rates")
+    for name in ("kind", "trace", "reproduced", "error"):
+        table.add_column(name, justify="left" if name == "kind" else "right")
+    for kind, seconds in result.trace_time_s.items():
+        again = result.reproduced_time_s.get(kind)
+        error = f"{(again - seconds) / seconds:+.1%}" if seconds and again is not None else "-"
+        table.add_row(kind, f"{seconds * 1e3:.3f} ms", "no rate" if again is None else f"{again * 1e3:.3f} ms", error)
+    console = Console()
+    console.print(table)
+    rates = Table(title="GEMM rate by shape (mean over the step's calls)")
+    for name in ("dtype", "m x n x k", "calls", "mean time", "achieved"):
+        rates.add_column(name, justify="left" if name in ("dtype", "m x n x k") else "right")
+    for r in result.gemm_rates:
+        rates.add_row(r["dtype"], f"{r['m']} x {r['n']} x {r['k']}", str(r["calls"]), f"{r['mean_time_s'] * 1e6:.1f} us",
+                      f"{r['flops_per_s'] / 1e9:.3g} GFLOP/s")
+    console.print(rates)
+    o = result.overlap
+    console.print(f"communication {o['comm_s'] * 1e3:.3f} ms, of which {o['overlapped_s'] * 1e3:.3f} ms overlapped "
+                  f"by compute: overlap {o['fraction']:.1%}")
+    for line in result.skipped:
+        console.print(f"skipped: {line}")
+
+
 @profile_command.command("show")
 @click.argument("profile_path", type=click.Path(dir_okay=False))
 def show_command(profile_path: str) -> None:
