@@ -288,16 +288,19 @@ def _collective_table(profile: "HardwareProfile") -> "Table":
 
 
 def _regime_table(profile: "HardwareProfile") -> "Table":
-    """Every regime of the segmented fit: its measured size range, alpha, beta and error."""
+    """Every regime of the segmented fit: its measured size range, the measured size after which
+    it starts (the break lies between that size and the regime's first), alpha, beta and error."""
     from rich.table import Table
 
     table = Table(title="Regimes of the segmented alpha-beta fit (t = alpha + factor * S / beta)")
-    for name in ("op", "ranks", "placement", "sizes", "alpha", "beta (busbw)", "rms err"):
-        table.add_column(name, justify="left" if name in ("op", "placement", "sizes") else "right", no_wrap=True)
+    for name in ("op", "ranks", "placement", "sizes", "break after", "alpha", "beta (busbw)", "rms err"):
+        table.add_column(name, justify="left" if name in ("op", "placement", "sizes", "break after") else "right",
+                         no_wrap=True)
     for c in profile.collectives:
         for k, seg in enumerate(c.segments):
             head = (c.op, str(c.num_ranks), "across nodes" if c.spans_nodes else "in node") if k == 0 else ("", "", "")
-            table.add_row(*head, f"{_size(seg.first_size_bytes)} - {_size(seg.last_size_bytes)}",
+            after = _size(c.segments[k - 1].last_size_bytes) if k else "-"
+            table.add_row(*head, f"{_size(seg.first_size_bytes)} - {_size(seg.last_size_bytes)}", after,
                           f"{seg.latency_s * 1e6:.1f} us", _gbps(seg.bus_bandwidth_bytes_per_s),
                           f"{seg.rms_relative_error:.0%}")
     return table

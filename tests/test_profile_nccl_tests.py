@@ -164,3 +164,14 @@ def test_a_plan_from_an_imported_profile_prices_communication_with_its_curves(tm
     assert measured.sources["compute"] == "datasheet"   # the import holds no GEMM rates
     assert measured.tp_comm_s != pytest.approx(datasheet.tp_comm_s, rel=1e-3)
     assert doubled.tp_comm_s == pytest.approx(2 * measured.tp_comm_s, rel=1e-9)
+
+
+def test_explain_shows_the_source_of_each_term(tmp_path: Path) -> None:
+    profile, plan = tmp_path / "h100.json", tmp_path / "plan.json"
+    assert CliRunner().invoke(main, ["profile", "import-nccl-tests", *LOGS, "--out", str(profile)]).exit_code == 0
+    made = CliRunner().invoke(main, ["evaluate", "--model", "llama3-8b", "--hardware", "h100-sxm-80gb", "--gpus", "8",
+                                     "--global-batch", "64", "--seq-len", "4096", "--dp", "1", "--tp", "8", "--pp",
+                                     "1", "--profile", str(profile), "--out", str(plan)])
+    assert made.exit_code == 0, made.output
+    shown = CliRunner().invoke(main, ["explain", str(plan)], env={"COLUMNS": "200"})
+    assert shown.exit_code == 0 and "tp_comm=profile (nccl-tests)" in shown.output and "compute=datasheet" in shown.output
