@@ -37,7 +37,8 @@ NO_WORK = {"aten::view", "aten::as_strided", "aten::t", "aten::transpose", "aten
            "aten::empty_strided", "aten::slice", "aten::narrow", "aten::detach", "aten::unsqueeze", "aten::expand",
            "aten::permute", "aten::select", "aten::_unsafe_view", "aten::view_as", "aten::split", "aten::chunk",
            "aten::resolve_conj", "aten::resolve_neg", "aten::alias", "aten::lift_fresh", "aten::result_type",
-           "aten::squeeze", "aten::split_with_sizes", "aten::unbind", "aten::as_strided_", "aten::contiguous", "aten::is_nonzero", "aten::item", "aten::_local_scalar_dense"}
+           "aten::squeeze", "aten::split_with_sizes", "aten::unbind", "aten::as_strided_", "aten::contiguous",
+           "aten::is_nonzero", "aten::item", "aten::_local_scalar_dense"}
 """CPU ops that only make views or allocate: no arithmetic, not memory-bound work."""
 
 COLLECTIVE_NAMES = {
