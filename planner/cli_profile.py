@@ -31,10 +31,12 @@ LOG_TAIL_LINES = 20
 
 @click.group("profile", invoke_without_command=True)
 @click.option("--device", type=click.Choice(["cpu", "cuda"]), default=None,
-              help="cpu: one single-threaded process per core, gloo; cuda: one process per GPU, NCCL.  [required]")
-@click.option("--nproc", type=click.IntRange(min=1), default=None, help="Processes (devices) to profile.  [required]")
+              help="cpu: one single-threaded process per core, gloo; cuda: one process per GPU, NCCL.  "
+                   "[required to measure]")
+@click.option("--nproc", type=click.IntRange(min=1), default=None,
+              help="Processes (devices) to profile.  [required to measure]")
 @click.option("--out", type=click.Path(dir_okay=False), default=None,
-              help="Profile JSON to write, e.g. profiles/data/NAME.json.  [required]")
+              help="Profile JSON to write, e.g. profiles/data/NAME.json.  [required to measure]")
 @click.option("--quick", is_flag=True, help="Fewer shapes and sizes (under a minute on a small CPU box).")
 @click.option("--only", type=click.Choice(["compute", "collectives"]), default=None,
               help="Measure one phase only (default: both).")

@@ -75,3 +75,10 @@ def test_merge_curves_takes_the_fastest_round_per_size() -> None:
               {**sweep, "median_time_s": [2.0, 3.0]}]
     assert merge_curves(rounds) == [{**sweep, "median_time_s": [1.0, 2.0]}]
     assert json.dumps(merge_curves(rounds))  # stays JSON-ready
+
+
+def test_measuring_without_out_names_the_missing_option(tmp_path: Path) -> None:
+    """``profile`` is also a group (import-nccl-tests, import-trace, show), so its measuring options
+    are checked by hand: a missing one is still one usage line, exit 2."""
+    result = CliRunner().invoke(main, ["profile", "--device", "cpu", "--nproc", "1"])
+    _one_line_error(result, "Missing option '--out'")
