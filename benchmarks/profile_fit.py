@@ -2,8 +2,9 @@
 
     .venv/bin/python benchmarks/profile_fit.py [profiles/data/cpu-gloo-2proc.json]
 
-For every measured curve: the regimes fitted to all its sizes (what the profile file stores); the
-held-out check of issue 3 for one alpha-beta line and for the segmented fit (fit on every other
+For every measured curve: the regimes fitted to all its sizes (what the profile file stores) and
+where each break lies; issue 15's check (``profiles.fit_check``: regimes fitted on every other size,
+the held-out sizes inside a regime predicted, those on a switch listed apart); the held-out check of issue 3 for one alpha-beta line and for the segmented fit (fit on every other
 size, sizes[::2], predict the sizes in between, each error and the worst); and leave-one-out over
 the interior sizes for the two in-range lookups, log-space interpolation of the smoothed curve
 (what the cost model uses) and the regimes (RMS and worst error); and the time of a 1 GiB call,
@@ -17,7 +18,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from profiles import fit, load_profile, segments
+from profiles import fit, fit_check, load_profile, segments
 from profiles.schema import CollectiveCurve
 
 SHIPPED = Path(__file__).resolve().parent.parent / "profiles" / "data" / "cpu-gloo-2proc.json"
@@ -67,7 +68,7 @@ def describe(regime: segments.HockneySegment) -> str:
 
 
 def _size(size_bytes: int) -> str:
-    return f"{size_bytes >> 20} MiB" if size_bytes >= 1 << 20 else f"{size_bytes >> 10} KiB"
+    return f"{size_bytes / 2**20:.4g} MiB" if size_bytes >= 1 << 20 else f"{size_bytes / 2**10:.4g} KiB"
 
 
 def main() -> None:
@@ -80,9 +81,17 @@ def main() -> None:
         print(f"{curve.op}, {curve.num_ranks} ranks {where}: noise σ {noise:.1%}")
         for regime in curve.segments:
             print(f"  regime {describe(regime)}")
+        for last, first in fit_check.boundaries(curve.segments):
+            print(f"  break between {_size(last)} and {_size(first)}")
         line, seg = held_out_errors(curve)
         print("  held out, one line: " + " ".join(f"{e:+.0%}" for e in line) + f"  worst {max(map(abs, line)):.0%}")
         print("  held out, regimes:  " + " ".join(f"{e:+.0%}" for e in seg) + f"  worst {max(map(abs, seg)):.0%}")
+        _, held = fit_check.held_out_inside_regimes(curve.op, curve.num_ranks, curve.sizes_bytes, curve.median_time_s)
+        inside = [h for h in held if h.inside]
+        if inside:
+            worst = max(inside, key=lambda h: abs(h.error))
+            print(f"  held out inside regimes ({len(inside)} sizes): worst {worst.error:+.0%} at {_size(worst.size_bytes)}"
+                  f"; on a switch: " + " ".join(f"{_size(h.size_bytes)} {h.error:+.0%}" for h in held if not h.inside))
         interp, seg = leave_one_out_errors(curve)
         print(f"  leave one out: interpolation {_summary(interp)}; regimes {_summary(seg)}")
         regimes_s, single_s = beyond_range_s(curve, 2**30)

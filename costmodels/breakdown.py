@@ -76,7 +76,8 @@ class CostBreakdown:
     num_gpus: int
     peak_flops_per_gpu: float
     sources: dict[str, str] = field(default_factory=dict)
-    """Per term, ``profile`` or ``datasheet``."""
+    """Per term, ``datasheet``, ``profile`` (measured by ``autoplan profile``) or ``profile (SOURCE)``
+    for a profile curve imported from SOURCE (``nccl-tests``, ``trace``; ``profiles.schema.CURVE_SOURCES``)."""
     peak_stage_index: int = -1
     """Index of the rank with the most memory; -1 = found on construction."""
 

@@ -64,7 +64,8 @@ def collective_time_s(op: str, size_bytes: float, degree: int, stride: int, clus
 def collective_time_and_source(op: str, size_bytes: float, degree: int, stride: int, cluster: ClusterSpec,
                                profile: "HardwareProfile | None" = None,
                                assumptions: Assumptions = DEFAULT_ASSUMPTIONS) -> tuple[float, str]:
-    """``collective_time_s`` and where its rate came from: ``"profile"`` or ``"datasheet"``."""
+    """``collective_time_s`` and where its rate came from: ``"datasheet"``, or the curve's
+    ``source_label`` (``"profile"``, ``"profile (nccl-tests)"``, ...)."""
     if degree <= 1 or size_bytes <= 0:
         return 0.0, "datasheet"
     per_node, num_nodes = cluster.group_placement(degree, stride)
@@ -72,7 +73,7 @@ def collective_time_and_source(op: str, size_bytes: float, degree: int, stride: 
     if profile is not None:
         measured = profile.collective_time_s(op, degree, per_node, num_nodes, size_bytes)
         if measured is not None:
-            return measured * scale, "profile"
+            return measured * scale, profile.collective_source(op, degree, per_node, num_nodes) or "profile"
     return _datasheet_time_s(op, size_bytes, per_node, num_nodes, cluster, assumptions) * scale, "datasheet"
 
 

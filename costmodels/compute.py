@@ -31,8 +31,9 @@ PROFILE, DATASHEET = "profile", "datasheet"
 
 
 def merge_source(sources: dict[str, str], term: str, source: str) -> None:
-    """Record ``source`` for ``term`` in ``sources``: a term is ``profile`` if any of its rates was measured."""
-    if sources.get(term) != PROFILE:
+    """Record ``source`` for ``term`` in ``sources``: a term is ``profile`` (or ``profile (nccl-tests)``,
+    ...) if any of its rates was measured."""
+    if not sources.get(term, "").startswith(PROFILE):
         sources[term] = source
 
 

@@ -24,8 +24,10 @@ def fit_compute_table(dtype: str, points: tuple[GemmPoint, ...] | tuple[Attentio
 
 
 def fit_collective(*, op: str, num_ranks: int, ranks_per_node: int, num_nodes: int, dtype: str,
-                   sizes_bytes: tuple[int, ...], median_time_s: tuple[float, ...]) -> CollectiveCurve:
-    """Smooth the curve monotone, fit one alpha-beta line and the regimes through the medians."""
+                   sizes_bytes: tuple[int, ...], median_time_s: tuple[float, ...],
+                   source: str = "measured") -> CollectiveCurve:
+    """Smooth the curve monotone, fit one alpha-beta line and the regimes through the medians;
+    ``source`` says where the medians came from (``schema.CURVE_SOURCES``)."""
     latency, bandwidth = fit.fit_alpha_beta(op, num_ranks, sizes_bytes, median_time_s)
     predicted = [fit.alpha_beta_time_s(op, num_ranks, s, latency, bandwidth) for s in sizes_bytes]
     return CollectiveCurve(
@@ -34,14 +36,14 @@ def fit_collective(*, op: str, num_ranks: int, ranks_per_node: int, num_nodes: i
         smoothed_time_s=tuple(fit.monotone_log_smooth(median_time_s)),
         latency_s=latency, bus_bandwidth_bytes_per_s=bandwidth,
         rms_relative_error=fit.rms_relative_error(predicted, median_time_s),
-        segments=segments.fit_segmented(op, num_ranks, sizes_bytes, median_time_s))
+        segments=segments.fit_segmented(op, num_ranks, sizes_bytes, median_time_s), source=source)
 
 
 def refit_collectives(profile: HardwareProfile) -> HardwareProfile:
     """The same profile with every collective fit recomputed from its stored medians."""
     curves = tuple(fit_collective(op=c.op, num_ranks=c.num_ranks, ranks_per_node=c.ranks_per_node,
-                                  num_nodes=c.num_nodes, dtype=c.dtype,
-                                  sizes_bytes=c.sizes_bytes, median_time_s=c.median_time_s)
+                                  num_nodes=c.num_nodes, dtype=c.dtype, sizes_bytes=c.sizes_bytes,
+                                  median_time_s=c.median_time_s, source=c.source)
                    for c in profile.collectives)
     return replace(profile, collectives=curves)
 

@@ -52,6 +52,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--device", choices=("cpu", "cuda"), required=True)
     parser.add_argument("--out", required=True, help="profile JSON to write (rank 0)")
     parser.add_argument("--quick", action="store_true", help="fewer shapes and sizes (under a minute on CPU)")
+    parser.add_argument("--only", choices=("compute", "collectives"), default=None,
+                        help="measure one phase only (default: both)")
     parser.add_argument("--progress-file", default=None, help="append JSON progress lines here")
     parser.add_argument("--command", default=None, help="command line to record in the provenance")
     parser.add_argument("--allow-mixed-devices", action="store_true",
@@ -241,8 +243,8 @@ def main(argv: list[str] | None = None) -> None:
     burn_in_device(plan, dtypes, device, timer)
     extra["device_state"]["after_burn_in"] = device_state(device)
     raw: dict[str, Any] = {"gemm": {}, "attention": {}, "memory": {}, "collectives": []}
-    tasks = compute_tasks(plan, dtypes, device, timer, raw)
-    comm = comm_tasks(plan, device, timer, raw) if dist.get_world_size() > 1 else []
+    tasks = compute_tasks(plan, dtypes, device, timer, raw) if args.only != "collectives" else []
+    comm = comm_tasks(plan, device, timer, raw) if dist.get_world_size() > 1 and args.only != "compute" else []
     total = plan.rounds * len(tasks) + plan.comm_rounds * len(comm)
     progress = Progress(args.progress_file, total, enabled=rank == 0)
     for _ in range(plan.rounds):

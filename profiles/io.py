@@ -11,8 +11,9 @@ from pathlib import Path
 from typing import Any
 
 from .fit import COLLECTIVE_OPS
-from .schema import (MEMORY_KERNELS, PROFILE_KIND, SCHEMA_VERSION, AttentionPoint, CollectiveCurve,
-                     ComputeTable, GemmPoint, HardwareProfile, MemoryPoint, ProfileError, ThroughputFit)
+from .schema import (CURVE_SOURCES, MEMORY_KERNELS, PROFILE_KIND, SCHEMA_VERSION, AttentionPoint,
+                     CollectiveCurve, ComputeTable, GemmPoint, HardwareProfile, MemoryPoint, ProfileError,
+                     ThroughputFit)
 from .segments import HockneySegment
 from .shapes import legacy_placement
 from .work import ELEMENT_BYTES
@@ -218,7 +219,8 @@ def _curve(doc: _Doc, c: Any, path: str, version: int, provenance: dict[str, Any
     return CollectiveCurve(
         op=op, num_ranks=num_ranks, **_placement(doc, c, path, version, num_ranks, provenance),
         dtype=doc.choice(c, "dtype", tuple(ELEMENT_BYTES), f"{path}.dtype"), **series, **single,
-        segments=_segments(doc, c, path, version, sizes, single))
+        segments=_segments(doc, c, path, version, sizes, single),
+        source=doc.choice(c, "source", CURVE_SOURCES, f"{path}.source") if "source" in c else "measured")
 
 
 def _placement(doc: _Doc, c: dict[str, Any], path: str, version: int, num_ranks: int,

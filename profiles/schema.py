@@ -20,6 +20,9 @@ SCHEMA_VERSION = 3
 and 2 files still load (``io.load_profile`` migrates them)."""
 PROFILE_KIND = "autoplan-hardware-profile"
 MEMORY_KERNELS: tuple[str, ...] = ("copy", "layer_norm", "rms_norm", "softmax")
+CURVE_SOURCES: tuple[str, ...] = ("measured", "nccl-tests", "trace", "calibration")
+"""Where a collective curve came from: ``autoplan profile`` on this machine, an nccl-tests log
+(``profiles.nccl_tests``), a PyTorch profiler trace (``profiles.trace_import``), or a calibration."""
 
 
 class ProfileError(AutoplanError):
@@ -139,6 +142,14 @@ class CollectiveCurve:
     """RMS relative error of the single-line fit over the measured sizes."""
     segments: tuple[HockneySegment, ...]
     """Regimes of the segmented alpha-beta fit (``segments.fit_segmented``), by increasing size."""
+    source: str = "measured"
+    """One of ``CURVE_SOURCES``; files without the field were measured by ``autoplan profile``."""
+
+    @property
+    def source_label(self) -> str:
+        """How a cost term priced from this curve names its source: ``profile`` for a curve
+        measured by ``autoplan profile``, else ``profile (nccl-tests)`` and so on."""
+        return "profile" if self.source == "measured" else f"profile ({self.source})"
 
     @property
     def spans_nodes(self) -> bool:
@@ -217,6 +228,11 @@ class HardwareProfile:
             if curve.key == (op, num_ranks, ranks_per_node, num_nodes):
                 return curve
         return None
+
+    def collective_source(self, op: str, num_ranks: int, ranks_per_node: int, num_nodes: int) -> str | None:
+        """``source_label`` of the curve for (op, group size, placement); None if unmeasured."""
+        curve = self.collective_curve(op, num_ranks, ranks_per_node, num_nodes)
+        return None if curve is None else curve.source_label
 
     def collective_time_s(self, op: str, num_ranks: int, ranks_per_node: int, num_nodes: int,
                           size_bytes: float) -> float | None:

@@ -115,7 +115,7 @@ class MeasurePlan:
     """(batch, seq_len, num_heads, head_dim)."""
     memory_sizes_bytes: tuple[int, ...]
     collective_sizes_bytes: tuple[int, ...]
-    """Powers of two, increasing."""
+    """Increasing: √2 steps in the full profile (``sqrt2_steps``), powers of two in the quick one."""
     min_repeats: int
     max_repeats: int
     time_budget_s: float
@@ -142,6 +142,26 @@ def powers_of_two(low: int, high: int) -> tuple[int, ...]:
         out.append(size)
         size *= 2
     return tuple(out)
+
+
+COLLECTIVE_SIZE_QUANTUM_BYTES = 256
+"""Collective sizes are rounded to a multiple of this, so every size splits evenly into the shards
+of a group of up to 64 fp32 (128 bf16) ranks (all-gather, reduce-scatter, all-to-all)."""
+
+
+def sqrt2_steps(low: int, high: int) -> tuple[int, ...]:
+    """low, √2·low, 2·low, 2√2·low, ... up to and including high, each rounded to a multiple of
+    ``COLLECTIVE_SIZE_QUANTUM_BYTES`` (the powers of two among them stay exact). Twice as many
+    sizes per octave as ``powers_of_two``: a regime change is then located within a factor √2,
+    and every other size can be held out of a fit and still leave a regime its three points."""
+    out: list[int] = []
+    k = 0
+    while True:
+        size = round(low * 2 ** (k / 2) / COLLECTIVE_SIZE_QUANTUM_BYTES) * COLLECTIVE_SIZE_QUANTUM_BYTES
+        if size > high:
+            return tuple(out)
+        out.append(size)
+        k += 1
 
 
 def make_plan(device_type: str, quick: bool) -> MeasurePlan:
@@ -171,7 +191,8 @@ def make_plan(device_type: str, quick: bool) -> MeasurePlan:
         attention_shapes=attention,
         memory_sizes_bytes=powers_of_two(top_memory // 64, top_memory)[::2] if quick
         else powers_of_two(top_memory // 256, top_memory)[::2],
-        collective_sizes_bytes=powers_of_two(4 * KIB, top_collective),
+        collective_sizes_bytes=powers_of_two(4 * KIB, top_collective) if quick
+        else sqrt2_steps(4 * KIB, top_collective),
         min_repeats=3 if quick else 5,
         max_repeats=20 if quick else 50,
         time_budget_s=0.03 if quick else 0.1,

@@ -67,3 +67,9 @@ def test_pool_medians_merges_rounds_and_ranks_by_point() -> None:
     records = [{"m": 1, "time_s": 3.0}, {"m": 2, "time_s": 1.0}, {"m": 1, "time_s": 1.0}, {"m": 1, "time_s": 2.0}]
     assert pool_medians(records) == [{"m": 1, "time_s": 2.0}, {"m": 2, "time_s": 1.0}]
 
+
+def test_measuring_without_out_names_the_missing_option(tmp_path: Path) -> None:
+    """``profile`` is also a group (import-nccl-tests, import-trace, show), so its measuring options
+    are checked by hand: a missing one is still one usage line, exit 2."""
+    result = CliRunner().invoke(main, ["profile", "--device", "cpu", "--nproc", "1"])
+    _one_line_error(result, "Missing option '--out'")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
@@ -124,43 +125,71 @@ def test_rms_relative_error_closed_form() -> None:
     assert math.isclose(fit.rms_relative_error([], []), 0.0)
 
 
-# Worst held-out error per collective, fitting the shipped profile's sizes[::2] and predicting
-# sizes[1::2] (printed by benchmarks/profile_fit.py): one alpha-beta line / the segmented fit.
-# all_reduce 18% / 15% and reduce_scatter 34% / 24% meet 25%; the four below miss.
-_HELD_OUT_MISSES = {
-    "all_gather": "49% at 32 MiB: with every other size only 64 and 256 MiB lie past the 32 MiB L3 "
-                  "cache (a regime needs 3 sizes) and the knees lift the noise estimate to 28%, so the fit "
-                  "keeps one line (also 47% at 512 KiB); on all 17 sizes it finds the 32 MiB regime",
-    "all_to_all": "26% at 512 KiB: the 256 KiB..1 MiB switch; 512 KiB (0.36 ms) is slower than both "
-                  "neighbouring regimes' lines (0.27 and 0.22 ms)",
-    "broadcast": "36% at 512 KiB: the latency floor lasts to 512 KiB (0.24 ms), then 1 MiB takes 0.46 ms; "
-                 "the noise estimate (6%) keeps one line, which predicts 0.32 ms",
-    "send_recv": "30% at 512 KiB: the same late switch as broadcast; one line predicts 0.28 ms for the "
-                 "0.21 ms measured, and the noise estimate of the 9 sizes (13%) keeps the fit from splitting",
+# The fit check of issue 15 on the collectives profile measured here at √2 steps (command and
+# load average in its provenance; printed by benchmarks/profile_fit.py): fit on sizes[::2], predict
+# the sizes[1::2] that lie inside a fitted regime. Worst error inside regimes per collective, with
+# the machine loaded (load average 2.2 before, 7.4 after, other sessions' jobs included):
+# all_to_all 21% meets 25%; the five below miss it. Each miss is a single size whose own median
+# sits off its neighbours' line by more than the bar; the noise estimates of these curves
+# (relative_noise) are 8-15%, so 25% is under 3σ of one point.
+_INSIDE_MISSES = {
+    "all_reduce": "45% at 2896 KiB (the median is 31% below its regime's line; noise 15%)",
+    "all_gather": "38% at 11585 KiB (noise 13%)",
+    "reduce_scatter": "35% at 11585 KiB (noise 8%)",
+    "broadcast": "30% at 362 KiB (noise 12%)",
+    "send_recv": "47% at 2896 KiB, the 2-4 MiB step the full-grid fit splits off as a regime (noise 9%)",
 }
+SQRT2_PROFILE = Path(__file__).resolve().parent.parent / "profiles" / "data" / "cpu-gloo-2proc-collectives.json"
 
 
 @pytest.mark.parametrize("op", [
-    pytest.param(op, marks=pytest.mark.xfail(strict=True, reason=f"not met on this machine: {_HELD_OUT_MISSES[op]}"))
-    if op in _HELD_OUT_MISSES else op
+    pytest.param(op, marks=pytest.mark.xfail(strict=True, reason=f"not met on this machine: {_INSIDE_MISSES[op]}"))
+    if op in _INSIDE_MISSES else op
     for op in fit.COLLECTIVE_OPS])
-def test_segmented_fit_predicts_held_out_sizes_of_the_shipped_profile(op: str) -> None:
-    """Fit the regimes on every other measured size of the shipped CPU profile (real gloo medians)
-    and predict the sizes in between: each within 25% of its measured median (issue 3's bar).
-    Strict per collective, so a profile or a fit that meets 25% turns its case red."""
-    from pathlib import Path
+def test_regimes_predict_held_out_sizes_inside_regimes_of_the_sqrt2_profile(op: str) -> None:
+    """Regimes fitted on every other size of the √2-step gloo profile (real medians) predict each
+    held-out size that lies inside a fitted regime within 25% (issue 15's bar). Strict per
+    collective, so a profile or a fit that meets 25% turns its case red."""
+    from profiles import fit_check, load_profile
 
-    import profiles
-    from profiles import segments
-
-    shipped = profiles.load_profile(Path(profiles.__file__).parent / "data" / "cpu-gloo-2proc.json")
-    curve = shipped.collective_curve(op, 2, 2, 1)
-    assert curve is not None
-    sizes, times = curve.sizes_bytes, curve.median_time_s
-    regimes = segments.fit_segmented(op, 2, sizes[::2], times[::2])
-    misses = []
-    for size, measured in zip(sizes[1::2], times[1::2]):
-        error = abs(segments.segmented_time_s(op, 2, regimes, size) - measured) / measured
-        if error > 0.25:
-            misses.append(f"{size} B: {error:.0%}")
+    curve = load_profile(SQRT2_PROFILE).collective_curve(op, 2, 2, 1)
+    assert curve is not None and len(curve.sizes_bytes) == 33
+    _, held = fit_check.held_out_inside_regimes(op, 2, curve.sizes_bytes, curve.median_time_s)
+    inside = [h for h in held if h.inside]
+    assert len(inside) >= 10
+    misses = [f"{h.size_bytes} B: {h.error:+.0%}" for h in inside if abs(h.error) > fit_check.HELD_OUT_BAR]
     assert not misses, misses
+
+
+@pytest.mark.parametrize("op", fit.COLLECTIVE_OPS)
+def test_regime_boundaries_of_the_sqrt2_profile_are_bracketed_by_adjacent_sizes(op: str) -> None:
+    """Every break of the stored regimes lies between two adjacent measured sizes, one √2 step apart."""
+    from profiles import fit_check, load_profile
+
+    curve = load_profile(SQRT2_PROFILE).collective_curve(op, 2, 2, 1)
+    assert curve is not None
+    for last, first in fit_check.boundaries(curve.segments):
+        i = curve.sizes_bytes.index(last)
+        assert curve.sizes_bytes[i + 1] == first and first / last <= math.sqrt(2) * 1.1
+
+
+@pytest.mark.parametrize("break_mib", [1, 3, 12])
+def test_a_known_break_on_the_sqrt2_grid_is_located_within_one_grid_step(break_mib: int) -> None:
+    """Two Hockney lines (α 200 µs, β 4 GB/s, then α 1 ms, β 1 GB/s) switching at a size that is
+    not a grid point, 3% noise: the fitted break lies within one √2 step of the true one, and the
+    held-out sizes inside the regimes are predicted within 25%."""
+    import numpy as np
+
+    from profiles import fit_check, segments
+    from profiles.shapes import sqrt2_steps
+
+    sizes = sqrt2_steps(4096, 256 * 2**20)
+    switch = break_mib * 2**20 * 1.2
+    rng = np.random.default_rng(break_mib)
+    times = [(2e-4 + 0.5 * s / 4e9 if s < switch else 1e-3 + 0.5 * s / 1e9) * float(np.exp(rng.normal(0, 0.03)))
+             for s in sizes]
+    regimes = segments.fit_segmented("all_gather", 2, sizes, times)
+    located = [first for _, first in fit_check.boundaries(regimes)]
+    assert any(abs(math.log(first / switch, math.sqrt(2))) <= 1.0 for first in located), located
+    _, held = fit_check.held_out_inside_regimes("all_gather", 2, sizes, times)
+    assert all(abs(h.error) <= fit_check.HELD_OUT_BAR for h in held if h.inside)

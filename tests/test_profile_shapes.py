@@ -29,11 +29,17 @@ def test_families_too_big_for_the_budget_are_scaled_by_powers_of_two() -> None:
 
 
 @pytest.mark.parametrize("device", ["cpu", "cuda"])
-def test_plans_cover_powers_of_two_from_4_kib_and_quick_is_smaller(device: str) -> None:
+def test_plans_step_sizes_by_sqrt2_from_4_kib_and_quick_is_smaller(device: str) -> None:
+    """Full: √2 steps (each within a 256 B rounding of 4 KiB·2^(k/2), the powers of two exact);
+    quick: powers of two."""
     quick, full = make_plan(device, quick=True), make_plan(device, quick=False)
+    sizes = quick.collective_sizes_bytes
+    assert sizes[0] == 4096 and all(b == 2 * a for a, b in zip(sizes, sizes[1:]))
+    sizes = full.collective_sizes_bytes
+    assert sizes[0] == 4096 and sizes[::2] == tuple(4096 * 2**k for k in range(len(sizes[::2])))
+    for k, size in enumerate(sizes):
+        assert abs(size - 4096 * 2 ** (k / 2)) <= 128 and size % 256 == 0
     for plan in (quick, full):
-        sizes = plan.collective_sizes_bytes
-        assert sizes[0] == 4096 and all(b == 2 * a for a, b in zip(sizes, sizes[1:]))
         assert plan.gemm_shapes and plan.attention_shapes and plan.memory_sizes_bytes
     assert len(quick.gemm_shapes) < len(full.gemm_shapes)
     assert quick.collective_sizes_bytes[-1] < full.collective_sizes_bytes[-1]

@@ -29,22 +29,143 @@ if TYPE_CHECKING:
 LOG_TAIL_LINES = 20
 
 
-@click.command("profile")
-@click.option("--device", type=click.Choice(["cpu", "cuda"]), required=True,
-              help="cpu: one single-threaded process per core, gloo; cuda: one process per GPU, NCCL.")
-@click.option("--nproc", type=click.IntRange(min=1), required=True, help="Processes (devices) to profile.")
-@click.option("--out", type=click.Path(dir_okay=False), required=True,
-              help="Profile JSON to write, e.g. profiles/data/NAME.json.")
+@click.group("profile", invoke_without_command=True)
+@click.option("--device", type=click.Choice(["cpu", "cuda"]), default=None,
+              help="cpu: one single-threaded process per core, gloo; cuda: one process per GPU, NCCL.  "
+                   "[required to measure]")
+@click.option("--nproc", type=click.IntRange(min=1), default=None,
+              help="Processes (devices) to profile.  [required to measure]")
+@click.option("--out", type=click.Path(dir_okay=False), default=None,
+              help="Profile JSON to write, e.g. profiles/data/NAME.json.  [required to measure]")
 @click.option("--quick", is_flag=True, help="Fewer shapes and sizes (under a minute on a small CPU box).")
-def profile_command(device: str, nproc: int, out: str, quick: bool) -> None:
+@click.option("--only", type=click.Choice(["compute", "collectives"]), default=None,
+              help="Measure one phase only (default: both).")
+@click.pass_context
+def profile_command(ctx: click.Context, device: str | None, nproc: int | None, out: str | None, quick: bool,
+                    only: str | None) -> None:
     """Measure GEMM, attention, memory bandwidth and collectives on this node; write a profile.
 
     \b
     Use it with:  autoplan plan ... --profile profiles/data/NAME.json
     Several nodes: run 'torchrun ... -m profiles.harness' on each (see docs/profiling.md).
+    From what a cluster already measured: the import-nccl-tests and import-trace commands.
     """
+    if ctx.invoked_subcommand is not None:
+        return
+    for name, value in (("--device", device), ("--nproc", nproc), ("--out", out)):
+        if value is None:
+            raise click.UsageError(f"Missing option '{name}'.")
+    assert device is not None and nproc is not None and out is not None
     argv = ["autoplan", "profile", "--device", device, "--nproc", str(nproc), "--out", out]
-    run_command(lambda: _profile(device, nproc, Path(out), quick, shlex.join(argv + ["--quick"] * quick)))
+    argv += ["--quick"] * quick + (["--only", only] if only else [])
+    run_command(lambda: _profile(device, nproc, Path(out), quick, only, shlex.join(argv)))
+
+
+@profile_command.command("import-nccl-tests")
+@click.argument("logs", nargs=-1, required=True, type=click.Path(dir_okay=False))
+@click.option("--out", type=click.Path(dir_okay=False), required=True, help="Profile JSON to write.")
+@click.option("--in-place", is_flag=True, help="Use the in-place columns (default: out-of-place).")
+@click.option("--dtype", default=None, help="The type to keep when a log holds several (fp32, bf16, fp16, fp8).")
+def import_nccl_tests_command(logs: tuple[str, ...], out: str, in_place: bool, dtype: str | None) -> None:
+    """Turn nccl-tests stdout (all_reduce_perf, all_gather_perf, reduce_scatter_perf,
+    alltoall_perf, sendrecv_perf, broadcast_perf) into a profile of collective curves.
+
+    \b
+    One curve per collective, group size and placement (one node or several, from the
+    '#  Rank ... on HOST' lines); each is fitted with the segmented alpha-beta model.
+    """
+    from profiles.nccl_tests import import_logs
+
+    command = shlex.join(["autoplan", "profile", "import-nccl-tests", *logs, "--out", out]
+                         + ["--in-place"] * in_place + (["--dtype", dtype] if dtype else []))
+    run_command(lambda: _write_and_show(out, import_logs(list(logs), in_place=in_place, dtype=dtype,
+                                                           command=command, date=_now())))
+
+
+@profile_command.command("import-trace")
+@click.argument("trace", type=click.Path(dir_okay=False))
+@click.option("--layout", default="", help="Parallel degrees of the traced job, e.g. 'dp=2,tp=4': the group size "
+              "of collectives the trace does not name.")
+@click.option("--model", default=None, help="Model of the traced job (preset or config.json), recorded in the profile.")
+@click.option("--spans-nodes", is_flag=True, help="The traced job's collective groups spanned nodes.")
+@click.option("--out", type=click.Path(dir_okay=False), default=None, help="Profile JSON to write.")
+def import_trace_command(trace: str, layout: str, model: str | None, spans_nodes: bool, out: str | None) -> None:
+    """Turn a PyTorch profiler Chrome trace of one training step (export_chrome_trace) into
+    measured rates: GEMM FLOP/s by shape, attention, collective curves; print the overlap of
+    communication with compute the step achieved.
+
+    \b
+    Trace the generated job's own step:
+      torchrun --standalone --nproc-per-node N -m planner.runtime.trace_step --plan plan.json --out step.json
+    """
+    from profiles.trace_import import import_trace, parse_degrees
+
+    command = shlex.join(["autoplan", "profile", "import-trace", trace] + (["--layout", layout] if layout else [])
+                         + (["--model", model] if model else []) + ["--spans-nodes"] * spans_nodes
+                         + (["--out", out] if out else []))
+
+    def work() -> None:
+        result = import_trace(trace, degrees=parse_degrees(layout), spans_nodes=spans_nodes,
+                              provenance={"model": model, "layout": layout, "command": command, "date": _now()})
+        print_trace_report(result)
+        if out:
+            _write_and_show(out, result.profile)
+
+    run_command(work)
+
+
+def print_trace_report(result) -> None:
+    """Per kind: the step's time in the trace and as the imported rates reproduce it; the overlap."""
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title="Step time by kind: trace vs imported rates")
+    for name in ("kind", "trace", "reproduced", "error"):
+        table.add_column(name, justify="left" if name == "kind" else "right")
+    for kind, seconds in result.trace_time_s.items():
+        again = result.reproduced_time_s.get(kind)
+        error = f"{(again - seconds) / seconds:+.1%}" if seconds and again is not None else "-"
+        table.add_row(kind, f"{seconds * 1e3:.3f} ms", "no rate" if again is None else f"{again * 1e3:.3f} ms", error)
+    console = Console()
+    console.print(table)
+    rates = Table(title="GEMM rate by shape (mean over the step's calls)")
+    for name in ("dtype", "m x n x k", "calls", "mean time", "achieved"):
+        rates.add_column(name, justify="left" if name in ("dtype", "m x n x k") else "right")
+    for r in result.gemm_rates:
+        rates.add_row(r["dtype"], f"{r['m']} x {r['n']} x {r['k']}", str(r["calls"]), f"{r['mean_time_s'] * 1e6:.1f} us",
+                      f"{r['flops_per_s'] / 1e9:.3g} GFLOP/s")
+    console.print(rates)
+    o = result.overlap
+    console.print(f"communication {o['comm_s'] * 1e3:.3f} ms, of which {o['overlapped_s'] * 1e3:.3f} ms overlapped "
+                  f"by compute: overlap {o['fraction']:.1%}")
+    for line in result.skipped:
+        console.print(f"skipped: {line}")
+
+
+@profile_command.command("show")
+@click.argument("profile_path", type=click.Path(dir_okay=False))
+def show_command(profile_path: str) -> None:
+    """Print a profile: compute rates, collectives with their source, and every fitted regime."""
+    from profiles import load_profile
+
+    run_command(lambda: print_summary(load_profile(profile_path)))
+
+
+def _now() -> str:
+    from datetime import datetime, timezone
+
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def _write_and_show(out: str, profile: "HardwareProfile") -> None:
+    from profiles import write_profile
+
+    try:
+        write_profile(out, profile)
+    except OSError as err:
+        raise click.ClickException(f"--out: cannot write {out} ({err.strerror})") from None
+    print_summary(profile)
+    click.echo(f"wrote {out} ({len(profile.collectives)} collective curves)")
 
 
 def _check_devices(device: str, nproc: int) -> None:
@@ -67,7 +188,7 @@ def _check_devices(device: str, nproc: int) -> None:
                            f"single-threaded process per core; use --nproc {cores} or fewer")
 
 
-def _profile(device: str, nproc: int, out: Path, quick: bool, command: str) -> None:
+def _profile(device: str, nproc: int, out: Path, quick: bool, only: str | None, command: str) -> None:
     from profiles import load_profile
 
     _check_devices(device, nproc)
@@ -77,6 +198,7 @@ def _profile(device: str, nproc: int, out: Path, quick: bool, command: str) -> N
         cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
                "-m", "profiles.harness", "--device", device, "--out", str(out.resolve()),
                "--progress-file", str(progress_file), "--command", command] + ["--quick"] * quick
+        cmd += ["--only", only] if only else []
         code = _run_with_progress(cmd, progress_file, log_file, _child_env(device))
         if code != 0:
             tail = log_file.read_text(errors="replace").splitlines()[-LOG_TAIL_LINES:]
@@ -129,9 +251,11 @@ def print_summary(profile: "HardwareProfile") -> None:
     from rich.console import Console
 
     console = Console()
-    console.print(_compute_table(profile))
+    if profile.gemm or profile.attention or profile.memory:
+        console.print(_compute_table(profile))
     if profile.collectives:
         console.print(_collective_table(profile))
+        console.print(_regime_table(profile))
 
 
 def _compute_table(profile: "HardwareProfile") -> "Table":
@@ -156,11 +280,40 @@ def _collective_table(profile: "HardwareProfile") -> "Table":
     from rich.table import Table
 
     table = Table(title="Measured collectives (bus bandwidth, nccl-tests convention)")
-    for name in ("op", "ranks", "placement", "latency", "busbw fit", "busbw peak", "fit err"):
-        table.add_column(name, justify="left" if name in ("op", "placement") else "right", no_wrap=True)
+    for name in ("op", "ranks", "placement", "source", "latency", "busbw fit", "busbw peak", "fit err"):
+        table.add_column(name, justify="left" if name in ("op", "placement", "source") else "right", no_wrap=True)
     for c in profile.collectives:
-        beta = f"{c.bus_bandwidth_bytes_per_s / 1e9:.3g} GB/s" if c.bus_bandwidth_bytes_per_s else "-"
-        table.add_row(c.op, str(c.num_ranks), f"{c.ranks_per_node}/node x {c.num_nodes}",
-                      f"{c.latency_s * 1e6:.0f} us", beta, f"{c.peak_bus_bandwidth_bytes_per_s() / 1e9:.3g} GB/s",
-                      f"{c.rms_relative_error:.0%}")
+        table.add_row(c.op, str(c.num_ranks), f"{c.ranks_per_node}/node x {c.num_nodes}", c.source,
+                      f"{c.latency_s * 1e6:.0f} us", _gbps(c.bus_bandwidth_bytes_per_s),
+                      _gbps(c.peak_bus_bandwidth_bytes_per_s()), f"{c.rms_relative_error:.0%}")
     return table
+
+
+def _regime_table(profile: "HardwareProfile") -> "Table":
+    """Every regime of the segmented fit: its measured size range, the measured size after which
+    it starts (the break lies between that size and the regime's first), alpha, beta and error."""
+    from rich.table import Table
+
+    table = Table(title="Regimes of the segmented alpha-beta fit (t = alpha + factor * S / beta)")
+    for name in ("op", "ranks", "placement", "sizes", "break after", "alpha", "beta (busbw)", "rms err"):
+        table.add_column(name, justify="left" if name in ("op", "placement", "sizes", "break after") else "right",
+                         no_wrap=True)
+    for c in profile.collectives:
+        for k, seg in enumerate(c.segments):
+            head = (c.op, str(c.num_ranks), f"{c.ranks_per_node}/node x {c.num_nodes}") if k == 0 else ("", "", "")
+            after = _size(c.segments[k - 1].last_size_bytes) if k else "-"
+            table.add_row(*head, f"{_size(seg.first_size_bytes)} - {_size(seg.last_size_bytes)}", after,
+                          f"{seg.latency_s * 1e6:.1f} us", _gbps(seg.bus_bandwidth_bytes_per_s),
+                          f"{seg.rms_relative_error:.0%}")
+    return table
+
+
+def _gbps(value: float | None) -> str:
+    return "-" if value is None else f"{value / 1e9:.3g} GB/s"
+
+
+def _size(size_bytes: int) -> str:
+    for unit, shift in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
+        if size_bytes >= 1 << shift:
+            return f"{size_bytes / (1 << shift):.4g} {unit}"
+    return f"{size_bytes} B"

@@ -25,11 +25,15 @@ MIB = 2**20
 @click.option("--calibrate", is_flag=True, help="Fit correction factors from the runs and write them into --profile.")
 @click.option("--profile", "profile_path", type=click.Path(dir_okay=False), default=None,
               help="Profile to predict with and, with --calibrate, to write (default: the plan's own).")
+@click.option("--from-log", "from_log", type=click.Path(dir_okay=False), default=None,
+              help="With --calibrate: fit to a table of layouts and measured step times (CSV/TSV, or rows naming "
+                   "Megatron-LM / torchtitan logs) instead of running jobs here; see docs/validate.md.")
 @click.option("--workdir", type=click.Path(file_okay=False), default=None,
               help="Where job directories and logs go (default: a new temporary directory).")
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
 def validate_command(plan_file: str, num_candidates: int, steps: int, warmup: int, nproc: int | None,
-                     dry_run: bool, calibrate: bool, profile_path: str | None, workdir: str | None, fmt: str) -> None:
+                     dry_run: bool, calibrate: bool, profile_path: str | None, from_log: str | None,
+                     workdir: str | None, fmt: str) -> None:
     """Run PLAN_FILE's plan (and K candidates) on this machine; print predicted vs measured.
 
     \b
@@ -37,10 +41,18 @@ def validate_command(plan_file: str, num_candidates: int, steps: int, warmup: in
     timed steps, slowest rank), tokens/s, and memory per pipeline rank by component (exact
     tensor bytes of parameters, gradients, optimizer states; activations saved for backward).
     --dry-run: the same step on fake tensors at the plan's real size, memory only.
+    --calibrate --from-log TABLE: no runs; fit to step times measured elsewhere, leave-one-out.
     """
     def work() -> None:
-        from ..validate.workflow import run_validation
+        from ..validate.workflow import calibrate_from_log, run_validation
 
+        if from_log:
+            report = calibrate_from_log(Path(plan_file), from_log, calibrate=calibrate, profile_path=profile_path)
+            if fmt == "json":
+                click.echo(json.dumps(report, indent=2, sort_keys=True))
+            else:
+                print_log_report(report)
+            return
         report = run_validation(Path(plan_file), num_candidates=num_candidates, steps=steps, warmup=warmup,
                                 nproc=nproc, dry_run=dry_run, calibrate=calibrate, profile_path=profile_path,
                                 workdir=workdir)
@@ -50,6 +62,32 @@ def validate_command(plan_file: str, num_candidates: int, steps: int, warmup: in
             print_report(report)
 
     run_command(work)
+
+
+def print_log_report(report: dict[str, Any]) -> None:
+    """Per row: measured, fitted and leave-one-out step time; peak memory; the factors written."""
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title="Calibration from measured runs", header_style="bold")
+    for col in ("layout", "from", "measured s", "fitted s", "leave-one-out s", "error", "peak GiB meas/pred"):
+        table.add_column(col, justify="left" if col in ("layout", "from") else "right")
+    for row in report["rows"]:
+        L, loo = row["layout"], row["leave_one_out_s"]
+        peak = f"{row['measured_peak_gib']:.1f} / {row['predicted_peak_gib']:.1f}" if row["measured_peak_gib"] else \
+            f"- / {row['predicted_peak_gib']:.1f}"
+        table.add_row(f"dp {L['dp']} tp {L['tp']} pp {L['pp']} zero {L['zero_stage']} mb {L['micro_batch_size']}",
+                      row["origin"], f"{row['measured_s']:.4g}", f"{row['fitted_s']:.4g}",
+                      "-" if loo is None else f"{loo:.4g}",
+                      "-" if loo is None else f"{100 * (loo / row['measured_s'] - 1):+.1f}%", peak)
+    console = Console()
+    console.print(table)
+    console.print(f"calibration written to {report['profile']}: "
+                  + ", ".join(f"{k} {v:.4g}" for k, v in sorted(report["factors"].items())))
+    loo = report["median_abs_error_pct_leave_one_out"]
+    console.print(f"median |step time error|: {report['median_abs_error_pct_before']:.1f}% before, "
+                  f"{report['median_abs_error_pct_after']:.1f}% after (in-sample), "
+                  + ("-" if loo is None else f"{loo:.1f}%") + " leave-one-out")
 
 
 def _pct(value: float | None) -> str:

@@ -64,3 +64,26 @@ def _measure(jobs: list[dict], base: Path, *, steps: int, warmup: int, nproc: in
         measured = runner.launch(group, base, steps=steps, warmup=warmup, nproc=size)
         out += [runner.compare(j, measured[j["name"]], profile) for j in group if j["name"] in measured]
     return out
+
+
+def calibrate_from_log(plan_path: Path, table: str, *, calibrate: bool, profile_path: str | None) -> dict[str, Any]:
+    """``--calibrate --from-log``: fit the factors to the table's runs, write them into the profile."""
+    import platform
+
+    from .calibrate import write_calibration
+    from .from_log import calibrate_from_table
+
+    if not calibrate:
+        raise runner.ValidateError("--from-log gives measured step times to calibrate from; add --calibrate")
+    plan = read_plan_file(plan_path)
+    path, profile = _load(profile_path, plan)
+    if not path:
+        raise runner.ValidateError("--calibrate: give --profile PATH, the profile file to write the factors into")
+    result = calibrate_from_table(plan.inputs, table, profile)
+    cal = result.pop("calibration")
+    provenance = {"source": "autoplan validate --calibrate --from-log", "table": str(table), "runs": cal.num_runs,
+                  "host": platform.node(), "plans": [row["layout"] for row in result["rows"]]}
+    write_calibration(path, cal, provenance=provenance, device_type=profile.device_type if profile else "cuda")
+    return {"profile": str(path), "factors": cal.factors, "step_time_log_sd": cal.step_time_log_sd,
+            "median_abs_error_pct_before": 100 * cal.median_abs_error_before,
+            "median_abs_error_pct_after": 100 * cal.median_abs_error_after, **result}

@@ -1,0 +1,188 @@
+"""Calibrate from step times a cluster already measured: a table of layouts and step times.
+
+``autoplan validate PLAN --calibrate --from-log TABLE --profile P.json``. The plan file gives the
+job (model, hardware, GPUs, batch, sequence length, precision); TABLE gives one measured layout
+per row, as CSV or TSV with a header:
+
+    dp,tp,pp,zero,micro_batch,step_time_s,peak_memory_gib
+    8,1,1,1,1,2.41,61.2
+    4,2,1,1,1,,,megatron-run3.log        <- or a 'log' column instead of step_time_s
+
+Layout columns: ``dp``, ``tp``, ``pp`` (required); ``cp``, ``ep``, ``zero``, ``micro_batch``,
+``schedule``, ``virtual_stages``, ``recompute``, ``sequence_parallel`` (optional, the
+``autoplan evaluate`` defaults). Measurement: ``step_time_s`` or ``step_time_ms``, or ``log``, a
+Megatron-LM or torchtitan training log (path relative to the table) whose per-iteration lines give
+the step time (median over the logged iterations after the first) and peak memory; optional
+``peak_memory_gib`` overrides the log's. The factors are fitted by ``calibrate.fit`` (the same
+constants and search as ``validate --calibrate`` on runs made here) and judged leave-one-out.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+import re
+import statistics
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from costmodels.assumptions import DEFAULT_ASSUMPTIONS
+from costmodels.layout import Layout, LayoutError
+from planner.runtime.plan_file import PlanInputs
+
+from .calibrate import Run, fit, predict_all
+from .runner import ValidateError
+
+GIB = 2**30
+MIB = 2**20
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+_MEGATRON_ITER = re.compile(r"iteration\s+(\d+)/\s*\d+\s*\|.*?elapsed time per iteration \(ms\):\s*([0-9.]+)")
+_MEGATRON_MEMORY = re.compile(r"memory \(MB\)\s*\|.*?max allocated:\s*([0-9.]+)")
+_TITAN_STEP = re.compile(r"step:\s*(\d+)\s.*?tps:\s*([0-9,]+)")
+_TITAN_MEMORY = re.compile(r"memory:\s*([0-9.]+)\s*GiB")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LogRun:
+    """One row of the table: a layout and what was measured for it."""
+
+    layout: Layout
+    step_time_s: float
+    peak_memory_bytes: float | None
+    origin: str
+    """Where the step time came from: ``table row N`` or the log file and its format."""
+
+
+def parse_megatron(text: str) -> tuple[list[float], float | None]:
+    """Megatron-LM's per-iteration lines: ``iteration N/ M | ... | elapsed time per iteration
+    (ms): T | ...`` (``training.py``'s ``training_log``), and the peak of the ``memory (MB) | ... |
+    max allocated: X`` lines. Returns (seconds per iteration of each line after the first, bytes)."""
+    times = [float(m.group(2)) / 1e3 for m in _MEGATRON_ITER.finditer(text)]
+    peaks = [float(m.group(1)) * MIB for m in _MEGATRON_MEMORY.finditer(text)]
+    return times[1:] if len(times) > 1 else times, max(peaks) if peaks else None
+
+
+def parse_torchtitan(text: str, tokens_per_step: float, num_gpus: int) -> tuple[list[float], float | None]:
+    """torchtitan's ``step: N  loss: L  memory: M GiB(P%)  tps: T  tflops: F  mfu: U%`` lines.
+
+    ``tps`` is tokens per second per device: a rank's tokens over the window's time and the
+    non-data-parallel degree (``components/metrics.py``), so a step of the global batch takes
+    global batch × sequence length / (tps × GPUs). ``memory`` is the peak reserved GiB."""
+    clean = _ANSI.sub("", text)
+    tps = [float(m.group(2).replace(",", "")) for m in _TITAN_STEP.finditer(clean)]
+    times = [tokens_per_step / (t * num_gpus) for t in tps if t > 0]
+    peaks = [float(m.group(1)) * GIB for m in _TITAN_MEMORY.finditer(clean)]
+    return times[1:] if len(times) > 1 else times, max(peaks) if peaks else None
+
+
+def _log_measurement(path: Path, inputs: PlanInputs) -> tuple[float, float | None, str]:
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except OSError as err:
+        raise ValidateError(f"--from-log: cannot read the log {path} ({err.strerror})") from None
+    tokens = float(inputs.training.global_batch_size) * float(inputs.training.seq_len)
+    for name, (times, peak) in (("megatron", parse_megatron(text)),
+                                ("torchtitan", parse_torchtitan(text, tokens, inputs.gpus))):
+        if times:
+            return statistics.median(times), peak, f"{path.name} ({name}, {len(times)} iterations)"
+    raise ValidateError(f"--from-log: {path} has no Megatron-LM 'elapsed time per iteration (ms)' line and no "
+                        "torchtitan 'step: N ... tps: T' line; give step_time_s in the table instead")
+
+
+def _number(row: dict[str, str], key: str, where: str, kind=float, default=None):
+    value = (row.get(key) or "").strip()
+    if not value:
+        return default
+    try:
+        number = kind(value)
+    except ValueError:
+        raise ValidateError(f"--from-log {where}: {key} is {value!r}, not a number") from None
+    if not math.isfinite(number) or number <= 0 and key not in ("zero",):
+        raise ValidateError(f"--from-log {where}: {key} must be positive, got {value}")
+    return number
+
+
+def _layout(row: dict[str, str], inputs: PlanInputs, where: str) -> Layout:
+    dp, tp, pp = (_number(row, k, where, int) for k in ("dp", "tp", "pp"))
+    if None in (dp, tp, pp):
+        raise ValidateError(f"--from-log {where}: dp, tp and pp are required columns with a value in every row")
+    mb = _number(row, "micro_batch", where, int, 1)
+    global_batch = inputs.training.global_batch_size
+    per_replica, rest = divmod(global_batch, dp * mb)
+    if rest or per_replica == 0:
+        raise ValidateError(f"--from-log {where}: global batch {global_batch} is not divisible by "
+                            f"dp {dp} x micro_batch {mb}")
+    sp = (row.get("sequence_parallel") or "").strip().lower()
+    try:
+        return Layout(dp=dp, tp=tp, pp=pp, cp=_number(row, "cp", where, int, 1), ep=_number(row, "ep", where, int, 1),
+                      zero_stage=_number(row, "zero", where, int, 0), micro_batch_size=mb,
+                      num_microbatches=per_replica, schedule=(row.get("schedule") or "1f1b").strip(),
+                      virtual_stages=_number(row, "virtual_stages", where, int, 1),
+                      recompute=(row.get("recompute") or "none").strip(),
+                      sequence_parallel=tp > 1 if not sp else sp in ("1", "true", "yes", "on"))
+    except LayoutError as err:
+        raise ValidateError(f"--from-log {where}: {err}") from None
+
+
+def read_table(path: str | Path, inputs: PlanInputs) -> list[LogRun]:
+    """The table's rows as measured runs (see the module docstring for the columns)."""
+    table = Path(path)
+    try:
+        text = table.read_text(encoding="utf-8")
+    except OSError as err:
+        raise ValidateError(f"--from-log: cannot read {path} ({err.strerror})") from None
+    lines = [line for line in text.splitlines() if line.strip() and not line.lstrip().startswith("#")]
+    if not lines:
+        raise ValidateError(f"--from-log {path}: empty; expected a header (dp,tp,pp,...,step_time_s) and rows")
+    reader = csv.DictReader(lines, delimiter="\t" if "\t" in lines[0] else ",")
+    header = [h.strip() for h in reader.fieldnames or []]
+    reader.fieldnames = header
+    if not {"dp", "tp", "pp"} <= set(header) or not {"step_time_s", "step_time_ms", "log"} & set(header):
+        raise ValidateError(f"--from-log {path}: the header needs dp, tp, pp and one of step_time_s, step_time_ms, "
+                            f"log; got {', '.join(header)}")
+    runs = []
+    for i, row in enumerate(reader, start=1):
+        where = f"{table.name} row {i}"
+        seconds = _number(row, "step_time_s", where) or (_number(row, "step_time_ms", where) or 0) / 1e3 or None
+        peak, origin = None, f"table row {i}"
+        if seconds is None and (row.get("log") or "").strip():
+            seconds, peak, origin = _log_measurement(table.parent / row["log"].strip(), inputs)
+        if seconds is None:
+            raise ValidateError(f"--from-log {where}: no step time (step_time_s, step_time_ms or log)")
+        gib = _number(row, "peak_memory_gib", where)
+        runs.append(LogRun(layout=_layout(row, inputs, where), step_time_s=seconds,
+                           peak_memory_bytes=gib * GIB if gib else peak, origin=origin))
+    return runs
+
+
+def leave_one_out(runs: list[Run], profile=None, rounds: int = 8) -> list[float]:
+    """Each run's step time predicted by factors fitted on all the other runs (needs >= 2 runs)."""
+    out = []
+    for i, run in enumerate(runs):
+        cal = fit(runs[:i] + runs[i + 1:], profile=profile, rounds=rounds)
+        out.append(predict_all([run], replace(DEFAULT_ASSUMPTIONS, **cal.factors), profile)[0])
+    return out
+
+
+def calibrate_from_table(inputs: PlanInputs, table: str, profile=None, rounds: int = 8) -> dict[str, Any]:
+    """Fit on every row, predict each row leave-one-out; the report ``validate`` prints and the
+    calibration to write (``calibration`` key holds the ``calibrate.Calibration``)."""
+    from .compare import cost_model
+
+    logged = read_table(table, inputs)
+    runs = [Run(inputs=inputs, layout=r.layout, measured_step_time_s=r.step_time_s) for r in logged]
+    cal = fit(runs, profile=profile, rounds=rounds)
+    after = predict_all(runs, replace(DEFAULT_ASSUMPTIONS, **cal.factors), profile)
+    held = leave_one_out(runs, profile, rounds) if len(runs) >= 2 else [math.nan] * len(runs)
+    model = cost_model(inputs, profile=profile)
+    rows = []
+    for r, fitted, loo in zip(logged, after, held):
+        peak = model.estimate(r.layout).peak_memory_bytes
+        rows.append({"layout": r.layout.to_dict(), "origin": r.origin, "measured_s": r.step_time_s,
+                     "fitted_s": fitted, "leave_one_out_s": None if math.isnan(loo) else loo,
+                     "measured_peak_gib": r.peak_memory_bytes / GIB if r.peak_memory_bytes else None,
+                     "predicted_peak_gib": peak / GIB})
+    loo_errors = sorted(abs(x["leave_one_out_s"] / x["measured_s"] - 1) for x in rows if x["leave_one_out_s"])
+    return {"calibration": cal, "rows": rows,
+            "median_abs_error_pct_leave_one_out": 100 * statistics.median(loo_errors) if loo_errors else None}
