@@ -133,7 +133,7 @@ def tensorwise_fp8(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """``x`` cast to float8 e4m3 with one scale for the tensor, from its absolute maximum (the
     dynamic tensor-wise recipe of torchao's float8 training), and the inverse scale to undo it."""
     scale = FP8_MAX / x.abs().amax().float().clamp(min=1e-12)
-    return (x.float() * scale).to(torch.float8_e4m3fn), scale.reciprocal()
+    return (x.float() * scale).clamp(-FP8_MAX, FP8_MAX).to(torch.float8_e4m3fn), scale.reciprocal()
 
 
 def scaled_fp8_matmul(a: torch.Tensor, w: torch.Tensor) -> torch.Tensor:

@@ -233,6 +233,7 @@ def main(argv: list[str] | None = None) -> None:
             print(f"error: {problems[0]}", file=sys.stderr, flush=True)
         dist.destroy_process_group()
         sys.exit(2)
+    extra["mixed_devices"] = list(problems)
     extra["numerics"] = set_numerics()
     timer = bc.Timer(device)
     plan = make_plan(args.device, args.quick)

@@ -167,8 +167,9 @@ def sqrt2_steps(low: int, high: int) -> tuple[int, ...]:
 def make_plan(device_type: str, quick: bool) -> MeasurePlan:
     """The measurement plan for ``cpu`` or ``cuda``; ``quick`` trades coverage for time.
 
-    On GPU the operands rotate through 256 MiB, twice the largest L2 in ``hardware_specs``
-    (B200's 126 MB; H100 has 50 MB), and the run burns in first; the CPU plan keeps one copy
+    On GPU the operands rotate through 256 MiB, twice the largest L2 of the GPUs in
+    ``hardware_specs`` (B200: 126 MB, Chips and Cheese's "Nvidia's B200" article; H100: 50 MB),
+    and the run burns in first; the CPU plan keeps one copy
     (its figures are the in-cache rates ``docs/profiling.md`` reports) and no burn-in.
     """
     cuda = device_type == "cuda"
