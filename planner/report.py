@@ -9,7 +9,7 @@ from typing import Any
 from costmodels.breakdown import CostBreakdown
 from hardware_specs.units import GIB
 
-from .runtime.plan_file import MissEntry, PlanEntry, PlanFile, PlanInputs
+from .runtime.plan_file import MissEntry, PlanEntry, PlanFile, PlanInputs, SearchStats
 
 
 def plan_entry(breakdown: CostBreakdown) -> PlanEntry:
@@ -55,10 +55,9 @@ class PlanReport:
     def to_plan_file(self, *, with_timing: bool = False) -> PlanFile:
         """The plan file of this report (``with_timing``: also the search's wall time, which the
         file leaves out so that it is byte-identical for the same inputs)."""
-        search = dict(self.search)
-        if not with_timing:
-            search.pop("seconds", None)
-        search["rejected"] = dict(sorted(self.rejected.items()))
+        search = SearchStats(solver=self.search["solver"], space_size=self.search["space_size"],
+                             evaluated=self.search["evaluated"], rejected=dict(self.rejected),
+                             seconds=self.search.get("seconds") if with_timing else None)
         misses = tuple(MissEntry(entry=plan_entry(m.breakdown), needed_gib=round(m.needed_gib, 3),
                                  available_gib=round(m.available_gib, 3), suggestions=m.suggestions)
                        for m in self.closest_misses)

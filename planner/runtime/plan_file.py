@@ -201,15 +201,45 @@ class MissEntry:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class SearchStats:
+    """How the plan was found: solver, layouts in the space, layouts evaluated in full, rejected
+    counts by reason; ``seconds`` (wall time) only outside plan files, which stay byte-identical."""
+
+    solver: str
+    space_size: int
+    evaluated: int
+    rejected: dict[str, int] = field(default_factory=dict)
+    seconds: float | None = None
+
+    @classmethod
+    def from_dict(cls, raw: Any, where: str = "search") -> "SearchStats":
+        if not isinstance(raw, dict):
+            raise PlanFileError(f"{where}: expected an object, got {json.dumps(raw)[:60]}")
+        rejected = _get(raw, "rejected", where, dict, optional=True) or {}
+        for reason, count in rejected.items():
+            if not isinstance(count, int) or isinstance(count, bool):
+                raise PlanFileError(f"{where}.rejected.{reason}: expected int, got {json.dumps(count)[:60]}")
+        return cls(solver=_get(raw, "solver", where, str), space_size=_get(raw, "space_size", where, int),
+                   evaluated=_get(raw, "evaluated", where, int), rejected=rejected,
+                   seconds=_get(raw, "seconds", where, (int, float), optional=True))
+
+    def to_dict(self) -> dict[str, Any]:
+        out = {"solver": self.solver, "space_size": self.space_size, "evaluated": self.evaluated,
+               "rejected": dict(sorted(self.rejected.items()))}
+        if self.seconds is not None:
+            out["seconds"] = self.seconds
+        return out
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class PlanFile:
     """A whole plan file: inputs, best plan (None when nothing fits), ranked alternatives, search."""
 
     inputs: PlanInputs
     inputs_digest: str
     best: PlanEntry | None
-    candidates: tuple[PlanEntry, ...] = ()
-    search: dict[str, Any] = field(default_factory=dict)
-    """Solver, space size, evaluated count, rejected counts (and ``seconds`` outside plan files)."""
+    candidates: tuple[PlanEntry, ...]
+    search: SearchStats
     closest_misses: tuple[MissEntry, ...] = ()
 
     @classmethod
@@ -228,7 +258,7 @@ class PlanFile:
                    inputs_digest=_get(raw, "inputs_digest", "", str),
                    best=None if best is None else PlanEntry.from_dict(best, "best"),
                    candidates=tuple(PlanEntry.from_dict(c, f"candidates.{i}") for i, c in enumerate(candidates)),
-                   search=_get(raw, "search", "", dict),
+                   search=SearchStats.from_dict(raw.get("search")),
                    closest_misses=tuple(MissEntry.from_dict(m, f"closest_misses.{i}") for i, m in enumerate(misses)))
 
     @classmethod
@@ -247,7 +277,7 @@ class PlanFile:
             "inputs_digest": self.inputs_digest,
             "best": self.best.to_dict() if self.best else None,
             "candidates": [c.to_dict() for c in self.candidates],
-            "search": self.search,
+            "search": self.search.to_dict(),
         }
         if self.closest_misses:
             out["closest_misses"] = [m.to_dict() for m in self.closest_misses]
