@@ -56,8 +56,11 @@ class Job:
         file). ``profile``: a loaded profile or a path; None costs with datasheet rates (pass
         ``inputs.profile`` to cost as ``plan`` did)."""
         cluster = make_cluster(load_node(inputs.hardware), inputs.gpus, inputs.gpus_per_node)
+        loaded = _load_profile(profile)
+        # The same rule as ``resolve_job``: a profile of another machine only if the plan allowed it.
+        _check_profile(loaded, profile, cluster, "ok" if inputs.profile_device_mismatch else "refuse")
         return cls(model=inputs.model_spec, training=inputs.training, cluster=cluster,
-                   profile=_load_profile(profile), memory_fraction=float(inputs.memory_fraction), inputs=inputs)
+                   profile=loaded, memory_fraction=float(inputs.memory_fraction), inputs=inputs)
 
     def cost_job(self, assumptions: Assumptions = DEFAULT_ASSUMPTIONS) -> CostJob:
         """What the cost model needs of this request."""

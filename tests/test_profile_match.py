@@ -168,3 +168,17 @@ def test_mixed_devices_are_named_and_equal_ones_pass() -> None:
     assert mixed_device_problems([h100, dict(h100, host="b")]) == ()
     (problem,) = mixed_device_problems([h100, h100, a100])
     assert "H100" in problem and "A100" in problem and "rank 2" in problem
+
+
+def test_a_plan_file_costed_again_keeps_the_rule(tmp_path: Path) -> None:
+    """validate, explain --plot and calibration rebuild the job from the plan file: a profile of
+    another machine is refused there too, unless the plan recorded the override."""
+    from planner.api import Job
+    from planner.runtime.plan_file import PlanFile
+
+    plain = PlanFile.from_json(planner.plan(**H100_JOB, top_k=1).to_json())
+    with pytest.raises(ValueError, match="profile"):
+        Job.from_inputs(plain.inputs, profile=str(SHIPPED))
+    allowed = PlanFile.from_json(planner.plan(**H100_JOB, profile=str(SHIPPED), profile_device_mismatch="ok",
+                                              top_k=1).to_json())
+    assert Job.from_inputs(allowed.inputs, profile=str(SHIPPED)).profile is not None
