@@ -63,6 +63,16 @@ def test_quick_profile_measured_every_planned_point(quick_run: Run) -> None:
         assert all(a <= b for a, b in zip(curve.smoothed_time_s, curve.smoothed_time_s[1:]))
 
 
+def _native_cpu_dtype(dtype: str) -> bool:
+    """Whether this CPU has instructions for ``dtype`` GEMMs (from /proc/cpuinfo's flags)."""
+    flags = {"bf16": ("avx512_bf16", "amx_bf16"), "fp16": ("avx512_fp16", "amx_fp16")}.get(dtype, ())
+    try:
+        cpuinfo = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return False
+    return any(flag in cpuinfo.split() for flag in flags)
+
+
 def test_measured_rates_are_physically_plausible(quick_run: Run) -> None:
     """Units check: achieved rates sit between 1% and 300% of this core's datasheet peak (turbo
     clocks and noise allow a little over 100%; a seconds/milliseconds slip would be 1000x off)."""
@@ -71,7 +81,10 @@ def test_measured_rates_are_physically_plausible(quick_run: Run) -> None:
     spec = load_node("cpu").hardware
     for dtype, table in p.gemm.items():
         ratio = table.peak_flops_per_s() / spec.peak_flops(dtype)
-        assert 0.01 < ratio < 3.0, (dtype, ratio)
+        # bf16/fp16 run natively only with AVX-512 BF16/FP16 or AMX; without them PyTorch converts
+        # each element and runs one to two orders slower, so only the upper bound is a units check.
+        low = 0.01 if dtype == "fp32" or _native_cpu_dtype(dtype) else 0.0
+        assert low < ratio < 3.0, (dtype, ratio)
     bandwidth = p.memory_bandwidth_bytes_per_s()
     assert bandwidth is not None and 1e8 < bandwidth < 1e12
     for curve in p.collectives:
