@@ -39,7 +39,13 @@ def validate_command(plan_file: str, num_candidates: int, steps: int, warmup: in
     --dry-run: the same step on fake tensors at the plan's real size, memory only.
     """
     def work() -> None:
+        from ..places import check_output_dir, check_output_file
         from ..validate.workflow import run_validation
+
+        if workdir is not None:
+            check_output_dir(workdir, "--workdir")
+        if calibrate and profile_path is not None:
+            check_output_file(profile_path, "--profile")
 
         report = run_validation(Path(plan_file), num_candidates=num_candidates, steps=steps, warmup=warmup,
                                 nproc=nproc, dry_run=dry_run, calibrate=calibrate, profile_path=profile_path,
