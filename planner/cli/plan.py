@@ -159,7 +159,7 @@ def evaluate_command(fmt: str, out: str | None, dp: int, tp: int, pp: int, cp: i
         report = PlanReport(inputs=job.inputs, best=breakdown, candidates=(),
                             search={"solver": "evaluate", "space_size": 1, "evaluated": 1})
         single = plan_entry(breakdown)
-        text = json.dumps(single.to_dict(), indent=2, sort_keys=True) + "\n"
+        text = json.dumps(single.to_dict(), indent=2, sort_keys=True, allow_nan=False) + "\n"
         if out:
             write_atomic(out, report.to_json())
         if fmt == "json":
@@ -221,7 +221,7 @@ def models_command(fmt: str) -> None:
     if fmt == "json":
         data = {name: {**model_to_dict(m), "params": total_params(m), "active_params": active_params(m)}
                 for name, m in PRESETS.items()}
-        click.echo(json.dumps(data, indent=2, sort_keys=True))
+        click.echo(json.dumps(data, indent=2, sort_keys=True, allow_nan=False))
         return
     from rich.table import Table
 
@@ -253,7 +253,7 @@ def hardware_command(fmt: str) -> None:
                    "inter_node_gb_per_s_per_node": n.inter_node.node_bandwidth_bytes_per_s / GB}
             for name, n in nodes.items()}
     if fmt == "json":
-        click.echo(json.dumps(rows, indent=2, sort_keys=True))
+        click.echo(json.dumps(rows, indent=2, sort_keys=True, allow_nan=False))
         return
     from rich.table import Table
 

@@ -51,7 +51,7 @@ def validate_command(plan_file: str, num_candidates: int, steps: int, warmup: in
                                 nproc=nproc, dry_run=dry_run, calibrate=calibrate, profile_path=profile_path,
                                 workdir=workdir)
         if fmt == "json":
-            click.echo(json.dumps(report, indent=2, sort_keys=True))
+            click.echo(json.dumps(report, indent=2, sort_keys=True, allow_nan=False))
         else:
             print_report(report)
 
