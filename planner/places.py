@@ -27,7 +27,11 @@ def _resolved(path: str | Path, option: str) -> Path:
     shown = json.dumps(str(path))
     if "\x00" in str(path) or not str(path):
         raise OutputPlaceError(f"{option} {shown}: not a valid path")
-    resolved = Path(os.path.realpath(path))
+    try:
+        resolved = Path(os.path.realpath(path))
+        resolved.exists()
+    except OSError as err:  # a name too long, a symlink loop
+        raise OutputPlaceError(f"{option} {shown[:200]}: not a usable path ({err.strerror})") from None
     for root in PSEUDO_FILESYSTEMS:
         if resolved == Path(root) or Path(root) in resolved.parents:
             raise OutputPlaceError(f"{option} {shown}: {root} is not a place to write output; choose another path")

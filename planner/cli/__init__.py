@@ -6,6 +6,7 @@ the work is done by ``planner.api``, ``planner.emit``, ``planner.validate`` and 
 
 from __future__ import annotations
 
+import json
 import sys
 import traceback
 
@@ -37,6 +38,10 @@ class OneLineErrors(click.Group):
             with self.make_context(prog_name or "autoplan", [], resilient_parsing=True) as ctx:
                 click.echo(ctx.get_help())
             sys.exit(0)
+        for arg in args:
+            if "\x00" in arg:  # no path or name holds one; click's Path type would raise ValueError
+                click.echo(f"error: argument {json.dumps(arg)[:80]} contains a NUL byte", err=True)
+                sys.exit(EXIT_USAGE)
         try:
             code = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
         except click.ClickException as err:  # usage errors, bad option values, unreadable click.File
