@@ -58,6 +58,17 @@ def _valid_invocations(work: Path) -> list[list[str]]:
     """Invocations that succeed (or exit 1) on good input: the seeds the mutations start from."""
     plan = str(work / "plan.json")
     return [
+        [],  # bare ``autoplan``: help, exit 0
+        ["plan", "--model", "tiny-llama", "--hardware", "cpu", "--gpus", "64", "--global-batch", "1",
+         "--seq-len", "128"],  # the batch is smaller than any dp: nothing to search
+        ["launch", str(work / "emoji-plan.json"), "--out", "OUT/job"],  # a model name with an emoji and a quote
+        ["validate", str(work / "launchable.json"), "--calibrate", "--profile", "OUT/prof.json", "--nproc", "3",
+         "--workdir", "OUT/wd"],  # nothing measured (--nproc matches no plan)
+        ["launch", plan, "--out", "/"],
+        ["launch", plan, "--out", str(work / "nonempty")],
+        ["explain", "/dev/zero"],
+        ["explain", str(work / "fifo")],
+        ["shard", "--model", "tiny-llama", "--tp", "2", "--input-shape", "1,99999999999999999999"],
         ["plan", *JOB],
         ["plan", *JOB, "--format", "json", "--out", "OUT/plan.json"],
         ["plan", "--model", "llama3-8b", "--hardware", "h100-sxm-80gb", "--gpus", "8", "--global-batch", "64",
@@ -160,6 +171,13 @@ def _prepare(work: Path) -> None:
               "num_hidden_layers": 4, "num_key_value_heads": 2, "vocab_size": 1000,
               "max_position_embeddings": 512, "tie_word_embeddings": False}
     (work / "config.json").write_text(json.dumps(config))
+    emoji = work / 'llama 🦙 "x".json'
+    emoji.write_text(json.dumps(config))
+    for model, name in ((str(emoji), "emoji-plan.json"), ("tiny-llama", "launchable.json")):
+        result = CliRunner().invoke(main, ["plan", "--model", model, "--hardware", "cpu", "--gpus", "2",
+                                           "--global-batch", "8", "--seq-len", "128", "--launchable",
+                                           "--out", str(work / name)])
+        assert result.exit_code == 0, result.output
     os.mkfifo(work / "fifo")
     (work / "deep.json").write_text("[" * 200_000 + "]" * 200_000)
     (work / "latin1.toml").write_bytes("name = \"caf\xe9\"\n".encode("latin-1"))
@@ -199,8 +217,16 @@ def _run_child(args: list[str], out_dir: Path) -> None:
 
 
 def _non_finite_json(out_dir: Path) -> list[str]:
-    """JSON files the invocation wrote (under OUT/) that hold NaN or Infinity, or do not parse."""
+    """JSON files the invocation wrote (under OUT/) that hold NaN or Infinity, or do not parse, and
+    TOML files (the torchtitan export) that do not parse."""
+    import tomllib
+
     bad = []
+    for path in (out_dir / "OUT").rglob("*.toml") if (out_dir / "OUT").exists() else []:
+        try:
+            tomllib.loads(path.read_text())
+        except (tomllib.TOMLDecodeError, UnicodeDecodeError):
+            bad.append(str(path.relative_to(out_dir)))
     for path in (out_dir / "OUT").rglob("*.json") if (out_dir / "OUT").exists() else []:
         def refuse(name: str):
             raise ValueError(name)
@@ -253,7 +279,8 @@ def _kind(outcome: Outcome) -> str | None:
     if outcome.code == 2 and outcome.stderr.rstrip("\n").count("\n") > 0:
         return "multi-line exit 2: " + outcome.stderr.strip().splitlines()[0][:100]
     if outcome.bad_json:
-        return "non-finite JSON written"
+        return "non-finite JSON written" if any(p.endswith(".json") for p in outcome.bad_json) \
+            else "invalid TOML written"
     return None
 
 
@@ -277,7 +304,8 @@ def main() -> None:
         scratch = work / "runs"
         scratch.mkdir()
         seeds = _valid_invocations(work)
-        cheap = [s for s in seeds if s[0] in ("plan", "evaluate", "explain", "models", "hardware", "launch")]
+        cheap = [s for s in seeds if not s or s[0] in ("plan", "evaluate", "explain", "models", "hardware", "launch")
+                 or "--calibrate" in s]
         costly = [s for s in seeds if s not in cheap]
         counts: collections.Counter[str] = collections.Counter()
         examples: dict[str, list[Outcome]] = collections.defaultdict(list)
@@ -285,7 +313,8 @@ def main() -> None:
         began = time.monotonic()
         for index in range(opts.count):
             seed = rng.choice(costly) if rng.random() < 0.01 else rng.choice(cheap)
-            outcome = run_one(_mutate(rng, seed, work, index), scratch, opts.timeout)
+            args = seed if rng.random() < 0.05 else _mutate(rng, seed, work, index)  # some seeds as they are
+            outcome = run_one(args, scratch, opts.timeout)
             codes[outcome.code] += 1
             kind = _kind(outcome)
             if kind:
@@ -298,7 +327,7 @@ def main() -> None:
     print(f"{opts.count} invocations in {elapsed:.0f} s (seed {opts.seed}, timeout {opts.timeout:g} s)")
     print("exit codes: " + ", ".join(f"{'hang' if c is None else c}: {n}" for c, n in sorted(
         codes.items(), key=lambda kv: (kv[0] is None, kv[0] or 0))))
-    for label in ("traceback", "exit 3", "multi-line exit 2", "non-finite JSON written", "hang"):
+    for label in ("traceback", "exit 3", "multi-line exit 2", "non-finite JSON written", "invalid TOML written", "hang"):
         print(f"{label}: {counts.get(label, 0)}")
     print(f"exit codes outside {{0, 1, 2, 3}}: {sum(n for c, n in codes.items() if c not in (0, 1, 2, 3, None))}")
     print(f"distinct failure classes: {len(examples)}")

@@ -6,11 +6,11 @@ and qwen2 as released on the Hugging Face Hub.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 from hardware_specs.errors import SpecError
+from hardware_specs.files import read_json
 
 from .model_spec import ModelSpec, MoESpec
 
@@ -19,14 +19,7 @@ FAMILIES: tuple[str, ...] = ("gpt2", "gpt_neox", "llama", "mistral", "mixtral", 
 
 def load_hf_config(path: Path) -> ModelSpec:
     """Parse ``path``; errors name the file and the field."""
-    try:
-        raw = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise SpecError(f"--model: file {str(path)!r} does not exist") from None
-    except json.JSONDecodeError as err:
-        raise SpecError(f"--model: {path} is not valid JSON (line {err.lineno}: {err.msg})") from None
-    except (OSError, UnicodeDecodeError) as err:
-        raise SpecError(f"--model: cannot read {path} ({err})") from None
+    raw = read_json(path, what="--model file")
     if not isinstance(raw, dict):
         raise SpecError(f"--model: {path} must hold a JSON object")
     family = raw.get("model_type")

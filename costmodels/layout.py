@@ -98,7 +98,7 @@ class Layout:
         if unknown:
             raise LayoutError(f"layout: unknown field {unknown[0]!r}; known fields: {', '.join(sorted(known))}")
         values = dict(raw)
-        if "layers_per_stage" in values:
+        if isinstance(values.get("layers_per_stage"), list):
             values["layers_per_stage"] = tuple(values["layers_per_stage"])
         return cls(**values)
 
@@ -107,12 +107,23 @@ class Layout:
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise LayoutError(f"layout.{name} must be a positive integer, got {value!r}")
-        if self.zero_stage not in (0, 1, 2, 3):
+        if isinstance(self.zero_stage, bool) or not isinstance(self.zero_stage, int) or self.zero_stage not in (0, 1, 2, 3):
             raise LayoutError(f"layout.zero_stage must be 0, 1, 2 or 3, got {self.zero_stage!r}")
         if self.schedule not in SCHEDULES:
             raise LayoutError(f"layout.schedule must be one of {', '.join(SCHEDULES)}, got {self.schedule!r}")
         if self.recompute not in RECOMPUTE_MODES:
             raise LayoutError(f"layout.recompute must be one of {', '.join(RECOMPUTE_MODES)}, got {self.recompute!r}")
+        for name in ("hsdp_shard_degree", "recompute_num_layers"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                raise LayoutError(f"layout.{name} must be a non-negative integer, got {value!r}")
+        for name in ("sequence_parallel", "optimizer_offload"):
+            if not isinstance(getattr(self, name), bool):
+                raise LayoutError(f"layout.{name} must be true or false, got {getattr(self, name)!r}")
+        stages = self.layers_per_stage
+        if not isinstance(stages, tuple) or not all(isinstance(n, int) and not isinstance(n, bool) and n >= 1
+                                                    for n in stages):
+            raise LayoutError(f"layout.layers_per_stage must be a tuple of positive integers, got {stages!r}")
 
 
 def check_layout(layout: Layout, model: ModelSpec, training: TrainingSpec, num_gpus: int,

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from hardware_specs.checks import MAX_EXPERTS, MAX_HEADS, MAX_LAYERS, MAX_WIDTH, finite, flag, text, whole
 from hardware_specs.errors import SpecError
 
 Activation = Literal["gelu", "silu"]
@@ -32,12 +33,14 @@ class MoESpec:
     """Expert capacity as a multiple of the even share of tokens (1.0 = dropless in expectation)."""
 
     def __post_init__(self) -> None:
-        for name in ("num_experts", "top_k", "expert_ffn_hidden_size", "layer_interval"):
-            _require_positive(f"moe.{name}", getattr(self, name))
+        for name, high in (("num_experts", MAX_EXPERTS), ("top_k", MAX_EXPERTS),
+                           ("expert_ffn_hidden_size", MAX_WIDTH), ("layer_interval", MAX_LAYERS)):
+            _require_count(f"moe.{name}", getattr(self, name), high)
+        _require_count("moe.num_shared_experts", self.num_shared_experts, MAX_EXPERTS, low=0)
+        _require_count("moe.first_dense_layers", self.first_dense_layers, MAX_LAYERS, low=0)
         if self.top_k > self.num_experts:
             raise SpecError(f"moe.top_k ({self.top_k}) exceeds moe.num_experts ({self.num_experts})")
-        if self.capacity_factor < 1.0:
-            raise SpecError(f"moe.capacity_factor must be >= 1.0, got {self.capacity_factor}")
+        finite("moe.capacity_factor", self.capacity_factor, low=1.0, high=float(MAX_EXPERTS), low_open=False)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -78,11 +81,20 @@ class ModelSpec:
     moe: MoESpec | None = None
 
     def __post_init__(self) -> None:
-        for name in ("num_layers", "hidden_size", "ffn_hidden_size", "num_attention_heads",
-                     "num_kv_heads", "vocab_size", "max_position_embeddings"):
-            _require_positive(name, getattr(self, name))
-        if self.head_dim < 0:
-            raise SpecError(f"head_dim must be positive, got {self.head_dim}")
+        text("name", self.name)
+        for name, high in (("num_layers", MAX_LAYERS), ("hidden_size", MAX_WIDTH), ("ffn_hidden_size", MAX_WIDTH),
+                           ("num_attention_heads", MAX_HEADS), ("num_kv_heads", MAX_HEADS),
+                           ("vocab_size", MAX_WIDTH), ("max_position_embeddings", 2**31)):
+            _require_count(name, getattr(self, name), high)
+        _require_count("head_dim", self.head_dim, MAX_WIDTH, low=0)
+        for name in ("gated_mlp", "tied_embeddings", "linear_bias", "qkv_bias", "dropout"):
+            flag(name, getattr(self, name))
+        for name, choices in (("activation", ("gelu", "silu")), ("norm", ("layernorm", "rmsnorm")),
+                              ("positions", ("learned", "rotary"))):
+            if getattr(self, name) not in choices:
+                raise SpecError(f"{name} must be one of {', '.join(choices)}, got {getattr(self, name)!r}")
+        if self.moe is not None and not isinstance(self.moe, MoESpec):
+            raise SpecError(f"moe must be a MoESpec or None, got {self.moe!r}")
         if self.head_dim == 0 and self.hidden_size % self.num_attention_heads:
             raise SpecError(
                 f"hidden_size {self.hidden_size} is not divisible by num_attention_heads "
@@ -120,9 +132,11 @@ class ModelSpec:
         return sum(self.is_moe_layer(i) for i in range(self.num_layers))
 
 
-def _require_positive(name: str, value: object) -> None:
-    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-        raise SpecError(f"{name} must be a positive integer, got {value!r}")
+def _require_count(name: str, value: object, high: int, *, low: int = 1) -> None:
+    """``value`` must be an int (not a bool or float) in [low, high]."""
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise SpecError(f"{name} must be a whole number, got {value!r}")
+    whole(name, value, low=low, high=high)
 
 
 def model_to_dict(model: ModelSpec) -> dict:
@@ -145,8 +159,9 @@ def model_from_dict(raw: dict) -> ModelSpec:
     if moe is not None:
         if not isinstance(moe, dict) or set(moe) - set(MoESpec.__dataclass_fields__):
             raise SpecError("model_spec.moe must be an object with MoESpec fields")
-        values["moe"] = MoESpec(**moe)
     try:
+        if moe is not None:
+            values["moe"] = MoESpec(**moe)
         return ModelSpec(**values)
     except TypeError as err:
         raise SpecError(f"model_spec: {err}") from None

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from hardware_specs.checks import MAX_SEQ_LEN, MAX_TOKENS_PER_STEP, MAX_WIDTH, whole
 from hardware_specs.errors import SpecError
 
 Precision = Literal["fp32", "bf16", "fp16", "fp8"]
@@ -45,16 +46,24 @@ class TrainingSpec:
     gradient shards, ``parallelize_module`` sequence parallelism, eager autograd)."""
 
     def __post_init__(self) -> None:
-        for name in ("global_batch_size", "seq_len"):
+        for name, high in (("global_batch_size", MAX_TOKENS_PER_STEP), ("seq_len", MAX_SEQ_LEN)):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise SpecError(f"{name} must be a positive integer, got {value!r}")
+            whole(name, value, high=high)
+        if self.global_batch_size * self.seq_len > MAX_TOKENS_PER_STEP:
+            raise SpecError(f"global batch {self.global_batch_size} x seq-len {self.seq_len} = "
+                            f"{self.global_batch_size * self.seq_len} tokens per step is past the limit of "
+                            f"2^40 ({MAX_TOKENS_PER_STEP}); use a smaller batch or sequence")
         _require_choice("precision", self.precision, PRECISIONS)
         _require_choice("optimizer", self.optimizer, OPTIMIZERS)
         _require_choice("attention", self.attention, ("fused", "eager"))
         _require_choice("runtime", self.runtime, RUNTIMES)
-        if not isinstance(self.lora_rank, int) or self.lora_rank < 0:
+        if not isinstance(self.lora_rank, int) or isinstance(self.lora_rank, bool) or self.lora_rank < 0:
             raise SpecError(f"lora_rank must be a non-negative integer, got {self.lora_rank!r}")
+        whole("lora_rank", self.lora_rank, low=0, high=MAX_WIDTH)
+        if not isinstance(self.lora_targets, tuple):
+            raise SpecError(f"lora_targets must be a tuple of names, got {self.lora_targets!r}")
         for target in self.lora_targets:
             _require_choice("lora_targets", target, LORA_TARGETS)
 

@@ -45,3 +45,30 @@ def whole(field: str, value: object, *, low: int = 1, high: int, error: type[Spe
     if not low <= number <= high:
         raise error(f"{field} must be a whole number from {low} to {high}, got {value!r}")
     return number
+
+
+# Ceilings for a training job and a model (far above any trained model, below what overflows a
+# float64 cost term or makes the search space explode).
+MAX_TOKENS_PER_STEP = 2**40
+"""Global batch x sequence length: about 10^12 tokens per optimizer step."""
+MAX_SEQ_LEN = 2**27
+"""Tokens per sequence: 134 M."""
+MAX_LAYERS = 2**16
+MAX_WIDTH = 2**24
+"""Hidden size, FFN hidden size, head dimension and vocabulary size: 16.7 M elements."""
+MAX_HEADS = 2**16
+MAX_EXPERTS = 2**16
+
+
+def flag(field: str, value: object, *, error: type[SpecError] = SpecError) -> bool:
+    """``value`` if it is a bool (not 1, "yes" or None)."""
+    if not isinstance(value, bool):
+        raise error(f"{field} must be true or false, got {value!r}")
+    return value
+
+
+def text(field: str, value: object, *, error: type[SpecError] = SpecError) -> str:
+    """``value`` if it is a string."""
+    if not isinstance(value, str):
+        raise error(f"{field} must be a string, got {value!r}")
+    return value

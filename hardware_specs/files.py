@@ -16,7 +16,7 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
-from .errors import SpecError
+from .errors import AutoplanError, SpecError
 
 MAX_INPUT_BYTES = 64 * 2**20
 """Largest input file read (64 MiB): a plan or profile is kilobytes to a few megabytes."""
@@ -24,7 +24,7 @@ MAX_JSON_DEPTH = 64
 """Deepest nesting accepted in a JSON input; autoplan's own files nest under ten levels."""
 
 
-def read_text(path: str | Path, *, what: str, error: type[SpecError] = SpecError,
+def read_text(path: str | Path, *, what: str, error: type[AutoplanError] = SpecError,
               max_bytes: int = MAX_INPUT_BYTES) -> str:
     """The UTF-8 text of the regular file ``path``; ``what`` names it in errors ("plan file")."""
     shown = json.dumps(str(path))  # quoted: a newline in a path cannot split the message
@@ -69,7 +69,7 @@ def _depth(value: Any) -> int:
     return deepest
 
 
-def parse_json(text: str, *, origin: str, error: type[SpecError] = SpecError) -> Any:
+def parse_json(text: str, *, origin: str, error: type[AutoplanError] = SpecError) -> Any:
     """Parse ``text`` as strict JSON: finite numbers only, bounded nesting."""
     try:
         value = json.loads(text, parse_float=_finite_float, parse_constant=_no_constant)
@@ -82,13 +82,14 @@ def parse_json(text: str, *, origin: str, error: type[SpecError] = SpecError) ->
     return value
 
 
-def read_json(path: str | Path, *, what: str, error: type[SpecError] = SpecError) -> Any:
+def read_json(path: str | Path, *, what: str, error: type[AutoplanError] = SpecError,
+              max_bytes: int = MAX_INPUT_BYTES) -> Any:
     """Parsed strict JSON of the regular file ``path`` (see ``parse_json``)."""
-    text = read_text(path, what=what, error=error)
+    text = read_text(path, what=what, error=error, max_bytes=max_bytes)
     return parse_json(text, origin=f"{what} {json.dumps(str(path))}", error=error)
 
 
-def read_toml(path: str | Path, *, what: str, error: type[SpecError] = SpecError) -> dict[str, Any]:
+def read_toml(path: str | Path, *, what: str, error: type[AutoplanError] = SpecError) -> dict[str, Any]:
     """Parsed TOML of the regular file ``path``; ``nan``/``inf`` are left to the field checks."""
     text = read_text(path, what=what, error=error)
     try:

@@ -21,6 +21,7 @@ from costmodels.model_spec import ModelSpec
 from costmodels.presets import load_model
 from costmodels.training import TrainingSpec
 from hardware_specs import ClusterSpec, NodeSpec, load_node, make_cluster
+from hardware_specs.checks import MAX_GPUS, MAX_TOKENS_PER_STEP, finite, flag, whole
 from hardware_specs.errors import AutoplanError, SpecError
 
 from .brute_force import solve_brute_force
@@ -82,13 +83,24 @@ def resolve_job(*, model: str | ModelSpec, hardware: str | NodeSpec, gpus: int, 
     A profile measured on other devices than ``hardware`` (``profiles.match``) is refused unless
     ``profile_device_mismatch`` is ``ok``; the plan's inputs then record the override.
     """
+    for name, value, kinds in (("model", model, (str, ModelSpec)), ("hardware", hardware, (str, NodeSpec)),
+                               ("profile", profile, (str, Path, _profile_type(), type(None)))):
+        if not isinstance(value, kinds):
+            raise SpecError(f"--{name}: expected a name, a path or a spec object, got {value!r}")
     model_spec = model if isinstance(model, ModelSpec) else load_model(model)
     node = hardware if isinstance(hardware, NodeSpec) else load_node(hardware)
-    for name, value in (("gpus", gpus), ("global_batch", global_batch), ("seq_len", seq_len)):
+    for name, value, high in (("gpus", gpus, MAX_GPUS), ("global_batch", global_batch, MAX_TOKENS_PER_STEP),
+                              ("seq_len", seq_len, MAX_TOKENS_PER_STEP)):
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
             raise SpecError(f"--{name.replace('_', '-')} must be a positive integer, got {value!r}")
+        whole(f"--{name.replace('_', '-')}", value, high=high)
+    if gpus_per_node is not None and (not isinstance(gpus_per_node, int) or isinstance(gpus_per_node, bool)):
+        raise SpecError(f"--gpus-per-node must be a positive integer, got {gpus_per_node!r}")
     if not isinstance(memory_fraction, (int, float)) or not 0 < memory_fraction <= 1:
         raise SpecError(f"--memory-fraction must be in (0, 1], got {memory_fraction!r}")
+    finite("--memory-fraction", memory_fraction, high=1.0)
+    if profile_device_mismatch not in ("refuse", "ok"):
+        raise SpecError(f"--profile-device-mismatch must be refuse or ok, got {profile_device_mismatch!r}")
     training = TrainingSpec(global_batch_size=global_batch, seq_len=seq_len, precision=precision,
                             optimizer=optimizer, lora_rank=lora_rank, attention=attention, runtime=runtime)
     if training.precision not in ("fp8", "fp32") and not node.hardware.supports(training.precision):
@@ -104,6 +116,13 @@ def resolve_job(*, model: str | ModelSpec, hardware: str | NodeSpec, gpus: int, 
                         profile_device_mismatch=tuple(mismatches) if mismatches else None)
     return Job(model=model_spec, training=training, cluster=cluster, profile=loaded,
                memory_fraction=float(memory_fraction), inputs=inputs)
+
+
+def _profile_type() -> type:
+    """``profiles.HardwareProfile``, imported when first needed (``profiles`` is light, no torch)."""
+    from profiles import HardwareProfile
+
+    return HardwareProfile
 
 
 def _load_profile(profile: "str | Path | HardwareProfile | None") -> "HardwareProfile | None":
@@ -125,6 +144,11 @@ def _check_profile(loaded: "HardwareProfile | None", given: Any, cluster: Cluste
     return check_profile_matches(loaded, cluster, where, mismatch)
 
 
+_RESOLVE_OPTIONS = ("gpus_per_node", "precision", "optimizer", "lora_rank", "attention", "runtime",
+                    "memory_fraction", "profile", "profile_device_mismatch")
+"""The keyword options ``plan`` and ``evaluate`` pass on to ``resolve_job``."""
+
+
 def plan(*, model: str | ModelSpec, hardware: str | NodeSpec, gpus: int, global_batch: int, seq_len: int,
          top_k: int = 5, solver: str = "search", allow_cross_node_tp: bool = False,
          launchable: bool = False, **options: Any) -> PlanReport:
@@ -135,6 +159,11 @@ def plan(*, model: str | ModelSpec, hardware: str | NodeSpec, gpus: int, global_
     ``launchable``: search only layouts ``autoplan launch`` applies (no cp, ep or offload), costed
     as its job holds memory (``runtime`` defaults to ``torch``; ``megatron`` is refused).
     """
+    unknown = sorted(set(options) - set(_RESOLVE_OPTIONS))
+    if unknown:
+        raise PlanError(f"plan(): unknown option {unknown[0]!r}; known: {', '.join(_RESOLVE_OPTIONS)}")
+    flag("allow_cross_node_tp", allow_cross_node_tp, error=PlanError)
+    flag("launchable", launchable, error=PlanError)
     if launchable:
         if options.get("runtime", "torch") != "torch":
             raise PlanError(f"--runtime {options['runtime']} with --launchable: the launched job runs on "
@@ -142,7 +171,7 @@ def plan(*, model: str | ModelSpec, hardware: str | NodeSpec, gpus: int, global_
         options = {**options, "runtime": "torch"}
     job = resolve_job(model=model, hardware=hardware, gpus=gpus, global_batch=global_batch,
                       seq_len=seq_len, **options)
-    if not isinstance(top_k, int) or top_k < 1:
+    if not isinstance(top_k, int) or isinstance(top_k, bool) or top_k < 1:
         raise PlanError(f"--top must be a positive integer, got {top_k!r}")
     if solver not in ("search", "brute-force"):
         raise PlanError(f"solver must be 'search' or 'brute-force', got {solver!r}")
@@ -166,6 +195,11 @@ def plan(*, model: str | ModelSpec, hardware: str | NodeSpec, gpus: int, global_
 def evaluate(*, model: str | ModelSpec, hardware: str | NodeSpec, gpus: int, global_batch: int, seq_len: int,
              layout: Layout, **options: Any) -> CostBreakdown:
     """Cost of one explicit ``layout``; raises ``LayoutError`` naming the rule it breaks."""
+    if not isinstance(layout, Layout):
+        raise LayoutError(f"layout must be a planner.Layout, got {layout!r}")
+    unknown = sorted(set(options) - set(_RESOLVE_OPTIONS))
+    if unknown:
+        raise PlanError(f"evaluate(): unknown option {unknown[0]!r}; known: {', '.join(_RESOLVE_OPTIONS)}")
     job = resolve_job(model=model, hardware=hardware, gpus=gpus, global_batch=global_batch,
                       seq_len=seq_len, **options)
     check_layout(layout, job.model, job.training, gpus, job.cluster.gpus_per_node)
@@ -177,6 +211,9 @@ def layout_for_batch(global_batch: int, *, dp: int, micro_batch_size: int = 1, t
     """The layout with these degrees that meets ``global_batch`` exactly: the micro-batch count is
     global_batch / (dp · micro_batch_size); sequence parallelism defaults to on when tp > 1.
     ``degrees``: the other ``Layout`` fields (pp, cp, ep, zero_stage, schedule, ...)."""
+    for name, value in (("--global-batch", global_batch), ("--dp", dp), ("--micro-batch", micro_batch_size)):
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise LayoutError(f"{name} must be a positive integer, got {value!r}")
     per_replica, rest = divmod(global_batch, dp * micro_batch_size)
     if rest or per_replica == 0:
         raise LayoutError(f"--global-batch {global_batch} is not divisible by dp {dp} x "

@@ -10,6 +10,8 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from hardware_specs.files import read_json
+
 from .fit import COLLECTIVE_OPS
 from .schema import (CURVE_SOURCES, MEMORY_KERNELS, PROFILE_KIND, SCHEMA_VERSION, AttentionPoint,
                      CollectiveCurve, ComputeTable, GemmPoint, HardwareProfile, MemoryPoint, ProfileError,
@@ -47,7 +49,7 @@ def profile_to_dict(profile: HardwareProfile) -> dict[str, Any]:
 
 def write_profile(path: str | Path, profile: HardwareProfile) -> None:
     """Write ``profile`` as sorted, indented JSON to ``path``, atomically."""
-    write_text_atomic(Path(path), json.dumps(profile_to_dict(profile), indent=1, sort_keys=True) + "\n")
+    write_text_atomic(Path(path), json.dumps(profile_to_dict(profile), indent=1, sort_keys=True, allow_nan=False) + "\n")
 
 
 def write_text_atomic(target: Path, text: str) -> None:
@@ -67,16 +69,7 @@ def write_text_atomic(target: Path, text: str) -> None:
 def load_profile(path: str | Path) -> HardwareProfile:
     """Read and validate a profile file; any problem raises one ``ProfileError`` naming it."""
     where = str(path)
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as err:
-        reason = getattr(err, "strerror", None) or str(err)
-        raise ProfileError(f"--profile {where}: cannot read the file ({reason})") from None
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as err:
-        raise ProfileError(f"--profile {where}: not valid JSON (line {err.lineno}, column {err.colno}: "
-                           f"{err.msg}); the file is corrupt or truncated, re-run 'autoplan profile'") from None
+    data = read_json(path, what="--profile", error=ProfileError)
     return profile_from_dict(data, where)
 
 

@@ -90,7 +90,7 @@ def test_reader_caps_the_size(tmp_path):
     big = tmp_path / "big.json"
     with open(big, "wb") as handle:
         handle.truncate(65 * 2**20)  # sparse: no disk used
-    with pytest.raises(PlanFileError, match="bytes, more than any plan file"):
+    with pytest.raises(PlanFileError, match="larger than 64 MiB"):
         read_plan_file(big)
 
 

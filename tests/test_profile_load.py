@@ -71,7 +71,14 @@ def test_truncated_file_is_rejected(written: Path) -> None:
 
 def test_corrupt_bytes_are_rejected(written: Path) -> None:
     written.write_bytes(b"\x00\xff\xfe garbage")
-    assert "cannot read" in _rejected(written) or "not valid JSON" in _rejected(written)
+    assert "not UTF-8 text" in _rejected(written)
+
+
+def test_non_finite_numbers_are_refused_when_read(written: Path) -> None:
+    data = json.loads(written.read_text())
+    data["memory"]["copy"][0]["time_s"] = float("nan")
+    written.write_text(json.dumps(data))
+    assert "NaN is not a number JSON allows" in _rejected(written)
 
 
 def test_missing_file_is_rejected(tmp_path: Path) -> None:
@@ -106,7 +113,7 @@ def test_foreign_json_is_rejected(tmp_path: Path) -> None:
     (lambda d: d["collectives"][0]["median_time_s"].pop(), "collectives[0]"),
     (lambda d: d.update(device_type="tpu"), "device_type"),
     (lambda d: d["collectives"].append(d["collectives"][0]), "collectives"),
-    (lambda d: d["memory"]["copy"][0].update(time_s=float("nan")), "memory.copy[0].time_s"),
+    (lambda d: d["memory"]["copy"][0].update(time_s=-1.0), "memory.copy[0].time_s"),
     (lambda d: d["collectives"][0].pop("segments"), "collectives[0].segments"),
     (lambda d: d["collectives"][0].update(segments=[]), "collectives[0].segments"),
     (lambda d: d["collectives"][0]["segments"][0].update(first_size_bytes=12345), "collectives[0].segments[0]"),

@@ -99,7 +99,7 @@ def to_json(graph: nx.DiGraph, blocks: Blocks | None = None) -> str:
     doc = {"schema_version": GRAPH_SCHEMA_VERSION, "nodes": nodes,
            "blocks": {"members": list(blocks.members), "ops_per_block": len(blocks.nodes[0])} if blocks else None,
            "totals": totals(graph)}
-    return json.dumps(doc, indent=1, sort_keys=True) + "\n"
+    return json.dumps(doc, indent=1, sort_keys=True, allow_nan=False) + "\n"
 
 
 def from_json(text: str) -> nx.DiGraph:

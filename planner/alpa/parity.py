@@ -76,7 +76,7 @@ def main() -> None:
     if dist.get_rank() == 0:
         tmp = f"{args.out}.tmp{os.getpid()}"
         with open(tmp, "w", encoding="utf-8") as handle:
-            json.dump(result, handle, indent=1, sort_keys=True)
+            json.dump(result, handle, indent=1, sort_keys=True, allow_nan=False)
         os.replace(tmp, args.out)
     dist.barrier()  # no rank tears gloo down while another still has a collective in flight
     dist.destroy_process_group()

@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import click
 
+from hardware_specs.checks import MAX_SEQ_LEN, MAX_TOKENS_PER_STEP
 from hardware_specs.errors import AutoplanError
 
-from .common import run_command, write_atomic
+from .common import check_places, run_command, write_atomic
 
 if TYPE_CHECKING:
     from ..runtime.plan_file import PlanFile
@@ -22,8 +24,12 @@ def parse_shape(text: str) -> tuple[int, ...]:
         shape = tuple(int(x) for x in text.split(","))
     except ValueError:
         shape = ()
-    if not shape or any(s < 1 for s in shape):
-        raise AutoplanError(f"--input-shape {text!r}: expected positive integers like 8,2048 (batch,seq)")
+    if not 1 <= len(shape) <= 2 or any(s < 1 for s in shape):
+        raise AutoplanError(f"--input-shape {json.dumps(text)}: expected one or two positive integers like "
+                            "8,2048 (batch,seq)")
+    if max(shape) > MAX_SEQ_LEN or math.prod(shape) > MAX_TOKENS_PER_STEP:
+        raise AutoplanError(f"--input-shape {json.dumps(text)}: at most {MAX_SEQ_LEN} per dimension and 2^40 "
+                            "tokens in all")
     return shape
 
 
@@ -64,6 +70,7 @@ def trace_command(module_path: str, input_shape: str, dtype: str, out: str) -> N
     def work() -> None:
         from ..alpa.graph import find_blocks, to_json
 
+        check_places(out=out)
         graph = _traced(module_path, None, input_shape, dtype)
         write_atomic(out, to_json(graph, find_blocks(graph)))
 
@@ -182,6 +189,7 @@ def shard_command(model, module_path, input_shape, tp, dp, hardware, gpus_per_no
 
         if (model is None) == (module_path is None):
             raise AutoplanError("give exactly one of --model PRESET or --module pkg.mod:factory")
+        check_places(out=out)
         target = _attach_target(attach_path, out, tp=tp, dp=dp, model=model, module_path=module_path) \
             if attach_path else None
         inputs = target.plan.inputs if target else None
@@ -196,7 +204,7 @@ def shard_command(model, module_path, input_shape, tp, dp, hardware, gpus_per_no
                              memory_fraction=memory_fraction, reuse_blocks=not no_reuse, solver=solver,
                              time_limit_s=time_limit)
         report = result.report.to_dict()
-        text = json.dumps(report, indent=1, sort_keys=True) + "\n"
+        text = json.dumps(report, indent=1, sort_keys=True, allow_nan=False) + "\n"
         if target:
             _attach_write(target, report, out, module_path, shape)
         elif out:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import re
 import sys
 from pathlib import Path
 from typing import Callable, TypeVar
@@ -16,6 +18,12 @@ T = TypeVar("T")
 EXIT_OK = 0
 EXIT_INFEASIBLE = 1
 EXIT_USAGE = 2
+EXIT_INTERNAL = 3
+
+
+def one_line(message: str) -> str:
+    """``message`` on one line: line breaks and the indentation after them become one space."""
+    return re.sub(r"\s*\n\s*", " ", message.strip())
 
 
 def run_command(work: Callable[[], T]) -> T:
@@ -23,8 +31,18 @@ def run_command(work: Callable[[], T]) -> T:
     try:
         return work()
     except AutoplanError as err:
-        click.echo(f"error: {err}", err=True)
+        click.echo(f"error: {one_line(str(err))}", err=True)
         sys.exit(EXIT_USAGE)
+
+
+def check_places(*, out: str | None = None, plot_dir: str | None = None) -> None:
+    """Refuse an unwritable ``--out`` file or ``--plot`` directory before any work starts."""
+    from ..places import check_output_dir, check_output_file
+
+    if out is not None:
+        check_output_file(out, "--out")
+    if plot_dir is not None:
+        check_output_dir(plot_dir, "--plot")
 
 
 def write_atomic(path: str | Path, text: str) -> None:
@@ -38,4 +56,4 @@ def write_atomic(path: str | Path, text: str) -> None:
     try:
         write_text_atomic(Path(path), text)
     except OSError as err:
-        raise AutoplanError(f"--out: cannot write {path} ({err.strerror})") from None
+        raise AutoplanError(f"--out {json.dumps(str(path))}: cannot write ({err.strerror})") from None

@@ -11,9 +11,11 @@ from .common import run_command
 @click.argument("plan_file", type=click.Path(dir_okay=False))
 @click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False),
               help="directory to write train.py, launch.sh, slurm.sbatch, plan.json, exports/")
+@click.option("--force", is_flag=True,
+              help="write into DIR even if it is a non-empty directory that is not an earlier autoplan job")
 @click.option("--python", "python", default=None,
               help="interpreter launch.sh uses by default (default: the one running autoplan)")
-def launch_command(plan_file: str, out_dir: str, python: str | None) -> None:
+def launch_command(plan_file: str, out_dir: str, force: bool, python: str | None) -> None:
     """Write a self-contained job for PLAN_FILE; run it with DIR/launch.sh.
 
     \b
@@ -25,6 +27,9 @@ def launch_command(plan_file: str, out_dir: str, python: str | None) -> None:
     from ..runtime.plan_file import read_plan_file
 
     def work() -> None:
+        from ..places import check_output_dir
+
+        check_output_dir(out_dir, "--out", job=True, force=force)
         files = write_job(read_plan_file(plan_file), out_dir, python=python)
         click.echo(f"wrote {len(files)} files to {out_dir}; run: {out_dir}/launch.sh --steps 20")
 

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, Callable
 import click
 from rich.console import Console
 
-from .common import EXIT_INFEASIBLE, run_command, write_atomic
+from .common import EXIT_INFEASIBLE, check_places, run_command, write_atomic
 
 if TYPE_CHECKING:
     from ..runtime.plan_file import PlanEntry, PlanFile
@@ -92,12 +92,16 @@ def plan_command(fmt: str, out: str | None, top_k: int, allow_cross_node_tp: boo
     def work() -> None:
         from .. import api
 
+        check_places(out=out, plot_dir=plot_dir)
         report = api.plan(top_k=top_k, solver=solver, allow_cross_node_tp=allow_cross_node_tp, launchable=launchable,
                           **_job_kwargs(kw))
         plan_file = report.to_plan_file()
         timed = report.to_plan_file(with_timing=True)
         _emit(plan_file.to_json(), fmt, out, lambda: _print(timed))
         _plot(plan_file, plot_dir)
+        if not report.feasible and report.search["space_size"] == 0:
+            click.echo(f"error: {_why_nothing_searched(report)}", err=True)
+            sys.exit(EXIT_INFEASIBLE)
         if not report.feasible:
             miss = report.closest_misses[0] if report.closest_misses else None
             detail = (f"; closest needs {miss.needed_gib:.1f} GiB of {miss.available_gib:.1f} GiB "
@@ -106,6 +110,15 @@ def plan_command(fmt: str, out: str | None, top_k: int, allow_cross_node_tp: boo
             sys.exit(EXIT_INFEASIBLE)
 
     run_command(work)
+
+
+def _why_nothing_searched(report: Any) -> str:
+    """The reason the search space was empty (``planner.space.empty_space_reason``)."""
+    from ..space import LAUNCHABLE, SearchOptions, empty_space_reason
+
+    i = report.inputs
+    options = SearchOptions(allow_cross_node_tp=bool(i.allow_cross_node_tp), **(LAUNCHABLE if i.launchable else {}))
+    return empty_space_reason(i.model_spec, i.training, i.gpus, i.gpus_per_node, options)
 
 
 @click.command("evaluate")
@@ -134,6 +147,8 @@ def evaluate_command(fmt: str, out: str | None, dp: int, tp: int, pp: int, cp: i
         from .. import api
         from ..report import PlanReport, plan_entry
 
+        check_places(out=out)
+
         layout = api.layout_for_batch(kw["global_batch"], dp=dp, tp=tp, pp=pp, cp=cp, ep=ep, zero_stage=zero,
                                       hsdp_shard_degree=hsdp_shard, micro_batch_size=micro_batch, schedule=schedule,
                                       virtual_stages=virtual_stages, recompute=recompute,
@@ -144,7 +159,7 @@ def evaluate_command(fmt: str, out: str | None, dp: int, tp: int, pp: int, cp: i
         report = PlanReport(inputs=job.inputs, best=breakdown, candidates=(),
                             search={"solver": "evaluate", "space_size": 1, "evaluated": 1})
         single = plan_entry(breakdown)
-        text = json.dumps(single.to_dict(), indent=2, sort_keys=True) + "\n"
+        text = json.dumps(single.to_dict(), indent=2, sort_keys=True, allow_nan=False) + "\n"
         if out:
             write_atomic(out, report.to_json())
         if fmt == "json":
@@ -187,6 +202,7 @@ def explain_command(plan_file: str, plot_dir: str | None) -> None:
     def work() -> None:
         from ..runtime.plan_file import read_plan_file
 
+        check_places(plot_dir=plot_dir)
         plan = read_plan_file(plan_file)
         _print(plan)
         _plot(plan, plot_dir)
@@ -205,7 +221,7 @@ def models_command(fmt: str) -> None:
     if fmt == "json":
         data = {name: {**model_to_dict(m), "params": total_params(m), "active_params": active_params(m)}
                 for name, m in PRESETS.items()}
-        click.echo(json.dumps(data, indent=2, sort_keys=True))
+        click.echo(json.dumps(data, indent=2, sort_keys=True, allow_nan=False))
         return
     from rich.table import Table
 
@@ -237,7 +253,7 @@ def hardware_command(fmt: str) -> None:
                    "inter_node_gb_per_s_per_node": n.inter_node.node_bandwidth_bytes_per_s / GB}
             for name, n in nodes.items()}
     if fmt == "json":
-        click.echo(json.dumps(rows, indent=2, sort_keys=True))
+        click.echo(json.dumps(rows, indent=2, sort_keys=True, allow_nan=False))
         return
     from rich.table import Table
 

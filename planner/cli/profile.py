@@ -191,6 +191,9 @@ def _check_devices(device: str, nproc: int) -> None:
 def _profile(device: str, nproc: int, out: Path, quick: bool, only: str | None, command: str) -> None:
     from profiles import load_profile
 
+    from ..places import check_output_file
+
+    check_output_file(out, "--out")
     _check_devices(device, nproc)
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="autoplan-profile-") as tmp:

@@ -44,12 +44,17 @@ def validate_command(plan_file: str, num_candidates: int, steps: int, warmup: in
     --calibrate --from-log TABLE: no runs; fit to step times measured elsewhere, leave-one-out.
     """
     def work() -> None:
+        from ..places import check_output_dir, check_output_file
         from ..validate.workflow import calibrate_from_log, run_validation
 
+        if workdir is not None:
+            check_output_dir(workdir, "--workdir")
+        if calibrate and profile_path is not None:
+            check_output_file(profile_path, "--profile")
         if from_log:
             report = calibrate_from_log(Path(plan_file), from_log, calibrate=calibrate, profile_path=profile_path)
             if fmt == "json":
-                click.echo(json.dumps(report, indent=2, sort_keys=True))
+                click.echo(json.dumps(report, indent=2, sort_keys=True, allow_nan=False))
             else:
                 print_log_report(report)
             return
@@ -57,7 +62,7 @@ def validate_command(plan_file: str, num_candidates: int, steps: int, warmup: in
                                 nproc=nproc, dry_run=dry_run, calibrate=calibrate, profile_path=profile_path,
                                 workdir=workdir)
         if fmt == "json":
-            click.echo(json.dumps(report, indent=2, sort_keys=True))
+            click.echo(json.dumps(report, indent=2, sort_keys=True, allow_nan=False))
         else:
             print_report(report)
 

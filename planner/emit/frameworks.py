@@ -168,7 +168,24 @@ def _toml_value(value) -> str:
         return "true" if value else "false"
     if isinstance(value, (int, float)):
         return repr(value)
-    return json.dumps(str(value))  # a JSON string is a valid TOML basic string
+    return toml_string(str(value))
+
+
+def toml_string(text: str) -> str:
+    """``text`` as a TOML basic string (TOML 1.0, "String"): quote, backslash and control characters
+    escaped, other characters kept as UTF-8; a lone surrogate, which UTF-8 cannot hold, becomes U+FFFD."""
+    out = []
+    for char in text:
+        code = ord(char)
+        if char in '"\\':
+            out.append("\\" + char)
+        elif code < 0x20 or code == 0x7F:
+            out.append(f"\\u{code:04X}")
+        elif 0xD800 <= code <= 0xDFFF:
+            out.append("\\uFFFD")
+        else:
+            out.append(char)
+    return '"' + "".join(out) + '"'
 
 
 def torchtitan_config(model_name: str, model: ModelSpec, training: TrainingSpec, layout: Layout,

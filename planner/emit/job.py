@@ -158,7 +158,7 @@ def _write_exports(out: Path, name: str, model: ModelSpec, training: TrainingSpe
     args, m_notes = frameworks.megatron_args(model, training, layout, seq_len)
     _write(out / "megatron_args.sh", frameworks.megatron_script(args, m_notes))
     ds, d_notes = frameworks.deepspeed_config(training, layout)
-    _write(out / "deepspeed.json", json.dumps(ds, indent=2, sort_keys=True) + "\n")
+    _write(out / "deepspeed.json", json.dumps(ds, indent=2, sort_keys=True, allow_nan=False) + "\n")
     tt, t_notes = frameworks.torchtitan_config(name, model, training, layout, seq_len)
     _write(out / "torchtitan.toml", frameworks.toml_text(tt, [f"torchtitan config for {name}"]))
     notes = ["What does not translate (also in each file where comments are allowed):"]

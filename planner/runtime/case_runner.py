@@ -61,7 +61,7 @@ def main(argv: list[str]) -> None:
                 dist.barrier()
     if not distributed or dist.get_rank() == 0:
         with open(out_path, "w", encoding="utf-8") as handle:
-            json.dump(results, handle, indent=1, sort_keys=True)
+            json.dump(results, handle, indent=1, sort_keys=True, allow_nan=False)
     if distributed:
         dist.destroy_process_group()
 

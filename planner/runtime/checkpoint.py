@@ -60,7 +60,7 @@ def save(job, root: str | Path, step: int) -> Path:
     if dist.is_initialized():
         dist.barrier()
     if not dist.is_initialized() or dist.get_rank() == 0:
-        (path / STATE_FILE).write_text(json.dumps({"step": step}, sort_keys=True) + "\n", encoding="utf-8")
+        (path / STATE_FILE).write_text(json.dumps({"step": step}, sort_keys=True, allow_nan=False) + "\n", encoding="utf-8")
     if dist.is_initialized():
         dist.barrier()
     return path

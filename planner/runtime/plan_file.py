@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import stat
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -22,6 +20,7 @@ from costmodels.layout import Layout
 from costmodels.model_spec import ModelSpec, model_from_dict, model_to_dict
 from costmodels.training import TrainingSpec
 from hardware_specs.errors import AutoplanError
+from hardware_specs.files import parse_json, read_json
 
 SCHEMA_VERSION = 1
 MAX_PLAN_FILE_BYTES = 64 * 2**20
@@ -147,7 +146,7 @@ class PlanInputs:
 
     def digest(self) -> str:
         """SHA-256 of the canonical JSON of the inputs: two plans with the same digest answer the same question."""
-        canonical = json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"))
+        canonical = json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"), allow_nan=False)
         return hashlib.sha256(canonical.encode()).hexdigest()[:16]
 
 
@@ -263,12 +262,8 @@ class PlanFile:
 
     @classmethod
     def from_json(cls, text: str) -> "PlanFile":
-        try:
-            raw = json.loads(text)
-        except json.JSONDecodeError as err:
-            raise PlanFileError(f"not valid JSON (line {err.lineno}: {err.msg}); "
-                                "regenerate it with 'autoplan plan --out'") from None
-        return cls.from_dict(raw)
+        """Strict JSON (``hardware_specs.files.parse_json``: finite numbers, bounded nesting)."""
+        return cls.from_dict(parse_json(text, origin="plan", error=PlanFileError))
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -285,7 +280,7 @@ class PlanFile:
 
     def to_json(self) -> str:
         """Stable JSON: sorted keys, fixed indentation; byte-identical for the same plan."""
-        return json.dumps(self.to_dict(), indent=2, sort_keys=True) + "\n"
+        return json.dumps(self.to_dict(), indent=2, sort_keys=True, allow_nan=False) + "\n"
 
     def with_best(self, best: PlanEntry) -> "PlanFile":
         """This plan file with ``best`` as its only plan (what ``validate`` launches one by one)."""
@@ -294,21 +289,9 @@ class PlanFile:
 
 def read_plan_file(path: str | Path) -> PlanFile:
     """The plan file at ``path``; anything else is one ``PlanFileError`` line naming the file."""
-    path = Path(path)
+    shown = f"plan file {json.dumps(str(path))}"
+    raw = read_json(path, what="plan file", error=PlanFileError, max_bytes=MAX_PLAN_FILE_BYTES)
     try:
-        info = os.stat(path)
-        if not stat.S_ISREG(info.st_mode):
-            raise PlanFileError(f"plan file {path}: not a regular file; give the JSON file 'autoplan plan --out' wrote")
-        if info.st_size > MAX_PLAN_FILE_BYTES:
-            raise PlanFileError(f"plan file {path}: {info.st_size:,} bytes, more than any plan file "
-                                f"({MAX_PLAN_FILE_BYTES:,}); is it the right file?")
-        with open(path, "rb") as handle:
-            text = handle.read(MAX_PLAN_FILE_BYTES + 1).decode("utf-8")
-    except FileNotFoundError:
-        raise PlanFileError(f"plan file {str(path)!r} does not exist") from None
-    except (OSError, UnicodeDecodeError) as err:
-        raise PlanFileError(f"plan file {path}: cannot read ({err})") from None
-    try:
-        return PlanFile.from_json(text)
+        return PlanFile.from_dict(raw)
     except PlanFileError as err:
-        raise PlanFileError(f"plan file {path}: {err}") from None
+        raise PlanFileError(f"{shown}: {err}") from None

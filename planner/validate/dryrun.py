@@ -193,7 +193,7 @@ def main(argv: list[str]) -> None:
         layout = read_plan_file(plan_path).best.layout
         result = {"plan": plan_path, "ranks": [_rank_in_subprocess(plan_path, r) for r in pipeline_ranks(layout)]}
     with open(out_path, "w", encoding="utf-8") as handle:
-        json.dump(result, handle, indent=1, sort_keys=True)
+        json.dump(result, handle, indent=1, sort_keys=True, allow_nan=False)
 
 
 if __name__ == "__main__":

@@ -101,7 +101,7 @@ def launch(jobs: list[dict], workdir: Path, *, steps: int, warmup: int, nproc: i
               "steps": steps, "warmup": warmup, "world_size": j["layout"].world_size} for j in jobs]
     cases_path, results_path = workdir / f"cases-{nproc}.json", workdir / f"results-{nproc}.jsonl"
     log_path = workdir / f"torchrun-{nproc}.log"
-    cases_path.write_text(json.dumps(cases, indent=1), encoding="utf-8")
+    cases_path.write_text(json.dumps(cases, indent=1, allow_nan=False), encoding="utf-8")
     results_path.unlink(missing_ok=True)
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
                "-m", "planner.validate.measure", str(cases_path), str(results_path)]

@@ -47,6 +47,10 @@ def run_validation(plan_path: Path, *, num_candidates: int, steps: int, warmup: 
         report["note"] = (f"the plan is costed for the {runtime} runtime, but the job runs on PyTorch (FSDP2, "
                           "PyTorch TP/SP), which holds memory differently; for a like-for-like comparison "
                           "re-plan with --launchable (or --runtime torch)")
+    if calibrate and not any(r.measured_step_time_s for r in results):
+        raise runner.ValidateError("--calibrate: no plan was measured (each was skipped: "
+                                   + "; ".join(sorted({r.skipped for r in results if r.skipped})[:2])
+                                   + "); give an --nproc that matches a plan, or drop --nproc")
     if calibrate:
         report["calibration"] = calibrate_from_results(plan.inputs, results, path, profile)
     return report
