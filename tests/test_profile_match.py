@@ -93,7 +93,7 @@ def test_override_is_explicit_and_recorded_in_the_plan() -> None:
                                        "--top", "1"])
     assert result.exit_code == 0, result.output
     assert json.loads(result.output)["inputs"]["profile_device_mismatch"]["allowed"] is True
-    with pytest.raises(ValueError, match="profile_device_mismatch"):
+    with pytest.raises(ValueError, match="profile.device.mismatch"):
         planner.plan(**H100_JOB, profile=str(SHIPPED), profile_device_mismatch="maybe")
 
 
