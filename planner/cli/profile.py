@@ -52,9 +52,10 @@ def profile_command(ctx: click.Context, device: str | None, nproc: int | None, o
     """
     if ctx.invoked_subcommand is not None:
         return
-    for name, value in (("--device", device), ("--nproc", nproc), ("--out", out)):
+    for name, value, hint in (("--device", device, " Choose from: cpu, cuda."), ("--nproc", nproc, ""),
+                              ("--out", out, "")):
         if value is None:
-            raise click.UsageError(f"Missing option '{name}'.")
+            raise click.UsageError(f"Missing option '{name}'.{hint}")
     assert device is not None and nproc is not None and out is not None
     argv = ["autoplan", "profile", "--device", device, "--nproc", str(nproc), "--out", out]
     argv += ["--quick"] * quick + (["--only", only] if only else [])
