@@ -146,3 +146,22 @@ def test_torch_runtime_pipelined_stage_keeps_gathered_params_and_its_gradients()
         params = rank_params(cm, layout, rank)
         expected = 2 * params.dense + 4 * params.trainable_dense + (8 * index + 1) * received
         assert rank_buffer_bytes(cm, layout, rank, params) == pytest.approx(expected)
+
+
+def test_job_takes_the_convention_of_its_runtime():
+    """A torch-runtime job costed with the default (Megatron) convention is refused where it is
+    built, naming the field and the fix; ``planner`` picks FSDP2 for ``runtime="torch"``, and the
+    two conventions hold different model-state bytes for the same layout."""
+    from hardware_specs.errors import SpecError
+    from planner.api import resolve_job
+
+    training = TrainingSpec(global_batch_size=16, seq_len=1024, runtime="torch")
+    with pytest.raises(SpecError, match="training.runtime is 'torch'"):
+        Job(model=load_model("llama2-7b"), training=training, cluster=make_cluster(load_node("h100-sxm-80gb"), 8))
+    args = dict(model="llama2-7b", hardware="h100-sxm-80gb", gpus=8, global_batch=16, seq_len=1024)
+    torch_job, megatron_job = resolve_job(**args, runtime="torch"), resolve_job(**args)
+    assert torch_job.cost_job().convention is FSDP2 and megatron_job.cost_job().convention is MEGATRON
+    layout = Layout(dp=8, tp=1, pp=1, zero_stage=1, num_microbatches=2, micro_batch_size=1)
+    fsdp2_states = torch_job.cost_model().estimate(layout).peak_stage
+    megatron_states = megatron_job.cost_model().estimate(layout).peak_stage
+    assert fsdp2_states.params_bytes == pytest.approx(megatron_states.params_bytes / 8 * 2)  # fp32 shards vs bf16 whole
