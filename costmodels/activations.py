@@ -11,7 +11,8 @@ Symbols: B bytes per activation element (2 for 16-bit, 4 for fp32), masks 1 byte
 s local sequence length (s/cp), b micro-batch, t tensor-parallel degree, r = 1/t with sequence
 parallel else 1 (norms, dropout and block inputs are split only with SP).
 
-Under the torch runtime (``autoplan launch``'s job, eager PyTorch) dense layers count what
+Under a convention with ``eager_activations`` (FSDP2, ``autoplan launch``'s job, eager PyTorch)
+dense layers count what
 autograd saves there instead (``torch_dense_layer_bytes``, measured tensor by tensor with
 saved-tensor hooks on the job's own step): the input of each column-parallel linear is the
 all-gathered full sequence (``PrepareModuleInput`` then ``ColwiseParallel`` save it, unlike
@@ -51,10 +52,10 @@ class ActivationShape:
     sequence_parallel: bool
     elem_bytes: int
     fused_attention: bool
-    runtime: str = "megatron"
-    """``TrainingSpec.runtime``: megatron (Korthikanti's count) or torch (eager PyTorch's)."""
+    eager: bool = False
+    """``RuntimeConvention.eager_activations``: count what eager PyTorch saves (else Korthikanti's count)."""
     autocast: bool = False
-    """torch runtime only: mixed precision by ``torch.autocast`` (fp32 residual stream)."""
+    """Eager only: mixed precision by ``torch.autocast`` (fp32 residual stream)."""
 
     @property
     def r(self) -> float:
@@ -180,7 +181,7 @@ def layer_bytes(model: ModelSpec, x: ActivationShape, *, moe_layer: bool, recomp
     """
     if recompute == "full":
         return residual_bytes(x) * x.s * x.b * model.hidden_size * x.r
-    if x.runtime == "torch" and not moe_layer:
+    if x.eager and not moe_layer:
         return torch_dense_layer_bytes(model, x, core=recompute != "selective")
     mlp = moe_block_bytes(model, x) if moe_layer else mlp_block_bytes(model, x, model.ffn_hidden_size)
     core = 0.0 if recompute == "selective" else attention_core_bytes(model, x)
@@ -195,11 +196,11 @@ def first_stage_extra_bytes(model: ModelSpec, x: ActivationShape) -> float:
 def last_stage_extra_bytes(model: ModelSpec, x: ActivationShape) -> float:
     """Final norm input, output-projection input and fp32 logits 4·s·b·V/t on the last stage.
 
-    Torch runtime: the final norm, the gathered full-sequence head input, fp32 logits over the
+    Eager (FSDP2's job): the final norm, the gathered full-sequence head input, fp32 logits over the
     whole vocabulary (the head's output is gathered before the loss) and under autocast the
     head weight's 16-bit copy."""
     sbh = x.s * x.b * model.hidden_size
-    if x.runtime == "torch":
+    if x.eager:
         head_weight = x.elem_bytes * model.vocab_size * model.hidden_size / x.tp if x.autocast else 0.0
         return (torch_norm_bytes(model, x) + x.elem_bytes * sbh + LOGITS_BYTES * x.s * x.b * model.vocab_size
                 + head_weight)

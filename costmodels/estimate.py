@@ -34,8 +34,10 @@ class CostModel:
         self.model, self.training, self.cluster = model, training, cluster
         self.assumptions = assumptions
         self.rates = Rates(cluster.hardware, training.precision, profile, assumptions)
-        self.layers = LayerCosts(model, training, cluster, self.rates, profile, assumptions)
-        self.states: StateBytes = state_bytes(training)
+        self.layers = LayerCosts(model, training, cluster, self.rates, profile, assumptions,
+                                 convention=job.convention)
+        self.convention = job.convention
+        self.states: StateBytes = state_bytes(training, job.convention)
         self.capacity_bytes = job.memory_fraction * cluster.hardware.memory_bytes
         self.prefix = LayerPrefix(model)
         self.core_memo: dict[tuple, RankTimes] = {}

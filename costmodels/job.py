@@ -5,9 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from hardware_specs.errors import SpecError
 from hardware_specs.schema import ClusterSpec
 
 from .assumptions import DEFAULT_ASSUMPTIONS, Assumptions
+from .convention import MEGATRON, RuntimeConvention
 from .model_spec import ModelSpec
 from .training import TrainingSpec
 
@@ -29,3 +31,12 @@ class Job:
     assumptions: Assumptions = DEFAULT_ASSUMPTIONS
     memory_fraction: float = DEFAULT_MEMORY_FRACTION
     """Share of device memory a plan may use, in (0, 1]."""
+    convention: RuntimeConvention = MEGATRON
+    """How the runtime that runs the plan holds, syncs and saves; must be the convention of
+    ``training.runtime`` (``planner.runtime.convention.CONVENTIONS`` has the torch one, FSDP2)."""
+
+    def __post_init__(self) -> None:
+        if self.convention.runtime != self.training.runtime:
+            raise SpecError(f"Job.convention is the {self.convention.runtime} convention but training.runtime is "
+                            f"{self.training.runtime!r}; pass the convention of that runtime "
+                            f"(planner.runtime.convention.CONVENTIONS[{self.training.runtime!r}])")

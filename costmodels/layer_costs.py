@@ -19,6 +19,7 @@ from .activations import ActivationShape
 from .assumptions import Assumptions
 from .collectives import bytes_sent_per_rank, collective_time_and_source
 from .compute import Rates, merge_source
+from .convention import RuntimeConvention
 from .flops import Gemm, _kv_per_rank, attention_core_flops, attention_gemms, lora_flops, mlp_gemms
 from .model_spec import ModelSpec
 from .training import TrainingSpec
@@ -56,7 +57,7 @@ class LayerForward:
     ep_s: float = 0.0
     host_s: float = 0.0
     """Host time to issue the layer (``Assumptions.layer_overhead_s``; ``tp_layer_overhead_s`` for a
-    DTensor-parallel layer of the torch runtime)."""
+    DTensor-parallel layer, ``RuntimeConvention.dtensor_tensor_parallel``)."""
     comm_bytes: dict[str, float] = field(default_factory=dict)
     flops: float = 0.0
     sources: dict[str, str] = field(default_factory=dict)
@@ -73,8 +74,9 @@ class LayerCosts:
     The memos map inputs to values (and their sources); nothing else survives a call."""
 
     def __init__(self, model: ModelSpec, training: TrainingSpec, cluster: ClusterSpec, rates: Rates,
-                 profile: object, assumptions: Assumptions) -> None:
+                 profile: object, assumptions: Assumptions, *, convention: RuntimeConvention) -> None:
         self.model, self.training, self.cluster = model, training, cluster
+        self.convention = convention
         self.rates, self.profile, self.assumptions = rates, profile, assumptions
         self._memo: dict[LayerKey, LayerForward] = {}
         self._collective_memo: dict[tuple, tuple[float, float]] = {}
@@ -83,7 +85,7 @@ class LayerCosts:
         fused = self.training.attention == "fused"
         return ActivationShape(b=key.b, s=key.s_local, s_kv=key.s_local if fused else key.s_local * key.cp,
                                tp=key.tp, sequence_parallel=key.sp, elem_bytes=self.rates.elem_bytes,
-                               fused_attention=fused, runtime=self.training.runtime)
+                               fused_attention=fused, eager=self.convention.eager_activations)
 
     def forward(self, key: LayerKey) -> LayerForward:
         cached = self._memo.get(key)
@@ -123,7 +125,7 @@ class LayerCosts:
         out.flops += core_flops
         out.attention_core_memory_s = rates.memory_time_s(self._eager_core_bytes(key))
         out.memory_s = rates.memory_time_s(self._memory_bound_bytes(key)) + out.attention_core_memory_s
-        dtensor = key.tp > 1 and self.training.runtime == "torch"
+        dtensor = key.tp > 1 and self.convention.dtensor_tensor_parallel
         out.host_s = self.assumptions.layer_overhead_s + (self.assumptions.tp_layer_overhead_s if dtensor else 0.0)
         self._add_tp(out, key, tokens)
         self._add_cp(out, key)

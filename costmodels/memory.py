@@ -8,20 +8,21 @@ fp32 training keeps 4Ψ + 4Ψ and K = 8 (Adam) or 4 (SGD), no master copy.
 ZeRO-1 divides the KΨ term by the shard degree N_d, ZeRO-2 also the gradients, ZeRO-3 also the
 parameters. LoRA (Hu et al. 2021): frozen base weights keep only their parameter bytes.
 
-Second convention, ``TrainingSpec.runtime == "torch"`` (``autoplan launch``'s job): PyTorch FSDP2
-(``fully_shard``, ``MixedPrecisionPolicy`` docstring) keeps the sharded parameters in their
-original dtype (fp32; they are the optimizer's master copy, so there is no separate one),
-gradients sharded in the fp32 reduce dtype, and the optimizer's fp32 states of those shards:
-4Ψ + 4Ψ + KΨ with K = 8 (AdamW) or 4 (SGD momentum), whatever the compute precision. The
-launcher maps every ZeRO stage ≥ 1 onto ``fully_shard`` (stages differ in when the gathered
-copies are freed, which are buffers), so all three terms divide by N_d from stage 1 on; stage 0
-(``replicate``) divides none. Frozen LoRA weights stay fp32 too.
+Second convention, ``RuntimeConvention.fp32_model_states`` (FSDP2, ``autoplan launch``'s job;
+``planner/runtime/convention.py``): the sharded parameters stay in their original dtype (fp32;
+they are the optimizer's master copy, so there is no separate one), gradients are sharded in the
+fp32 reduce dtype, and the optimizer keeps fp32 states of those shards: 4Ψ + 4Ψ + KΨ with K = 8
+(AdamW) or 4 (SGD momentum), whatever the compute precision. Which states a ZeRO stage shards is
+the convention's ``ZeroStageRule.sharded_stage`` (FSDP2 shards all three from stage 1 on;
+stages differ in when gathered copies are freed, which are buffers). Frozen LoRA weights stay
+fp32 too.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .convention import RuntimeConvention
 from .training import TrainingSpec
 
 
@@ -38,15 +39,13 @@ class StateBytes:
     """Bytes per element of a gradient as it is reduced (all-reduce or reduce-scatter)."""
 
 
-def state_bytes(training: TrainingSpec) -> StateBytes:
+def state_bytes(training: TrainingSpec, convention: RuntimeConvention) -> StateBytes:
     """Bytes per parameter for params, grads and optimizer states (ZeRO paper, K = 12 for mixed
-    Adam; FSDP2 under the torch runtime: fp32 shards, K = 8)."""
+    Adam; fp32 training, or a convention with fp32 model states such as FSDP2: K = 8)."""
     compute = 4 if training.precision == "fp32" else 2
-    if training.runtime == "torch":
+    if training.precision == "fp32" or convention.fp32_model_states:
         return StateBytes(param=4, grad=4, optimizer=8 if training.optimizer == "adamw" else 4,
                           gathered=compute, reduced=4)
-    if training.precision == "fp32":
-        return StateBytes(param=4, grad=4, optimizer=8 if training.optimizer == "adamw" else 4, gathered=4, reduced=4)
     return StateBytes(param=2, grad=2, optimizer=12 if training.optimizer == "adamw" else 8, gathered=2, reduced=2)
 
 
@@ -86,13 +85,14 @@ def zero_state_bytes(params: ShardedParams, sb: StateBytes, *, zero_stage: int, 
     return param_bytes, grad_bytes, optimizer_bytes
 
 
-def held_state_bytes(params: ShardedParams, training: TrainingSpec, *, zero_stage: int, shard_degree: int,
-                     expert_shard_degree: int, offload: bool) -> tuple[float, float, float]:
-    """(params, grads, optimizer) bytes on one rank as ``training.runtime`` holds them: the ZeRO
-    paper's stages (megatron) or FSDP2's, where any stage ≥ 1 shards all three (torch)."""
-    sb = state_bytes(training)
-    frozen_bytes = 4 if training.precision == "fp32" or training.runtime == "torch" else 2
-    stage = 3 if training.runtime == "torch" and zero_stage >= 1 else zero_stage
+def held_state_bytes(params: ShardedParams, training: TrainingSpec, convention: RuntimeConvention, *,
+                     zero_stage: int, shard_degree: int, expert_shard_degree: int,
+                     offload: bool) -> tuple[float, float, float]:
+    """(params, grads, optimizer) bytes on one rank as ``convention`` holds them at ``zero_stage``:
+    the ZeRO paper's stages (Megatron) or FSDP2's, where any stage ≥ 1 shards all three."""
+    sb = state_bytes(training, convention)
+    frozen_bytes = 4 if training.precision == "fp32" or convention.fp32_model_states else 2
+    stage = convention.zero(zero_stage).sharded_stage
     return zero_state_bytes(params, sb, zero_stage=stage, shard_degree=shard_degree,
                             expert_shard_degree=expert_shard_degree, offload=offload, lora_param_bytes=frozen_bytes)
 

@@ -37,7 +37,7 @@ def rank_static(cm: "CostModel", layout: Layout, rank: RankLayers) -> RankStatic
 
 def held_states(cm: "CostModel", layout: Layout, params: ShardedParams) -> tuple[float, float, float]:
     z, z_e = shard_degrees(cm, layout)
-    return held_state_bytes(params, cm.training, zero_stage=layout.zero_stage, shard_degree=z,
+    return held_state_bytes(params, cm.training, cm.convention, zero_stage=layout.zero_stage, shard_degree=z,
                             expert_shard_degree=z_e, offload=layout.optimizer_offload)
 
 
@@ -69,11 +69,12 @@ def rank_activation_parts(cm: "CostModel", layout: Layout, rank: RankLayers) -> 
 
 
 def activation_shape(cm: "CostModel", layout: Layout) -> act.ActivationShape:
-    """The per-layer activation shape of ``layout``'s dense layers. The torch runtime's job
-    runs mixed precision by ``torch.autocast`` when it has no data parallelism (FSDP2's
-    mixed-precision policy otherwise), which changes what is saved."""
+    """The per-layer activation shape of ``layout``'s dense layers. A convention with
+    ``autocast_without_data_parallel`` (FSDP2's job) runs mixed precision by ``torch.autocast``
+    when it has no data parallelism (FSDP2's mixed-precision policy otherwise), which changes
+    what is saved."""
     x = cm.layers.shape(layer_key(cm, layout, False))
-    autocast = (cm.training.runtime == "torch" and cm.training.precision != "fp32"
+    autocast = (cm.convention.autocast_without_data_parallel and cm.training.precision != "fp32"
                 and layout.dp * layout.cp == 1)
     return replace(x, autocast=True) if autocast else x
 
@@ -110,16 +111,16 @@ def recompute_working_bytes(cm: "CostModel", layout: Layout, x: act.ActivationSh
 
 def rank_buffer_bytes(cm: "CostModel", layout: Layout, rank: RankLayers, params: ShardedParams) -> float:
     """Communication buffers and gathered copies: data parallel (``_data_parallel_buffer_bytes``),
-    one gathered TP activation, pipeline send and receive buffers (under the torch runtime one
-    receive buffer per micro-batch and receiving chunk, kept by ``torch.distributed.pipelining``,
-    plus one send)."""
+    one gathered TP activation, pipeline send and receive buffers (with the convention's
+    ``receive_buffer_per_microbatch`` one receive buffer per micro-batch and receiving chunk, as
+    ``torch.distributed.pipelining`` keeps them, plus one send)."""
     B = cm.rates.elem_bytes
     tokens = layout.micro_batch_size * cm.training.seq_len // layout.cp
     block = B * tokens * cm.model.hidden_size
     buffers = _data_parallel_buffer_bytes(cm, layout, params) if layout.dp * layout.cp > 1 else 0.0
     if layout.tp > 1:
         buffers += block
-    if layout.pp > 1 and cm.training.runtime == "torch":
+    if layout.pp > 1 and cm.convention.receive_buffer_per_microbatch:
         received = act.received_input_bytes(cm.model, activation_shape(cm, layout))
         buffers += (layout.num_microbatches * receiving_chunks(layout, rank) + 1) * received
     elif layout.pp > 1:
@@ -129,8 +130,9 @@ def rank_buffer_bytes(cm: "CostModel", layout: Layout, rank: RankLayers, params:
 
 def _received_saved_bytes(cm: "CostModel", layout: Layout, rank: RankLayers) -> float:
     """Of what one micro-batch leaves stored on this rank, the bytes that are its receive
-    buffers (torch runtime; counted with the buffers instead), one per receiving chunk."""
-    if cm.training.runtime != "torch":
+    buffers (``receive_buffer_per_microbatch``; counted with the buffers instead), one per
+    receiving chunk."""
+    if not cm.convention.receive_buffer_per_microbatch:
         return 0.0
     per_chunk = act.torch_received_input_saved_bytes(cm.model, activation_shape(cm, layout), layout.recompute)
     return receiving_chunks(layout, rank) * per_chunk
@@ -142,27 +144,28 @@ def receiving_chunks(layout: Layout, rank: RankLayers) -> int:
 
 
 def _data_parallel_buffer_bytes(cm: "CostModel", layout: Layout, params: ShardedParams) -> float:
-    """Megatron runtime: ZeRO-3 keeps two layers' gathered params (the one computing, the one
-    prefetched) and one layer's unsharded grads; ZeRO 0-2 two gradient buckets.
+    """Gathered parameter copies and gradient buffers of data parallelism, as the convention's
+    ZeRO stage rule holds them.
 
-    Torch runtime (FSDP2 as launched): ZeRO-0 (``replicate``) keeps a compute copy of the
-    parameters only with mixed precision (in fp32 it is the parameter) and one unsharded
-    gradient beside the all-reduced one. ZeRO-1/2 keep the gathered compute copy of every
-    parameter from forward to backward, and so does ZeRO-3 under pipelining, which stops the
-    reshard after backward; else ZeRO-3 holds two layers' worth. Unsharded fp32 gradients
-    accumulate for the whole stage when reduction waits for the step's end (ZeRO-1 with
-    several micro-batches, or any stage under pipelining), else one layer's are live."""
+    Bucketed (Megatron ZeRO 0-2): two gradient buckets. Unsharded parameters (FSDP2's
+    ``replicate``): a compute copy of the parameters only with mixed precision (in fp32 it is the
+    parameter) and one unsharded gradient beside the all-reduced one. Sharded parameters: two
+    layers' gathered copies (the one computing, the one prefetched) when they are freed after
+    forward and the pipeline does not defer the reshard, else the compute copy of every
+    parameter from forward to backward. Unsharded gradients accumulate for the whole stage when
+    reduction waits for the step's end (reduction once per step with several micro-batches, or
+    deferred by the pipeline), else one layer's are live."""
     sb = cm.states
+    rule = cm.convention.zero(layout.zero_stage)
     biggest = cm.prefix.largest_layer / layout.tp
-    if cm.training.runtime != "torch":
-        if layout.zero_stage == 3:
-            return (2 * sb.gathered + sb.reduced) * biggest
+    if rule.bucket_buffers:
         return min(2 * cm.assumptions.dp_bucket_bytes, sb.grad * (params.dense + params.expert))
     held = params.dense + params.expert
     unsharded_grads = sb.reduced * (params.trainable_dense + params.trainable_expert)
-    if layout.zero_stage == 0:
+    if rule.sharded_stage == 0:
         return (0.0 if sb.gathered == sb.param else sb.gathered * held) + unsharded_grads
-    pipelined = layout.pp > 1
-    gathered = 2 * sb.gathered * biggest if layout.zero_stage == 3 and not pipelined else sb.gathered * held
-    accumulates = pipelined or (layout.zero_stage == 1 and layout.num_microbatches > 1)
+    deferred = layout.pp > 1 and cm.convention.pipeline_defers_gradient_sync
+    freed = rule.reshard_after_forward and not deferred
+    gathered = 2 * sb.gathered * biggest if freed else sb.gathered * held
+    accumulates = deferred or (not rule.reduce_every_microbatch and layout.num_microbatches > 1)
     return gathered + (unsharded_grads if accumulates else sb.reduced * biggest)

@@ -133,27 +133,23 @@ def _add_data_parallel(cm: "CostModel", t: RankTimes, layout: Layout, params: Sh
     ZeRO 0: one all-reduce per step. ZeRO 1/2: reduce-scatter + all-gather per step (2Ψ, as
     all-reduce). ZeRO-3: all-gather in forward and backward and reduce-scatter per micro-batch
     (3Ψ per micro-batch; ZeRO paper Sec. 7). HSDP adds an all-reduce of 1/N_shard across replicas.
-    Under the torch runtime the counts are FSDP2's as launched (``_fsdp2_sync``). Each is issued
-    in pieces that each pay the latency: gradient buckets for ZeRO 0-2 (PyTorch DDP, Megatron),
-    one piece per FSDP unit (each block, plus the root) for ZeRO-3 and, under the torch runtime
-    (``fully_shard`` per block for every stage >= 1), for ZeRO-1/2 too.
+    Those are Megatron's counts; the convention's ``dp_sync`` gives each runtime's (FSDP2's as
+    launched, ``planner/runtime/convention.py``). Each is issued in pieces that each pay the
+    latency: gradient buckets (PyTorch DDP, Megatron ZeRO 0-2) or one piece per FSDP unit (each
+    block, plus the root), as the convention's ZeRO stage rule says.
     """
     z, _ = shard_degrees(cm, layout)
     group = layout.dp * layout.cp
     if group == 1:
         return
     sb, m = cm.states, layout.num_microbatches
-    torch_runtime = cm.training.runtime == "torch"
     grads = sb.reduced * (params.trainable_dense + params.trainable_expert)
     weights = sb.gathered * (params.dense + params.expert) if layout.zero_stage == 3 else \
         sb.gathered * (params.trainable_dense + params.trainable_expert)
     shard = z if layout.zero_stage else group
-    per_unit = layout.zero_stage == 3 or (layout.zero_stage >= 1 and torch_runtime)
-    pieces = rank.num_layers + 1 if per_unit else max(1, math.ceil(grads / cm.assumptions.dp_bucket_bytes))
-    if torch_runtime:
-        gathers_per_mb, reduce_per_mb = _fsdp2_sync(layout)
-    else:
-        gathers_per_mb, reduce_per_mb = (2, True) if layout.zero_stage == 3 else (0, False)
+    bucketed = cm.convention.zero(layout.zero_stage).bucketed
+    pieces = max(1, math.ceil(grads / cm.assumptions.dp_bucket_bytes)) if bucketed else rank.num_layers + 1
+    gathers_per_mb, reduce_per_mb = cm.convention.dp_sync(layout.zero_stage, layout.pp)
     if layout.zero_stage == 0:
         reduce_s, sent = _in_pieces(cm, t, "all_reduce", grads, group, layout.tp, pieces)
         t.comm_bytes["dp_all_reduce"] += sent
@@ -166,7 +162,7 @@ def _add_data_parallel(cm: "CostModel", t: RankTimes, layout: Layout, params: Sh
     replicas = group // shard
     if layout.zero_stage and replicas > 1:
         ar_s, ar_sent = _in_pieces(cm, t, "all_reduce", grads / shard, replicas, layout.tp * shard, pieces)
-        each_mb = torch_runtime and reduce_per_mb  # FSDP2's HSDP all-reduces after every reduce-scatter
+        each_mb = cm.convention.hsdp_all_reduce_each_reduce_scatter and reduce_per_mb
         if each_mb:
             t.dp_mb_s += ar_s
         else:
@@ -209,21 +205,3 @@ def _add_optimizer(cm: "CostModel", t: RankTimes, layout: Layout, params: Sharde
     t.offload_s += (sb.grad + sb.param) * stepped / node.host_link_bandwidth_bytes_per_s
     t.offload_s += 2 * sb.optimizer * stepped / node.host_memory_bandwidth_bytes_per_s
 
-
-def _fsdp2_sync(layout: Layout) -> tuple[int, bool]:
-    """(parameter all-gathers per micro-batch, 0 = one per step; whether gradients are reduced
-    after every micro-batch) for the launcher's FSDP2 mapping (``planner/runtime/parallel.py``).
-
-    ZeRO-1 stays gathered and reduces once, after the last micro-batch. ZeRO-2 keeps parameters
-    gathered through forward (``reshard_after_forward=False``) but FSDP2 reshards after each
-    backward, so it gathers and reduce-scatters every micro-batch; ZeRO-3 also gathers again for
-    backward. With pp > 1 ``torch.distributed.pipelining`` turns gradient sync and the reshard
-    after backward off for every micro-batch and reduces once at the end of the step
-    (``PipelineStage.backward_maybe_with_nosync``, ``perform_reduce_grad``): ZeRO-2 then gathers
-    once per step and ZeRO-3 twice per micro-batch, both reducing once."""
-    pipelined = layout.pp > 1
-    if layout.zero_stage == 3:
-        return 2, not pipelined
-    if layout.zero_stage == 2 and not pipelined:
-        return 1, True
-    return 0, False

@@ -27,6 +27,7 @@ from hardware_specs.errors import AutoplanError, SpecError
 from .brute_force import solve_brute_force
 from .ranking import rank_key
 from .report import ClosestMiss, PlanReport
+from .runtime.convention import CONVENTIONS
 from .runtime.plan_file import PlanInputs
 from .search import solve
 from .space import LAUNCHABLE, SearchOptions
@@ -64,9 +65,11 @@ class Job:
                    profile=loaded, memory_fraction=float(inputs.memory_fraction), inputs=inputs)
 
     def cost_job(self, assumptions: Assumptions = DEFAULT_ASSUMPTIONS) -> CostJob:
-        """What the cost model needs of this request."""
+        """What the cost model needs of this request, with the convention of its runtime
+        (``planner.runtime.convention.CONVENTIONS``)."""
         return CostJob(model=self.model, training=self.training, cluster=self.cluster, profile=self.profile,
-                       assumptions=assumptions, memory_fraction=self.memory_fraction)
+                       assumptions=assumptions, memory_fraction=self.memory_fraction,
+                       convention=CONVENTIONS[self.training.runtime])
 
     def cost_model(self, assumptions: Assumptions = DEFAULT_ASSUMPTIONS) -> CostModel:
         """A fresh memo for costing many layouts of this job (``costmodels.estimate.estimate``)."""

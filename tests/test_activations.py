@@ -81,7 +81,7 @@ def test_torch_runtime_dense_layer_by_hand(autocast):
     model = PRESETS["llama3-8b"]
     s, t, h, f = 1024, 8, model.hidden_size, model.ffn_hidden_size
     x = ActivationShape(b=1, s=s, s_kv=s, tp=t, sequence_parallel=True, elem_bytes=2, fused_attention=True,
-                        runtime="torch", autocast=autocast)
+                        eager=True, autocast=autocast)
     sbh = s * h
     norms = 2 * (2 * 4 * sbh / t)                       # two RMSNorms, two fp32 copies each, SP-split
     inputs = 2 * sbh * ((3 + 2) if autocast else 2)      # gathered full-sequence bf16 linear inputs

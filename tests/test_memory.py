@@ -5,6 +5,7 @@ import itertools
 import pytest
 
 from costmodels.assignment import rank_layers, rank_params
+from costmodels.convention import MEGATRON
 from costmodels.estimate import CostModel
 from costmodels.job import Job
 from costmodels.layout import Layout
@@ -13,6 +14,7 @@ from costmodels.presets import load_model
 from costmodels.rank_memory import rank_buffer_bytes
 from costmodels.training import TrainingSpec
 from hardware_specs import load_node, make_cluster
+from planner.runtime.convention import FSDP2
 
 
 @pytest.mark.parametrize("stage", [0, 1, 2, 3])
@@ -20,7 +22,7 @@ from hardware_specs import load_node, make_cluster
 def test_zero_stages_match_paper_closed_forms(stage, n_d):
     # Rajbhandari et al. SC'20, Fig. 1: 7.5B params, N_d = 64, K = 12 gives 120 / 31.4 / 16.6 / 1.9 GB.
     psi = 7.5e9
-    sb = state_bytes(TrainingSpec(global_batch_size=1, seq_len=1))
+    sb = state_bytes(TrainingSpec(global_batch_size=1, seq_len=1), MEGATRON)
     p, g, o = zero_state_bytes(ShardedParams(dense=psi, expert=0, trainable_dense=psi, trainable_expert=0), sb,
                                zero_stage=stage, shard_degree=n_d, expert_shard_degree=n_d, offload=False,
                                lora_param_bytes=2)
@@ -84,30 +86,44 @@ def test_torch_runtime_holds_fp32_shards_from_zero_1_on(precision):
     params = ShardedParams(dense=psi, expert=0, trainable_dense=psi, trainable_expert=0)
     torch_run = TrainingSpec(global_batch_size=1, seq_len=1, precision=precision, runtime="torch")
     for stage in (0, 1, 2, 3):
-        held = held_state_bytes(params, torch_run, zero_stage=stage, shard_degree=n_d, expert_shard_degree=n_d,
+        held = held_state_bytes(params, torch_run, FSDP2, zero_stage=stage, shard_degree=n_d, expert_shard_degree=n_d,
                                 offload=False)
         divisor = n_d if stage else 1
         assert held == pytest.approx((4 * psi / divisor, 4 * psi / divisor, 8 * psi / divisor))
     megatron = TrainingSpec(global_batch_size=1, seq_len=1, precision="bf16")
-    assert held_state_bytes(params, megatron, zero_stage=1, shard_degree=n_d, expert_shard_degree=n_d,
+    assert held_state_bytes(params, megatron, MEGATRON, zero_stage=1, shard_degree=n_d, expert_shard_degree=n_d,
                             offload=False) == pytest.approx((2 * psi, 2 * psi, 12 * psi / n_d))
 
 
 def _torch_cost_model():
     training = TrainingSpec(global_batch_size=16, seq_len=1024, runtime="torch")
-    return CostModel(Job(model=load_model("llama2-7b"), training=training, cluster=make_cluster(load_node("h100-sxm-80gb"), 8)))
+    return CostModel(Job(model=load_model("llama2-7b"), training=training, cluster=make_cluster(load_node("h100-sxm-80gb"), 8),
+                         convention=FSDP2))
 
 
 @pytest.mark.parametrize("stage, pp, expected", [
     (1, 1, (0, False)), (2, 1, (1, True)), (3, 1, (2, True)),
     (1, 2, (0, False)), (2, 2, (0, False)), (3, 2, (2, False)),
 ])
-def test_fsdp2_sync_counts(stage, pp, expected):
-    """(all-gathers per micro-batch, reduce every micro-batch?) as the launched FSDP2 job does
-    them; pipelining defers every reduction to the step's end."""
-    from costmodels.rank_time import _fsdp2_sync
-
-    assert _fsdp2_sync(Layout(dp=2, tp=1, pp=pp, zero_stage=stage, num_microbatches=4)) == expected
+def test_fsdp2_traffic_per_step_follows_the_launched_syncs(stage, pp, expected):
+    """The cost model's data-parallel traffic per step under FSDP2 grows with the micro-batch
+    count exactly as the launched job syncs: (all-gathers per micro-batch, 0 = one per step;
+    reduce-scatter after every micro-batch?). ZeRO-1 reduces and reshards only after the last
+    micro-batch, ZeRO-2 gathers once and reduces every micro-batch, ZeRO-3 gathers for forward and
+    again for backward; with pp > 1 ``torch.distributed.pipelining`` defers every reduction (and
+    the reshard after backward) to the step's end."""
+    gathers_per_mb, reduce_per_mb = expected
+    cm = _torch_cost_model()
+    many, few = (cm.estimate(Layout(dp=2, tp=1, pp=pp, zero_stage=stage, num_microbatches=m, micro_batch_size=8 // m))
+                 for m in (8, 4))
+    gathered = many.comm_bytes_per_gpu["dp_all_gather"] / few.comm_bytes_per_gpu["dp_all_gather"]
+    reduced = many.comm_bytes_per_gpu["dp_reduce_scatter"] / few.comm_bytes_per_gpu["dp_reduce_scatter"]
+    assert gathered == pytest.approx(2.0 if gathers_per_mb else 1.0)
+    assert reduced == pytest.approx(2.0 if reduce_per_mb else 1.0)
+    if gathers_per_mb:
+        once = cm.estimate(Layout(dp=2, tp=1, pp=pp, zero_stage=1, num_microbatches=8, micro_batch_size=1))
+        assert many.comm_bytes_per_gpu["dp_all_gather"] == pytest.approx(
+            gathers_per_mb * 8 * once.comm_bytes_per_gpu["dp_all_gather"])
 
 
 @pytest.mark.parametrize("stage, per_microbatch", [(1, False), (2, True)])
@@ -130,3 +146,22 @@ def test_torch_runtime_pipelined_stage_keeps_gathered_params_and_its_gradients()
         params = rank_params(cm, layout, rank)
         expected = 2 * params.dense + 4 * params.trainable_dense + (8 * index + 1) * received
         assert rank_buffer_bytes(cm, layout, rank, params) == pytest.approx(expected)
+
+
+def test_job_takes_the_convention_of_its_runtime():
+    """A torch-runtime job costed with the default (Megatron) convention is refused where it is
+    built, naming the field and the fix; ``planner`` picks FSDP2 for ``runtime="torch"``, and the
+    two conventions hold different model-state bytes for the same layout."""
+    from hardware_specs.errors import SpecError
+    from planner.api import resolve_job
+
+    training = TrainingSpec(global_batch_size=16, seq_len=1024, runtime="torch")
+    with pytest.raises(SpecError, match="training.runtime is 'torch'"):
+        Job(model=load_model("llama2-7b"), training=training, cluster=make_cluster(load_node("h100-sxm-80gb"), 8))
+    args = dict(model="llama2-7b", hardware="h100-sxm-80gb", gpus=8, global_batch=16, seq_len=1024)
+    torch_job, megatron_job = resolve_job(**args, runtime="torch"), resolve_job(**args)
+    assert torch_job.cost_job().convention is FSDP2 and megatron_job.cost_job().convention is MEGATRON
+    layout = Layout(dp=8, tp=1, pp=1, zero_stage=1, num_microbatches=2, micro_batch_size=1)
+    fsdp2_states = torch_job.cost_model().estimate(layout).peak_stage
+    megatron_states = megatron_job.cost_model().estimate(layout).peak_stage
+    assert fsdp2_states.params_bytes == pytest.approx(megatron_states.params_bytes / 8 * 2)  # fp32 shards vs bf16 whole

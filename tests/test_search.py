@@ -11,6 +11,7 @@ from costmodels.presets import load_model
 from costmodels.training import TrainingSpec
 from hardware_specs import load_node, make_cluster
 from planner.brute_force import solve_brute_force
+from planner.runtime.convention import CONVENTIONS
 from planner.search import solve
 from planner.space import SearchOptions, all_layouts
 
@@ -33,9 +34,11 @@ def _case(seed):
 def test_search_equals_brute_force(seed):
     model, training, cluster, fraction = _case(seed)
     options = SearchOptions()
-    fast = solve(CostModel(Job(model=model, training=training, cluster=cluster, memory_fraction=fraction)), cluster.num_gpus,
+    fast = solve(CostModel(Job(model=model, training=training, cluster=cluster, memory_fraction=fraction,
+                                  convention=CONVENTIONS[training.runtime])), cluster.num_gpus,
                  cluster.gpus_per_node, options, top_k=4)
-    slow = solve_brute_force(CostModel(Job(model=model, training=training, cluster=cluster, memory_fraction=fraction)), cluster.num_gpus,
+    slow = solve_brute_force(CostModel(Job(model=model, training=training, cluster=cluster, memory_fraction=fraction,
+                                              convention=CONVENTIONS[training.runtime])), cluster.num_gpus,
                              cluster.gpus_per_node, options, top_k=4)
     assert [b.layout for b in fast.ranked] == [b.layout for b in slow.ranked]
     assert [b.step_time_s for b in fast.ranked] == [b.step_time_s for b in slow.ranked]

@@ -8,6 +8,7 @@ import pytest
 import planner
 from costmodels.assumptions import DEFAULT_ASSUMPTIONS as A
 from costmodels.compute import Rates
+from costmodels.convention import MEGATRON
 from costmodels.layer_costs import LayerCosts, LayerKey
 from costmodels.presets import load_model
 from costmodels.training import TrainingSpec
@@ -53,7 +54,7 @@ def _layer(model: str, hardware: str, b: int, s: int):
     training = TrainingSpec(global_batch_size=b, seq_len=s)
     cluster = make_cluster(load_node(hardware), 1)
     rates = Rates(cluster.hardware, "bf16", None, A)
-    layers = LayerCosts(m, training, cluster, rates, None, A)
+    layers = LayerCosts(m, training, cluster, rates, None, A, convention=MEGATRON)
     return m, cluster.hardware, layers.forward(LayerKey(moe=False, b=b, s_local=s, tp=1, sp=False, cp=1, ep=1))
 
 

@@ -69,13 +69,17 @@ def test_host_time_per_layer_is_once_forward_twice_backward_and_again_when_recom
     from costmodels.presets import load_model
     from costmodels.training import TrainingSpec
     from hardware_specs import load_node, make_cluster
+    from planner.runtime.convention import CONVENTIONS
 
     model, cluster = load_model("tiny-llama"), make_cluster(load_node("cpu"), 2)
     layout = Layout(dp=1, tp=2, pp=1, sequence_parallel=True, num_microbatches=4, recompute=recompute)
     x = 0.001
     for runtime, tp_extra in (("megatron", 0.0), ("torch", 0.002)):
         training = TrainingSpec(global_batch_size=4, seq_len=64, precision="fp32", runtime=runtime)
-        base = CostModel(Job(model=model, training=training, cluster=cluster)).estimate(layout).step_time_s
+        convention = CONVENTIONS[runtime]
+        base = CostModel(Job(model=model, training=training, cluster=cluster,
+                             convention=convention)).estimate(layout).step_time_s
         charged = replace(DEFAULT_ASSUMPTIONS, layer_overhead_s=x, tp_layer_overhead_s=0.002)
-        step = CostModel(Job(model=model, training=training, cluster=cluster, assumptions=charged)).estimate(layout).step_time_s
+        step = CostModel(Job(model=model, training=training, cluster=cluster, assumptions=charged,
+                             convention=convention)).estimate(layout).step_time_s
         assert step - base == pytest.approx(4 * model.num_layers * issues * (x + tp_extra))

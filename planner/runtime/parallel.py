@@ -5,13 +5,9 @@ reference on CPU with gloo): recomputation wrappers, tensor/sequence parallel
 (``parallelize_module``), data parallel on the dp sub-mesh (FSDP2 ``fully_shard`` or its
 replicate twin), then the pipeline stage and schedule (``pipelining.py``).
 
-ZeRO mapping onto FSDP2 (written down in docs/launch.md):
-  0 -> ``replicate`` (FSDP2's DDP: all-reduce of gradients, nothing sharded);
-  1 -> ``fully_shard(reshard_after_forward=False)`` and no gradient reduce-scatter until the
-       last micro-batch (unsharded gradients accumulate; optimizer states and master weights
-       sharded) - the closest native equivalent;
-  2 -> ``fully_shard(reshard_after_forward=False)``, gradients reduce-scattered every micro-batch;
-  3 -> ``fully_shard(reshard_after_forward=True)``.
+ZeRO mapping onto FSDP2: one table, ``convention.FSDP2`` (which the cost model costs too):
+``replicate`` for a stage that shards nothing, else ``fully_shard`` with the stage's
+``reshard_after_forward``; ``trainer.py`` takes when gradients reduce from the same rules.
 HSDP: a 2-D (dp_replicate, dp_shard) mesh of shape (dp / hsdp_shard_degree, hsdp_shard_degree).
 """
 
@@ -25,6 +21,7 @@ from torch import nn
 from costmodels.layout import Layout
 from costmodels.model_spec import ModelSpec
 
+from .convention import FSDP2
 from .model import Transformer
 
 
@@ -163,15 +160,17 @@ def keep_grad_sharded_like_param(param: nn.Parameter) -> None:
 
 
 def apply_data_parallel(model: nn.Module, dp_mesh, layout: Layout, mp_policy) -> None:
-    """FSDP2 per block (autoplan's model) and on the stage root (ZeRO 1-3, HSDP), or ``replicate``
-    for ZeRO-0. A user's model is one FSDP unit: its blocks are not known here."""
+    """FSDP2 per block (autoplan's model) and on the stage root, or ``replicate`` when the ZeRO
+    stage shards nothing, as ``convention.FSDP2`` maps the stage. A user's model is one FSDP unit:
+    its blocks are not known here."""
     from torch.distributed._composable.replicate_with_fsdp import replicate
     from torch.distributed.fsdp import fully_shard
 
-    if layout.zero_stage == 0:
+    rule = FSDP2.zero(layout.zero_stage)
+    if rule.sharded_stage == 0:
         replicate(model, mesh=dp_mesh, mp_policy=mp_policy)
         return
-    reshard = layout.zero_stage == 3
+    reshard = rule.reshard_after_forward
     blocks = model.layers.values() if isinstance(model, Transformer) else ()
     for block in blocks:
         fully_shard(block, mesh=dp_mesh, reshard_after_forward=reshard, mp_policy=mp_policy)

@@ -18,6 +18,7 @@ from costmodels.model_spec import ModelSpec
 from hardware_specs.errors import AutoplanError
 
 from .clip import clip_grads
+from .convention import FSDP2
 from .init import init_weights
 from .parallel import Meshes, build_meshes, build_parts, parallelize, shard_embedding_grads
 from .user_model import build_user_model, layout_problems
@@ -153,12 +154,15 @@ def loss_fn(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
 
 
 def _set_grad_sync(job: Job, sync: bool) -> None:
+    """Reduce gradients after this backward or not; a ZeRO stage that ``keeps_gathered_until_reduce``
+    (``convention.FSDP2``) also reshards only then."""
     from torch.distributed.fsdp import FSDPModule
 
+    keep_gathered = FSDP2.zero(job.layout.zero_stage).keeps_gathered_until_reduce
     for _, part in job.parts:
         if isinstance(part, FSDPModule):
             part.set_requires_gradient_sync(sync)
-            if job.layout.zero_stage == 1:
+            if keep_gathered:
                 part.set_reshard_after_backward(sync)
 
 
@@ -169,10 +173,10 @@ def _forward_backward(job: Job, inputs: torch.Tensor, labels: torch.Tensor) -> t
 
         return pipeline_step(job, inputs, labels)
     m, model = job.layout.num_microbatches, job.parts[0][1]
+    every = FSDP2.zero(job.layout.zero_stage).reduce_every_microbatch
     total = torch.zeros((), device=job.device)
     for i, (x, y) in enumerate(zip(inputs.chunk(m), labels.chunk(m))):
-        # ZeRO-0/1: reduce only after the last micro-batch (DDP no_sync); ZeRO-2/3: every one.
-        _set_grad_sync(job, i == m - 1 or job.layout.zero_stage >= 2)
+        _set_grad_sync(job, i == m - 1 or every)
         with _autocast(job):
             loss = loss_fn(model(x), y) / m
         loss.backward()

@@ -1,0 +1,107 @@
+"""``RuntimeConvention``: how the implementation that runs a plan holds and syncs its model, as
+the cost model needs it (bytes per state element, which data-parallel collectives run per
+micro-batch or per step at each ZeRO stage, the buffers it keeps, the activations it saves).
+
+The cost model asks a convention and never branches on a runtime name. ``MEGATRON`` (the
+default) is defined here; the FSDP2 convention of ``autoplan launch``'s job lives beside the code
+that applies it (``planner/runtime/convention.py``), which reads the same table, and reaches the
+cost model through ``costmodels.job.Job.convention``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ZeroStageRule:
+    """How one runtime runs one ZeRO stage (Rajbhandari et al., SC'20, Sec. 5)."""
+
+    sharded_stage: int
+    """The ZeRO paper stage whose sharding the held states follow: 1 shards optimizer states,
+    2 also gradients, 3 also parameters; 0 shards nothing."""
+    reshard_after_forward: bool
+    """Gathered parameters are freed after forward and gathered again for backward."""
+    keeps_gathered_until_reduce: bool = False
+    """Gathered parameters are freed after backward only on the micro-batch that reduces
+    gradients (FSDP2 ``set_reshard_after_backward``), so they stay gathered in between."""
+    reduce_every_microbatch: bool
+    """Gradients are reduced after every micro-batch (else once, after the last one)."""
+    gathers_per_microbatch: int
+    """Parameter all-gathers per micro-batch without pipelining; 0 = one per step."""
+    bucketed: bool
+    """Data-parallel collectives are issued in gradient buckets of ``dp_bucket_bytes`` (else one
+    piece per FSDP unit: each block, plus the root)."""
+    bucket_buffers: bool
+    """The gradient buffers are two communication buckets (Megatron's DDP), not the gradients of
+    the parameters themselves."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RuntimeConvention:
+    """One runtime's way of holding model states, syncing data parallelism and saving
+    activations; each field is a behaviour the cost model counts."""
+
+    runtime: str
+    """``TrainingSpec.runtime`` this convention costs (megatron or torch)."""
+    fp32_model_states: bool
+    """Parameters and gradients are held in fp32 whatever the compute precision (the parameter
+    is the optimizer's master copy): 4Ψ + 4Ψ + KΨ with K = 8 (AdamW) or 4 (SGD). Else the ZeRO
+    paper's mixed precision: 2Ψ + 2Ψ + KΨ with K = 12 or 8."""
+    zero_stages: tuple[ZeroStageRule, ZeroStageRule, ZeroStageRule, ZeroStageRule]
+    """The rule of ZeRO stages 0-3."""
+    pipeline_defers_gradient_sync: bool
+    """With pp > 1 the pipeline schedule turns gradient sync and the reshard after backward off
+    for every micro-batch and reduces once at the end of the step."""
+    hsdp_all_reduce_each_reduce_scatter: bool
+    """HSDP's all-reduce across replicas follows every reduce-scatter (else once per step)."""
+    eager_activations: bool
+    """Activations are what eager PyTorch autograd saves (``activations.torch_dense_layer_bytes``),
+    else Korthikanti et al.'s count."""
+    autocast_without_data_parallel: bool
+    """Mixed precision is ``torch.autocast`` when there is no data parallelism (fp32 residual
+    stream, per-call input casts, 16-bit weight copies)."""
+    receive_buffer_per_microbatch: bool
+    """The pipeline keeps one receive buffer per micro-batch and receiving chunk (plus one send);
+    else one send and one receive buffer."""
+    dtensor_tensor_parallel: bool
+    """Tensor-parallel layers are DTensor modules, paying ``tp_layer_overhead_s`` of host time."""
+
+    def zero(self, zero_stage: int) -> ZeroStageRule:
+        return self.zero_stages[zero_stage]
+
+    def dp_sync(self, zero_stage: int, pp: int) -> tuple[int, bool]:
+        """(parameter all-gathers per micro-batch, 0 = one per step; whether gradients are
+        reduced after every micro-batch). When the pipeline defers gradient sync, every stage
+        reduces once; parameters freed after forward are gathered twice per micro-batch, the
+        others once per step."""
+        rule = self.zero(zero_stage)
+        if pp > 1 and self.pipeline_defers_gradient_sync:
+            return (2 if rule.reshard_after_forward else 0), False
+        return rule.gathers_per_microbatch, rule.reduce_every_microbatch
+
+
+MEGATRON = RuntimeConvention(
+    runtime="megatron",
+    fp32_model_states=False,
+    zero_stages=(
+        ZeroStageRule(sharded_stage=0, reshard_after_forward=False, reduce_every_microbatch=False,
+                      gathers_per_microbatch=0, bucketed=True, bucket_buffers=True),
+        ZeroStageRule(sharded_stage=1, reshard_after_forward=False, reduce_every_microbatch=False,
+                      gathers_per_microbatch=0, bucketed=True, bucket_buffers=True),
+        ZeroStageRule(sharded_stage=2, reshard_after_forward=False, reduce_every_microbatch=False,
+                      gathers_per_microbatch=0, bucketed=True, bucket_buffers=True),
+        ZeroStageRule(sharded_stage=3, reshard_after_forward=True, reduce_every_microbatch=True,
+                      gathers_per_microbatch=2, bucketed=False, bucket_buffers=False),
+    ),
+    pipeline_defers_gradient_sync=False,
+    hsdp_all_reduce_each_reduce_scatter=False,
+    eager_activations=False,
+    autocast_without_data_parallel=False,
+    receive_buffer_per_microbatch=False,
+    dtensor_tensor_parallel=False,
+)
+"""Megatron-LM's distributed optimizer / DeepSpeed ZeRO (Rajbhandari et al., SC'20, Sec. 5 and
+7): ZeRO 0-2 reduce (and gather) once per step in buckets; ZeRO-3 gathers in forward and
+backward and reduce-scatters every micro-batch, one layer at a time. Activations as Korthikanti
+et al. 2022 count them (fused kernels, Megatron sequence parallelism)."""

@@ -1,0 +1,50 @@
+"""``FSDP2``: the runtime convention of ``autoplan launch``'s job, read by both the cost model
+(through ``costmodels.job.Job.convention``) and the code that runs the plan (``parallel.py``
+picks ``replicate`` or ``fully_shard`` and ``reshard_after_forward`` from it, ``trainer.py``
+when gradients reduce and parameters reshard), so the two change together. torch-free.
+
+ZeRO mapping onto FSDP2 (written down in docs/launch.md):
+  0 -> ``replicate`` (FSDP2's DDP): all-reduce of gradients after the last micro-batch, nothing
+       sharded;
+  1 -> ``fully_shard(reshard_after_forward=False)``; gradients reduce-scattered, and parameters
+       resharded, only after the last micro-batch (unsharded gradients accumulate) - the
+       closest native equivalent. Parameters, gradients and optimizer states are all sharded;
+  2 -> ``fully_shard(reshard_after_forward=False)``, gradients reduce-scattered every
+       micro-batch; FSDP2 reshards after each backward, so parameters are gathered once per
+       micro-batch;
+  3 -> ``fully_shard(reshard_after_forward=True)``: gathered for forward and again for backward.
+Model states: ``MixedPrecisionPolicy`` keeps the sharded parameters in their fp32 dtype (the
+optimizer's master copy) and reduces gradients in fp32. Under pipelining
+``torch.distributed.pipelining`` turns gradient sync and the reshard after backward off for
+every micro-batch and reduces once at the end of the step (``PipelineStage.backward_maybe_with_nosync``,
+``perform_reduce_grad``).
+"""
+
+from __future__ import annotations
+
+from costmodels.convention import MEGATRON, RuntimeConvention, ZeroStageRule
+
+FSDP2 = RuntimeConvention(
+    runtime="torch",
+    fp32_model_states=True,
+    zero_stages=(
+        ZeroStageRule(sharded_stage=0, reshard_after_forward=False, reduce_every_microbatch=False,
+                      gathers_per_microbatch=0, bucketed=True, bucket_buffers=False),
+        ZeroStageRule(sharded_stage=3, reshard_after_forward=False, keeps_gathered_until_reduce=True,
+                      reduce_every_microbatch=False, gathers_per_microbatch=0, bucketed=False,
+                      bucket_buffers=False),
+        ZeroStageRule(sharded_stage=3, reshard_after_forward=False, reduce_every_microbatch=True,
+                      gathers_per_microbatch=1, bucketed=False, bucket_buffers=False),
+        ZeroStageRule(sharded_stage=3, reshard_after_forward=True, reduce_every_microbatch=True,
+                      gathers_per_microbatch=2, bucketed=False, bucket_buffers=False),
+    ),
+    pipeline_defers_gradient_sync=True,
+    hsdp_all_reduce_each_reduce_scatter=True,
+    eager_activations=True,
+    autocast_without_data_parallel=True,
+    receive_buffer_per_microbatch=True,
+    dtensor_tensor_parallel=True,
+)
+
+CONVENTIONS: dict[str, RuntimeConvention] = {MEGATRON.runtime: MEGATRON, FSDP2.runtime: FSDP2}
+"""The convention of each ``TrainingSpec.runtime`` name."""
