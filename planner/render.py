@@ -111,7 +111,7 @@ def print_report(console: Console, report: PlanFile) -> None:
         console.print(f"  needs {miss.needed_gib:.1f} GiB, has {miss.available_gib:.1f} GiB; would fit with: "
                       + "; ".join(miss.suggestions))
     s = report.search
-    rejected = ", ".join(f"{n:,} {why}" for why, n in s["rejected"].items())
+    rejected = ", ".join(f"{n:,} {why}" for why, n in s.get("rejected", {}).items())
     timing = f" in {s['seconds']:.2f} s" if "seconds" in s else ""
-    console.print(f"searched {s['space_size']:,} layouts ({s['evaluated']:,} evaluated in full){timing}; "
+    console.print(f"searched {s.get('space_size', 0):,} layouts ({s.get('evaluated', 0):,} evaluated in full){timing}; "
                   f"rejected: {rejected or 'none'}", style="dim")

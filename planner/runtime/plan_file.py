@@ -227,7 +227,7 @@ class PlanFile:
                    inputs_digest=_get(raw, "inputs_digest", "", str),
                    best=None if best is None else PlanEntry.from_dict(best, "best"),
                    candidates=tuple(PlanEntry.from_dict(c, f"candidates.{i}") for i, c in enumerate(candidates)),
-                   search=_get(raw, "search", "", dict),
+                   search=_search(_get(raw, "search", "", dict)),
                    closest_misses=tuple(MissEntry.from_dict(m, f"closest_misses.{i}") for i, m in enumerate(misses)))
 
     @classmethod
@@ -255,6 +255,22 @@ class PlanFile:
     def with_best(self, best: PlanEntry) -> "PlanFile":
         """This plan file with ``best`` as its only plan (what ``validate`` launches one by one)."""
         return replace(self, best=best, candidates=())
+
+
+def _search(raw: dict) -> dict[str, Any]:
+    """``search``: how the plan was found. Its keys are optional (a plan built in code may carry
+    none), but a count the report prints must be a non-negative integer when it is there."""
+    _get(raw, "solver", "search", str, optional=True)
+    for key in ("space_size", "evaluated"):
+        value = _get(raw, key, "search", int, optional=True)
+        if value is not None and value < 0:
+            raise PlanFileError(f"search.{key}: must be a non-negative integer, got {value!r}")
+    rejected = _get(raw, "rejected", "search", dict, optional=True) or {}
+    for why, count in rejected.items():
+        if not isinstance(count, int) or isinstance(count, bool) or count < 0:
+            raise PlanFileError(f"search.rejected.{why}: must be a non-negative integer, got {count!r}")
+    _get(raw, "seconds", "search", (int, float), optional=True)
+    return raw
 
 
 def read_plan_file(path: str | Path) -> PlanFile:
