@@ -8,7 +8,7 @@ characters), and from valid input files corrupted (types changed, keys dropped, 
 not UTF-8, FIFOs, devices, unwritable output places). Printed counts:
 
     tracebacks, exit codes outside {0, 1, 2, 3}, exit 3 (internal error), multi-line exit-2
-    messages, non-finite numbers in written JSON, hangs
+    messages, non-finite numbers in written JSON, written TOML that does not parse, hangs
 
 Usage: ``python benchmarks/fuzz.py [--count 10000] [--seed 0] [--timeout 30] [--jobs 2]``.
 Commands that need torch (shard, trace, validate, profile, launch's job) are drawn rarely, and
