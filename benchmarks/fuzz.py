@@ -8,7 +8,7 @@ characters), and from valid input files corrupted (types changed, keys dropped, 
 not UTF-8, FIFOs, devices, unwritable output places). Printed counts:
 
     tracebacks, exit codes outside {0, 1, 2, 3}, exit 3 (internal error), multi-line exit-2
-    messages, non-finite numbers in written JSON, hangs
+    messages, non-finite numbers in written JSON, written TOML that does not parse, hangs
 
 Usage: ``python benchmarks/fuzz.py [--count 10000] [--seed 0] [--timeout 30] [--jobs 2]``.
 Commands that need torch (shard, trace, validate, profile, launch's job) are drawn rarely, and
@@ -41,6 +41,9 @@ HOSTILE_NUMBERS = ["nan", "inf", "-inf", "-1", "0", "1e400", "9" * 40, "2.5", "1
                    "1" + "0" * 5000, "-0", "4294967297", "9223372036854775808"]
 HOSTILE_WORDS = ["", "x", "🦙", "h100", "../../etc/passwd", "a\nb", "--", "-", "NaN", "null", "{}", "$(id)",
                  "`id`", "' ; rm -rf /tmp/x '", "a" * 5000, "\x00"]
+GUARDS = {"profile": ["--device", "cuda"], "validate": ["--nproc", "3"]}
+"""Appended to every profile and validate invocation (click keeps the last value), so that a mutation
+cannot turn it into minutes of real measurement: no CUDA device here, and no plan needs 3 processes."""
 JOB = ["--model", "tiny-llama", "--hardware", "cpu", "--gpus", "2", "--global-batch", "8", "--seq-len", "128"]
 LAYOUT = ["--dp", "2", "--tp", "1", "--pp", "1"]
 
@@ -314,6 +317,7 @@ def main() -> None:
         for index in range(opts.count):
             seed = rng.choice(costly) if rng.random() < 0.01 else rng.choice(cheap)
             args = seed if rng.random() < 0.05 else _mutate(rng, seed, work, index)  # some seeds as they are
+            args = args + GUARDS.get(args[0] if args else "", [])
             outcome = run_one(args, scratch, opts.timeout)
             codes[outcome.code] += 1
             kind = _kind(outcome)

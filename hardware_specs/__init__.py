@@ -16,12 +16,16 @@ def make_cluster(node: NodeSpec, num_gpus: int, gpus_per_node: int | None = None
     """
     from dataclasses import replace
 
+    from .checks import MAX_DEVICES_PER_NODE, MAX_GPUS, whole
+
+    if not isinstance(node, NodeSpec):
+        raise SpecError(f"node must be a NodeSpec, got {node!r}")
     if gpus_per_node is not None:
-        if gpus_per_node < 1:
-            raise SpecError(f"--gpus-per-node must be at least 1, got {gpus_per_node}")
+        if isinstance(gpus_per_node, float) or whole("--gpus-per-node", gpus_per_node, high=MAX_DEVICES_PER_NODE) < 1:
+            raise SpecError(f"--gpus-per-node must be a whole number, got {gpus_per_node!r}")
         node = replace(node, gpus_per_node=gpus_per_node)
-    if num_gpus < 1:
-        raise SpecError(f"--gpus must be at least 1, got {num_gpus}")
+    if isinstance(num_gpus, float) or whole("--gpus", num_gpus, high=MAX_GPUS) < 1:
+        raise SpecError(f"--gpus must be a whole number, got {num_gpus!r}")
     per_node = node.gpus_per_node
     if num_gpus < per_node:
         node = replace(node, gpus_per_node=num_gpus)

@@ -53,7 +53,9 @@ MAX_TOKENS_PER_STEP = 2**40
 """Global batch x sequence length: about 10^12 tokens per optimizer step."""
 MAX_SEQ_LEN = 2**27
 """Tokens per sequence: 134 M."""
-MAX_LAYERS = 2**16
+MAX_LAYERS = 2**10
+"""Transformer blocks: 8 x the deepest trained models (Llama 3 405B has 126); the pipeline search
+and the stage DP grow with the layer count, and at 2^10 a plan still takes seconds."""
 MAX_WIDTH = 2**24
 """Hidden size, FFN hidden size, head dimension and vocabulary size: 16.7 M elements."""
 MAX_HEADS = 2**16

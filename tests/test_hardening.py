@@ -108,6 +108,7 @@ def test_2_explain_dev_zero_and_a_fifo_return_at_once(tmp_path):
     (lambda d: d["best"].update(layout=1), "best.layout"),
     (lambda d: d["best"]["layout"].update(zero_stage="x"), "best.layout.zero_stage"),
     (lambda d: d["inputs"].pop("gpus"), "inputs.gpus"),
+    (lambda d: d["search"].update(evaluated=-1), "search.evaluated"),
     (lambda d: d["inputs"].update(training=None), "inputs.training"),
     (lambda d: d["best"]["layout"].update(layers_per_stage=-1), "best.layout.layers_per_stage"),
     (lambda d: d["inputs"]["model_spec"].update(head_dim="x"), "inputs.model_spec"),

@@ -115,7 +115,7 @@ def test_specs_built_in_code_raise_value_errors(change):
 
 
 def test_absurd_cluster_size_is_refused():
-    with pytest.raises(SpecError, match="num_nodes"):
+    with pytest.raises(SpecError, match="--gpus must be a whole number from 1 to 16777216"):
         make_cluster(load_node("h100-sxm-80gb"), 2**40)
 
 

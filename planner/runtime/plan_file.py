@@ -216,11 +216,15 @@ class SearchStats:
             raise PlanFileError(f"{where}: expected an object, got {json.dumps(raw)[:60]}")
         rejected = _get(raw, "rejected", where, dict, optional=True) or {}
         for reason, count in rejected.items():
-            if not isinstance(count, int) or isinstance(count, bool):
-                raise PlanFileError(f"{where}.rejected.{reason}: expected int, got {json.dumps(count)[:60]}")
-        return cls(solver=_get(raw, "solver", where, str), space_size=_get(raw, "space_size", where, int),
-                   evaluated=_get(raw, "evaluated", where, int), rejected=rejected,
-                   seconds=_get(raw, "seconds", where, (int, float), optional=True))
+            if not isinstance(count, int) or isinstance(count, bool) or count < 0:
+                raise PlanFileError(f"{where}.rejected.{reason}: expected a non-negative int, "
+                                    f"got {json.dumps(count)[:60]}")
+        counts = {key: _get(raw, key, where, int) for key in ("space_size", "evaluated")}
+        for key, value in counts.items():
+            if value < 0:
+                raise PlanFileError(f"{where}.{key}: must be a non-negative integer, got {value!r}")
+        return cls(solver=_get(raw, "solver", where, str), rejected=rejected,
+                   seconds=_get(raw, "seconds", where, (int, float), optional=True), **counts)
 
     def to_dict(self) -> dict[str, Any]:
         out = {"solver": self.solver, "space_size": self.space_size, "evaluated": self.evaluated,
