@@ -24,7 +24,7 @@ from hardware_specs import ClusterSpec, NodeSpec, load_node, make_cluster
 from hardware_specs.errors import AutoplanError, SpecError
 
 from .brute_force import solve_brute_force
-from .ranking import rank_key
+from .ranking import TIE_BAND, prefer_simplest, rank_key
 from .report import ClosestMiss, PlanReport
 from .runtime.plan_file import PlanInputs
 from .search import solve
@@ -125,7 +125,8 @@ def _check_profile(loaded: "HardwareProfile | None", given: Any, cluster: Cluste
 def plan(*, model: str | ModelSpec, hardware: str | NodeSpec, gpus: int, global_batch: int, seq_len: int,
          top_k: int = 5, solver: str = "search", allow_cross_node_tp: bool = False,
          launchable: bool = False, **options: Any) -> PlanReport:
-    """The fastest layout that fits, ranked alternatives, and why others were rejected.
+    """The fastest layout that fits (the simplest, by ``ranking.simplicity_key``, of the plans within
+    ``ranking.TIE_BAND`` of the fastest), ranked alternatives, and why others were rejected.
 
     ``options``: gpus_per_node, precision, optimizer, lora_rank, attention, runtime, memory_fraction,
     profile, profile_device_mismatch (see ``resolve_job``). ``solver``: ``search`` (branch and bound, exact) or ``brute-force``.
@@ -148,7 +149,8 @@ def plan(*, model: str | ModelSpec, hardware: str | NodeSpec, gpus: int, global_
     run = solve if solver == "search" else solve_brute_force
     cost_model = job.cost_model()
     result = run(cost_model, gpus, job.cluster.gpus_per_node, search_options, top_k + 1)
-    ranked = tuple(sorted((refine_stages(cost_model, b) for b in result.ranked), key=rank_key))
+    ranked, num_tied = prefer_simplest(tuple(sorted((refine_stages(cost_model, b) for b in result.ranked),
+                                                    key=rank_key)))
     seconds = time.perf_counter() - started
     misses = tuple(ClosestMiss(breakdown=b, suggestions=suggest_fixes(b, job)) for b in result.closest_misses)
     return PlanReport(
@@ -156,7 +158,7 @@ def plan(*, model: str | ModelSpec, hardware: str | NodeSpec, gpus: int, global_
         best=ranked[0] if ranked else None, candidates=ranked[1:], rejected=result.rejected,
         closest_misses=misses,
         search={"solver": solver, "space_size": result.num_candidates, "evaluated": result.num_evaluated,
-                "seconds": round(seconds, 4)},
+                "tie_band": TIE_BAND, "num_tied": num_tied, "seconds": round(seconds, 4)},
     )
 
 
