@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from hardware_specs.errors import SpecError, closest_names
+from hardware_specs.names import match_name
 
 from .hf_config import load_hf_config
 from .model_spec import ModelSpec, MoESpec
@@ -63,6 +63,13 @@ PRESETS: dict[str, ModelSpec] = {m.name: m for m in [
 ]}
 
 
+def model_name(name_or_path: str) -> str:
+    """The full preset name ``name_or_path`` stands for (``LLAMA3-8B`` -> ``llama3-8b``); a path as given."""
+    if name_or_path.endswith(".json") or "/" in name_or_path or Path(name_or_path).is_dir():
+        return name_or_path
+    return load_model(name_or_path).name
+
+
 def load_model(name_or_path: str | Path) -> ModelSpec:
     """A preset by name, or a Hugging Face style ``config.json`` by path."""
     text = str(name_or_path)
@@ -70,6 +77,5 @@ def load_model(name_or_path: str | Path) -> ModelSpec:
         return PRESETS[text]
     if text.endswith(".json") or "/" in text or Path(text).is_dir():
         return load_hf_config(Path(text))
-    hint = closest_names(text, list(PRESETS))
-    raise SpecError(f"--model: unknown model {text!r}{hint}; run 'autoplan models' for the list "
-                    f"or pass a config.json path")
+    return PRESETS[match_name(text, list(PRESETS), option="--model",
+                              fix="run 'autoplan models' for the list or pass a config.json path or model directory")]

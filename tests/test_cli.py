@@ -75,7 +75,7 @@ def test_models_and_hardware_list_presets():
 
 @pytest.mark.parametrize("args,needle", [
     (["plan", "--model", "llama3-7b", *JOB[2:]], "did you mean"),
-    (["plan", *JOB[:2], "--hardware", "h100", *JOB[4:]], "--hardware"),
+    (["plan", *JOB[:2], "--hardware", "h100x", *JOB[4:]], "--hardware"),
     (["plan", *JOB[:4], "--gpus", "0", *JOB[6:]], "--gpus"),
     (["plan", *JOB[:4], "--gpus", "12", *JOB[6:]], "multiple of 8"),
     (["plan", *JOB, "--memory-fraction", "1.5"], "--memory-fraction"),
