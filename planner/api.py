@@ -6,7 +6,6 @@ messages name the field, the same lines the CLI prints.
 
 from __future__ import annotations
 
-import math
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -24,6 +23,7 @@ from hardware_specs import ClusterSpec, NodeSpec, load_node, make_cluster
 from hardware_specs.errors import AutoplanError, SpecError
 
 from .brute_force import solve_brute_force
+from .infeasible import what_would_fit
 from .ranking import TIE_BAND, prefer_simplest, rank_key
 from .report import ClosestMiss, PlanReport
 from .runtime.plan_file import PlanInputs
@@ -152,7 +152,8 @@ def plan(*, model: str | ModelSpec, hardware: str | NodeSpec, gpus: int, global_
     ranked, num_tied = prefer_simplest(tuple(sorted((refine_stages(cost_model, b) for b in result.ranked),
                                                     key=rank_key)))
     seconds = time.perf_counter() - started
-    misses = tuple(ClosestMiss(breakdown=b, suggestions=suggest_fixes(b, job)) for b in result.closest_misses)
+    fixes = what_would_fit(result.closest_misses[0], cost_model, search_options) if result.closest_misses else ()
+    misses = tuple(ClosestMiss(breakdown=b, suggestions=fixes) for b in result.closest_misses)
     return PlanReport(
         inputs=replace(job.inputs, top_k=top_k, allow_cross_node_tp=allow_cross_node_tp, launchable=launchable),
         best=ranked[0] if ranked else None, candidates=ranked[1:], rejected=result.rejected,
@@ -182,27 +183,3 @@ def layout_for_batch(global_batch: int, *, dp: int, micro_batch_size: int = 1, t
                           f"--micro-batch {micro_batch_size}")
     return Layout(dp=dp, tp=tp, micro_batch_size=micro_batch_size, num_microbatches=per_replica,
                   sequence_parallel=tp > 1 if sequence_parallel is None else sequence_parallel, **degrees)
-
-
-def suggest_fixes(miss: CostBreakdown, job: Job) -> tuple[str, ...]:
-    """What would make ``miss`` fit: the levers it does not use yet, and how many GPUs would do."""
-    layout = miss.layout
-    out = []
-    if layout.zero_stage < 3:
-        out.append("ZeRO-3 (--zero 3) to shard parameters as well")
-    if layout.recompute != "full":
-        out.append("full activation recomputation (--recompute full)")
-    if not layout.optimizer_offload:
-        out.append("optimizer offload to host memory")
-    if layout.micro_batch_size > 1:
-        out.append("a smaller micro-batch")
-    peak = miss.peak_stage
-    states = peak.params_bytes + peak.grads_bytes + peak.optimizer_bytes
-    room = miss.memory_capacity_bytes - (peak.total_bytes - states)
-    if room > 0 and states > 0:
-        per_node = job.cluster.gpus_per_node
-        needed = math.ceil(job.cluster.num_gpus * states / room / per_node) * per_node
-        out.append(f"about {needed} GPUs or more (model states shrink as ZeRO shards them wider)")
-    else:
-        out.append("activations alone exceed memory: a shorter sequence, more tp/cp, or recomputation")
-    return tuple(out)

@@ -41,7 +41,8 @@ JOB_OPTIONS: list[Callable] = [
     click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True,
                  help="json prints JSON only on stdout."),
     click.option("--out", type=click.Path(dir_okay=False, allow_dash=True), default=None,
-                 help="Write the plan file here (atomically; '-' for stdout)."),
+                 help="Write the plan file here (atomically; '-' for stdout). With a path, nothing goes to "
+                      "stdout: one line on stderr names the file and the best layout."),
 ]
 
 
@@ -73,14 +74,26 @@ def _full_names(model: str, hardware: str) -> tuple[str, str]:
     return full
 
 
-def _emit(text: str, fmt: str, out: str | None, console_view: Callable) -> None:
-    if out:
+def _emit(text: str, fmt: str, out: str | None, console_view: Callable, best: "PlanEntry | None") -> None:
+    """Print or write the result. With ``--out FILE`` stdout stays empty (in either format) and
+    stderr gets one line: the path and the best layout; ``--out -`` writes the plan file to stdout."""
+    if out and out != "-":
         write_atomic(out, text)
-    if fmt == "json":
-        if out != "-":
-            click.echo(text, nl=False)
-    elif out != "-":
+        click.echo(f"wrote {out}: {_one_line(best)}", err=True)
+    elif out == "-":
+        write_atomic(out, text)
+    elif fmt == "json":
+        click.echo(text, nl=False)
+    else:
         console_view()
+
+
+def _one_line(best: "PlanEntry | None") -> str:
+    from ..render import layout_summary
+
+    if best is None:
+        return "no layout fits"
+    return f"{layout_summary(best.layout)} · step {best.predicted['step_time_s']:.3f} s"
 
 
 @click.command("plan")
@@ -109,12 +122,12 @@ def plan_command(fmt: str, out: str | None, top_k: int, allow_cross_node_tp: boo
                           **_job_kwargs(kw))
         plan_file = report.to_plan_file()
         timed = report.to_plan_file(with_timing=True)
-        _emit(plan_file.to_json(), fmt, out, lambda: _print(timed))
+        _emit(plan_file.to_json(), fmt, out, lambda: _print(timed), plan_file.best)
         _plot(plan_file, plot_dir)
         if not report.feasible:
             miss = report.closest_misses[0] if report.closest_misses else None
-            detail = (f"; closest needs {miss.needed_gib:.1f} GiB of {miss.available_gib:.1f} GiB "
-                      f"and would fit with {miss.suggestions[-1]}") if miss else ""
+            detail = (f"; closest needs {miss.needed_gib:.1f} GiB of {miss.available_gib:.1f} GiB; "
+                      + "; ".join(miss.suggestions)) if miss else ""
             click.echo(f"error: no layout fits in memory{detail}", err=True)
             sys.exit(EXIT_INFEASIBLE)
 
@@ -158,15 +171,12 @@ def evaluate_command(fmt: str, out: str | None, dp: int, tp: int, pp: int, cp: i
         report = PlanReport(inputs=job.inputs, best=breakdown, candidates=(),
                             search={"solver": "evaluate", "space_size": 1, "evaluated": 1})
         single = plan_entry(breakdown)
-        text = json.dumps(single.to_dict(), indent=2, sort_keys=True) + "\n"
         if out:
-            write_atomic(out, report.to_json())
-        if fmt == "json":
-            if out != "-":
-                click.echo(text, nl=False)
-        elif out != "-":
-            console = Console()
-            print_plan_view(console, single)
+            _emit(report.to_json(), fmt, out, lambda: None, single)
+        elif fmt == "json":
+            click.echo(json.dumps(single.to_dict(), indent=2, sort_keys=True) + "\n", nl=False)
+        else:
+            print_plan_view(Console(), single)
 
     run_command(work)
 
