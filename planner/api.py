@@ -24,7 +24,7 @@ from hardware_specs.errors import AutoplanError, SpecError
 
 from .brute_force import solve_brute_force
 from .infeasible import what_would_fit
-from .ranking import TIE_BAND, prefer_simplest, rank_key
+from .ranking import TIE_BAND, TIE_POOL, prefer_simplest, rank_key
 from .report import ClosestMiss, PlanReport
 from .runtime.plan_file import PlanInputs
 from .search import solve
@@ -148,9 +148,10 @@ def plan(*, model: str | ModelSpec, hardware: str | NodeSpec, gpus: int, global_
     started = time.perf_counter()
     run = solve if solver == "search" else solve_brute_force
     cost_model = job.cost_model()
-    result = run(cost_model, gpus, job.cluster.gpus_per_node, search_options, top_k + 1)
+    result = run(cost_model, gpus, job.cluster.gpus_per_node, search_options, max(top_k, TIE_POOL) + 1)
     ranked, num_tied = prefer_simplest(tuple(sorted((refine_stages(cost_model, b) for b in result.ranked),
                                                     key=rank_key)))
+    ranked = ranked[:top_k + 1]
     seconds = time.perf_counter() - started
     fixes = what_would_fit(result.closest_misses[0], cost_model, search_options) if result.closest_misses else ()
     misses = tuple(ClosestMiss(breakdown=b, suggestions=fixes) for b in result.closest_misses)

@@ -30,6 +30,10 @@ TIE_BAND = 0.01
 yet, so 1%. Among tied layouts the simplest is picked (``simplicity_key``)."""
 
 
+TIE_POOL = 8
+"""How many meshes' best plans (at least) the planner compares for ties, whatever ``--top`` is."""
+
+
 def simplicity_key(layout: Layout) -> tuple:
     """How unusual a layout is, least first, for breaking ties inside ``TIE_BAND``:
 

@@ -206,13 +206,23 @@ def _plot(plan: "PlanFile", plot_dir: str | None) -> None:
 @click.argument("plan_file", type=click.Path(dir_okay=False))
 @click.option("--plot", "plot_dir", type=click.Path(file_okay=False), default=None,
               help="Write PNG and SVG figures (schedule, memory, candidates) into this directory.")
-def explain_command(plan_file: str, plot_dir: str | None) -> None:
-    """Show a plan file: layout, memory by component, time by term, traffic, sources."""
+@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True,
+              help="json prints the explanation as one JSON document on stdout.")
+def explain_command(plan_file: str, plot_dir: str | None, fmt: str) -> None:
+    """Explain a plan file: what binds the best plan, why the runner-up lost, and what would
+    change the answer (the search re-run with 2x NIC bandwidth and 2x global batch)."""
     def work() -> None:
+        from ..explain import explain, explanation_lines
         from ..runtime.plan_file import read_plan_file
 
         plan = read_plan_file(plan_file)
-        _print(plan)
+        doc = explain(plan)
+        if fmt == "json":
+            click.echo(json.dumps(doc, indent=2, sort_keys=True))
+        else:
+            _print(plan)
+            for line in explanation_lines(doc):
+                click.echo(line)
         _plot(plan, plot_dir)
 
     run_command(work)
