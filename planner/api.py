@@ -69,6 +69,17 @@ class Job:
         return CostModel(self.cost_job(assumptions))
 
 
+def job_as_planned(inputs: PlanInputs) -> Job:
+    """The job a plan file was made for, with the profile its inputs name (``inputs.profile``), if any."""
+    from .runtime.plan_file import PlanFileError
+
+    profile = inputs.profile
+    if profile is not None and not Path(profile).is_file():
+        raise PlanFileError(f"inputs.profile {profile}: no such file here; the plan was costed with it, so "
+                            "explaining it needs it too (run from the directory 'autoplan plan' ran in)")
+    return Job.from_inputs(inputs, profile=profile)
+
+
 def resolve_job(*, model: str | ModelSpec, hardware: str | NodeSpec, gpus: int, global_batch: int,
                 seq_len: int, gpus_per_node: int | None = None, precision: str = "bf16",
                 optimizer: str = "adamw", lora_rank: int = 0, attention: str = "fused",

@@ -50,7 +50,7 @@ def what_if(plan: PlanFile) -> list[dict[str, Any]]:
     from . import api
     from .render import layout_summary
 
-    job = api.Job.from_inputs(plan.inputs, profile=plan.inputs.profile)
+    job = api.job_as_planned(plan.inputs)
     node = job.cluster.node
     faster_nic = replace(node, inter_node=replace(node.inter_node,
                                                   nic_bandwidth_bytes_per_s=2 * node.inter_node.nic_bandwidth_bytes_per_s))

@@ -55,8 +55,8 @@ def print_plan(console: Console, plan: PlanEntry, title: str, tie_note: str = ""
     if tie_note:
         console.print(f"  {tie_note}")
     console.print(f"  step {p['step_time_s']:.3f} s · {p['tokens_per_s']:,.0f} tokens/s "
-                  f"({p['tokens_per_s_per_gpu']:,.0f}/GPU) · MFU {p['mfu']:.1%} · HFU {p['hfu']:.1%} · "
-                  f"bubble {p['bubble_fraction']:.1%}")
+                  f"({p['tokens_per_s_per_gpu']:,.0f}/GPU)")
+    console.print(f"  MFU {p['mfu']:.1%} · HFU {p['hfu']:.1%} · bubble {p['bubble_fraction']:.1%}")
     console.print(f"  {prediction_status(p.get('sources', {}))}", style="dim")
     fits = "[green]fits[/green]" if p["fits"] else "[red]does not fit[/red]"
     console.print(f"  peak memory {p['peak_memory_gib']:.1f} / {p['memory_capacity_gib']:.1f} GiB per GPU ({fits})")

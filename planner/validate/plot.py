@@ -19,7 +19,7 @@ from costmodels.estimate import CostModel
 from costmodels.layout import Layout
 from costmodels.rank_time import rank_core_times
 from hardware_specs.units import GIB
-from planner.runtime.plan_file import PlanFile, PlanFileError
+from planner.runtime.plan_file import PlanFile
 
 from .schedule import simulate
 
@@ -153,13 +153,9 @@ def plot_candidates(plan: PlanFile, cm: CostModel, out_dir: Path) -> list[Path]:
 
 def plan_cost_model(plan: PlanFile) -> CostModel:
     """The cost model the plan was made with: its inputs and the profile they name, if any."""
-    from planner.api import Job
+    from planner.api import job_as_planned
 
-    profile = plan.inputs.profile
-    if profile is not None and not Path(profile).is_file():
-        raise PlanFileError(f"inputs.profile {profile}: no such file here; the plan was costed with it, so the "
-                            "figures need it too (run from the directory 'autoplan plan' ran in)")
-    return Job.from_inputs(plan.inputs, profile=profile).cost_model()
+    return job_as_planned(plan.inputs).cost_model()
 
 
 def plot_plan(plan: PlanFile, out_dir: str | Path) -> list[Path]:
