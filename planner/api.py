@@ -162,13 +162,16 @@ def plan(*, model: str | ModelSpec, hardware: str | NodeSpec, gpus: int, global_
     result = run(cost_model, gpus, job.cluster.gpus_per_node, search_options, max(top_k, TIE_POOL) + 1)
     ranked, num_tied = prefer_simplest(tuple(sorted((refine_stages(cost_model, b) for b in result.ranked),
                                                     key=rank_key)))
-    ranked = ranked[:top_k + 1]
+    rejected = dict(result.rejected)
+    if len(ranked) > top_k + 1:  # compared for ties, then beaten: counted as slower
+        rejected["slower"] = rejected.get("slower", 0) + len(ranked) - (top_k + 1)
+        ranked = ranked[:top_k + 1]
     seconds = time.perf_counter() - started
     fixes = what_would_fit(result.closest_misses[0], cost_model, search_options) if result.closest_misses else ()
     misses = tuple(ClosestMiss(breakdown=b, suggestions=fixes) for b in result.closest_misses)
     return PlanReport(
         inputs=replace(job.inputs, top_k=top_k, allow_cross_node_tp=allow_cross_node_tp, launchable=launchable),
-        best=ranked[0] if ranked else None, candidates=ranked[1:], rejected=result.rejected,
+        best=ranked[0] if ranked else None, candidates=ranked[1:], rejected=rejected,
         closest_misses=misses,
         search={"solver": solver, "space_size": result.num_candidates, "evaluated": result.num_evaluated,
                 "tie_band": TIE_BAND, "num_tied": num_tied, "seconds": round(seconds, 4)},
