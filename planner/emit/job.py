@@ -169,8 +169,12 @@ def _write_exports(out: Path, name: str, model: ModelSpec, training: TrainingSpe
     _write(out / "deepspeed.json", json.dumps(ds, indent=2, sort_keys=True) + "\n")
     tt, t_notes = frameworks.torchtitan_config(name, model, training, layout, seq_len)
     _write(out / "torchtitan.toml", frameworks.toml_text(tt, [f"torchtitan config for {name}"]))
-    notes = ["What does not translate (also in each file where comments are allowed):"]
-    for framework, items in (("Megatron-LM", m_notes), ("DeepSpeed", d_notes), ("torchtitan", t_notes)):
-        notes += [f"- {framework}: {item}" for item in items] or [f"- {framework}: everything maps"]
+    notes = ["What each export maps, and what it does not (also in each file where comments are allowed).",
+             "Each file writes the plan's degrees, micro-batching, ZeRO stage, recomputation and precision",
+             "in the framework's own option names, except as listed:"]
+    for framework, file, items in (("Megatron-LM", "megatron_args.sh", m_notes), ("DeepSpeed", "deepspeed.json", d_notes),
+                                   ("torchtitan", "torchtitan.toml", t_notes)):
+        notes += [f"- {framework} ({file}): {item}" for item in items] or \
+            [f"- {framework} ({file}): no exception found for this layout"]
     _write(out / "NOTES.md", "\n".join(notes) + "\n")
 
