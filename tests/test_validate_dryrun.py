@@ -58,3 +58,21 @@ def test_torch_runtime_predicts_each_model_state_and_activations_of_the_job(tmp_
     for row in rows:
         if row["component"] in ("params", "grads", "optimizer", "activations"):
             assert row["predicted"] == pytest.approx(row["measured"], rel=0.02), row
+
+
+def test_validate_removes_its_temporary_directory_unless_keep(tmp_path, monkeypatch):
+    import tempfile
+
+    plan = tmp_path / "plan.json"
+    args = ["evaluate", "--model", "tiny-llama", "--hardware", "cpu", "--gpus", "2", "--global-batch", "2",
+            "--seq-len", "64", "--precision", "fp32", "--dp", "2", "--tp", "1", "--pp", "1", "--zero", "3",
+            "--out", str(plan)]
+    assert CliRunner().invoke(main, args).exit_code == 0
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
+    result = CliRunner().invoke(main, ["validate", str(plan), "--dry-run", "--format", "json"])
+    assert result.exit_code == 0, result.output
+    assert not list(scratch.glob("autoplan-validate-*"))
+    assert CliRunner().invoke(main, ["validate", str(plan), "--dry-run", "--format", "json", "--keep"]).exit_code == 0
+    assert len(list(scratch.glob("autoplan-validate-*"))) == 1

@@ -26,10 +26,12 @@ MIB = 2**20
 @click.option("--profile", "profile_path", type=click.Path(dir_okay=False), default=None,
               help="Profile to predict with and, with --calibrate, to write (default: the plan's own).")
 @click.option("--workdir", type=click.Path(file_okay=False), default=None,
-              help="Where job directories and logs go (default: a new temporary directory).")
+              help="Where job directories and logs go (default: a new temporary directory, removed at the end).")
+@click.option("--keep", is_flag=True, help="Keep the temporary directory of job directories and logs.")
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
 def validate_command(plan_file: str, num_candidates: int, steps: int, warmup: int, nproc: int | None,
-                     dry_run: bool, calibrate: bool, profile_path: str | None, workdir: str | None, fmt: str) -> None:
+                     dry_run: bool, calibrate: bool, profile_path: str | None, workdir: str | None, keep: bool,
+                     fmt: str) -> None:
     """Run PLAN_FILE's plan (and K candidates) on this machine; print predicted vs measured.
 
     \b
@@ -43,7 +45,7 @@ def validate_command(plan_file: str, num_candidates: int, steps: int, warmup: in
 
         report = run_validation(Path(plan_file), num_candidates=num_candidates, steps=steps, warmup=warmup,
                                 nproc=nproc, dry_run=dry_run, calibrate=calibrate, profile_path=profile_path,
-                                workdir=workdir)
+                                workdir=workdir, keep=keep)
         if fmt == "json":
             click.echo(json.dumps(report, indent=2, sort_keys=True))
         else:

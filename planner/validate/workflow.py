@@ -4,6 +4,7 @@ CLI (``planner.cli.validate``) only parses options and prints it."""
 
 from __future__ import annotations
 
+import shutil
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -24,8 +25,10 @@ def _load(profile_path: str | None, plan: PlanFile):
 
 
 def run_validation(plan_path: Path, *, num_candidates: int, steps: int, warmup: int, nproc: int | None,
-                   dry_run: bool, calibrate: bool, profile_path: str | None, workdir: str | None) -> dict[str, Any]:
-    """The whole command as a function: returns the JSON report."""
+                   dry_run: bool, calibrate: bool, profile_path: str | None, workdir: str | None,
+                   keep: bool = False) -> dict[str, Any]:
+    """The whole command as a function: returns the JSON report. Without ``workdir`` the job
+    directories go to a new temporary directory, removed at the end unless ``keep``."""
     if calibrate and dry_run:
         raise runner.ValidateError("--calibrate needs measured step times; drop --dry-run")
     plan = read_plan_file(plan_path)
@@ -34,6 +37,22 @@ def run_validation(plan_path: Path, *, num_candidates: int, steps: int, warmup: 
         raise runner.ValidateError("--calibrate: give --profile PATH, the profile file to write the factors into")
     base = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="autoplan-validate-"))
     base.mkdir(parents=True, exist_ok=True)
+    try:
+        report, results = _validate(plan, plan_path, base, num_candidates=num_candidates, steps=steps, warmup=warmup,
+                           nproc=nproc, dry_run=dry_run, profile=profile)
+    finally:
+        if not workdir and not keep:
+            shutil.rmtree(base, ignore_errors=True)
+    if not workdir and not keep:
+        report["workdir"] = f"{base} (removed; --keep keeps it)"
+    if calibrate:
+        report["calibration"] = calibrate_from_results(plan.inputs, results, path, profile)
+    return report
+
+
+def _validate(plan, plan_path: Path, base: Path, *, num_candidates: int, steps: int, warmup: int,
+              nproc: int | None, dry_run: bool, profile) -> tuple[dict[str, Any], list]:
+    """Prepare the job directories under ``base``, run or dry-run them, compare with the plan."""
     jobs, results = runner.prepare(runner.single_plans(plan, num_candidates), base)
     if dry_run:
         results += [runner.compare(job, runner.dry_run(job), profile) for job in jobs]
@@ -47,9 +66,7 @@ def run_validation(plan_path: Path, *, num_candidates: int, steps: int, warmup: 
         report["note"] = (f"the plan is costed for the {runtime} runtime, but the job runs on PyTorch (FSDP2, "
                           "PyTorch TP/SP), which holds memory differently; for a like-for-like comparison "
                           "re-plan with --launchable (or --runtime torch)")
-    if calibrate:
-        report["calibration"] = calibrate_from_results(plan.inputs, results, path, profile)
-    return report
+    return report, results
 
 
 def _measure(jobs: list[dict], base: Path, *, steps: int, warmup: int, nproc: int | None, profile) -> list:
