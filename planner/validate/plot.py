@@ -64,12 +64,30 @@ def stage_times(cm, layout: Layout) -> tuple[list[float], list[float], float]:
     return fwd, bwd, comm
 
 
+MAX_DRAWN_MICROBATCHES = 32
+"""Past this many micro-batches the schedule plot draws a window: warm-up, a stretch of steady
+state and cool-down of this many, since thousands of bars become stripes in a multi-MB SVG."""
+
+
+def drawn_microbatches(num_microbatches: int, pp: int, virtual_stages: int) -> int:
+    """How many micro-batches the schedule plot simulates and draws: all of them up to
+    ``MAX_DRAWN_MICROBATCHES``; beyond, that many (rounded to a multiple of pp for the
+    interleaved schedule, which needs it), enough for the warm-up and cool-down to show whole."""
+    if num_microbatches <= MAX_DRAWN_MICROBATCHES:
+        return num_microbatches
+    window = max(MAX_DRAWN_MICROBATCHES, 2 * pp)
+    if virtual_stages > 1:
+        window = -(-window // pp) * pp
+    return min(window, num_microbatches)
+
+
 def plot_schedule(plan: PlanFile, cm: CostModel, out_dir: Path) -> list[Path]:
     """Timeline of the chosen plan's step, per pipeline rank."""
     plt = _pyplot()
     layout = plan.best.layout
     fwd, bwd, comm = stage_times(cm, layout)
-    bars = simulate(layout.schedule, layout.pp, layout.num_microbatches, layout.virtual_stages, fwd, bwd, comm)
+    drawn = drawn_microbatches(layout.num_microbatches, layout.pp, layout.virtual_stages)
+    bars = simulate(layout.schedule, layout.pp, drawn, layout.virtual_stages, fwd, bwd, comm)
     end = max(b.end_s for b in bars)
     fig, ax = plt.subplots(figsize=(10, 1.0 + 0.6 * layout.pp))
     for i in range(layout.pp):
@@ -84,8 +102,10 @@ def plot_schedule(plan: PlanFile, cm: CostModel, out_dir: Path) -> list[Path]:
     ax.set_yticks(range(layout.pp), [f"pp rank {i}" for i in range(layout.pp)])
     ax.invert_yaxis()
     ax.set_xlabel("time within the step (s)")
+    shown = "" if drawn == layout.num_microbatches else \
+        f" (first {drawn} drawn; the steady state repeats for the other {layout.num_microbatches - drawn})"
     ax.set_title(f"{layout.schedule} schedule, pp {layout.pp}, {layout.num_microbatches} micro-batches"
-                 + (f", v {layout.virtual_stages}" if layout.virtual_stages > 1 else ""))
+                 + (f", v {layout.virtual_stages}" if layout.virtual_stages > 1 else "") + shown, fontsize=9)
     return _save(fig, out_dir, "schedule")
 
 
