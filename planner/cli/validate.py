@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -43,15 +44,32 @@ def validate_command(plan_file: str, num_candidates: int, steps: int, warmup: in
     def work() -> None:
         from ..validate.workflow import run_validation
 
-        report = run_validation(Path(plan_file), num_candidates=num_candidates, steps=steps, warmup=warmup,
-                                nproc=nproc, dry_run=dry_run, calibrate=calibrate, profile_path=profile_path,
-                                workdir=workdir, keep=keep)
+        with _progress_bar() as progress:
+            report = run_validation(Path(plan_file), num_candidates=num_candidates, steps=steps, warmup=warmup,
+                                    nproc=nproc, dry_run=dry_run, calibrate=calibrate, profile_path=profile_path,
+                                    workdir=workdir, keep=keep, progress=progress)
         if fmt == "json":
             click.echo(json.dumps(report, indent=2, sort_keys=True))
         else:
             print_report(report)
 
     run_command(work)
+
+
+@contextmanager
+def _progress_bar():
+    """A rich progress bar on stderr, fed as ``progress(done, total, what)``."""
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=Console(stderr=True), transient=True) as bar:
+        task = bar.add_task("validate", total=None)
+
+        def update(done: int, total: int, what: str) -> None:
+            bar.update(task, completed=done, total=total, description=f"validate: {what}")
+
+        yield update
 
 
 def _pct(value: float | None) -> str:
