@@ -77,3 +77,16 @@ def test_nothing_fits_names_the_smallest_gpu_count_that_fits_and_it_does():
     count = int(re.search(r"--gpus (\d+) fits", suggestions[1]).group(1))
     assert planner.plan(gpus=count, **request).best is not None
     assert count == 8 or planner.plan(gpus=count // 2, **request).best is None
+
+
+def test_predictions_say_whether_they_are_datasheet_estimates_or_measured():
+    from planner.render import prediction_status
+
+    table = _invoke(["plan", *JOB]).stdout
+    assert "datasheet estimates (no profile or calibration" in table
+    profiled = _invoke(["evaluate", "--model", "tiny-llama", "--hardware", "cpu", "--gpus", "2", "--global-batch", "4",
+                        "--seq-len", "128", "--precision", "fp32", "--dp", "1", "--tp", "2", "--pp", "1",
+                        "--profile", "profiles/data/cpu-gloo-2proc.json"]).stdout
+    assert "datasheet estimates" not in profiled and "profile" in profiled.split("peak memory")[0]
+    assert prediction_status({"compute": "profile", "dp_comm": "datasheet"}).startswith("partly measured: compute")
+    assert prediction_status({"compute": "profile"}) == "predicted from the measured profile"
