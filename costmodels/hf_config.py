@@ -18,7 +18,12 @@ FAMILIES: tuple[str, ...] = ("gpt2", "gpt_neox", "llama", "mistral", "mixtral", 
 
 
 def load_hf_config(path: Path) -> ModelSpec:
-    """Parse ``path``; errors name the file and the field."""
+    """Parse ``path`` (a config.json, or a Hugging Face model directory holding one); errors name
+    the file and the field."""
+    if path.is_dir():
+        if not (path / "config.json").is_file():
+            raise SpecError(f"--model: directory {str(path)!r} holds no config.json")
+        path = path / "config.json"
     raw = read_json(path, what="--model file")
     if not isinstance(raw, dict):
         raise SpecError(f"--model: {path} must hold a JSON object")
@@ -46,6 +51,12 @@ class _Fields:
             raise SpecError(f"{self.path}: field {key!r} must be a positive integer, got {value!r}")
         return value
 
+    def positive_number(self, key: str, default: float) -> float:
+        value = self.raw.get(key, default)
+        if not isinstance(value, (int, float)) or isinstance(value, bool) or not value > 0:
+            raise SpecError(f"{self.path}: field {key!r} must be a positive number, got {value!r}")
+        return float(value)
+
     def bool(self, key: str, default: bool) -> bool:
         value = self.raw.get(key, default)
         if not isinstance(value, bool):
@@ -69,6 +80,7 @@ def _neox(f: _Fields, name: str) -> ModelSpec:
                      ffn_hidden_size=f.int("intermediate_size"), num_attention_heads=heads,
                      num_kv_heads=heads, vocab_size=f.int("vocab_size"), positions="rotary",
                      max_position_embeddings=f.int("max_position_embeddings", 2048),
+                     rope_theta=f.positive_number("rotary_emb_base", 10000.0),
                      tied_embeddings=f.bool("tie_word_embeddings", False), linear_bias=True)
 
 
@@ -86,6 +98,7 @@ def _llama_like(f: _Fields, name: str, family: str) -> ModelSpec:
         head_dim=f.int("head_dim") if head_dim is not None else 0,
         gated_mlp=True, activation="silu", norm="rmsnorm", positions="rotary",
         max_position_embeddings=f.int("max_position_embeddings", 4096),
+        rope_theta=f.positive_number("rope_theta", 10000.0),
         tied_embeddings=f.bool("tie_word_embeddings", False),
         qkv_bias=family == "qwen2" or f.bool("attention_bias", False),
         moe=moe,

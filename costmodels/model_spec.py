@@ -69,7 +69,10 @@ class ModelSpec:
     norm: Norm = "layernorm"
     positions: Positions = "learned"
     max_position_embeddings: int = 2048
-    """Rows of the learned position table (unused with rotary positions)."""
+    """Rows of the learned position table; with rotary positions, the context length the released
+    config declares."""
+    rope_theta: float = 10000.0
+    """Rotary base (RoPE theta) of the released config; unused with learned positions."""
     tied_embeddings: bool = False
     """Output projection shares the input embedding matrix."""
     linear_bias: bool = False

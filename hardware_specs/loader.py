@@ -17,12 +17,12 @@ File layout (every number has an entry in ``[sources]`` under its dotted key)::
 from __future__ import annotations
 
 import math
-import re
 from pathlib import Path
 from typing import Any, get_args
 
 from .checks import MAX_DEVICES_PER_NODE
-from .errors import SpecError, closest_names
+from .errors import SpecError
+from .names import match_name
 from .files import read_toml
 from .schema import HardwareSpec, LinkKind, LinkSpec, NetworkSpec, NodeSpec
 from .units import GB, GBIT, GIB, TB, TERA, US
@@ -32,7 +32,6 @@ MAX_FILE_NUMBER = 1e9
 """Largest number accepted in a hardware file, in the file's units (TFLOP/s, GiB, GB/s, us)."""
 DATA_DIR = Path(__file__).parent / "data"
 _LINK_KINDS = get_args(LinkKind)
-_PRESET_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
 
 
 def list_hardware() -> list[str]:
@@ -46,20 +45,22 @@ def load_node(name_or_path: str | Path) -> NodeSpec:
     return parse_node(read_toml(path, what="hardware file"), origin=f"hardware file {path}")
 
 
+def hardware_name(name_or_path: str) -> str:
+    """The full preset name ``name_or_path`` stands for (``h100`` -> ``h100-sxm-80gb``); a path as given."""
+    if name_or_path.endswith(".toml") or "/" in name_or_path:
+        return name_or_path
+    return _resolve(name_or_path).stem
+
+
 def _resolve(name_or_path: str) -> Path:
     if name_or_path.endswith(".toml") or "/" in name_or_path:
         path = Path(name_or_path)
         if not path.exists():
             raise SpecError(f"--hardware: file {name_or_path!r} does not exist")
         return path
-    path = DATA_DIR / f"{name_or_path}.toml"
-    if not _PRESET_NAME.fullmatch(name_or_path) or not path.is_file():
-        hint = closest_names(name_or_path, list_hardware())
-        raise SpecError(
-            f"--hardware: unknown hardware {name_or_path!r}{hint}; "
-            f"run 'autoplan hardware' for the list or pass a TOML path"
-        )
-    return path
+    name = match_name(name_or_path, list_hardware(), option="--hardware",
+                      fix="run 'autoplan hardware' for the list or pass a TOML path")
+    return DATA_DIR / f"{name}.toml"
 
 
 def parse_node(raw: dict[str, Any], *, origin: str) -> NodeSpec:

@@ -6,7 +6,6 @@ messages name the field, the same lines the CLI prints.
 
 from __future__ import annotations
 
-import math
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -25,7 +24,8 @@ from hardware_specs.checks import MAX_GPUS, MAX_TOKENS_PER_STEP, finite, flag, w
 from hardware_specs.errors import AutoplanError, SpecError
 
 from .brute_force import solve_brute_force
-from .ranking import rank_key
+from .infeasible import what_would_fit
+from .ranking import TIE_BAND, TIE_POOL, prefer_simplest, rank_key
 from .report import ClosestMiss, PlanReport
 from .runtime.convention import CONVENTIONS
 from .runtime.plan_file import PlanInputs
@@ -74,6 +74,17 @@ class Job:
     def cost_model(self, assumptions: Assumptions = DEFAULT_ASSUMPTIONS) -> CostModel:
         """A fresh memo for costing many layouts of this job (``costmodels.estimate.estimate``)."""
         return CostModel(self.cost_job(assumptions))
+
+
+def job_as_planned(inputs: PlanInputs) -> Job:
+    """The job a plan file was made for, with the profile its inputs name (``inputs.profile``), if any."""
+    from .runtime.plan_file import PlanFileError
+
+    profile = inputs.profile
+    if profile is not None and not Path(profile).is_file():
+        raise PlanFileError(f"inputs.profile {profile}: no such file here; the plan was costed with it, so "
+                            "explaining it needs it too (run from the directory 'autoplan plan' ran in)")
+    return Job.from_inputs(inputs, profile=profile)
 
 
 def resolve_job(*, model: str | ModelSpec, hardware: str | NodeSpec, gpus: int, global_batch: int,
@@ -155,7 +166,8 @@ _RESOLVE_OPTIONS = ("gpus_per_node", "precision", "optimizer", "lora_rank", "att
 def plan(*, model: str | ModelSpec, hardware: str | NodeSpec, gpus: int, global_batch: int, seq_len: int,
          top_k: int = 5, solver: str = "search", allow_cross_node_tp: bool = False,
          launchable: bool = False, **options: Any) -> PlanReport:
-    """The fastest layout that fits, ranked alternatives, and why others were rejected.
+    """The fastest layout that fits (the simplest, by ``ranking.simplicity_key``, of the plans within
+    ``ranking.TIE_BAND`` of the fastest), ranked alternatives, and why others were rejected.
 
     ``options``: gpus_per_node, precision, optimizer, lora_rank, attention, runtime, memory_fraction,
     profile, profile_device_mismatch (see ``resolve_job``). ``solver``: ``search`` (branch and bound, exact) or ``brute-force``.
@@ -182,16 +194,22 @@ def plan(*, model: str | ModelSpec, hardware: str | NodeSpec, gpus: int, global_
     started = time.perf_counter()
     run = solve if solver == "search" else solve_brute_force
     cost_model = job.cost_model()
-    result = run(cost_model, gpus, job.cluster.gpus_per_node, search_options, top_k + 1)
-    ranked = tuple(sorted((refine_stages(cost_model, b) for b in result.ranked), key=rank_key))
+    result = run(cost_model, gpus, job.cluster.gpus_per_node, search_options, max(top_k, TIE_POOL) + 1)
+    ranked, num_tied = prefer_simplest(tuple(sorted((refine_stages(cost_model, b) for b in result.ranked),
+                                                    key=rank_key)))
+    rejected = dict(result.rejected)
+    if len(ranked) > top_k + 1:  # compared for ties, then beaten: counted as slower
+        rejected["slower"] = rejected.get("slower", 0) + len(ranked) - (top_k + 1)
+        ranked = ranked[:top_k + 1]
     seconds = time.perf_counter() - started
-    misses = tuple(ClosestMiss(breakdown=b, suggestions=suggest_fixes(b, job)) for b in result.closest_misses)
+    fixes = what_would_fit(result.closest_misses[0], cost_model, search_options) if result.closest_misses else ()
+    misses = tuple(ClosestMiss(breakdown=b, suggestions=fixes) for b in result.closest_misses)
     return PlanReport(
         inputs=replace(job.inputs, top_k=top_k, allow_cross_node_tp=allow_cross_node_tp, launchable=launchable),
-        best=ranked[0] if ranked else None, candidates=ranked[1:], rejected=result.rejected,
+        best=ranked[0] if ranked else None, candidates=ranked[1:], rejected=rejected,
         closest_misses=misses,
         search={"solver": solver, "space_size": result.num_candidates, "evaluated": result.num_evaluated,
-                "seconds": round(seconds, 4)},
+                "tie_band": TIE_BAND, "num_tied": num_tied, "seconds": round(seconds, 4)},
     )
 
 
@@ -223,27 +241,3 @@ def layout_for_batch(global_batch: int, *, dp: int, micro_batch_size: int = 1, t
                           f"--micro-batch {micro_batch_size}")
     return Layout(dp=dp, tp=tp, micro_batch_size=micro_batch_size, num_microbatches=per_replica,
                   sequence_parallel=tp > 1 if sequence_parallel is None else sequence_parallel, **degrees)
-
-
-def suggest_fixes(miss: CostBreakdown, job: Job) -> tuple[str, ...]:
-    """What would make ``miss`` fit: the levers it does not use yet, and how many GPUs would do."""
-    layout = miss.layout
-    out = []
-    if layout.zero_stage < 3:
-        out.append("ZeRO-3 (--zero 3) to shard parameters as well")
-    if layout.recompute != "full":
-        out.append("full activation recomputation (--recompute full)")
-    if not layout.optimizer_offload:
-        out.append("optimizer offload to host memory")
-    if layout.micro_batch_size > 1:
-        out.append("a smaller micro-batch")
-    peak = miss.peak_stage
-    states = peak.params_bytes + peak.grads_bytes + peak.optimizer_bytes
-    room = miss.memory_capacity_bytes - (peak.total_bytes - states)
-    if room > 0 and states > 0:
-        per_node = job.cluster.gpus_per_node
-        needed = math.ceil(job.cluster.num_gpus * states / room / per_node) * per_node
-        out.append(f"about {needed} GPUs or more (model states shrink as ZeRO shards them wider)")
-    else:
-        out.append("activations alone exceed memory: a shorter sequence, more tp/cp, or recomputation")
-    return tuple(out)

@@ -11,20 +11,30 @@ from costmodels.layout import Layout
 from costmodels.model_spec import ModelSpec
 from costmodels.training import TrainingSpec
 
+REPLAN = "re-plan with 'autoplan plan ... --launchable'"
+"""The fix every refusal names: ``plan --launchable`` searches only what the job applies."""
+
+
+def _or_evaluate(option: str) -> str:
+    """The fix, with the ``evaluate`` option that costs a layout without the refused part."""
+    return f"{REPLAN}, or cost a layout with 'autoplan evaluate ... {option}'"
+
 
 def runtime_problems(training: TrainingSpec, layout: Layout) -> list[str]:
     """What the generated job applies to no model at all, one sentence each naming the field."""
     L, out = layout, []
     if L.cp > 1:
         out.append(f"layout.cp = {L.cp}: context parallelism is not applied by the generated job "
-                   "(torch's context_parallel is CUDA-only and experimental); re-plan with --cp 1")
+                   "(torch's context_parallel is CUDA-only and experimental); " + _or_evaluate("--cp 1"))
     if L.ep > 1:
-        out.append(f"layout.ep = {L.ep}: expert parallelism is not applied by the generated job; re-plan with --ep 1")
+        out.append(f"layout.ep = {L.ep}: expert parallelism is not applied by the generated job; "
+                   + _or_evaluate("--ep 1"))
     if L.optimizer_offload:
-        out.append("layout.optimizer_offload: optimizer offload is not applied by the generated job; re-plan without it")
+        out.append("layout.optimizer_offload: optimizer offload is not applied by the generated job; "
+                   + _or_evaluate("without --offload"))
     if L.pp > 1 and L.num_microbatches < L.pp:
         out.append(f"layout.num_microbatches = {L.num_microbatches}: torch.distributed.pipelining's schedules need "
-                   f"at least pp = {L.pp} micro-batches; use a smaller micro-batch")
+                   f"at least pp = {L.pp} micro-batches; " + _or_evaluate("--micro-batch 1"))
     if training.lora_rank:
         out.append(f"training.lora_rank = {training.lora_rank}: LoRA is not applied by the generated job")
     return out
@@ -35,11 +45,12 @@ def model_problems(model: ModelSpec, layout: Layout) -> list[str]:
     L, out = layout, []
     if model.tied_embeddings and L.pp > 1:
         out.append(f"layout.pp = {L.pp}: {model.name} ties input and output embeddings, which separate pipeline "
-                   "stages cannot share; re-plan with --pp 1")
+                   "stages cannot share; " + _or_evaluate("--pp 1"))
     if model.tied_embeddings and L.tp > 1:
-        out.append(f"layout.tp = {L.tp}: tied embeddings are not split by the generated job; re-plan with --tp 1")
+        out.append(f"layout.tp = {L.tp}: tied embeddings are not split by the generated job; " + _or_evaluate("--tp 1"))
     if model.moe is not None and L.tp > 1:
-        out.append(f"layout.tp = {L.tp}: MoE layers are not tensor-parallel in the generated job; re-plan with --tp 1")
+        out.append(f"layout.tp = {L.tp}: MoE layers are not tensor-parallel in the generated job; "
+                   + _or_evaluate("--tp 1"))
     if model.num_kv_heads % L.tp:
         out.append(f"layout.tp = {L.tp} does not divide the {model.num_kv_heads} key/value heads; pick a divisor")
     return out

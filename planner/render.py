@@ -38,22 +38,32 @@ def layout_summary(L: Layout) -> str:
     return " · ".join(parts)
 
 
-def print_plan(console: Console, plan: PlanEntry, title: str) -> None:
+def prediction_status(sources: dict[str, str]) -> str:
+    """What grounds the predicted figures: the datasheet, a measured profile, or a mix of the two."""
+    measured = sorted(k for k, v in sources.items() if v != "datasheet")
+    if sources and len(measured) == len(sources):
+        return "predicted from the measured profile"
+    if measured:
+        return f"partly measured: {', '.join(measured)} from the profile, the rest datasheet estimates"
+    return "datasheet estimates (no profile or calibration: see --profile)"
+
+
+def print_plan(console: Console, plan: PlanEntry, title: str, tie_note: str = "") -> None:
     """Layout, headline figures, memory by component against capacity, time by term, traffic."""
     p = plan.predicted
     console.print(f"[bold]{title}[/bold]: {layout_summary(plan.layout)}")
+    if tie_note:
+        console.print(f"  {tie_note}")
     console.print(f"  step {p['step_time_s']:.3f} s · {p['tokens_per_s']:,.0f} tokens/s "
-                  f"({p['tokens_per_s_per_gpu']:,.0f}/GPU) · MFU {p['mfu']:.1%} · HFU {p['hfu']:.1%} · "
-                  f"bubble {p['bubble_fraction']:.1%}")
+                  f"({p['tokens_per_s_per_gpu']:,.0f}/GPU)")
+    console.print(f"  MFU {p['mfu']:.1%} · HFU {p['hfu']:.1%} · bubble {p['bubble_fraction']:.1%}")
+    console.print(f"  {prediction_status(p.get('sources', {}))}", style="dim")
     fits = "[green]fits[/green]" if p["fits"] else "[red]does not fit[/red]"
     console.print(f"  peak memory {p['peak_memory_gib']:.1f} / {p['memory_capacity_gib']:.1f} GiB per GPU ({fits})")
-    table = Table(show_header=True, header_style="bold", box=None, padding=(0, 2))
-    table.add_column("memory per GPU (GiB)")
-    table.add_column("", justify="right")
-    table.add_column("time per step (s)")
-    table.add_column("", justify="right")
-    table.add_column("traffic per GPU (GiB)")
-    table.add_column("", justify="right")
+    table = Table(show_header=True, header_style="bold", box=None, padding=(0, 1))
+    for head in ("memory/GPU GiB", "step time s", "traffic/GPU GiB"):
+        table.add_column(head, no_wrap=True, min_width=len(head) - 4)
+        table.add_column("", justify="right", no_wrap=True)
     mem = list(p["memory_gib"].items())
     times = [(TIME_LABELS.get(k, k), v) for k, v in p["time_s"].items() if v > 0]
     comm = list(p["comm_gib_per_gpu"].items())
@@ -103,7 +113,9 @@ def print_report(console: Console, report: PlanFile) -> None:
         shape = list(i.input_shape) if i.input_shape is not None else None
         console.print(f"user model {i.module} (input shape {shape})")
     if report.best is not None:
-        print_plan(console, report.best, "best")
+        tied = report.search.get("num_tied", 0)
+        note = f"{tied} layouts within {report.search['tie_band']:.0%}: picked the simplest" if tied > 1 else ""
+        print_plan(console, report.best, "best", note)
         print_tp_plan(console, report.best.tp_plan)
         print_candidates(console, report.candidates)
     for miss in report.closest_misses:

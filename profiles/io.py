@@ -52,12 +52,22 @@ def write_profile(path: str | Path, profile: HardwareProfile) -> None:
     write_text_atomic(Path(path), json.dumps(profile_to_dict(profile), indent=1, sort_keys=True, allow_nan=False) + "\n")
 
 
-def write_text_atomic(target: Path, text: str) -> None:
+def _current_umask() -> int:
+    """The process umask (reading it means setting it, so it is set straight back)."""
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def write_text_atomic(target: Path, text: str, *, executable: bool = False) -> None:
     """Write ``text`` to a temporary file beside ``target``, then rename it over ``target``:
-    readers see the old file or the new one, never half of one."""
+    readers see the old file or the new one, never half of one. The file gets the mode ``open``
+    would give a new file (0666 less the umask; 0777 less it when ``executable``), not
+    ``mkstemp``'s 0600."""
     target.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
     try:
+        os.fchmod(fd, (0o777 if executable else 0o666) & ~_current_umask())
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
             handle.write(text)
         os.replace(tmp, target)

@@ -58,10 +58,14 @@ def test_evaluate_json_prints_one_plan_and_explain_reads_the_file(tmp_path):
     out = tmp_path / "eval.json"
     result = run(["evaluate", *JOB, "--dp", "4", "--tp", "2", "--pp", "2", "--zero", "1", "--micro-batch", "2",
                   "--schedule", "interleaved", "--virtual-stages", "2", "--recompute", "selective",
-                  "--format", "json", "--out", str(out)])
+                  "--format", "json"])
     assert result.exit_code == 0, result.output
     single = json.loads(result.stdout)
     assert set(single) == {"layout", "predicted"} and single["layout"]["num_microbatches"] == 8
+    written = run(["evaluate", *JOB, "--dp", "4", "--tp", "2", "--pp", "2", "--zero", "1", "--micro-batch", "2",
+                   "--schedule", "interleaved", "--virtual-stages", "2", "--recompute", "selective",
+                   "--format", "json", "--out", str(out)])
+    assert written.exit_code == 0 and written.stdout == ""  # with --out, stdout stays empty
     explained = run(["explain", str(out)])
     assert explained.exit_code == 0 and "dp 4 · tp 2 · pp 2" in explained.output
 
@@ -75,7 +79,7 @@ def test_models_and_hardware_list_presets():
 
 @pytest.mark.parametrize("args,needle", [
     (["plan", "--model", "llama3-7b", *JOB[2:]], "did you mean"),
-    (["plan", *JOB[:2], "--hardware", "h100", *JOB[4:]], "--hardware"),
+    (["plan", *JOB[:2], "--hardware", "h100x", *JOB[4:]], "--hardware"),
     (["plan", *JOB[:4], "--gpus", "0", *JOB[6:]], "--gpus"),
     (["plan", *JOB[:4], "--gpus", "12", *JOB[6:]], "multiple of 8"),
     (["plan", *JOB, "--memory-fraction", "1.5"], "--memory-fraction"),
@@ -111,7 +115,8 @@ def test_infeasible_request_exits_1_with_closest_miss(tmp_path):
     result = run(["plan", "--model", "llama3-405b", "--hardware", "a100-sxm-40gb", "--gpus", "8",
                   "--global-batch", "8", "--seq-len", "4096", "--out", str(out)])
     assert result.exit_code == 1
-    assert "closest miss" in result.output and "would fit with" in result.output
+    assert "no layout fits in memory" in result.stderr and "model states need" in result.stderr
+    assert "--gpus " in result.stderr and "ZeRO-3 (--zero 3)" not in result.stderr  # only what would fit
     data = json.loads(out.read_text())
     assert data["best"] is None and data["closest_misses"][0]["needed_gib"] > data["closest_misses"][0]["available_gib"]
 

@@ -177,3 +177,24 @@ def test_cli_writes_job(tmp_path):
     assert result.exit_code == 0, result.output
     assert (tmp_path / "job" / "launch.sh").stat().st_mode & 0o111
     assert "WORLD_SIZE=4" in (tmp_path / "job" / "launch.sh").read_text()
+
+
+def test_exports_say_what_does_not_map_with_the_frameworks_own_names():
+    # Megatron-LM: use_torch_fsdp2 "is not currently working with Pipeline Parallel" (its training
+    # config); DeepSpeed's PipelineEngine asserts zero_optimization_stage() < 2; Llama 3 has RoPE base 500000.
+    from costmodels.layout import Layout
+    from costmodels.presets import load_model
+    from costmodels.training import TrainingSpec
+    from planner.emit import frameworks
+
+    model, training = load_model("llama3-8b"), TrainingSpec(global_batch_size=32, seq_len=4096)
+    layout = Layout(dp=2, pp=2, zero_stage=3, num_microbatches=16)
+    args, notes = frameworks.megatron_args(model, training, layout, 4096)
+    assert args[args.index("--rotary-base") + 1] == "500000"
+    assert "--use-torch-fsdp2" not in args and any("pipeline parallelism" in n for n in notes)
+    assert set(a for a in args if a.startswith("--")) <= frameworks.MEGATRON_OPTIONS
+    config, ds_notes = frameworks.deepspeed_config(training, layout)
+    assert config["zero_optimization"]["stage"] == 1
+    assert any("zero_optimization_stage() < 2" in n for n in ds_notes)
+    flat_args, _ = frameworks.megatron_args(model, training, Layout(dp=4, zero_stage=3, num_microbatches=8), 4096)
+    assert "--use-torch-fsdp2" in flat_args

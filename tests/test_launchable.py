@@ -47,3 +47,23 @@ def test_launchable_space_is_the_space_filtered_by_launch_problems(case):
     everything = list(all_layouts(model, training, gpus, per_node, SearchOptions()))
     accepted = [L for L in everything if not launch_problems(model, training, L)]
     assert kept == accepted and 0 < len(kept) < len(everything)
+
+
+def test_refusals_name_only_options_that_exist():
+    import re
+
+    from costmodels.layout import Layout
+    from costmodels.presets import load_model
+    from costmodels.training import TrainingSpec
+    from planner.cli.plan import evaluate_command, plan_command
+    from planner.launchable import launch_problems
+
+    real = {opt for cmd in (plan_command, evaluate_command) for p in cmd.params for opt in p.opts}
+    layouts = [Layout(dp=1, cp=2, num_microbatches=8), Layout(dp=2, ep=2, num_microbatches=4),
+               Layout(dp=2, optimizer_offload=True, num_microbatches=4), Layout(dp=1, pp=2, num_microbatches=1),
+               Layout(dp=1, tp=2, num_microbatches=8)]
+    for model in ("tiny-gpt", "tiny-mixtral"):
+        for layout in layouts:
+            for problem in launch_problems(load_model(model), TrainingSpec(global_batch_size=8, seq_len=64), layout):
+                named = set(re.findall(r"(?<![\w-])--[a-z][a-z-]*", problem))
+                assert named and named <= real, problem

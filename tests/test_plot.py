@@ -71,3 +71,19 @@ def test_explain_plot_without_the_plans_profile_is_one_line_exit_2(tmp_path, mon
     result = CliRunner().invoke(main, ["explain", "plan.json", "--plot", "figs"])
     assert result.exit_code == 2
     assert result.output.strip().splitlines()[-1].startswith("error: inputs.profile p.json: no such file")
+
+
+def test_schedule_plot_of_256_microbatches_is_a_small_window(tmp_path):
+    from planner.api import resolve_job
+    from planner.report import PlanReport
+    from planner.validate.plot import MAX_DRAWN_MICROBATCHES, drawn_microbatches, plot_schedule
+
+    assert drawn_microbatches(256, 4, 1) == MAX_DRAWN_MICROBATCHES
+    assert drawn_microbatches(256, 4, 2) % 4 == 0 and drawn_microbatches(16, 4, 1) == 16
+    request = dict(model="tiny-llama", hardware="cpu", gpus=2, global_batch=256, seq_len=64, precision="fp32")
+    layout = planner.Layout(dp=1, pp=2, num_microbatches=256)
+    breakdown = planner.evaluate(layout=layout, **request)
+    file = PlanReport(inputs=resolve_job(**request).inputs, best=breakdown, candidates=()).to_plan_file()
+    paths = plot_schedule(file, plan_cost_model(file), tmp_path)
+    svg = next(p for p in paths if p.suffix == ".svg")
+    assert svg.stat().st_size < 300_000

@@ -58,3 +58,38 @@ def test_torch_runtime_predicts_each_model_state_and_activations_of_the_job(tmp_
     for row in rows:
         if row["component"] in ("params", "grads", "optimizer", "activations"):
             assert row["predicted"] == pytest.approx(row["measured"], rel=0.02), row
+
+
+def test_validate_removes_its_temporary_directory_unless_keep(tmp_path, monkeypatch):
+    import tempfile
+
+    plan = tmp_path / "plan.json"
+    args = ["evaluate", "--model", "tiny-llama", "--hardware", "cpu", "--gpus", "2", "--global-batch", "2",
+            "--seq-len", "64", "--precision", "fp32", "--dp", "2", "--tp", "1", "--pp", "1", "--zero", "3",
+            "--out", str(plan)]
+    assert CliRunner().invoke(main, args).exit_code == 0
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
+    result = CliRunner().invoke(main, ["validate", str(plan), "--dry-run", "--format", "json"])
+    assert result.exit_code == 0, result.output
+    assert not list(scratch.glob("autoplan-validate-*"))
+    assert CliRunner().invoke(main, ["validate", str(plan), "--dry-run", "--format", "json", "--keep"]).exit_code == 0
+    assert len(list(scratch.glob("autoplan-validate-*"))) == 1
+
+
+def test_validate_reports_progress_per_plan(tmp_path):
+    from pathlib import Path
+
+    from planner.validate.workflow import run_validation
+
+    plan = tmp_path / "plan.json"
+    args = ["evaluate", "--model", "tiny-llama", "--hardware", "cpu", "--gpus", "2", "--global-batch", "2",
+            "--seq-len", "64", "--precision", "fp32", "--dp", "2", "--tp", "1", "--pp", "1", "--zero", "3",
+            "--out", str(plan)]
+    assert CliRunner().invoke(main, args).exit_code == 0
+    calls = []
+    run_validation(Path(plan), num_candidates=0, steps=1, warmup=0, nproc=None, dry_run=True, calibrate=False,
+                   profile_path=None, workdir=None, progress=lambda *call: calls.append(call))
+    assert calls[0][:2] == (0, 1) and "dry run" in calls[0][2]
+    assert calls[-1] == (1, 1, "done")

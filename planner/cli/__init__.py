@@ -1,6 +1,6 @@
 """The ``autoplan`` command line: a thin click shell over the planner API.
 
-One module per verb group (``plan``: plan, evaluate, explain, models, hardware; ``launch``;
+One module per verb group (``plan``: plan, evaluate, explain; ``presets``: models, hardware; ``launch``;
 ``validate``; ``profile``; ``alpa``: trace, shard), each holding option parsing and printing only;
 the work is done by ``planner.api``, ``planner.emit``, ``planner.validate`` and ``profiles``."""
 
@@ -94,7 +94,8 @@ def main(debug: bool) -> None:
 
 # Commands live in their own modules; each is registered here.
 # (register-commands: keep one line per module)
-from .plan import evaluate_command, explain_command, hardware_command, models_command, plan_command  # noqa: E402
+from .plan import evaluate_command, explain_command, plan_command  # noqa: E402
+from .presets import hardware_command, models_command  # noqa: E402
 
 for _command in (plan_command, evaluate_command, explain_command, models_command, hardware_command):
     main.add_command(_command)

@@ -41,7 +41,8 @@ JOB_OPTIONS: list[Callable] = [
     click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True,
                  help="json prints JSON only on stdout."),
     click.option("--out", type=click.Path(dir_okay=False, allow_dash=True), default=None,
-                 help="Write the plan file here (atomically; '-' for stdout)."),
+                 help="Write the plan file here (atomically; '-' for stdout). With a path, nothing goes to "
+                      "stdout: one line on stderr names the file and the best layout."),
 ]
 
 
@@ -55,19 +56,44 @@ def _job_kwargs(kw: dict[str, Any]) -> dict[str, Any]:
     keys = ("model", "hardware", "gpus", "global_batch", "seq_len", "gpus_per_node", "precision", "optimizer",
             "lora_rank", "attention", "memory_fraction", "profile", "profile_device_mismatch")
     out = {k: kw[k] for k in keys}
+    out["model"], out["hardware"] = _full_names(kw["model"], kw["hardware"])
     if kw.get("runtime") is not None:
         out["runtime"] = kw["runtime"]
     return out
 
 
-def _emit(text: str, fmt: str, out: str | None, console_view: Callable) -> None:
-    if out:
+def _full_names(model: str, hardware: str) -> tuple[str, str]:
+    """Preset names as typed -> full names, each expansion said once on stderr."""
+    from costmodels.presets import model_name
+    from hardware_specs.loader import hardware_name
+
+    full = (model_name(model), hardware_name(hardware))
+    for given, name in zip((model, hardware), full):
+        if given != name:
+            click.echo(f"{given} means {name}", err=True)
+    return full
+
+
+def _emit(text: str, fmt: str, out: str | None, console_view: Callable, best: "PlanEntry | None") -> None:
+    """Print or write the result. With ``--out FILE`` stdout stays empty (in either format) and
+    stderr gets one line: the path and the best layout; ``--out -`` writes the plan file to stdout."""
+    if out and out != "-":
         write_atomic(out, text)
-    if fmt == "json":
-        if out != "-":
-            click.echo(text, nl=False)
-    elif out != "-":
+        click.echo(f"wrote {out}: {_one_line(best)}", err=True)
+    elif out == "-":
+        write_atomic(out, text)
+    elif fmt == "json":
+        click.echo(text, nl=False)
+    else:
         console_view()
+
+
+def _one_line(best: "PlanEntry | None") -> str:
+    from ..render import layout_summary
+
+    if best is None:
+        return "no layout fits"
+    return f"{layout_summary(best.layout)} · step {best.predicted['step_time_s']:.3f} s"
 
 
 @click.command("plan")
@@ -97,15 +123,15 @@ def plan_command(fmt: str, out: str | None, top_k: int, allow_cross_node_tp: boo
                           **_job_kwargs(kw))
         plan_file = report.to_plan_file()
         timed = report.to_plan_file(with_timing=True)
-        _emit(plan_file.to_json(), fmt, out, lambda: _print(timed))
+        _emit(plan_file.to_json(), fmt, out, lambda: _print(timed), plan_file.best)
         _plot(plan_file, plot_dir)
         if not report.feasible and report.search["space_size"] == 0:
             click.echo(f"error: {_why_nothing_searched(report)}", err=True)
             sys.exit(EXIT_INFEASIBLE)
         if not report.feasible:
             miss = report.closest_misses[0] if report.closest_misses else None
-            detail = (f"; closest needs {miss.needed_gib:.1f} GiB of {miss.available_gib:.1f} GiB "
-                      f"and would fit with {miss.suggestions[-1]}") if miss else ""
+            detail = (f"; closest needs {miss.needed_gib:.1f} GiB of {miss.available_gib:.1f} GiB; "
+                      + "; ".join(miss.suggestions)) if miss else ""
             click.echo(f"error: no layout fits in memory{detail}", err=True)
             sys.exit(EXIT_INFEASIBLE)
 
@@ -154,20 +180,18 @@ def evaluate_command(fmt: str, out: str | None, dp: int, tp: int, pp: int, cp: i
                                       virtual_stages=virtual_stages, recompute=recompute,
                                       recompute_num_layers=recompute_layers, sequence_parallel=sequence_parallel,
                                       optimizer_offload=offload)
-        breakdown = api.evaluate(layout=layout, **_job_kwargs(kw))
-        job = api.resolve_job(**_job_kwargs(kw))
+        job_kwargs = _job_kwargs(kw)
+        breakdown = api.evaluate(layout=layout, **job_kwargs)
+        job = api.resolve_job(**job_kwargs)
         report = PlanReport(inputs=job.inputs, best=breakdown, candidates=(),
                             search={"solver": "evaluate", "space_size": 1, "evaluated": 1})
         single = plan_entry(breakdown)
-        text = json.dumps(single.to_dict(), indent=2, sort_keys=True, allow_nan=False) + "\n"
         if out:
-            write_atomic(out, report.to_json())
-        if fmt == "json":
-            if out != "-":
-                click.echo(text, nl=False)
-        elif out != "-":
-            console = Console()
-            print_plan_view(console, single)
+            _emit(report.to_json(), fmt, out, lambda: None, single)
+        elif fmt == "json":
+            click.echo(json.dumps(single.to_dict(), indent=2, sort_keys=True, allow_nan=False) + "\n", nl=False)
+        else:
+            print_plan_view(Console(), single)
 
     run_command(work)
 
@@ -197,72 +221,24 @@ def _plot(plan: "PlanFile", plot_dir: str | None) -> None:
 @click.argument("plan_file", type=click.Path(dir_okay=False))
 @click.option("--plot", "plot_dir", type=click.Path(file_okay=False), default=None,
               help="Write PNG and SVG figures (schedule, memory, candidates) into this directory.")
-def explain_command(plan_file: str, plot_dir: str | None) -> None:
-    """Show a plan file: layout, memory by component, time by term, traffic, sources."""
+@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True,
+              help="json prints the explanation as one JSON document on stdout.")
+def explain_command(plan_file: str, plot_dir: str | None, fmt: str) -> None:
+    """Explain a plan file: what binds the best plan, why the runner-up lost, and what would
+    change the answer (the search re-run with 2x NIC bandwidth and 2x global batch)."""
     def work() -> None:
+        from ..explain import explain, explanation_lines
         from ..runtime.plan_file import read_plan_file
 
         check_places(plot_dir=plot_dir)
         plan = read_plan_file(plan_file)
-        _print(plan)
+        doc = explain(plan)
+        if fmt == "json":
+            click.echo(json.dumps(doc, indent=2, sort_keys=True, allow_nan=False))
+        else:
+            _print(plan)
+            for line in explanation_lines(doc):
+                click.echo(line)
         _plot(plan, plot_dir)
 
     run_command(work)
-
-
-@click.command("models")
-@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
-def models_command(fmt: str) -> None:
-    """List the model presets with their parameter counts."""
-    from costmodels.model_spec import model_to_dict
-    from costmodels.params import active_params, total_params
-    from costmodels.presets import PRESETS
-
-    if fmt == "json":
-        data = {name: {**model_to_dict(m), "params": total_params(m), "active_params": active_params(m)}
-                for name, m in PRESETS.items()}
-        click.echo(json.dumps(data, indent=2, sort_keys=True, allow_nan=False))
-        return
-    from rich.table import Table
-
-    table = Table(box=None, header_style="bold", padding=(0, 2))
-    for col in ("name", "params", "active", "layers", "hidden", "heads/kv", "ffn", "vocab", "moe"):
-        table.add_column(col, justify="left" if col in ("name", "moe") else "right")
-    for name, m in PRESETS.items():
-        moe = f"{m.moe.num_experts}x top-{m.moe.top_k}" if m.moe else ""
-        table.add_row(name, f"{total_params(m) / 1e9:.2f}B", f"{active_params(m) / 1e9:.2f}B", str(m.num_layers),
-                      str(m.hidden_size), f"{m.num_attention_heads}/{m.num_kv_heads}", str(m.ffn_hidden_size),
-                      str(m.vocab_size), moe)
-    Console().print(table)
-
-
-@click.command("hardware")
-@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
-def hardware_command(fmt: str) -> None:
-    """List the hardware presets (datasheet figures, each with a source in its TOML)."""
-    from hardware_specs import list_hardware, load_node
-    from hardware_specs.units import GB, GIB, TERA
-
-    nodes = {name: load_node(name) for name in list_hardware()}
-    rows = {name: {"display_name": n.hardware.display_name, "device_type": n.hardware.device_type,
-                   "tflops": {k: v / TERA for k, v in sorted(n.hardware.peak_flops_per_s.items())},
-                   "memory_gib": n.hardware.memory_bytes / GIB,
-                   "memory_bandwidth_gb_per_s": n.hardware.memory_bandwidth_bytes_per_s / GB,
-                   "gpus_per_node": n.gpus_per_node, "intra_node": n.intra_node.kind,
-                   "intra_node_gb_per_s": n.intra_node.bandwidth_bytes_per_s / GB,
-                   "inter_node_gb_per_s_per_node": n.inter_node.node_bandwidth_bytes_per_s / GB}
-            for name, n in nodes.items()}
-    if fmt == "json":
-        click.echo(json.dumps(rows, indent=2, sort_keys=True, allow_nan=False))
-        return
-    from rich.table import Table
-
-    table = Table(box=None, header_style="bold", padding=(0, 2))
-    for col in ("name", "bf16 TFLOP/s", "fp8", "memory GiB", "HBM GB/s", "GPUs/node", "intra-node GB/s", "network GB/s/node"):
-        table.add_column(col, justify="left" if col == "name" else "right")
-    for name, r in rows.items():
-        t = r["tflops"]
-        table.add_row(name, f"{t.get('bf16', t['fp16']):g}", f"{t['fp8']:g}" if "fp8" in t else "-",
-                      f"{r['memory_gib']:g}", f"{r['memory_bandwidth_gb_per_s']:g}", str(r["gpus_per_node"]),
-                      f"{r['intra_node']} {r['intra_node_gb_per_s']:g}", f"{r['inter_node_gb_per_s_per_node']:g}")
-    Console().print(table)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -29,11 +30,12 @@ MIB = 2**20
               help="With --calibrate: fit to a table of layouts and measured step times (CSV/TSV, or rows naming "
                    "Megatron-LM / torchtitan logs) instead of running jobs here; see docs/validate.md.")
 @click.option("--workdir", type=click.Path(file_okay=False), default=None,
-              help="Where job directories and logs go (default: a new temporary directory).")
+              help="Where job directories and logs go (default: a new temporary directory, removed at the end).")
+@click.option("--keep", is_flag=True, help="Keep the temporary directory of job directories and logs.")
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
 def validate_command(plan_file: str, num_candidates: int, steps: int, warmup: int, nproc: int | None,
                      dry_run: bool, calibrate: bool, profile_path: str | None, from_log: str | None,
-                     workdir: str | None, fmt: str) -> None:
+                     workdir: str | None, keep: bool, fmt: str) -> None:
     """Run PLAN_FILE's plan (and K candidates) on this machine; print predicted vs measured.
 
     \b
@@ -58,9 +60,10 @@ def validate_command(plan_file: str, num_candidates: int, steps: int, warmup: in
             else:
                 print_log_report(report)
             return
-        report = run_validation(Path(plan_file), num_candidates=num_candidates, steps=steps, warmup=warmup,
-                                nproc=nproc, dry_run=dry_run, calibrate=calibrate, profile_path=profile_path,
-                                workdir=workdir)
+        with _progress_bar() as progress:
+            report = run_validation(Path(plan_file), num_candidates=num_candidates, steps=steps, warmup=warmup,
+                                    nproc=nproc, dry_run=dry_run, calibrate=calibrate, profile_path=profile_path,
+                                    workdir=workdir, keep=keep, progress=progress)
         if fmt == "json":
             click.echo(json.dumps(report, indent=2, sort_keys=True, allow_nan=False))
         else:
@@ -93,6 +96,22 @@ def print_log_report(report: dict[str, Any]) -> None:
     console.print(f"median |step time error|: {report['median_abs_error_pct_before']:.1f}% before, "
                   f"{report['median_abs_error_pct_after']:.1f}% after (in-sample), "
                   + ("-" if loo is None else f"{loo:.1f}%") + " leave-one-out")
+
+
+@contextmanager
+def _progress_bar():
+    """A rich progress bar on stderr, fed as ``progress(done, total, what)``."""
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=Console(stderr=True), transient=True) as bar:
+        task = bar.add_task("validate", total=None)
+
+        def update(done: int, total: int, what: str) -> None:
+            bar.update(task, completed=done, total=total, description=f"validate: {what}")
+
+        yield update
 
 
 def _pct(value: float | None) -> str:

@@ -24,7 +24,7 @@ MEGATRON_OPTIONS = frozenset({
     "--recompute-num-layers", "--bf16", "--fp16", "--fp8-format", "--swiglu", "--normalization",
     "--position-embedding-type", "--untie-embeddings-and-output-weights", "--disable-bias-linear",
     "--add-qkv-bias", "--attention-dropout", "--hidden-dropout", "--optimizer", "--clip-grad",
-    "--tokenizer-type", "--vocab-size",
+    "--tokenizer-type", "--vocab-size", "--rotary-base",
 })
 """Options of NVIDIA/Megatron-LM ``megatron/training/arguments.py`` (parser groups network size,
 regularization, training, mixed precision, distributed, tokenizer, moe) used by the export."""
@@ -61,6 +61,8 @@ def _megatron_model(model: ModelSpec) -> tuple[list[str], list[str]]:
             "--vocab-size", str(model.vocab_size),
             "--normalization", "RMSNorm" if model.norm == "rmsnorm" else "LayerNorm",
             "--position-embedding-type", "rope" if model.positions == "rotary" else "learned_absolute"]
+    if model.positions == "rotary":
+        args += ["--rotary-base", f"{model.rope_theta:g}"]
     if model.num_kv_heads != model.num_attention_heads:
         args += ["--group-query-attention", "--num-query-groups", str(model.num_kv_heads)]
     args += ["--swiglu"] if model.gated_mlp else []
@@ -98,7 +100,12 @@ def megatron_args(model: ModelSpec, training: TrainingSpec, layout: Layout, seq_
         args += ["--use-distributed-optimizer"]
         notes.append(f"zero_stage {L.zero_stage}: Megatron's distributed optimizer shards optimizer states "
                      "and reduce-scatters gradients (ZeRO-1/2 behaviour)")
-    if L.zero_stage == 3:
+    if L.zero_stage == 3 and L.pp > 1:
+        args += ["--use-distributed-optimizer"]
+        notes.append(f"zero_stage 3 with pp {L.pp}: Megatron-LM documents that --use-torch-fsdp2 does not work "
+                     "with pipeline parallelism (use_torch_fsdp2 in its training config), so the distributed "
+                     "optimizer (ZeRO-1/2) is written: parameters are not sharded, memory differs from the plan")
+    elif L.zero_stage == 3:
         args += ["--use-torch-fsdp2"]
     if L.recompute == "full":
         count = L.recompute_num_layers
@@ -151,6 +158,11 @@ def deepspeed_config(training: TrainingSpec, layout: Layout) -> tuple[dict, list
                             "params": {"lr": 3e-4, "weight_decay": 0.1}},
               "steps_per_print": 10}
     notes = []
+    if L.pp > 1 and L.zero_stage >= 2:
+        zero["stage"] = 1
+        notes.append(f"zero_stage {L.zero_stage} with pp {L.pp}: DeepSpeed's PipelineEngine asserts "
+                     "zero_optimization_stage() < 2 (ZeRO-2 and ZeRO-3 are incompatible with pipeline "
+                     "parallelism), so stage 1 is written: gradients and parameters are not sharded")
     if L.tp > 1 or L.pp > 1 or L.cp > 1 or L.ep > 1:
         notes.append(f"tp {L.tp}, pp {L.pp}, cp {L.cp}, ep {L.ep}: DeepSpeed sets these in code "
                      "(PipelineModule(num_stages=...), an mpu / AutoTP), not in the JSON")

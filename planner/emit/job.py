@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import ast
 import json
-import os
 import shutil
 import sys
 from pathlib import Path
@@ -115,11 +114,9 @@ def _copy_runtime(out: Path) -> None:
 
 def _write(path: Path, text: str, executable: bool = False) -> None:
     try:
-        write_text_atomic(path, text)
+        write_text_atomic(path, text, executable=executable)
     except OSError as err:
         raise AutoplanError(f"--out: cannot write {path} ({err.strerror})") from None
-    if executable:
-        os.chmod(path, 0o755)
 
 
 def _summary(plan: PlanFile, layout: Layout) -> str:
@@ -128,6 +125,16 @@ def _summary(plan: PlanFile, layout: Layout) -> str:
     tp_text = f" ({len(tp_plan)}-entry tp_plan)" if tp_plan is not None else ""
     return (f"{model} on {inputs.hardware}: dp {L.dp} tp {L.tp}{tp_text} pp {L.pp} "
             f"zero {L.zero_stage} schedule {L.schedule} recompute {L.recompute}")
+
+
+def _on_gpus(hardware: str) -> bool:
+    """Whether the plan's hardware is an accelerator (a hardware file no longer here: assume so)."""
+    from hardware_specs import load_node
+
+    try:
+        return load_node(hardware).hardware.device_type != "cpu"
+    except AutoplanError:
+        return True
 
 
 def write_job(plan: PlanFile, out: str | Path, *, python: str | None = None) -> list[Path]:
@@ -144,7 +151,8 @@ def write_job(plan: PlanFile, out: str | Path, *, python: str | None = None) -> 
                                                 python=python or sys.executable, user_module=user), executable=True)
     per_node = plan.inputs.gpus_per_node
     _write(out / "slurm.sbatch", scripts.slurm_sbatch(world_size=layout.world_size, gpus_per_node=per_node,
-                                                       name=name, summary=summary))
+                                                       name=name, summary=summary, job_dir=out.resolve(),
+                                                       on_gpus=_on_gpus(plan.inputs.hardware)))
     if user is None:
         _write_exports(out / "exports", name, model, training, layout)
     else:
@@ -161,8 +169,12 @@ def _write_exports(out: Path, name: str, model: ModelSpec, training: TrainingSpe
     _write(out / "deepspeed.json", json.dumps(ds, indent=2, sort_keys=True, allow_nan=False) + "\n")
     tt, t_notes = frameworks.torchtitan_config(name, model, training, layout, seq_len)
     _write(out / "torchtitan.toml", frameworks.toml_text(tt, [f"torchtitan config for {name}"]))
-    notes = ["What does not translate (also in each file where comments are allowed):"]
-    for framework, items in (("Megatron-LM", m_notes), ("DeepSpeed", d_notes), ("torchtitan", t_notes)):
-        notes += [f"- {framework}: {item}" for item in items] or [f"- {framework}: everything maps"]
+    notes = ["What each export maps, and what it does not (also in each file where comments are allowed).",
+             "Each file writes the plan's degrees, micro-batching, ZeRO stage, recomputation and precision",
+             "in the framework's own option names, except as listed:"]
+    for framework, file, items in (("Megatron-LM", "megatron_args.sh", m_notes), ("DeepSpeed", "deepspeed.json", d_notes),
+                                   ("torchtitan", "torchtitan.toml", t_notes)):
+        notes += [f"- {framework} ({file}): {item}" for item in items] or \
+            [f"- {framework} ({file}): no exception found for this layout"]
     _write(out / "NOTES.md", "\n".join(notes) + "\n")
 

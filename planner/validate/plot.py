@@ -19,7 +19,7 @@ from costmodels.estimate import CostModel
 from costmodels.layout import Layout
 from costmodels.rank_time import rank_core_times
 from hardware_specs.units import GIB
-from planner.runtime.plan_file import PlanFile, PlanFileError
+from planner.runtime.plan_file import PlanFile
 
 from .schedule import simulate
 
@@ -64,12 +64,30 @@ def stage_times(cm, layout: Layout) -> tuple[list[float], list[float], float]:
     return fwd, bwd, comm
 
 
+MAX_DRAWN_MICROBATCHES = 32
+"""Past this many micro-batches the schedule plot draws a window: warm-up, a stretch of steady
+state and cool-down of this many, since thousands of bars become stripes in a multi-MB SVG."""
+
+
+def drawn_microbatches(num_microbatches: int, pp: int, virtual_stages: int) -> int:
+    """How many micro-batches the schedule plot simulates and draws: all of them up to
+    ``MAX_DRAWN_MICROBATCHES``; beyond, that many (rounded to a multiple of pp for the
+    interleaved schedule, which needs it), enough for the warm-up and cool-down to show whole."""
+    if num_microbatches <= MAX_DRAWN_MICROBATCHES:
+        return num_microbatches
+    window = max(MAX_DRAWN_MICROBATCHES, 2 * pp)
+    if virtual_stages > 1:
+        window = -(-window // pp) * pp
+    return min(window, num_microbatches)
+
+
 def plot_schedule(plan: PlanFile, cm: CostModel, out_dir: Path) -> list[Path]:
     """Timeline of the chosen plan's step, per pipeline rank."""
     plt = _pyplot()
     layout = plan.best.layout
     fwd, bwd, comm = stage_times(cm, layout)
-    bars = simulate(layout.schedule, layout.pp, layout.num_microbatches, layout.virtual_stages, fwd, bwd, comm)
+    drawn = drawn_microbatches(layout.num_microbatches, layout.pp, layout.virtual_stages)
+    bars = simulate(layout.schedule, layout.pp, drawn, layout.virtual_stages, fwd, bwd, comm)
     end = max(b.end_s for b in bars)
     fig, ax = plt.subplots(figsize=(10, 1.0 + 0.6 * layout.pp))
     for i in range(layout.pp):
@@ -84,8 +102,10 @@ def plot_schedule(plan: PlanFile, cm: CostModel, out_dir: Path) -> list[Path]:
     ax.set_yticks(range(layout.pp), [f"pp rank {i}" for i in range(layout.pp)])
     ax.invert_yaxis()
     ax.set_xlabel("time within the step (s)")
+    shown = "" if drawn == layout.num_microbatches else \
+        f" (first {drawn} drawn; the steady state repeats for the other {layout.num_microbatches - drawn})"
     ax.set_title(f"{layout.schedule} schedule, pp {layout.pp}, {layout.num_microbatches} micro-batches"
-                 + (f", v {layout.virtual_stages}" if layout.virtual_stages > 1 else ""))
+                 + (f", v {layout.virtual_stages}" if layout.virtual_stages > 1 else "") + shown, fontsize=9)
     return _save(fig, out_dir, "schedule")
 
 
@@ -153,13 +173,9 @@ def plot_candidates(plan: PlanFile, cm: CostModel, out_dir: Path) -> list[Path]:
 
 def plan_cost_model(plan: PlanFile) -> CostModel:
     """The cost model the plan was made with: its inputs and the profile they name, if any."""
-    from planner.api import Job
+    from planner.api import job_as_planned
 
-    profile = plan.inputs.profile
-    if profile is not None and not Path(profile).is_file():
-        raise PlanFileError(f"inputs.profile {profile}: no such file here; the plan was costed with it, so the "
-                            "figures need it too (run from the directory 'autoplan plan' ran in)")
-    return Job.from_inputs(plan.inputs, profile=profile).cost_model()
+    return job_as_planned(plan.inputs).cost_model()
 
 
 def plot_plan(plan: PlanFile, out_dir: str | Path) -> list[Path]:

@@ -4,14 +4,17 @@ CLI (``planner.cli.validate``) only parses options and prints it."""
 
 from __future__ import annotations
 
+import shutil
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from planner.runtime.plan_file import PlanFile, read_plan_file
 
 from . import runner
 from .calibrate import calibrate_from_results
+
+Progress = Callable[[int, int, str], None] | None
 
 
 def _load(profile_path: str | None, plan: PlanFile):
@@ -24,8 +27,11 @@ def _load(profile_path: str | None, plan: PlanFile):
 
 
 def run_validation(plan_path: Path, *, num_candidates: int, steps: int, warmup: int, nproc: int | None,
-                   dry_run: bool, calibrate: bool, profile_path: str | None, workdir: str | None) -> dict[str, Any]:
-    """The whole command as a function: returns the JSON report."""
+                   dry_run: bool, calibrate: bool, profile_path: str | None, workdir: str | None,
+                   keep: bool = False, progress: Progress = None) -> dict[str, Any]:
+    """The whole command as a function: returns the JSON report. Without ``workdir`` the job
+    directories go to a new temporary directory, removed at the end unless ``keep``. ``progress``:
+    called as ``progress(done, total, what)`` before and after each plan is run (the CLI's bar)."""
     if calibrate and dry_run:
         raise runner.ValidateError("--calibrate needs measured step times; drop --dry-run")
     plan = read_plan_file(plan_path)
@@ -34,19 +40,14 @@ def run_validation(plan_path: Path, *, num_candidates: int, steps: int, warmup: 
         raise runner.ValidateError("--calibrate: give --profile PATH, the profile file to write the factors into")
     base = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="autoplan-validate-"))
     base.mkdir(parents=True, exist_ok=True)
-    jobs, results = runner.prepare(runner.single_plans(plan, num_candidates), base)
-    if dry_run:
-        results += [runner.compare(job, runner.dry_run(job), profile) for job in jobs]
-    else:
-        results += _measure(jobs, base, steps=steps, warmup=warmup, nproc=nproc, profile=profile)
-    results.sort(key=lambda r: r.name)
-    report: dict[str, Any] = {"plan_file": str(plan_path), "workdir": str(base), "dry_run": dry_run,
-                              "plans": [r.to_dict() for r in results]}
-    runtime = plan.inputs.training.runtime
-    if runtime != "torch":
-        report["note"] = (f"the plan is costed for the {runtime} runtime, but the job runs on PyTorch (FSDP2, "
-                          "PyTorch TP/SP), which holds memory differently; for a like-for-like comparison "
-                          "re-plan with --launchable (or --runtime torch)")
+    try:
+        report, results = _validate(plan, plan_path, base, num_candidates=num_candidates, steps=steps, warmup=warmup,
+                           nproc=nproc, dry_run=dry_run, profile=profile, progress=progress or _silent)
+    finally:
+        if not workdir and not keep:
+            shutil.rmtree(base, ignore_errors=True)
+    if not workdir and not keep:
+        report["workdir"] = f"{base} (removed; --keep keeps it)"
     if calibrate and not any(r.measured_step_time_s for r in results):
         raise runner.ValidateError("--calibrate: no plan was measured (each was skipped: "
                                    + "; ".join(sorted({r.skipped for r in results if r.skipped})[:2])
@@ -56,7 +57,35 @@ def run_validation(plan_path: Path, *, num_candidates: int, steps: int, warmup: 
     return report
 
 
-def _measure(jobs: list[dict], base: Path, *, steps: int, warmup: int, nproc: int | None, profile) -> list:
+def _validate(plan, plan_path: Path, base: Path, *, num_candidates: int, steps: int, warmup: int,
+              nproc: int | None, dry_run: bool, profile, progress: Callable[[int, int, str], None]
+              ) -> tuple[dict[str, Any], list]:
+    """Prepare the job directories under ``base``, run or dry-run them, compare with the plan."""
+    jobs, results = runner.prepare(runner.single_plans(plan, num_candidates), base)
+    if dry_run:
+        for done, job in enumerate(jobs):
+            progress(done, len(jobs), f"dry run {job['name']}")
+            results.append(runner.compare(job, runner.dry_run(job), profile))
+    else:
+        results += _measure(jobs, base, steps=steps, warmup=warmup, nproc=nproc, profile=profile, progress=progress)
+    progress(len(jobs), len(jobs), "done")
+    results.sort(key=lambda r: r.name)
+    report: dict[str, Any] = {"plan_file": str(plan_path), "workdir": str(base), "dry_run": dry_run,
+                              "plans": [r.to_dict() for r in results]}
+    runtime = plan.inputs.training.runtime
+    if runtime != "torch":
+        report["note"] = (f"the plan is costed for the {runtime} runtime, but the job runs on PyTorch (FSDP2, "
+                          "PyTorch TP/SP), which holds memory differently; for a like-for-like comparison "
+                          "re-plan with --launchable (or --runtime torch)")
+    return report, results
+
+
+def _silent(done: int, total: int, what: str) -> None:
+    """No progress shown (the API's default)."""
+
+
+def _measure(jobs: list[dict], base: Path, *, steps: int, warmup: int, nproc: int | None, profile,
+             progress: Callable[[int, int, str], None]) -> list:
     out = []
     sizes = sorted({j["layout"].world_size for j in jobs})
     for size in sizes:
@@ -65,6 +94,7 @@ def _measure(jobs: list[dict], base: Path, *, steps: int, warmup: int, nproc: in
             out += [runner.PlanResult(name=j["name"], layout=j["layout"], job_dir=j["job_dir"],
                                       skipped=f"needs {size} processes; --nproc is {nproc}") for j in group]
             continue
+        progress(len(out), len(jobs), f"running {len(group)} plan(s) on {size} processes")
         measured = runner.launch(group, base, steps=steps, warmup=warmup, nproc=size)
         out += [runner.compare(j, measured[j["name"]], profile) for j in group if j["name"] in measured]
     return out

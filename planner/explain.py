@@ -1,0 +1,110 @@
+"""``autoplan explain``: why a plan won, computed from the plan file, not just its table.
+
+Three answers: what binds the best plan (memory near capacity, or the time term that dominates
+the step), why the runner-up lost (the terms that differ, in seconds and GiB), and what would
+change the answer (the search re-run with one input changed: twice the NIC bandwidth, twice the
+global batch)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+from .runtime.plan_file import PlanEntry, PlanFile
+
+MEMORY_BOUND_SHARE = 0.9
+"""A plan whose peak memory is at least this share of capacity is called memory-bound."""
+
+
+def binding_constraint(best: PlanEntry) -> dict[str, Any]:
+    """Memory when the peak is within ``MEMORY_BOUND_SHARE`` of capacity; else the largest time term."""
+    p = best.predicted
+    share = p["peak_memory_gib"] / p["memory_capacity_gib"]
+    if share >= MEMORY_BOUND_SHARE:
+        return {"kind": "memory", "text": f"memory: peak {p['peak_memory_gib']:.1f} of "
+                                          f"{p['memory_capacity_gib']:.1f} GiB per GPU ({share:.0%})"}
+    term, seconds = max(p["time_s"].items(), key=lambda kv: (kv[1], kv[0]))
+    return {"kind": "time", "term": term,
+            "text": f"time: {term} is {seconds:.3f} s of the {p['step_time_s']:.3f} s step "
+                    f"({seconds / p['step_time_s']:.0%}); memory peaks at {share:.0%} of capacity"}
+
+
+def runner_up_differences(best: PlanEntry, runner: PlanEntry, shown: int = 4) -> dict[str, Any]:
+    """The time terms (s) and memory components (GiB) where ``runner`` differs most from ``best``."""
+    b, r = best.predicted, runner.predicted
+    diffs = []
+    for field, unit in (("time_s", "s"), ("memory_gib", "GiB")):
+        for term in sorted(set(b[field]) | set(r[field])):
+            delta = r[field].get(term, 0.0) - b[field].get(term, 0.0)
+            if abs(delta) > 1e-9:
+                diffs.append({"term": term, "unit": unit, "best": b[field].get(term, 0.0),
+                              "runner_up": r[field].get(term, 0.0), "difference": delta})
+    time_diffs = sorted((d for d in diffs if d["unit"] == "s"), key=lambda d: -abs(d["difference"]))[:shown]
+    mem_diffs = sorted((d for d in diffs if d["unit"] == "GiB"), key=lambda d: -abs(d["difference"]))[:2]
+    return {"step_time_s": {"best": b["step_time_s"], "runner_up": r["step_time_s"]},
+            "terms": time_diffs + mem_diffs}
+
+
+def what_if(plan: PlanFile) -> list[dict[str, Any]]:
+    """The best plan after changing one input, each found by running the search again."""
+    from . import api
+    from .render import layout_summary
+
+    job = api.job_as_planned(plan.inputs)
+    node = job.cluster.node
+    faster_nic = replace(node, inter_node=replace(node.inter_node,
+                                                  nic_bandwidth_bytes_per_s=2 * node.inter_node.nic_bandwidth_bytes_per_s))
+    t = job.training
+    cases = (("2x the NIC bandwidth", {"hardware": faster_nic}),
+             (f"global batch {2 * t.global_batch_size}", {"global_batch": 2 * t.global_batch_size}))
+    out = []
+    for label, change in cases:
+        request = dict(model=job.model, hardware=node, gpus=plan.inputs.gpus, global_batch=t.global_batch_size,
+                       seq_len=t.seq_len, gpus_per_node=plan.inputs.gpus_per_node, precision=t.precision,
+                       optimizer=t.optimizer, lora_rank=t.lora_rank, attention=t.attention, runtime=t.runtime,
+                       memory_fraction=plan.inputs.memory_fraction, profile=job.profile,
+                       launchable=bool(plan.inputs.launchable))
+        report = api.plan(**{**request, **change})
+        if report.best is None:
+            out.append({"change": label, "text": f"with {label}: nothing fits"})
+            continue
+        same = report.best.layout == plan.best.layout
+        out.append({"change": label, "layout": layout_summary(report.best.layout),
+                    "step_time_s": report.best.step_time_s, "same_layout": same,
+                    "text": f"with {label}: {'same layout' if same else layout_summary(report.best.layout)}, "
+                            f"step {report.best.step_time_s:.3f} s"})
+    return out
+
+
+def explain(plan: PlanFile) -> dict[str, Any]:
+    """The whole explanation of a plan file as one JSON-ready document."""
+    from .render import layout_summary
+
+    if plan.best is None:
+        miss = plan.closest_misses[0] if plan.closest_misses else None
+        return {"best": None, "why": list(miss.suggestions) if miss else []}
+    doc: dict[str, Any] = {"best": layout_summary(plan.best.layout), "binding": binding_constraint(plan.best)}
+    if plan.candidates:
+        doc["runner_up"] = {"layout": layout_summary(plan.candidates[0].layout),
+                            **runner_up_differences(plan.best, plan.candidates[0])}
+    if plan.inputs.module is None:
+        doc["what_would_change"] = what_if(plan)
+    return doc
+
+
+def explanation_lines(doc: dict[str, Any]) -> list[str]:
+    """``explain``'s document as lines for the terminal."""
+    if doc["best"] is None:
+        return ["nothing fits:", *(f"  {why}" for why in doc["why"])]
+    lines = [f"why this plan: {doc['binding']['text']}"]
+    if "runner_up" in doc:
+        r = doc["runner_up"]
+        s = r["step_time_s"]
+        lines.append(f"runner-up ({r['layout']}) takes {s['runner_up']:.3f} s against {s['best']:.3f} s:")
+        lines += [f"  {d['term']}: {d['runner_up']:.3f} vs {d['best']:.3f} {d['unit']} ({d['difference']:+.3f})"
+                  for d in r["terms"]]
+        if s["runner_up"] <= s["best"] or not any(d["unit"] == "s" for d in r["terms"]):
+            lines.append("  within the tie band: the best plan is the simpler layout (planner.ranking.simplicity_key)")
+    for case in doc.get("what_would_change", []):
+        lines.append(case["text"])
+    return lines

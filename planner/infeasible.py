@@ -1,0 +1,63 @@
+"""When nothing fits: what the model states need, and the smallest GPU count that fits.
+
+Every lever on one GPU count (ZeRO stage, offload, recomputation, micro-batch) was already
+searched, so the only suggestions that can make the request fit are more GPUs (found by running
+the search at larger counts) or less memory per sequence (a shorter ``--seq-len``)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from costmodels.breakdown import CostBreakdown
+from costmodels.estimate import CostModel
+from costmodels.memory import state_bytes
+from costmodels.params import total_params
+from hardware_specs import make_cluster
+from hardware_specs.units import GIB
+
+from .search import solve
+from .space import SearchOptions
+
+MAX_SCALE_UP = 64
+"""Largest multiple of the requested GPU count the search tries when nothing fits."""
+
+
+def model_state_gib(cost_model: CostModel) -> float:
+    """Parameters, gradients and optimizer states of the whole model in GiB (ZeRO paper's
+    (2 + 2 + K)·Ψ for mixed-precision Adam; LoRA: the frozen weights' parameters only)."""
+    sb = state_bytes(cost_model.training)
+    per_param = sb.param if cost_model.training.lora_rank else sb.param + sb.grad + sb.optimizer
+    return total_params(cost_model.model) * per_param / GIB
+
+
+def smallest_fitting_gpus(cost_model: CostModel, options: SearchOptions) -> tuple[int, CostBreakdown] | None:
+    """The smallest count, among the requested count times 2, 4, ... ``MAX_SCALE_UP`` (whole nodes
+    past one node), at which some layout fits, with its best plan; None when none does."""
+    cluster = cost_model.cluster
+    per_node = cluster.gpus_per_node
+    gpus = cluster.num_gpus * 2
+    while gpus <= cluster.num_gpus * MAX_SCALE_UP:
+        if gpus <= per_node or gpus % per_node == 0:
+            job = replace(cost_model.job, cluster=make_cluster(cluster.node, gpus, per_node if gpus >= per_node else gpus))
+            result = solve(CostModel(job), gpus, job.cluster.gpus_per_node, options, top_k=1)
+            if result.ranked:
+                return gpus, result.ranked[0]
+        gpus *= 2
+    return None
+
+
+def what_would_fit(miss: CostBreakdown, cost_model: CostModel, options: SearchOptions) -> tuple[str, ...]:
+    """Suggestions that would make the request fit, each checked by the search."""
+    from .render import layout_summary
+
+    states = model_state_gib(cost_model)
+    gpus = cost_model.cluster.num_gpus
+    out = [f"model states need {states:,.1f} GiB in all ({states / gpus:,.1f} GiB per GPU even fully sharded "
+           f"over {gpus} GPUs); each GPU holds {miss.memory_capacity_bytes / GIB:.1f} GiB"]
+    found = smallest_fitting_gpus(cost_model, options)
+    if found:
+        count, best = found
+        out.append(f"--gpus {count} fits ({layout_summary(best.layout)})")
+    else:
+        out.append(f"no GPU count up to {gpus * MAX_SCALE_UP} fits: use a shorter --seq-len or larger devices")
+    return tuple(out)

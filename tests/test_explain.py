@@ -1,0 +1,53 @@
+"""``explain`` explains: binding constraint, why the runner-up lost, what would change (issue #17)."""
+
+import json
+
+from click.testing import CliRunner
+
+import planner
+from planner.cli import main
+from planner.explain import binding_constraint, explain, runner_up_differences
+
+
+def _plan_file(**request):
+    return planner.plan(**request).to_plan_file()
+
+
+def test_binding_constraint_names_memory_or_the_largest_time_term():
+    plan = _plan_file(model="llama3-8b", hardware="h100-sxm-80gb", gpus=16, global_batch=64, seq_len=4096)
+    bind = binding_constraint(plan.best)
+    times = plan.best.predicted["time_s"]
+    if bind["kind"] == "time":
+        assert bind["term"] == max(times, key=times.get)
+    else:
+        assert plan.best.predicted["peak_memory_gib"] >= 0.9 * plan.best.predicted["memory_capacity_gib"]
+
+
+def test_runner_up_differences_are_the_terms_that_differ_with_their_numbers():
+    plan = _plan_file(model="llama3-70b", hardware="h100-sxm-80gb", gpus=64, global_batch=512, seq_len=8192)
+    diff = runner_up_differences(plan.best, plan.candidates[0])
+    assert diff["terms"]
+    for d in diff["terms"]:
+        field = "time_s" if d["unit"] == "s" else "memory_gib"
+        assert d["best"] == plan.best.predicted[field].get(d["term"], 0.0)
+        assert d["difference"] == d["runner_up"] - d["best"] != 0
+
+
+def test_what_would_change_is_computed_by_the_search():
+    plan = _plan_file(model="llama3-8b", hardware="h100-sxm-80gb", gpus=16, global_batch=64, seq_len=4096)
+    cases = {c["change"]: c for c in explain(plan)["what_would_change"]}
+    doubled = planner.plan(model="llama3-8b", hardware="h100-sxm-80gb", gpus=16, global_batch=128, seq_len=4096)
+    assert cases["global batch 128"]["step_time_s"] == doubled.best.step_time_s
+    assert "2x the NIC bandwidth" in cases
+
+
+def test_explain_format_json_prints_one_document(tmp_path):
+    path = tmp_path / "plan.json"
+    path.write_text(planner.plan(model="llama3-8b", hardware="h100-sxm-80gb", gpus=16, global_batch=64,
+                                 seq_len=4096).to_json())
+    result = CliRunner().invoke(main, ["explain", str(path), "--format", "json"])
+    assert result.exit_code == 0
+    doc = json.loads(result.stdout)
+    assert set(doc) == {"best", "binding", "runner_up", "what_would_change"}
+    table = CliRunner().invoke(main, ["explain", str(path)]).stdout
+    assert "why this plan:" in table and "runner-up" in table and "with 2x the NIC bandwidth" in table

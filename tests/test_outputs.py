@@ -1,0 +1,92 @@
+"""What the commands write: --out does not echo, files honour the umask, slurm.sbatch finds its
+job and asks for the right resources (issue #17)."""
+
+import json
+import os
+import stat
+
+from click.testing import CliRunner
+
+from planner.cli import main
+
+JOB = ["--model", "tiny-llama", "--hardware", "cpu", "--gpus", "4", "--global-batch", "8", "--seq-len", "128",
+       "--precision", "fp32"]
+
+
+def _invoke(args):
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 0, result.output
+    return result
+
+
+def test_out_keeps_stdout_empty_and_says_the_path_on_stderr(tmp_path):
+    for fmt in ("json", "table"):
+        path = tmp_path / f"plan-{fmt}.json"
+        result = _invoke(["plan", *JOB, "--format", fmt, "--out", str(path)])
+        assert result.stdout == ""
+        assert result.stderr.count("\n") == 1 and f"wrote {path}: dp " in result.stderr
+        assert json.loads(path.read_text())["best"]["layout"]["dp"] >= 1
+
+
+def test_out_dash_prints_the_plan_file_only(tmp_path):
+    result = _invoke(["plan", *JOB, "--format", "json", "--out", "-"])
+    assert set(json.loads(result.stdout)) >= {"schema_version", "inputs", "best"}
+
+
+def test_files_honour_the_umask(tmp_path):
+    old = os.umask(0o022)
+    try:
+        _invoke(["plan", *JOB, "--launchable", "--out", str(tmp_path / "plan.json")])
+        _invoke(["launch", str(tmp_path / "plan.json"), "--out", str(tmp_path / "job")])
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE((tmp_path / "plan.json").stat().st_mode) == 0o644
+    assert stat.S_IMODE((tmp_path / "job" / "plan.json").stat().st_mode) == 0o644
+    assert stat.S_IMODE((tmp_path / "job" / "launch.sh").stat().st_mode) == 0o755
+
+
+def test_slurm_script_names_its_job_dir_absolutely_and_asks_cpus_for_a_cpu_plan(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    _invoke(["plan", *JOB, "--launchable", "--out", "plan.json"])
+    _invoke(["launch", "plan.json", "--out", "job"])
+    text = (tmp_path / "job" / "slurm.sbatch").read_text()
+    assert f'HERE="${{AUTOPLAN_JOB_DIR:-{tmp_path / "job"}}}"' in text
+    assert "SLURM_SUBMIT_DIR" not in text
+    assert "--gpus-per-node" not in text and "#SBATCH --cpus-per-task=2" in text
+
+
+def test_slurm_script_asks_gpus_for_a_gpu_plan():
+    from pathlib import Path
+
+    from planner.emit.scripts import slurm_sbatch
+
+    text = slurm_sbatch(world_size=16, gpus_per_node=8, name="x", summary="s", job_dir=Path("/jobs/x"), on_gpus=True)
+    assert "#SBATCH --nodes=2" in text and "#SBATCH --gpus-per-node=8" in text and "/jobs/x" in text
+
+
+def test_nothing_fits_names_the_smallest_gpu_count_that_fits_and_it_does():
+    import re
+
+    import planner
+
+    request = dict(model="llama3-70b", hardware="a100-sxm-40gb", global_batch=8, seq_len=2048)
+    report = planner.plan(gpus=4, **request)
+    assert report.best is None
+    suggestions = report.closest_misses[0].suggestions
+    assert suggestions[0].startswith("model states need ")
+    count = int(re.search(r"--gpus (\d+) fits", suggestions[1]).group(1))
+    assert planner.plan(gpus=count, **request).best is not None
+    assert count == 8 or planner.plan(gpus=count // 2, **request).best is None
+
+
+def test_predictions_say_whether_they_are_datasheet_estimates_or_measured():
+    from planner.render import prediction_status
+
+    table = _invoke(["plan", *JOB]).stdout
+    assert "datasheet estimates (no profile or calibration" in table
+    profiled = _invoke(["evaluate", "--model", "tiny-llama", "--hardware", "cpu", "--gpus", "2", "--global-batch", "4",
+                        "--seq-len", "128", "--precision", "fp32", "--dp", "1", "--tp", "2", "--pp", "1",
+                        "--profile", "profiles/data/cpu-gloo-2proc.json"]).stdout
+    assert "datasheet estimates" not in profiled and "profile" in profiled.split("peak memory")[0]
+    assert prediction_status({"compute": "profile", "dp_comm": "datasheet"}).startswith("partly measured: compute")
+    assert prediction_status({"compute": "profile"}) == "predicted from the measured profile"
