@@ -19,6 +19,7 @@ from costmodels.job import Job as CostJob
 from costmodels.layout import Layout, LayoutError, check_layout
 from costmodels.model_spec import ModelSpec
 from costmodels.presets import load_model
+from costmodels.stage_split import StageSplitError, first_last_split, parse_layers
 from costmodels.training import TrainingSpec
 from hardware_specs import ClusterSpec, NodeSpec, load_node, make_cluster
 from hardware_specs.errors import AutoplanError, SpecError
@@ -180,6 +181,19 @@ def layout_for_batch(global_batch: int, *, dp: int, micro_batch_size: int = 1, t
                           f"--micro-batch {micro_batch_size}")
     return Layout(dp=dp, tp=tp, micro_batch_size=micro_batch_size, num_microbatches=per_replica,
                   sequence_parallel=tp > 1 if sequence_parallel is None else sequence_parallel, **degrees)
+
+
+def stage_split_option(num_layers: int, *, pp: int, virtual_stages: int, layers_per_stage: str | None,
+                       first: int | None, last: int | None) -> tuple[int, ...]:
+    """Layers per chunk from ``--layers-per-stage`` or Megatron's ``--first/last-stage-layers``
+    (``costmodels.stage_split``); () = the balanced default."""
+    if layers_per_stage is not None and (first is not None or last is not None):
+        raise StageSplitError("give either --layers-per-stage or --first-stage-layers/--last-stage-layers, not both")
+    if layers_per_stage is not None:
+        return parse_layers(layers_per_stage)
+    if first is None and last is None:
+        return ()
+    return first_last_split(num_layers, pp, virtual_stages, first, last)
 
 
 def suggest_fixes(miss: CostBreakdown, job: Job) -> tuple[str, ...]:

@@ -3,8 +3,8 @@
 Outer choices (``MeshChoice``): a factorisation of the GPU count into dp · tp · pp · cp, with
 ep dividing dp, subject to: tp divides the attention heads and (by default) fits inside a node;
 pp is at most the number of layers (balanced split, refined by the stage DP afterwards; the
-interleaved schedule needs pp·v to divide the layers); cp divides the sequence; ep divides the
-experts.
+interleaved schedule takes v among the divisors of ceil(L / pp) with pp·v <= L, its chunks balanced
+to within one layer when pp·v does not divide L); cp divides the sequence; ep divides the experts.
 Inner choices per mesh: ZeRO stage 0-3 (and HSDP for ZeRO-3 with the dp ranks of one node as
 the shard group), optimizer offload, micro-batch size (a divisor of the per-replica batch, so the
 global batch is met exactly), schedule and virtual stages, recomputation mode, sequence parallel.
@@ -153,10 +153,10 @@ def _schedules(mesh: MeshChoice, model: ModelSpec, m: int, options: SearchOption
         if schedule != "interleaved":
             yield schedule, 1
             continue
-        if m % mesh.pp or model.num_layers % mesh.pp:
+        if m % mesh.pp:
             continue
-        for v in divisors(model.num_layers // mesh.pp):
-            if v > 1:
+        for v in divisors(-(-model.num_layers // mesh.pp)):  # ceil(L / pp): the divisors when pp | L
+            if v > 1 and mesh.pp * v <= model.num_layers:
                 yield "interleaved", v
 
 

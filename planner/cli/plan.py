@@ -126,21 +126,34 @@ def plan_command(fmt: str, out: str | None, top_k: int, allow_cross_node_tp: boo
 @click.option("--sequence-parallel/--no-sequence-parallel", default=None,
               help="Megatron sequence parallelism (default: on when tp > 1).")
 @click.option("--offload", is_flag=True, help="Optimizer states in host memory.")
+@click.option("--layers-per-stage", default=None, metavar="N,N,...",
+              help="Layers on each of the pp x virtual-stages model chunks, in model order (chunk c of rank i "
+                   "is stage c*pp + i); default: balanced.")
+@click.option("--first-stage-layers", type=click.IntRange(min=1), default=None,
+              help="Megatron's uneven form: layers on the first pipeline rank (all its virtual stages); "
+                   "the middle ranks split the rest equally.")
+@click.option("--last-stage-layers", type=click.IntRange(min=1), default=None,
+              help="Megatron's uneven form: layers on the last pipeline rank (all its virtual stages).")
 def evaluate_command(fmt: str, out: str | None, dp: int, tp: int, pp: int, cp: int, ep: int, zero: int,
                      hsdp_shard: int, micro_batch: int, schedule: str, virtual_stages: int, recompute: str,
-                     recompute_layers: int, sequence_parallel: bool | None, offload: bool, **kw: Any) -> None:
+                     recompute_layers: int, sequence_parallel: bool | None, offload: bool,
+                     layers_per_stage: str | None, first_stage_layers: int | None, last_stage_layers: int | None,
+                     **kw: Any) -> None:
     """Cost one explicit layout: memory per GPU, step time by term, traffic."""
     def work() -> None:
         from .. import api
         from ..report import PlanReport, plan_entry
 
+        job = api.resolve_job(**_job_kwargs(kw))
+        split = api.stage_split_option(job.model.num_layers, pp=pp, virtual_stages=virtual_stages,
+                                       layers_per_stage=layers_per_stage, first=first_stage_layers,
+                                       last=last_stage_layers)
         layout = api.layout_for_batch(kw["global_batch"], dp=dp, tp=tp, pp=pp, cp=cp, ep=ep, zero_stage=zero,
                                       hsdp_shard_degree=hsdp_shard, micro_batch_size=micro_batch, schedule=schedule,
                                       virtual_stages=virtual_stages, recompute=recompute,
                                       recompute_num_layers=recompute_layers, sequence_parallel=sequence_parallel,
-                                      optimizer_offload=offload)
+                                      optimizer_offload=offload, layers_per_stage=split)
         breakdown = api.evaluate(layout=layout, **_job_kwargs(kw))
-        job = api.resolve_job(**_job_kwargs(kw))
         report = PlanReport(inputs=job.inputs, best=breakdown, candidates=(),
                             search={"solver": "evaluate", "space_size": 1, "evaluated": 1})
         single = plan_entry(breakdown)
