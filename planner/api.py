@@ -125,14 +125,18 @@ def _check_profile(loaded: "HardwareProfile | None", given: Any, cluster: Cluste
 
 def plan(*, model: str | ModelSpec, hardware: str | NodeSpec, gpus: int, global_batch: int, seq_len: int,
          top_k: int = 5, solver: str = "search", allow_cross_node_tp: bool = False,
-         launchable: bool = False, **options: Any) -> PlanReport:
+         launchable: bool = False, layers_per_stage: tuple[int, ...] = (), first_stage_layers: int | None = None,
+         last_stage_layers: int | None = None, **options: Any) -> PlanReport:
     """The fastest layout that fits, ranked alternatives, and why others were rejected.
 
     ``options``: gpus_per_node, precision, optimizer, lora_rank, attention, runtime, memory_fraction,
     profile, profile_device_mismatch (see ``resolve_job``). ``solver``: ``search`` (branch and bound, exact) or ``brute-force``.
     ``launchable``: search only layouts ``autoplan launch`` applies (no cp, ep or offload), costed
     as its job holds memory (``runtime`` defaults to ``torch``; ``megatron`` is refused).
+    ``layers_per_stage`` or ``first_stage_layers`` / ``last_stage_layers`` (Megatron's form): search
+    only pipelines that take this split, and keep it (no stage refinement).
     """
+    _one_split_form(bool(layers_per_stage), first_stage_layers, last_stage_layers)
     if launchable:
         if options.get("runtime", "torch") != "torch":
             raise PlanError(f"--runtime {options['runtime']} with --launchable: the launched job runs on "
@@ -144,12 +148,15 @@ def plan(*, model: str | ModelSpec, hardware: str | NodeSpec, gpus: int, global_
         raise PlanError(f"--top must be a positive integer, got {top_k!r}")
     if solver not in ("search", "brute-force"):
         raise PlanError(f"solver must be 'search' or 'brute-force', got {solver!r}")
-    search_options = SearchOptions(allow_cross_node_tp=allow_cross_node_tp, **(LAUNCHABLE if launchable else {}))
+    search_options = SearchOptions(allow_cross_node_tp=allow_cross_node_tp, layers_per_stage=tuple(layers_per_stage),
+                                   first_stage_layers=first_stage_layers, last_stage_layers=last_stage_layers,
+                                   **(LAUNCHABLE if launchable else {}))
     started = time.perf_counter()
     run = solve if solver == "search" else solve_brute_force
     cost_model = job.cost_model()
     result = run(cost_model, gpus, job.cluster.gpus_per_node, search_options, top_k + 1)
-    ranked = tuple(sorted((refine_stages(cost_model, b) for b in result.ranked), key=rank_key))
+    ranked = result.ranked if search_options.fixed_split else \
+        tuple(sorted((refine_stages(cost_model, b) for b in result.ranked), key=rank_key))
     seconds = time.perf_counter() - started
     misses = tuple(ClosestMiss(breakdown=b, suggestions=suggest_fixes(b, job)) for b in result.closest_misses)
     return PlanReport(
@@ -187,13 +194,17 @@ def stage_split_option(num_layers: int, *, pp: int, virtual_stages: int, layers_
                        first: int | None, last: int | None) -> tuple[int, ...]:
     """Layers per chunk from ``--layers-per-stage`` or Megatron's ``--first/last-stage-layers``
     (``costmodels.stage_split``); () = the balanced default."""
-    if layers_per_stage is not None and (first is not None or last is not None):
-        raise StageSplitError("give either --layers-per-stage or --first-stage-layers/--last-stage-layers, not both")
+    _one_split_form(bool(layers_per_stage), first, last)
     if layers_per_stage is not None:
         return parse_layers(layers_per_stage)
     if first is None and last is None:
         return ()
     return first_last_split(num_layers, pp, virtual_stages, first, last)
+
+
+def _one_split_form(listed: bool, first: int | None, last: int | None) -> None:
+    if listed and (first is not None or last is not None):
+        raise StageSplitError("give either --layers-per-stage or --first-stage-layers/--last-stage-layers, not both")
 
 
 def suggest_fixes(miss: CostBreakdown, job: Job) -> tuple[str, ...]:

@@ -163,3 +163,29 @@ def test_cli_first_last_form_equals_the_explicit_list():
 def test_cli_bad_splits_exit_2_with_one_line(extra, message):
     proc = _cli(*extra)
     assert proc.exit_code == 2 and message in proc.output and len(proc.output.strip().splitlines()) == 1
+
+
+PLAN = ["plan", "--model", "tiny-llama", "--hardware", "a100-sxm-40gb", "--gpus", "4", "--global-batch", "8",
+        "--seq-len", "256", "--format", "json"]
+
+
+def test_plan_keeps_a_requested_first_last_split_and_both_solvers_agree():
+    import planner
+    kwargs = dict(model="tiny-llama", hardware="a100-sxm-40gb", gpus=4, global_batch=8, seq_len=256,
+                  first_stage_layers=1, last_stage_layers=1)
+    fast, slow = planner.plan(**kwargs), planner.plan(solver="brute-force", **kwargs)
+    assert fast.best is not None
+    assert fast.to_dict()["best"] == slow.to_dict()["best"]
+    for plan in (fast.best, *fast.candidates):
+        L = plan.layout
+        assert L.pp > 1 and megatron_first_last(L.stage_layers(4), L.pp, L.virtual_stages) == (1, 1)
+
+
+def test_plan_cli_layers_per_stage_restricts_pp_times_v():
+    proc = CliRunner().invoke(main, [*PLAN, "--layers-per-stage", "1,3"])
+    assert proc.exit_code == 0, proc.output
+    doc = json.loads(proc.output)
+    for plan in (doc["best"], *doc["candidates"]):
+        assert plan["layout"]["layers_per_stage"] == [1, 3] and plan["layout"]["pp"] == 2
+    both = CliRunner().invoke(main, [*PLAN, "--layers-per-stage", "1,3", "--last-stage-layers", "3"])
+    assert both.exit_code == 2 and "not both" in both.output
