@@ -15,6 +15,7 @@ from typing import Any, Literal
 from hardware_specs.errors import SpecError
 
 from .model_spec import ModelSpec
+from .stage_split import balanced_split
 from .training import TrainingSpec
 
 Schedule = Literal["gpipe", "1f1b", "interleaved"]
@@ -56,8 +57,9 @@ class Layout:
     virtual_stages: int = 1
     """Model chunks per pipeline rank (v > 1 only with the interleaved schedule)."""
     layers_per_stage: tuple[int, ...] = ()
-    """Layers on each of the pp · v stages, in order; empty = balanced split (the first
-    L mod (pp·v) stages take one layer more)."""
+    """Layers on each of the pp · v model chunks, in model order (chunk c of rank i is model stage
+    c·pp + i), for plain and interleaved schedules; empty = balanced split (the first L mod (pp·v)
+    chunks take one layer more)."""
     recompute: Recompute = "none"
     """Activation recomputation: none, selective (attention core), full (whole block)."""
     recompute_num_layers: int = 0
@@ -81,10 +83,7 @@ class Layout:
 
     def stage_layers(self, num_layers: int) -> tuple[int, ...]:
         """Layers on each model chunk, in pipeline order."""
-        if self.layers_per_stage:
-            return self.layers_per_stage
-        per, rest = divmod(num_layers, self.num_stages)
-        return tuple(per + (1 if i < rest else 0) for i in range(self.num_stages))
+        return self.layers_per_stage or balanced_split(num_layers, self.num_stages)
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
@@ -185,9 +184,6 @@ def _pipeline_problems(L: Layout, model: ModelSpec) -> list[str]:
                 or min(L.layers_per_stage) < 1:
             problems.append(f"layers_per_stage {list(L.layers_per_stage)} must list {L.num_stages} positive "
                             f"counts summing to {model.num_layers}")
-    elif L.schedule == "interleaved" and model.num_layers % L.num_stages:
-        problems.append(f"{model.num_layers} layers do not split evenly over pp {L.pp} x virtual stages "
-                        f"{L.virtual_stages} (the interleaved schedule needs equal chunks); pick a divisor")
     elif model.num_layers < L.num_stages:
         problems.append(f"pp {L.pp} x virtual stages {L.virtual_stages} exceeds the {model.num_layers} layers")
     if L.recompute_num_layers and L.recompute != "full":

@@ -18,6 +18,7 @@ from costmodels.job import Job as CostJob
 from costmodels.layout import Layout, LayoutError, check_layout
 from costmodels.model_spec import ModelSpec
 from costmodels.presets import load_model
+from costmodels.stage_split import StageSplitError, first_last_split, parse_layers
 from costmodels.training import TrainingSpec
 from hardware_specs import ClusterSpec, NodeSpec, load_node, make_cluster
 from hardware_specs.checks import MAX_GPUS, MAX_TOKENS_PER_STEP, finite, flag, whole
@@ -165,7 +166,8 @@ _RESOLVE_OPTIONS = ("gpus_per_node", "precision", "optimizer", "lora_rank", "att
 
 def plan(*, model: str | ModelSpec, hardware: str | NodeSpec, gpus: int, global_batch: int, seq_len: int,
          top_k: int = 5, solver: str = "search", allow_cross_node_tp: bool = False,
-         launchable: bool = False, **options: Any) -> PlanReport:
+         launchable: bool = False, layers_per_stage: tuple[int, ...] = (), first_stage_layers: int | None = None,
+         last_stage_layers: int | None = None, **options: Any) -> PlanReport:
     """The fastest layout that fits (the simplest, by ``ranking.simplicity_key``, of the plans within
     ``ranking.TIE_BAND`` of the fastest), ranked alternatives, and why others were rejected.
 
@@ -173,12 +175,15 @@ def plan(*, model: str | ModelSpec, hardware: str | NodeSpec, gpus: int, global_
     profile, profile_device_mismatch (see ``resolve_job``). ``solver``: ``search`` (branch and bound, exact) or ``brute-force``.
     ``launchable``: search only layouts ``autoplan launch`` applies (no cp, ep or offload), costed
     as its job holds memory (``runtime`` defaults to ``torch``; ``megatron`` is refused).
+    ``layers_per_stage`` or ``first_stage_layers`` / ``last_stage_layers`` (Megatron's form): search
+    only pipelines that take this split, and keep it (no stage refinement).
     """
     unknown = sorted(set(options) - set(_RESOLVE_OPTIONS))
     if unknown:
         raise PlanError(f"plan(): unknown option {unknown[0]!r}; known: {', '.join(_RESOLVE_OPTIONS)}")
     flag("allow_cross_node_tp", allow_cross_node_tp, error=PlanError)
     flag("launchable", launchable, error=PlanError)
+    _one_split_form(bool(layers_per_stage), first_stage_layers, last_stage_layers)
     if launchable:
         if options.get("runtime", "torch") != "torch":
             raise PlanError(f"--runtime {options['runtime']} with --launchable: the launched job runs on "
@@ -190,13 +195,16 @@ def plan(*, model: str | ModelSpec, hardware: str | NodeSpec, gpus: int, global_
         raise PlanError(f"--top must be a positive integer, got {top_k!r}")
     if solver not in ("search", "brute-force"):
         raise PlanError(f"solver must be 'search' or 'brute-force', got {solver!r}")
-    search_options = SearchOptions(allow_cross_node_tp=allow_cross_node_tp, **(LAUNCHABLE if launchable else {}))
+    search_options = SearchOptions(allow_cross_node_tp=allow_cross_node_tp, layers_per_stage=tuple(layers_per_stage),
+                                   first_stage_layers=first_stage_layers, last_stage_layers=last_stage_layers,
+                                   **(LAUNCHABLE if launchable else {}))
     started = time.perf_counter()
     run = solve if solver == "search" else solve_brute_force
     cost_model = job.cost_model()
     result = run(cost_model, gpus, job.cluster.gpus_per_node, search_options, max(top_k, TIE_POOL) + 1)
-    ranked, num_tied = prefer_simplest(tuple(sorted((refine_stages(cost_model, b) for b in result.ranked),
-                                                    key=rank_key)))
+    refined = result.ranked if search_options.fixed_split else \
+        tuple(sorted((refine_stages(cost_model, b) for b in result.ranked), key=rank_key))
+    ranked, num_tied = prefer_simplest(refined)
     rejected = dict(result.rejected)
     if len(ranked) > top_k + 1:  # compared for ties, then beaten: counted as slower
         rejected["slower"] = rejected.get("slower", 0) + len(ranked) - (top_k + 1)
@@ -241,3 +249,21 @@ def layout_for_batch(global_batch: int, *, dp: int, micro_batch_size: int = 1, t
                           f"--micro-batch {micro_batch_size}")
     return Layout(dp=dp, tp=tp, micro_batch_size=micro_batch_size, num_microbatches=per_replica,
                   sequence_parallel=tp > 1 if sequence_parallel is None else sequence_parallel, **degrees)
+
+
+def stage_split_option(num_layers: int, *, pp: int, virtual_stages: int, layers_per_stage: str | None,
+                       first: int | None, last: int | None) -> tuple[int, ...]:
+    """Layers per chunk from ``--layers-per-stage`` or Megatron's ``--first/last-stage-layers``
+    (``costmodels.stage_split``); () = the balanced default."""
+    _one_split_form(bool(layers_per_stage), first, last)
+    if layers_per_stage is not None:
+        return parse_layers(layers_per_stage)
+    if first is None and last is None:
+        return ()
+    return first_last_split(num_layers, pp, virtual_stages, first, last)
+
+
+def _one_split_form(listed: bool, first: int | None, last: int | None) -> None:
+    if listed and (first is not None or last is not None):
+        raise StageSplitError("give either --layers-per-stage or --first-stage-layers/--last-stage-layers, not both")
+

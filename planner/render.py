@@ -7,6 +7,7 @@ from rich.console import Console
 from rich.table import Table
 
 from costmodels.layout import Layout
+from costmodels.stage_split import describe_split
 
 from .runtime.plan_file import PlanEntry, PlanFile
 
@@ -30,6 +31,8 @@ def layout_summary(L: Layout) -> str:
     parts.append(f"mb {L.micro_batch_size} x {L.num_microbatches}")
     if L.pp > 1:
         parts.append(f"{L.schedule} v={L.virtual_stages}" if L.schedule == "interleaved" else L.schedule)
+    if L.layers_per_stage:
+        parts.append(f"layers {describe_split(L.layers_per_stage)}")
     parts.append(f"recompute {L.recompute}")
     if L.sequence_parallel:
         parts.append("SP")

@@ -3,8 +3,8 @@
 Outer choices (``MeshChoice``): a factorisation of the GPU count into dp · tp · pp · cp, with
 ep dividing dp, subject to: tp divides the attention heads and (by default) fits inside a node;
 pp is at most the number of layers (balanced split, refined by the stage DP afterwards; the
-interleaved schedule needs pp·v to divide the layers); cp divides the sequence; ep divides the
-experts.
+interleaved schedule takes v among the divisors of ceil(L / pp) with pp·v <= L, its chunks balanced
+to within one layer when pp·v does not divide L); cp divides the sequence; ep divides the experts.
 Inner choices per mesh: ZeRO stage 0-3 (and HSDP for ZeRO-3 with the dp ranks of one node as
 the shard group), optimizer offload, micro-batch size (a divisor of the per-replica batch, so the
 global batch is met exactly), schedule and virtual stages, recomputation mode, sequence parallel.
@@ -18,6 +18,7 @@ from typing import Iterator
 
 from costmodels.layout import Layout
 from costmodels.model_spec import ModelSpec
+from costmodels.stage_split import StageSplitError, first_last_split
 from costmodels.training import TrainingSpec
 
 from .launchable import launch_problems
@@ -36,6 +37,17 @@ class SearchOptions:
     launchable: bool = False
     """Only layouts ``autoplan launch`` applies: ``planner.launchable.launch_problems`` is checked
     on every mesh, state and schedule choice (see ``_launchable``)."""
+    layers_per_stage: tuple[int, ...] = ()
+    """A fixed split (layers per chunk): only pipelines with pp · v chunks of that count are searched."""
+    first_stage_layers: int | None = None
+    """Megatron's uneven form (``costmodels.stage_split.first_last_split``), applied at every pp and v
+    that admits it; pipelines that do not are skipped."""
+    last_stage_layers: int | None = None
+
+    @property
+    def fixed_split(self) -> bool:
+        return bool(self.layers_per_stage) or self.first_stage_layers is not None \
+            or self.last_stage_layers is not None
 
 
 LAUNCHABLE = dict(launchable=True)
@@ -187,6 +199,7 @@ class ScheduleChoice:
     virtual_stages: int
     recompute: str
     sequence_parallel: bool
+    layers_per_stage: tuple[int, ...] = ()
 
 
 def schedule_choices(mesh: MeshChoice, model: ModelSpec, training: TrainingSpec,
@@ -198,10 +211,14 @@ def schedule_choices(mesh: MeshChoice, model: ModelSpec, training: TrainingSpec,
     for b in divisors(per_replica):
         m = per_replica // b
         for schedule, v in _schedules(mesh, model, m, options):
+            split = _requested_split(options, model.num_layers, mesh.pp, v)
+            if split is None:
+                continue
             for recompute in options.recompute_modes:
                 for sp in sp_values:
                     sched = ScheduleChoice(micro_batch_size=b, num_microbatches=m, schedule=schedule,
-                                           virtual_stages=v, recompute=recompute, sequence_parallel=sp)
+                                           virtual_stages=v, recompute=recompute, sequence_parallel=sp,
+                                           layers_per_stage=split)
                     if _launchable(options, model, training, mesh, sched=sched):
                         out.append(sched)
     return out
@@ -215,11 +232,26 @@ def _schedules(mesh: MeshChoice, model: ModelSpec, m: int, options: SearchOption
         if schedule != "interleaved":
             yield schedule, 1
             continue
-        if m % mesh.pp or model.num_layers % mesh.pp:
+        if m % mesh.pp:
             continue
-        for v in divisors(model.num_layers // mesh.pp):
-            if v > 1:
+        for v in divisors(-(-model.num_layers // mesh.pp)):  # ceil(L / pp): the divisors when pp | L
+            if v > 1 and mesh.pp * v <= model.num_layers:
                 yield "interleaved", v
+
+
+def _requested_split(options: SearchOptions, num_layers: int, pp: int, v: int) -> tuple[int, ...] | None:
+    """The split ``options`` asks for at this pp and v; () = none asked; None = this pipeline cannot
+    take it."""
+    if not options.fixed_split:
+        return ()
+    if options.layers_per_stage:
+        return options.layers_per_stage if len(options.layers_per_stage) == pp * v else None
+    if pp == 1:
+        return None
+    try:
+        return first_last_split(num_layers, pp, v, options.first_stage_layers, options.last_stage_layers)
+    except StageSplitError:
+        return None
 
 
 def _launchable(options: SearchOptions, model: ModelSpec, training: TrainingSpec, mesh: MeshChoice, *,
@@ -244,7 +276,7 @@ def make_layout(mesh: MeshChoice, state: StateChoice, sched: ScheduleChoice) -> 
                   hsdp_shard_degree=state.hsdp_shard_degree, optimizer_offload=state.optimizer_offload,
                   micro_batch_size=sched.micro_batch_size, num_microbatches=sched.num_microbatches,
                   schedule=sched.schedule, virtual_stages=sched.virtual_stages, recompute=sched.recompute,
-                  sequence_parallel=sched.sequence_parallel)
+                  sequence_parallel=sched.sequence_parallel, layers_per_stage=sched.layers_per_stage)
 
 
 def all_layouts(model: ModelSpec, training: TrainingSpec, num_gpus: int, gpus_per_node: int,

@@ -6,6 +6,11 @@ pure per-term functions. One field may differ, and only in cases run with a meas
 communication term stuck once any layout costed earlier in the same search had read the
 profile (issue #10), so a layout could be labelled ``profile`` for a term whose rate it took from
 the datasheet. Everything else, including every number, must match exactly.
+
+Four plan cases (gpt3-1.3b-a100-8, llama3-8b-h100-8-lora, llama3-8b-h100-8-fp8, hf-config-a100-4)
+were re-recorded when interleaved plans gained uneven chunks (issue #12, ``planner/stages.py``):
+in each, only interleaved entries changed, now carrying ``layers_per_stage`` and a shorter step;
+every entry without the new field is byte-identical to the earlier recording.
 """
 
 from __future__ import annotations

@@ -70,6 +70,21 @@ def test_not_yet_expressible_rows(rows, row_id, reason):
     assert err.value.reason == reason
 
 
+def test_llama3_405b_row_has_fewer_layers_on_the_end_stages(rows):
+    run = map_row(rows["llama3-405b-16384gpu-cp1"], _node)
+    assert run.layout.layers_per_stage == (7,) + (8,) * 14 + (7,)  # 126 layers, pp 16
+    assert any("Sec. 3.3.2" in note for note in run.assumptions)
+
+
+def test_interleaved_row_with_uneven_chunks_is_expressed(rows):
+    run = map_row(rows["nemo-mb-25-11-nemo-container-dgx-b200-llama3-1-405b-128gpu-fp8-cs-tp4pp8cp2vp8ep1-gbs64-mbs1"],
+                  _node)
+    L = run.layout
+    assert (L.pp, L.virtual_stages, L.layers_per_stage) == (8, 8, ())  # balanced: 62 chunks of 2, then 2 of 1
+    assert L.stage_layers(126) == (2,) * 62 + (1, 1)
+    assert any("split not given" in note for note in run.assumptions)
+
+
 def test_moe_row_without_expert_shape(rows):
     row = dict(rows["megatron-sc21-t1-1.7B"])
     row["model"] = {**row["model"], "moe_experts": 8, "moe_top_k": 2}  # experts but no expert FFN size

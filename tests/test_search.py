@@ -1,6 +1,7 @@
 """The branch-and-bound search returns exactly what brute force returns, on many small cases."""
 
 import random
+from dataclasses import replace
 
 import pytest
 
@@ -45,6 +46,21 @@ def test_search_equals_brute_force(seed):
     assert fast.num_candidates == slow.num_candidates
     assert sum(fast.rejected.values()) + len(fast.ranked) == fast.num_candidates
     assert bool(fast.closest_misses) == bool(slow.closest_misses)
+
+
+@pytest.mark.parametrize("seed", [5, 7, 10, 13, 16, 29, 33, 35])
+def test_search_equals_brute_force_with_uneven_layers(seed):
+    # 7 or 11 layers: interleaved layouts whose chunks cannot be equal (balanced to within one layer)
+    model, training, cluster, fraction = _case(100 + seed)
+    model = replace(model, num_layers=random.Random(seed).choice([5, 6, 7, 9, 11]))
+    assert any(L.schedule == "interleaved" and model.num_layers % L.num_stages
+               for L in all_layouts(model, training, cluster.num_gpus, cluster.gpus_per_node, SearchOptions()))
+    cm = lambda: CostModel(Job(model=model, training=training, cluster=cluster, memory_fraction=fraction))
+    fast = solve(cm(), cluster.num_gpus, cluster.gpus_per_node, SearchOptions(), top_k=4)
+    slow = solve_brute_force(cm(), cluster.num_gpus, cluster.gpus_per_node, SearchOptions(), top_k=4)
+    assert [b.layout for b in fast.ranked] == [b.layout for b in slow.ranked]
+    assert [b.step_time_s for b in fast.ranked] == [b.step_time_s for b in slow.ranked]
+    assert fast.num_candidates == slow.num_candidates
 
 
 def test_every_candidate_is_valid_and_meets_the_global_batch():

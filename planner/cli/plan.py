@@ -96,8 +96,22 @@ def _one_line(best: "PlanEntry | None") -> str:
     return f"{layout_summary(best.layout)} · step {best.predicted['step_time_s']:.3f} s"
 
 
+def split_options(func: Callable) -> Callable:
+    """``--layers-per-stage`` and Megatron's ``--first-stage-layers`` / ``--last-stage-layers``."""
+    func = click.option("--last-stage-layers", type=click.IntRange(min=1), default=None,
+                        help="Megatron's uneven form: layers on the last pipeline rank (all its virtual "
+                             "stages).")(func)
+    func = click.option("--first-stage-layers", type=click.IntRange(min=1), default=None,
+                        help="Megatron's uneven form: layers on the first pipeline rank (all its virtual "
+                             "stages); the middle ranks split the rest equally.")(func)
+    return click.option("--layers-per-stage", default=None, metavar="N,N,...",
+                        help="Layers on each of the pp x virtual-stages model chunks, in model order (chunk c "
+                             "of rank i is stage c*pp + i); default: balanced (plan: refined).")(func)
+
+
 @click.command("plan")
 @job_options
+@split_options
 @click.option("--top", "top_k", type=click.IntRange(min=1), default=5, show_default=True,
               help="Alternatives to list (best layout of each next-best mesh).")
 @click.option("--allow-cross-node-tp", is_flag=True, help="Let tensor parallel span nodes.")
@@ -110,7 +124,8 @@ def _one_line(best: "PlanEntry | None") -> str:
 @click.option("--plot", "plot_dir", type=click.Path(file_okay=False), default=None,
               help="Write PNG and SVG figures (schedule, memory, candidates) into this directory.")
 def plan_command(fmt: str, out: str | None, top_k: int, allow_cross_node_tp: bool, launchable: bool, solver: str,
-                 plot_dir: str | None, **kw: Any) -> None:
+                 plot_dir: str | None, layers_per_stage: str | None, first_stage_layers: int | None,
+                 last_stage_layers: int | None, **kw: Any) -> None:
     """Find the fastest layout that fits, with ranked alternatives.
 
     Exits 1 when no layout fits, printing the closest misses and what would make them fit.
@@ -119,8 +134,13 @@ def plan_command(fmt: str, out: str | None, top_k: int, allow_cross_node_tp: boo
         from .. import api
 
         check_places(out=out, plot_dir=plot_dir)
+
+        from costmodels.stage_split import parse_layers
+
+        split = parse_layers(layers_per_stage) if layers_per_stage is not None else ()
         report = api.plan(top_k=top_k, solver=solver, allow_cross_node_tp=allow_cross_node_tp, launchable=launchable,
-                          **_job_kwargs(kw))
+                          layers_per_stage=split, first_stage_layers=first_stage_layers,
+                          last_stage_layers=last_stage_layers, **_job_kwargs(kw))
         plan_file = report.to_plan_file()
         timed = report.to_plan_file(with_timing=True)
         _emit(plan_file.to_json(), fmt, out, lambda: _print(timed), plan_file.best)
@@ -165,24 +185,29 @@ def _why_nothing_searched(report: Any) -> str:
 @click.option("--sequence-parallel/--no-sequence-parallel", default=None,
               help="Megatron sequence parallelism (default: on when tp > 1).")
 @click.option("--offload", is_flag=True, help="Optimizer states in host memory.")
+@split_options
 def evaluate_command(fmt: str, out: str | None, dp: int, tp: int, pp: int, cp: int, ep: int, zero: int,
                      hsdp_shard: int, micro_batch: int, schedule: str, virtual_stages: int, recompute: str,
-                     recompute_layers: int, sequence_parallel: bool | None, offload: bool, **kw: Any) -> None:
+                     recompute_layers: int, sequence_parallel: bool | None, offload: bool,
+                     layers_per_stage: str | None, first_stage_layers: int | None, last_stage_layers: int | None,
+                     **kw: Any) -> None:
     """Cost one explicit layout: memory per GPU, step time by term, traffic."""
     def work() -> None:
         from .. import api
         from ..report import PlanReport, plan_entry
 
         check_places(out=out)
-
+        job_kwargs = _job_kwargs(kw)
+        job = api.resolve_job(**job_kwargs)
+        split = api.stage_split_option(job.model.num_layers, pp=pp, virtual_stages=virtual_stages,
+                                       layers_per_stage=layers_per_stage, first=first_stage_layers,
+                                       last=last_stage_layers)
         layout = api.layout_for_batch(kw["global_batch"], dp=dp, tp=tp, pp=pp, cp=cp, ep=ep, zero_stage=zero,
                                       hsdp_shard_degree=hsdp_shard, micro_batch_size=micro_batch, schedule=schedule,
                                       virtual_stages=virtual_stages, recompute=recompute,
                                       recompute_num_layers=recompute_layers, sequence_parallel=sequence_parallel,
-                                      optimizer_offload=offload)
-        job_kwargs = _job_kwargs(kw)
+                                      optimizer_offload=offload, layers_per_stage=split)
         breakdown = api.evaluate(layout=layout, **job_kwargs)
-        job = api.resolve_job(**job_kwargs)
         report = PlanReport(inputs=job.inputs, best=breakdown, candidates=(),
                             search={"solver": "evaluate", "space_size": 1, "evaluated": 1})
         single = plan_entry(breakdown)

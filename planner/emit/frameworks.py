@@ -12,6 +12,7 @@ import shlex
 
 from costmodels.layout import Layout
 from costmodels.model_spec import ModelSpec
+from costmodels.stage_split import megatron_first_last
 from costmodels.training import TrainingSpec
 
 MEGATRON_OPTIONS = frozenset({
@@ -24,10 +25,15 @@ MEGATRON_OPTIONS = frozenset({
     "--recompute-num-layers", "--bf16", "--fp16", "--fp8-format", "--swiglu", "--normalization",
     "--position-embedding-type", "--untie-embeddings-and-output-weights", "--disable-bias-linear",
     "--add-qkv-bias", "--attention-dropout", "--hidden-dropout", "--optimizer", "--clip-grad",
-    "--tokenizer-type", "--vocab-size", "--rotary-base",
+    "--tokenizer-type", "--vocab-size", "--rotary-base", "--decoder-first-pipeline-num-layers",
+    "--decoder-last-pipeline-num-layers", "--num-virtual-stages-per-pipeline-rank",
+    "--pipeline-model-parallel-layout",
 })
 """Options of NVIDIA/Megatron-LM ``megatron/training/arguments.py`` (parser groups network size,
-regularization, training, mixed precision, distributed, tokenizer, moe) used by the export."""
+regularization, training, mixed precision, distributed, tokenizer, moe) used by the export. The
+uneven-pipeline options are in ``_add_distributed_args`` (commit d98e8a64); uneven first/last stages
+with interleaving need ``--num-virtual-stages-per-pipeline-rank``, not
+``--num-layers-per-virtual-pipeline-stage`` (``validate_args``' uneven-VPP assertion)."""
 
 DEEPSPEED_KEYS = frozenset({
     "train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps", "gradient_clipping",
@@ -49,9 +55,14 @@ TORCHTITAN_KEYS = frozenset({
     "parallelism.pipeline_parallel_microbatch_size", "parallelism.pipeline_parallel_layers_per_stage",
     "parallelism.context_parallel_degree", "parallelism.expert_parallel_degree",
     "activation_checkpoint.mode", "activation_checkpoint.selective_ac_option",
+    "parallelism.pipeline_parallel_first_stage_less_layers", "parallelism.pipeline_parallel_last_stage_less_layers",
+    "parallelism.module_fqns_per_model_part",
 })
 """Fields of pytorch/torchtitan ``torchtitan/config/job_config.py`` (commit 000204a4: Job, Model,
-Optimizer, Training, Parallelism, ActivationCheckpoint), as section.field."""
+Optimizer, Training, Parallelism, ActivationCheckpoint), as section.field; the last three are in
+``torchtitan/config/configs.py`` (commit b5bcd76c), whose module names per chunk
+(``tok_embeddings``, ``layers.<i>``, ``norm``, ``lm_head``) follow
+``torchtitan/distributed/pipeline_parallel.py``."""
 
 
 def _megatron_model(model: ModelSpec) -> tuple[list[str], list[str]]:
@@ -90,8 +101,7 @@ def megatron_args(model: ModelSpec, training: TrainingSpec, layout: Layout, seq_
              "--tensor-model-parallel-size", str(L.tp), "--pipeline-model-parallel-size", str(L.pp),
              "--context-parallel-size", str(L.cp), "--optimizer", "sgd" if training.optimizer == "sgd" else "adam",
              "--clip-grad", "1.0"]
-    if L.virtual_stages > 1:
-        args += ["--num-layers-per-virtual-pipeline-stage", str(model.num_layers // L.num_stages)]
+    args += _megatron_stage_args(model, L)
     if L.sequence_parallel:
         args += ["--sequence-parallel"]
     if L.ep > 1:
@@ -117,14 +127,28 @@ def megatron_args(model: ModelSpec, training: TrainingSpec, layout: Layout, seq_
         training.precision, [])
     if L.schedule == "gpipe" and L.pp > 1:
         notes.append("schedule gpipe: Megatron runs 1F1B (same bubble, less activation memory)")
-    if L.layers_per_stage and len(set(L.layers_per_stage)) > 1:
-        notes.append(f"layers_per_stage {list(L.layers_per_stage)}: uneven splits need "
-                     "--decoder-first/last-pipeline-num-layers or a pipeline layout, set by hand")
     if L.hsdp_shard_degree and L.hsdp_shard_degree < L.dp:
         notes.append(f"hsdp_shard_degree {L.hsdp_shard_degree}: no Megatron equivalent; states shard over all dp")
     if L.optimizer_offload:
         notes.append("optimizer_offload: use --optimizer-cpu-offload (Megatron-Core >= 0.10) by hand")
     return args, notes
+
+
+def _megatron_stage_args(model: ModelSpec, L: Layout) -> list[str]:
+    """Layers per chunk as Megatron states them: equal chunks by ``--num-layers-per-virtual-pipeline-stage``,
+    Megatron's uneven form by the first/last-stage options, any other split by a layout string
+    (``E`` embedding, ``t`` a decoder layer, ``L`` the loss, ``|`` between chunks in model order)."""
+    counts = L.stage_layers(model.num_layers)
+    if L.pp == 1:
+        return []
+    if len(set(counts)) == 1:
+        return ["--num-layers-per-virtual-pipeline-stage", str(counts[0])] if L.virtual_stages > 1 else []
+    ends = megatron_first_last(counts, L.pp, L.virtual_stages)
+    if ends is not None:
+        args = ["--decoder-first-pipeline-num-layers", str(ends[0]), "--decoder-last-pipeline-num-layers", str(ends[1])]
+        return args + (["--num-virtual-stages-per-pipeline-rank", str(L.virtual_stages)] if L.virtual_stages > 1 else [])
+    chunks = "|".join(f"t*{n}" for n in counts)
+    return ["--pipeline-model-parallel-layout", f"E{chunks}L"]
 
 
 def megatron_script(args: list[str], notes: list[str]) -> str:
@@ -180,6 +204,8 @@ def _toml_value(value) -> str:
         return "true" if value else "false"
     if isinstance(value, (int, float)):
         return repr(value)
+    if isinstance(value, list):
+        return "[" + ", ".join(_toml_value(item) for item in value) + "]"
     return toml_string(str(value))
 
 
@@ -216,6 +242,11 @@ def torchtitan_config(model_name: str, model: ModelSpec, training: TrainingSpec,
     counts = L.stage_layers(model.num_layers)
     if L.pp > 1 and len(set(counts)) == 1:
         parallelism["pipeline_parallel_layers_per_stage"] = counts[0]
+        # torchtitan weighs the embedding and head as one layer each by default, which would add a stage
+        parallelism["pipeline_parallel_first_stage_less_layers"] = 0
+        parallelism["pipeline_parallel_last_stage_less_layers"] = 0
+    elif L.pp > 1:
+        parallelism["module_fqns_per_model_part"] = torchtitan_model_parts(counts)
     config = {
         "job": {"description": f"autoplan layout for {model_name}", "dump_folder": "./outputs"},
         "model": {"name": "llama3", "flavor": model_name},
@@ -234,11 +265,21 @@ def torchtitan_config(model_name: str, model: ModelSpec, training: TrainingSpec,
     if L.zero_stage in (1, 2):
         notes.append(f"zero_stage {L.zero_stage}: torchtitan shards parameters too (FSDP2); "
                      "reshard_after_forward 'never' is the closest")
-    if L.pp > 1 and len(set(counts)) > 1:
-        notes.append(f"layers_per_stage {list(counts)}: uneven; set pipeline_parallel_split_points by hand")
     if L.optimizer_offload:
         notes.append("optimizer_offload: training.enable_cpu_offload offloads parameters and gradients too")
     return config, notes
+
+
+def torchtitan_model_parts(counts: tuple[int, ...]) -> list[list[str]]:
+    """Module names of each model chunk, in model order: the embedding on the first, the final norm
+    and output head on the last (torchtitan's ``module_fqns_per_model_part``)."""
+    parts, start = [], 0
+    for n in counts:
+        parts.append([f"layers.{j}" for j in range(start, start + n)])
+        start += n
+    parts[0].insert(0, "tok_embeddings")
+    parts[-1] += ["norm", "lm_head"]
+    return parts
 
 
 def toml_text(config: dict, header: list[str]) -> str:

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from costmodels.layout import Layout
 from costmodels.model_spec import ModelSpec
+from costmodels.stage_split import first_last_split
 from hardware_specs import NodeSpec
 
 from .conventions import HARDWARE_FLOP_FAMILIES, measured_tokens_per_s_per_gpu
@@ -232,10 +233,7 @@ def _layout(row: dict, model: ModelSpec, num_gpus: int, global_batch: int, notes
     if dp * tp * pp * cp != num_gpus:
         raise Unexpressible("missing layout", f"dp {dp} x tp {tp} x pp {pp} x cp {cp} != {num_gpus} GPUs")
     vpp = par["vpp"] or 1
-    if vpp > 1 and model.num_layers % (pp * vpp):
-        raise Unexpressible("uneven stages", f"{model.num_layers} layers over pp {pp} x vpp {vpp}")
-    if model.num_layers % pp:
-        notes.append(f"{model.num_layers} layers over pp {pp}: balanced split, first stages one layer more")
+    split = _stage_split(family, model.num_layers, pp, vpp, notes)
     micro = par["micro_batch_size"]
     if micro is None:
         micro = 1
@@ -248,7 +246,27 @@ def _layout(row: dict, model: ModelSpec, num_gpus: int, global_batch: int, notes
     return Layout(dp=dp, tp=tp, pp=pp, cp=cp, ep=par["ep"] or 1, zero_stage=_zero_stage(par, family, notes),
                   sequence_parallel=_sequence_parallel(par, family, tp, notes), micro_batch_size=micro,
                   num_microbatches=microbatches, schedule="interleaved" if vpp > 1 else "1f1b",
-                  virtual_stages=vpp, recompute=_recompute(par["recompute"], row["throughput"], family, notes))
+                  virtual_stages=vpp, layers_per_stage=split,
+                  recompute=_recompute(par["recompute"], row["throughput"], family, notes))
+
+
+def _stage_split(family: str, num_layers: int, pp: int, vpp: int, notes: list[str]) -> tuple[int, ...]:
+    """Layers per chunk when pp x vpp does not divide the layers: Llama 3's published rule, else the
+    balanced default (the source does not state the split)."""
+    chunks = pp * vpp
+    if pp == 1 or num_layers % chunks == 0:
+        return ()
+    if family == "llama3_405b" and vpp == 1:
+        # Dubey et al. 2024, Sec. 3.3.2: one layer fewer on the first and the last pipeline stage
+        per = -(-num_layers // pp)
+        ends = num_layers - per * (pp - 2)
+        if ends >= 2 and ends % 2 == 0:
+            notes.append(f"{num_layers} layers over pp {pp}: {ends // 2} on the first and last stage, {per} on "
+                         "the others (Llama 3 paper Sec. 3.3.2)")
+            return first_last_split(num_layers, pp, 1, ends // 2, ends // 2)
+    notes.append(f"{num_layers} layers over pp {pp} x vpp {vpp}: split not given; balanced chunks, the first "
+                 f"{num_layers % chunks} one layer more")
+    return ()
 
 
 def _zero_stage(par: dict, family: str, notes: list[str]) -> int:

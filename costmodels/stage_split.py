@@ -1,0 +1,110 @@
+"""Layers per pipeline chunk: the forms frameworks use to state an uneven split.
+
+A split lists the layers of each of the pp · v model chunks in pipeline order (chunk c of rank i
+is model stage c·pp + i, as in ``assignment.py``). Two published forms map onto it:
+
+- Megatron-LM's ``--decoder-first-pipeline-num-layers`` / ``--decoder-last-pipeline-num-layers``:
+  layers on the first / last pipeline *rank*, over all of its v chunks (each of which takes an equal
+  share, so the count must divide by v); the middle ranks split the rest equally
+  (``megatron/core/transformer/transformer_block.py`` ``get_num_layers_to_build`` and
+  ``transformer_config.py``'s uneven-PP checks, NVIDIA/Megatron-LM commit d98e8a64).
+- torchtitan's ``pipeline_parallel_first_stage_less_layers`` / ``..._last_stage_less_layers``:
+  the embedding and the head count as that many layers on the first and last chunk, and the
+  weighted total is split as evenly as possible (``torchtitan/distributed/pipeline_parallel.py``,
+  pytorch/torchtitan commit b5bcd76c).
+"""
+
+from __future__ import annotations
+
+from hardware_specs.errors import SpecError
+
+
+class StageSplitError(SpecError):
+    """Stage sizes that do not make a split of the model's layers."""
+
+
+def balanced_split(num_layers: int, num_chunks: int) -> tuple[int, ...]:
+    """Layers per chunk as even as possible; the first ``num_layers mod num_chunks`` take one more."""
+    per, rest = divmod(num_layers, num_chunks)
+    return tuple(per + (1 if i < rest else 0) for i in range(num_chunks))
+
+
+def chunk_order(pp: int, virtual_stages: int) -> list[list[int]]:
+    """Model-chunk indices held by each pipeline rank: rank i holds chunks i, i + pp, ..."""
+    return [list(range(i, pp * virtual_stages, pp)) for i in range(pp)]
+
+
+def first_last_split(num_layers: int, pp: int, virtual_stages: int, first: int | None,
+                     last: int | None) -> tuple[int, ...]:
+    """Megatron's uneven form as layers per chunk: ``first`` (``last``) layers on the first (last)
+    pipeline rank, spread evenly over its chunks; the middle ranks share the rest equally."""
+    per_rank: list[int | None] = [None] * pp
+    rest, middle = num_layers, pp
+    for name, index, value in (("--first-stage-layers", 0, first), ("--last-stage-layers", pp - 1, last)):
+        if value is None:
+            continue
+        if value < virtual_stages or value % virtual_stages:
+            raise StageSplitError(f"{name} {value} must be a positive multiple of the {virtual_stages} "
+                                  "virtual stages (each chunk of that rank takes an equal share)")
+        if per_rank[index] is not None:
+            raise StageSplitError("--first-stage-layers and --last-stage-layers need pp > 1")
+        per_rank[index] = value
+        rest, middle = rest - value, middle - 1
+    if middle:
+        if rest < middle * virtual_stages:
+            raise StageSplitError(f"--first-stage-layers / --last-stage-layers leave {rest} of the {num_layers} "
+                                  f"layers for the other {middle} pipeline ranks; they need at least "
+                                  f"{middle * virtual_stages}")
+        if rest % (middle * virtual_stages):
+            raise StageSplitError(f"the {rest} layers left for the {middle} middle pipeline ranks do not split "
+                                  f"evenly over their {middle * virtual_stages} chunks; adjust "
+                                  "--first-stage-layers / --last-stage-layers")
+        per_rank = [rest // middle if n is None else n for n in per_rank]
+    elif rest:
+        raise StageSplitError(f"--first-stage-layers + --last-stage-layers must sum to {num_layers} at pp {pp}")
+    counts = [0] * (pp * virtual_stages)
+    for rank, chunks in enumerate(chunk_order(pp, virtual_stages)):
+        for c in chunks:
+            counts[c] = per_rank[rank] // virtual_stages
+    return tuple(counts)
+
+
+def megatron_first_last(counts: tuple[int, ...], pp: int, virtual_stages: int) -> tuple[int, int] | None:
+    """(first-rank layers, last-rank layers) when ``counts`` is in Megatron's uneven form, else None."""
+    ranks = [[counts[c] for c in chunks] for chunks in chunk_order(pp, virtual_stages)]
+    if pp < 2 or any(len(set(r)) > 1 for r in ranks) or len({r[0] for r in ranks[1:-1]}) > 1:
+        return None
+    return sum(ranks[0]), sum(ranks[-1])
+
+
+def weighted_split(num_layers: int, num_chunks: int, first_less: int, last_less: int) -> tuple[int, ...] | None:
+    """torchtitan's form: the embedding weighs ``first_less`` layers on the first chunk and the head
+    ``last_less`` on the last; the weighted total is split evenly (first chunks take the remainder).
+    None when a chunk would be left with no layer."""
+    counts = list(balanced_split(num_layers + first_less + last_less, num_chunks))
+    counts[0] -= first_less
+    counts[-1] -= last_less
+    return tuple(counts) if min(counts) >= 1 else None
+
+
+def describe_split(counts: tuple[int, ...]) -> str:
+    """Run-length text of a split: (3, 4, 4, 4, 3) -> ``3,4x3,3``."""
+    runs: list[list[int]] = []
+    for n in counts:
+        if runs and runs[-1][0] == n:
+            runs[-1][1] += 1
+        else:
+            runs.append([n, 1])
+    return ",".join(f"{n}x{k}" if k > 1 else str(n) for n, k in runs)
+
+
+def parse_layers(text: str) -> tuple[int, ...]:
+    """``"7,8,8,7"`` -> (7, 8, 8, 7); a clear error naming the option otherwise."""
+    try:
+        counts = tuple(int(part) for part in text.split(","))
+    except ValueError:
+        raise StageSplitError(f"--layers-per-stage {text!r}: give comma-separated layer counts, "
+                              "one per pipeline chunk, e.g. 7,8,8,7") from None
+    if min(counts) < 1:
+        raise StageSplitError(f"--layers-per-stage {text!r}: every chunk needs at least one layer")
+    return counts
