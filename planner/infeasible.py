@@ -10,7 +10,6 @@ from dataclasses import replace
 
 from costmodels.breakdown import CostBreakdown
 from costmodels.estimate import CostModel
-from costmodels.memory import state_bytes
 from costmodels.params import total_params
 from hardware_specs import make_cluster
 from hardware_specs.units import GIB
@@ -25,7 +24,7 @@ MAX_SCALE_UP = 64
 def model_state_gib(cost_model: CostModel) -> float:
     """Parameters, gradients and optimizer states of the whole model in GiB (ZeRO paper's
     (2 + 2 + K)·Ψ for mixed-precision Adam; LoRA: the frozen weights' parameters only)."""
-    sb = state_bytes(cost_model.training)
+    sb = cost_model.states
     per_param = sb.param if cost_model.training.lora_rank else sb.param + sb.grad + sb.optimizer
     return total_params(cost_model.model) * per_param / GIB
 

@@ -61,7 +61,7 @@ def _plan_dict() -> dict:
     (lambda d: d.update(schema_version=2), "schema_version 2 is not 1"),
     (lambda d: d.pop("candidates"), "candidates: missing"),
     (lambda d: d["search"].update(space_size="many"), "search.space_size: expected int"),
-    (lambda d: d["search"]["rejected"].update(memory=1.5), "search.rejected.memory: expected int"),
+    (lambda d: d["search"]["rejected"].update(memory=1.5), "search.rejected.memory: expected a non-negative int"),
 ])
 def test_bad_field_is_named_by_its_dotted_path(edit, field):
     data = _plan_dict()

@@ -55,7 +55,8 @@ def test_search_equals_brute_force_with_uneven_layers(seed):
     model = replace(model, num_layers=random.Random(seed).choice([5, 6, 7, 9, 11]))
     assert any(L.schedule == "interleaved" and model.num_layers % L.num_stages
                for L in all_layouts(model, training, cluster.num_gpus, cluster.gpus_per_node, SearchOptions()))
-    cm = lambda: CostModel(Job(model=model, training=training, cluster=cluster, memory_fraction=fraction))
+    cm = lambda: CostModel(Job(model=model, training=training, cluster=cluster, memory_fraction=fraction,
+                               convention=CONVENTIONS[training.runtime]))
     fast = solve(cm(), cluster.num_gpus, cluster.gpus_per_node, SearchOptions(), top_k=4)
     slow = solve_brute_force(cm(), cluster.num_gpus, cluster.gpus_per_node, SearchOptions(), top_k=4)
     assert [b.layout for b in fast.ranked] == [b.layout for b in slow.ranked]

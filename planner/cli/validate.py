@@ -104,8 +104,12 @@ def _progress_bar():
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+    console = Console(stderr=True)
+    if not console.is_terminal:  # a pipe or a log file gets no bar (and no stray blank line)
+        yield lambda done, total, what: None
+        return
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  console=Console(stderr=True), transient=True) as bar:
+                  console=console, transient=True) as bar:
         task = bar.add_task("validate", total=None)
 
         def update(done: int, total: int, what: str) -> None:

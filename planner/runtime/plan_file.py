@@ -209,6 +209,10 @@ class SearchStats:
     evaluated: int
     rejected: dict[str, int] = field(default_factory=dict)
     seconds: float | None = None
+    tie_band: float | None = None
+    """Plans within this fraction of the fastest count as tied (``planner.ranking.TIE_BAND``)."""
+    num_tied: int | None = None
+    """How many plans were tied with the fastest; the simplest of them is ``best``."""
 
     @classmethod
     def from_dict(cls, raw: Any, where: str = "search") -> "SearchStats":
@@ -223,14 +227,19 @@ class SearchStats:
         for key, value in counts.items():
             if value < 0:
                 raise PlanFileError(f"{where}.{key}: must be a non-negative integer, got {value!r}")
+        tied = _get(raw, "num_tied", where, int, optional=True)
+        if tied is not None and tied < 0:
+            raise PlanFileError(f"{where}.num_tied: must be a non-negative integer, got {tied!r}")
         return cls(solver=_get(raw, "solver", where, str), rejected=rejected,
-                   seconds=_get(raw, "seconds", where, (int, float), optional=True), **counts)
+                   seconds=_get(raw, "seconds", where, (int, float), optional=True),
+                   tie_band=_get(raw, "tie_band", where, (int, float), optional=True), num_tied=tied, **counts)
 
     def to_dict(self) -> dict[str, Any]:
         out = {"solver": self.solver, "space_size": self.space_size, "evaluated": self.evaluated,
                "rejected": dict(sorted(self.rejected.items()))}
-        if self.seconds is not None:
-            out["seconds"] = self.seconds
+        for key in ("seconds", "tie_band", "num_tied"):
+            if getattr(self, key) is not None:
+                out[key] = getattr(self, key)
         return out
 
 
