@@ -34,6 +34,10 @@ class Assumptions:
     """Calibration factor multiplying memory-bound kernel times."""
     overlap_fraction: float = 1.0
     """Share of backward compute that data-parallel communication can hide behind (1 = all)."""
+    overlap_slowdown: float = 0.1
+    """Fraction by which compute slows while a collective runs beside it (``costmodels.overlap``):
+    NCCL takes one SM per channel, and 8-16 channels are about 7-15% of an A100's 108 or an
+    H100 SXM's 132 SMs (NVIDIA A100 / H100 architecture whitepapers; NCCL_MAX_NCHANNELS)."""
     step_overhead_s: float = 0.0
     """Fixed per-step time not modelled elsewhere (Python, launch latency); calibrated."""
     layer_overhead_s: float = 0.0

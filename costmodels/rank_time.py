@@ -20,6 +20,7 @@ from .layer_costs import LayerForward
 from .layout import Layout
 from .memo import memoised
 from .memory import ShardedParams
+from .overlap import exposed_comm_s
 from .rank_memory import shard_degrees
 from .ranks import RankLayers, RankTimes
 
@@ -172,14 +173,14 @@ def _add_data_parallel(cm: "CostModel", t: RankTimes, layout: Layout, params: Sh
         else:
             t.dp_tail_s += ar_s
         t.comm_bytes["dp_all_reduce"] += ar_sent * (m if each_mb else 1)
-    overlap = cm.assumptions.overlap_fraction
+    a = cm.assumptions
     fwd_mb = gather_s if gathers_per_mb else 0.0
     bwd_mb = (gather_s if gathers_per_mb == 2 else 0.0) + (reduce_s if reduce_per_mb else 0.0)
-    t.dp_mb_s += max(0.0, fwd_mb - overlap * t.fwd_compute_s) + max(0.0, bwd_mb - overlap * t.bwd_compute_s)
+    t.dp_mb_s += exposed_comm_s(fwd_mb, t.fwd_compute_s, pieces, a) + exposed_comm_s(bwd_mb, t.bwd_compute_s, pieces, a)
     if not gathers_per_mb:
-        t.dp_tail_s += max(0.0, gather_s - overlap * t.fwd_compute_s)
+        t.dp_tail_s += exposed_comm_s(gather_s, t.fwd_compute_s, pieces, a)
     if not reduce_per_mb:
-        t.dp_tail_s += max(0.0, reduce_s - overlap * t.bwd_compute_s)
+        t.dp_tail_s += exposed_comm_s(reduce_s, t.bwd_compute_s, pieces, a)
 
 
 def _in_pieces(cm: "CostModel", t: RankTimes, op: str, size_bytes: float, degree: int, stride: int,
