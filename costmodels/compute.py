@@ -80,16 +80,18 @@ class Rates:
         return max(flops / (self.peak * self.a.gemm_efficiency), moved / self.memory_bandwidth), DATASHEET
 
     def attention_time_and_source(self, flops: float, *, b: int, s: int, heads: int,
-                                  head_dim: int) -> tuple[float, str]:
+                                  head_dim: int, executed_fraction: float = 1.0) -> tuple[float, str]:
         """(seconds for the attention core (scores and score-value product) of ``flops`` FLOPs,
-        where the rate came from)."""
+        where the rate came from). On the datasheet path the kernel executes
+        ``executed_fraction`` of them (causal tiles skipped); a measured rate already includes it."""
         if flops <= 0:
             return 0.0, DATASHEET
         if self.profile is not None:
             rate = self.profile.attention_flops_per_s(b, s, heads, head_dim, self.attention_dtype)
             if rate:
                 return flops / rate * self.a.compute_scale, PROFILE
-        return flops / (self.attention_peak * self.a.gemm_efficiency) * self.a.compute_scale, DATASHEET
+        executed = flops * executed_fraction
+        return executed / (self.attention_peak * self.a.gemm_efficiency) * self.a.compute_scale, DATASHEET
 
     def memory_time_s(self, moved_bytes: float) -> float:
         """Seconds for memory-bound kernels moving ``moved_bytes`` (reads + writes)."""

@@ -48,7 +48,8 @@ def _compute_core_times(cm: "CostModel", layout: Layout, rank: RankLayers) -> Ra
             merge_source(t.sources, term, source)
         _add_layers(cm, t, f, layout, n)
         _add_recompute(cm, t, f, layout, n * share)
-        if layout.recompute == "selective":
+        if layout.recompute == "selective" and cm.training.attention != "fused":
+            # a fused core stores no scores, so selective recomputation has nothing to redo
             t.recompute_s += n * (f.attention_core_s + f.attention_core_memory_s)
     _add_ends(cm, t, layout, rank)
     t.compute_s = t.fwd_compute_s + t.bwd_compute_s
@@ -72,9 +73,9 @@ def _add_layers(cm: "CostModel", t: RankTimes, f: LayerForward, layout: Layout, 
     Backward repeats the forward's TP/EP collectives and moves K, V and their gradients in CP."""
     bwd_gemm = (1.0 if cm.training.is_lora else 2.0) * f.gemm_s
     t.fwd_compute_s += n * f.compute_s
-    t.bwd_compute_s += n * (bwd_gemm + 2 * (f.attention_core_s + f.memory_s + f.host_s))
+    t.bwd_compute_s += n * (bwd_gemm + f.attention_core_bwd_s + 2 * (f.memory_s + f.host_s))
     t.tp_s += n * 2 * f.tp_s
-    t.cp_s += n * (f.cp_s + max(0.0, 2 * f.cp_total_s - 2 * f.attention_core_s))
+    t.cp_s += n * (f.cp_s + max(0.0, 2 * f.cp_total_s - f.attention_core_bwd_s))
     t.ep_s += n * 2 * f.ep_s
     for name, sent in f.comm_bytes.items():
         t.comm_bytes[name] += n * (3 if name.startswith("cp") else 2) * sent * layout.num_microbatches
