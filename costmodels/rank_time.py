@@ -107,7 +107,7 @@ def _add_ends(cm: "CostModel", t: RankTimes, layout: Layout, rank: RankLayers) -
             t.tp_s += seconds
             t.comm_bytes[f"tp_{op}"] += sent * layout.num_microbatches
     if rank.last:
-        head, source = cm.rates.gemm_time_and_source(logits_gemm(model, tokens, layout.tp))
+        head, source = cm.rates.gemm_time_and_source(logits_gemm(model, tokens, layout.tp), high_precision=True)
         merge_source(t.sources, "compute", source)
         loss = cm.rates.memory_time_s(3 * 4 * tokens * model.vocab_size / layout.tp)
         t.fwd_compute_s += head + loss

@@ -102,3 +102,18 @@ def test_eager_attention_runs_every_score_and_2x_backward():
 
     assert (attention_executed_fraction(False), attention_backward_ratio(False)) == (1.0, 2.0)
     assert (attention_executed_fraction(True), attention_backward_ratio(True)) == (0.5, 2.5)
+
+
+def test_fp8_gemms_pay_casts_lm_head_stays_bf16_and_mfu_uses_the_bf16_peak():
+    # H100: fp8 1979 TFLOP/s, bf16 989. A 8192x4096x4096 fp8 GEMM: 2mnk / (0.75 * fp8 peak) plus
+    # the casts of both inputs, 5 bytes per element (amax read, cast read, fp8 write) at 0.8 * HBM.
+    hw = load_node("h100-sxm-80gb").hardware
+    rates = Rates(hw, "fp8", None, A)
+    from costmodels.flops import Gemm
+
+    m = n = k = 4096
+    cast_s = 5 * (m * k + k * n) / (0.8 * hw.memory_bandwidth_bytes_per_s)
+    assert rates.gemm_time_s(Gemm(m=m, n=n, k=k)) == pytest.approx(2 * m * n * k / (0.75 * hw.peak_flops("fp8")) + cast_s)
+    head, _ = rates.gemm_time_and_source(Gemm(m=m, n=n, k=k), high_precision=True)
+    assert head == pytest.approx(2 * m * n * k / (0.75 * hw.peak_flops("bf16")))
+    assert rates.mfu_peak == hw.peak_flops("bf16")
