@@ -1,13 +1,16 @@
 """Named, documented constants of the cost model that no datasheet gives.
 
-Each is an assumption stated once. A measured profile replaces the rates it covers;
+Each is an assumption stated once; ``DEFAULT_ASSUMPTIONS`` applies the shipped calibration
+(``data/calibration.json``) over them. A measured profile replaces the rates it covers;
 ``autoplan validate --calibrate`` fits the multiplicative factors from real runs and
 stores them in the profile's ``calibration`` table (keys are these field names).
 """
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, fields, replace
+from pathlib import Path
 from typing import Mapping
 
 from hardware_specs.units import MIB
@@ -63,4 +66,20 @@ class Assumptions:
         return replace(self, **{k: float(v) for k, v in calibration.items() if k in names})
 
 
-DEFAULT_ASSUMPTIONS = Assumptions()
+CALIBRATION_FILE = Path(__file__).parent / "data" / "calibration.json"
+"""The shipped default calibration: constants fitted on the published runs by
+``benchmarks/calibrate.py --write``, with its command, date and leave-one-family-out figures."""
+
+
+def shipped_calibration(path: Path = CALIBRATION_FILE) -> dict[str, float]:
+    """The fitted constants of the shipped calibration file ({} if it is absent)."""
+    if not path.is_file():
+        return {}
+    return {str(k): float(v) for k, v in json.loads(path.read_text(encoding="utf-8"))["constants"].items()}
+
+
+UNCALIBRATED = Assumptions()
+"""The documented defaults above, before the shipped calibration."""
+DEFAULT_ASSUMPTIONS = UNCALIBRATED.with_calibration(shipped_calibration())
+"""What the cost model uses unless told otherwise: the shipped calibration over the defaults; a
+profile's ``calibration`` (``--profile``, ``validate --calibrate``) overrides it field by field."""
