@@ -155,7 +155,7 @@ def _add_data_parallel(cm: "CostModel", t: RankTimes, layout: Layout, params: Sh
     if torch_runtime:
         gathers_per_mb, reduce_per_mb = _fsdp2_sync(layout)
     else:
-        gathers_per_mb, reduce_per_mb = (2, True) if layout.zero_stage == 3 else (0, False)
+        gathers_per_mb, reduce_per_mb = (2, True) if layout.zero_stage == 3 else (0, _zero2_reduces_each_mb(layout))
     if layout.zero_stage == 0:
         reduce_s, sent = _in_pieces(cm, t, "all_reduce", grads, group, layout.tp, pieces)
         t.comm_bytes["dp_all_reduce"] += sent
@@ -229,3 +229,12 @@ def _fsdp2_sync(layout: Layout) -> tuple[int, bool]:
     if layout.zero_stage == 2 and not pipelined:
         return 1, True
     return 0, False
+
+
+def _zero2_reduces_each_mb(layout: Layout) -> bool:
+    """ZeRO-2 holds only its 1/N_d shard of the gradients, so with m > 1 micro-batches it must
+    reduce-scatter after every micro-batch's backward (DeepSpeed stage 2 reduces each gradient
+    bucket as it fills, every micro-batch; Rajbhandari et al. SC'20, Sec. 5.2). With pp > 1
+    (DeepSpeed's pipeline engine allows only ZeRO-1; MegaScale, Jiang et al. NSDI'24, Sec. 3.1,
+    reduce-scatters once, in the last micro-batch's backward) the reduction stays once per step."""
+    return layout.zero_stage == 2 and layout.num_microbatches > 1 and layout.pp == 1

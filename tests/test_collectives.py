@@ -107,3 +107,18 @@ def test_overlapped_communication_exposes_its_last_piece_and_slows_compute():
     # 20 s beside 10 s in one piece: nothing overlaps, all 20 s exposed.
     assert exposed_comm_s(20.0, 10.0, 1, a) == pytest.approx(20.0)
     assert exposed_comm_s(0.0, 10.0, 4, a) == 0.0
+
+
+def test_zero2_reduce_scatters_every_micro_batch_when_accumulating():
+    # Megatron-runtime ZeRO-2 (DeepSpeed stage 2), 4 micro-batches: the gradient reduce-scatter
+    # is sent once per micro-batch (4x the bytes of one), ZeRO-1 once per step.
+    from costmodels.estimate import CostModel
+    from costmodels.job import Job
+    from costmodels.layout import Layout
+
+    cluster = make_cluster(load_node("h100-sxm-80gb"), 8)
+    cm = CostModel(Job(model=load_model("llama2-7b"), training=TrainingSpec(global_batch_size=32, seq_len=1024),
+                       cluster=cluster))
+    sent = {z: cm.estimate(Layout(dp=8, zero_stage=z, num_microbatches=4)).comm_bytes_per_gpu["dp_reduce_scatter"]
+            for z in (1, 2)}
+    assert sent[2] == pytest.approx(4 * sent[1])
