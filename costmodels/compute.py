@@ -30,6 +30,14 @@ def compute_dtype(precision: str, hardware: HardwareSpec) -> str:
 PROFILE, DATASHEET = "profile", "datasheet"
 
 
+def fp8_cast_bytes(m: int, n: int, k: int) -> float:
+    """HBM bytes to quantise the two 16-bit inputs of an (m×k)·(k×n) fp8 GEMM with current
+    per-tensor scaling: read for the amax, read again and write the fp8 copy, 2 + 2 + 1 bytes per
+    element (per-tensor scaling: Micikevicius et al. 2022, "FP8 Formats for Deep Learning", Sec. 4;
+    Transformer Engine's current-scaling recipe computes the amax before the cast)."""
+    return 5.0 * (m * k + k * n)
+
+
 def merge_source(sources: dict[str, str], term: str, source: str) -> None:
     """Record ``source`` for ``term`` in ``sources``: a term is ``profile`` (or ``profile (nccl-tests)``,
     ...) if any of its rates was measured."""
@@ -50,10 +58,12 @@ class Rates:
         self.elem_bytes = 4 if self.dtype == "fp32" else 2
         self.peak = hardware.peak_flops(self.dtype)
         self.attention_peak = hardware.peak_flops(self.attention_dtype)
+        self.mfu_peak = self.attention_peak
+        """Peak that MFU is quoted against: the 16-bit one even for fp8 training (as published work does)."""
         self.bandwidth = hardware.memory_bandwidth_bytes_per_s
         self.profile = profile
         self.a = assumptions
-        self._gemm_memo: dict[tuple[int, int, int], tuple[float, str]] = {}
+        self._gemm_memo: dict[tuple[int, int, int, bool], tuple[float, str]] = {}
         measured_bw = profile.memory_bandwidth_bytes_per_s() if profile is not None else None
         self.memory_bandwidth = measured_bw or self.bandwidth * assumptions.memory_bandwidth_efficiency
         self.memory_bound_source = PROFILE if measured_bw else DATASHEET
@@ -62,35 +72,45 @@ class Rates:
         """Seconds for ``g.count`` GEMMs of shape (m×k)·(k×n)."""
         return self.gemm_time_and_source(g)[0]
 
-    def gemm_time_and_source(self, g: Gemm) -> tuple[float, str]:
-        """(seconds for ``g.count`` GEMMs of shape (m×k)·(k×n), where the rate came from)."""
-        key = (g.m, g.n, g.k)
+    def gemm_time_and_source(self, g: Gemm, *, high_precision: bool = False) -> tuple[float, str]:
+        """(seconds for ``g.count`` GEMMs of shape (m×k)·(k×n), where the rate came from).
+        ``high_precision``: a GEMM fp8 recipes keep in 16 bits (the LM head; Transformer Engine
+        and torchao leave the output layer in bf16)."""
+        key = (g.m, g.n, g.k, high_precision)
         cached = self._gemm_memo.get(key)
         if cached is None:
-            cached = self._gemm_memo[key] = self._single_gemm_time_s(g.m, g.n, g.k)
+            cached = self._gemm_memo[key] = self._single_gemm_time_s(g.m, g.n, g.k, high_precision)
         per, source = cached
         return per * g.count * self.a.compute_scale, source
 
-    def _single_gemm_time_s(self, m: int, n: int, k: int) -> tuple[float, str]:
+    def _single_gemm_time_s(self, m: int, n: int, k: int, high_precision: bool) -> tuple[float, str]:
         flops = 2.0 * m * n * k
+        fp8 = self.dtype == "fp8" and not high_precision
+        dtype = self.dtype if fp8 or self.dtype != "fp8" else self.attention_dtype
         if self.profile is not None:
-            rate = self.profile.gemm_flops_per_s(m, n, k, self.dtype)
+            rate = self.profile.gemm_flops_per_s(m, n, k, dtype)
             if rate:
-                return flops / rate, PROFILE
+                return flops / rate + (self.memory_time_s(fp8_cast_bytes(m, n, k)) if fp8 else 0.0), PROFILE
         moved = self.elem_bytes * (m * k + k * n + m * n)
-        return max(flops / (self.peak * self.a.gemm_efficiency), moved / self.memory_bandwidth), DATASHEET
+        if not fp8:
+            rate = self.attention_peak * self.a.gemm_efficiency
+            return max(flops / rate, moved / self.memory_bandwidth), DATASHEET
+        rate = self.peak * self.a.fp8_gemm_efficiency
+        return max(flops / rate, moved / self.memory_bandwidth) + self.memory_time_s(fp8_cast_bytes(m, n, k)), DATASHEET
 
     def attention_time_and_source(self, flops: float, *, b: int, s: int, heads: int,
-                                  head_dim: int) -> tuple[float, str]:
+                                  head_dim: int, executed_fraction: float = 1.0) -> tuple[float, str]:
         """(seconds for the attention core (scores and score-value product) of ``flops`` FLOPs,
-        where the rate came from)."""
+        where the rate came from). On the datasheet path the kernel executes
+        ``executed_fraction`` of them (causal tiles skipped); a measured rate already includes it."""
         if flops <= 0:
             return 0.0, DATASHEET
         if self.profile is not None:
             rate = self.profile.attention_flops_per_s(b, s, heads, head_dim, self.attention_dtype)
             if rate:
                 return flops / rate * self.a.compute_scale, PROFILE
-        return flops / (self.attention_peak * self.a.gemm_efficiency) * self.a.compute_scale, DATASHEET
+        executed = flops * executed_fraction
+        return executed / (self.attention_peak * self.a.gemm_efficiency) * self.a.compute_scale, DATASHEET
 
     def memory_time_s(self, moved_bytes: float) -> float:
         """Seconds for memory-bound kernels moving ``moved_bytes`` (reads + writes)."""

@@ -35,6 +35,10 @@ class ZeroStageRule:
     bucket_buffers: bool
     """The gradient buffers are two communication buckets (Megatron's DDP), not the gradients of
     the parameters themselves."""
+    pipelined_reduces_once: bool = False
+    """With pp > 1 this stage reduces once per step although it reduces every micro-batch without
+    pipelining (ZeRO-2: DeepSpeed's pipeline engine allows only ZeRO-1; MegaScale, Jiang et al.
+    NSDI'24, Sec. 3.1, reduce-scatters once, in the last micro-batch's backward)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -78,6 +82,8 @@ class RuntimeConvention:
         rule = self.zero(zero_stage)
         if pp > 1 and self.pipeline_defers_gradient_sync:
             return (2 if rule.reshard_after_forward else 0), False
+        if pp > 1 and rule.pipelined_reduces_once:
+            return rule.gathers_per_microbatch, False
         return rule.gathers_per_microbatch, rule.reduce_every_microbatch
 
 
@@ -89,8 +95,11 @@ MEGATRON = RuntimeConvention(
                       gathers_per_microbatch=0, bucketed=True, bucket_buffers=True),
         ZeroStageRule(sharded_stage=1, reshard_after_forward=False, reduce_every_microbatch=False,
                       gathers_per_microbatch=0, bucketed=True, bucket_buffers=True),
-        ZeroStageRule(sharded_stage=2, reshard_after_forward=False, reduce_every_microbatch=False,
-                      gathers_per_microbatch=0, bucketed=True, bucket_buffers=True),
+        # ZeRO-2 holds only its 1/N_d gradient shard, so with several micro-batches it must
+        # reduce-scatter after each one's backward (DeepSpeed stage 2 reduces every bucket as it
+        # fills; Rajbhandari et al. SC'20, Sec. 5.2); pipelined, once per step.
+        ZeroStageRule(sharded_stage=2, reshard_after_forward=False, reduce_every_microbatch=True,
+                      gathers_per_microbatch=0, bucketed=True, bucket_buffers=True, pipelined_reduces_once=True),
         ZeroStageRule(sharded_stage=3, reshard_after_forward=True, reduce_every_microbatch=True,
                       gathers_per_microbatch=2, bucketed=False, bucket_buffers=False),
     ),
@@ -102,6 +111,7 @@ MEGATRON = RuntimeConvention(
     dtensor_tensor_parallel=False,
 )
 """Megatron-LM's distributed optimizer / DeepSpeed ZeRO (Rajbhandari et al., SC'20, Sec. 5 and
-7): ZeRO 0-2 reduce (and gather) once per step in buckets; ZeRO-3 gathers in forward and
+7): ZeRO 0-1 reduce (and gather) once per step in buckets, ZeRO-2 reduce-scatters each
+micro-batch's gradients (once per step when pipelined); ZeRO-3 gathers in forward and
 backward and reduce-scatters every micro-batch, one layer at a time. Activations as Korthikanti
 et al. 2022 count them (fused kernels, Megatron sequence parallelism)."""

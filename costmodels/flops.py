@@ -49,6 +49,21 @@ def attention_core_flops(model: ModelSpec, b: int, s_q: int, s_kv: int, tp: int)
     return 4.0 * b * s_q * s_kv * model.q_dim / tp
 
 
+def attention_executed_fraction(fused: bool) -> float:
+    """Share of the s_q·s_kv score tiles a causal attention kernel computes: a fused kernel skips
+    the tiles above the diagonal, about half (FlashAttention-2, Dao 2023, Sec. 3.1.1); eager
+    attention computes every score and then masks it."""
+    return 0.5 if fused else 1.0
+
+
+def attention_backward_ratio(fused: bool) -> float:
+    """Backward / forward time of the attention core. A fused kernel recomputes the scores and
+    runs 5 matmuls in backward against 2 in forward: 2.5x (FlashAttention-2, Dao 2023, Sec. 4.1,
+    which counts backward FLOPs as 2.5x forward); eager attention: input and score gradients, 2x
+    (Narayanan et al. SC'21)."""
+    return 2.5 if fused else 2.0
+
+
 def logits_gemm(model: ModelSpec, tokens: int, tp: int) -> Gemm:
     """Output projection to the (tp-split) vocabulary: 2·tokens·h·V/t."""
     return Gemm(m=tokens, n=model.vocab_size // tp or 1, k=model.hidden_size)

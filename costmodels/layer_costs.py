@@ -20,7 +20,8 @@ from .assumptions import Assumptions
 from .collectives import bytes_sent_per_rank, collective_time_and_source
 from .compute import Rates, merge_source
 from .convention import RuntimeConvention
-from .flops import Gemm, _kv_per_rank, attention_core_flops, attention_gemms, lora_flops, mlp_gemms
+from .flops import (Gemm, _kv_per_rank, attention_backward_ratio, attention_core_flops, attention_executed_fraction,
+                    attention_gemms, lora_flops, mlp_gemms)
 from .model_spec import ModelSpec
 from .training import TrainingSpec
 
@@ -46,6 +47,8 @@ class LayerForward:
     gemm_s: float = 0.0
     """Weight GEMMs (projections, MLP, experts) and LoRA adapters."""
     attention_core_s: float = 0.0
+    attention_core_bwd_s: float = 0.0
+    """Backward of the attention core (``flops.attention_backward_ratio`` × forward)."""
     memory_s: float = 0.0
     """Memory-bound kernels (norms, residuals, activations, rotary, softmax if eager)."""
     attention_core_memory_s: float = 0.0
@@ -120,8 +123,11 @@ class LayerCosts:
             out.gemm_s += seconds
             merge_source(out.sources, "compute", source)
         core_flops = attention_core_flops(model, key.b, key.s_local, key.s_local * key.cp, key.tp)
+        fused = self.training.attention == "fused"
         out.attention_core_s, out.sources["attention"] = rates.attention_time_and_source(
-            core_flops, b=key.b, s=key.s_local, heads=model.num_attention_heads // key.tp, head_dim=model.d_head)
+            core_flops, b=key.b, s=key.s_local, heads=model.num_attention_heads // key.tp, head_dim=model.d_head,
+            executed_fraction=attention_executed_fraction(fused))
+        out.attention_core_bwd_s = attention_backward_ratio(fused) * out.attention_core_s
         out.flops += core_flops
         out.attention_core_memory_s = rates.memory_time_s(self._eager_core_bytes(key))
         out.memory_s = rates.memory_time_s(self._memory_bound_bytes(key)) + out.attention_core_memory_s

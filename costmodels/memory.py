@@ -1,7 +1,9 @@
 """Model-state memory per rank: parameters, gradients and optimizer states under ZeRO.
 
 Convention: ZeRO (Rajbhandari et al., SC'20, Sec. 3 and Fig. 1), as
-held by DeepSpeed and by Megatron-LM's distributed optimizer with 16-bit gradients. Mixed precision
+held by DeepSpeed and by Megatron-LM's distributed optimizer with 16-bit gradients (fp16); bf16
+and fp8 training keep fp32 gradients (Megatron's main_grad: 2Ψ + 4Ψ + 12Ψ, 6 + 12/d bytes under
+the distributed optimizer). Mixed precision
 (bf16/fp16/fp8) with Adam keeps 2Ψ 16-bit params + 2Ψ 16-bit grads + KΨ optimizer states, K = 12
 (fp32 master copy, momentum, variance); SGD with momentum has K = 8 (master, momentum).
 fp32 training keeps 4Ψ + 4Ψ and K = 8 (Adam) or 4 (SGD), no master copy.
@@ -46,7 +48,10 @@ def state_bytes(training: TrainingSpec, convention: RuntimeConvention) -> StateB
     if training.precision == "fp32" or convention.fp32_model_states:
         return StateBytes(param=4, grad=4, optimizer=8 if training.optimizer == "adamw" else 4,
                           gathered=compute, reduced=4)
-    return StateBytes(param=2, grad=2, optimizer=12 if training.optimizer == "adamw" else 8, gathered=2, reduced=2)
+    # Megatron accumulates and reduces bf16 training's gradients in an fp32 main_grad buffer
+    # (Megatron-Core distributed optimizer docs: bf16 params, fp32 grads = 6 + 12/d bytes/param).
+    grad = 4 if training.precision in ("bf16", "fp8") else 2
+    return StateBytes(param=2, grad=grad, optimizer=12 if training.optimizer == "adamw" else 8, gathered=2, reduced=grad)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -20,6 +20,7 @@ from .layer_costs import LayerForward
 from .layout import Layout
 from .memo import memoised
 from .memory import ShardedParams
+from .overlap import exposed_comm_s
 from .rank_memory import shard_degrees
 from .ranks import RankLayers, RankTimes
 
@@ -47,7 +48,8 @@ def _compute_core_times(cm: "CostModel", layout: Layout, rank: RankLayers) -> Ra
             merge_source(t.sources, term, source)
         _add_layers(cm, t, f, layout, n)
         _add_recompute(cm, t, f, layout, n * share)
-        if layout.recompute == "selective":
+        if layout.recompute == "selective" and cm.training.attention != "fused":
+            # a fused core stores no scores, so selective recomputation has nothing to redo
             t.recompute_s += n * (f.attention_core_s + f.attention_core_memory_s)
     _add_ends(cm, t, layout, rank)
     t.compute_s = t.fwd_compute_s + t.bwd_compute_s
@@ -71,9 +73,9 @@ def _add_layers(cm: "CostModel", t: RankTimes, f: LayerForward, layout: Layout, 
     Backward repeats the forward's TP/EP collectives and moves K, V and their gradients in CP."""
     bwd_gemm = (1.0 if cm.training.is_lora else 2.0) * f.gemm_s
     t.fwd_compute_s += n * f.compute_s
-    t.bwd_compute_s += n * (bwd_gemm + 2 * (f.attention_core_s + f.memory_s + f.host_s))
+    t.bwd_compute_s += n * (bwd_gemm + f.attention_core_bwd_s + 2 * (f.memory_s + f.host_s))
     t.tp_s += n * 2 * f.tp_s
-    t.cp_s += n * (f.cp_s + max(0.0, 2 * f.cp_total_s - 2 * f.attention_core_s))
+    t.cp_s += n * (f.cp_s + max(0.0, 2 * f.cp_total_s - f.attention_core_bwd_s))
     t.ep_s += n * 2 * f.ep_s
     for name, sent in f.comm_bytes.items():
         t.comm_bytes[name] += n * (3 if name.startswith("cp") else 2) * sent * layout.num_microbatches
@@ -105,7 +107,7 @@ def _add_ends(cm: "CostModel", t: RankTimes, layout: Layout, rank: RankLayers) -
             t.tp_s += seconds
             t.comm_bytes[f"tp_{op}"] += sent * layout.num_microbatches
     if rank.last:
-        head, source = cm.rates.gemm_time_and_source(logits_gemm(model, tokens, layout.tp))
+        head, source = cm.rates.gemm_time_and_source(logits_gemm(model, tokens, layout.tp), high_precision=True)
         merge_source(t.sources, "compute", source)
         loss = cm.rates.memory_time_s(3 * 4 * tokens * model.vocab_size / layout.tp)
         t.fwd_compute_s += head + loss
@@ -168,14 +170,14 @@ def _add_data_parallel(cm: "CostModel", t: RankTimes, layout: Layout, params: Sh
         else:
             t.dp_tail_s += ar_s
         t.comm_bytes["dp_all_reduce"] += ar_sent * (m if each_mb else 1)
-    overlap = cm.assumptions.overlap_fraction
+    a = cm.assumptions
     fwd_mb = gather_s if gathers_per_mb else 0.0
     bwd_mb = (gather_s if gathers_per_mb == 2 else 0.0) + (reduce_s if reduce_per_mb else 0.0)
-    t.dp_mb_s += max(0.0, fwd_mb - overlap * t.fwd_compute_s) + max(0.0, bwd_mb - overlap * t.bwd_compute_s)
+    t.dp_mb_s += exposed_comm_s(fwd_mb, t.fwd_compute_s, pieces, a) + exposed_comm_s(bwd_mb, t.bwd_compute_s, pieces, a)
     if not gathers_per_mb:
-        t.dp_tail_s += max(0.0, gather_s - overlap * t.fwd_compute_s)
+        t.dp_tail_s += exposed_comm_s(gather_s, t.fwd_compute_s, pieces, a)
     if not reduce_per_mb:
-        t.dp_tail_s += max(0.0, reduce_s - overlap * t.bwd_compute_s)
+        t.dp_tail_s += exposed_comm_s(reduce_s, t.bwd_compute_s, pieces, a)
 
 
 def _in_pieces(cm: "CostModel", t: RankTimes, op: str, size_bytes: float, degree: int, stride: int,

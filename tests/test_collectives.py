@@ -74,5 +74,51 @@ def test_zero3_gathers_pay_latency_once_per_fsdp_unit():
     reduce = 5 * collective_time_s("reduce_scatter", state_bytes / 5, 2, 1, cluster, assumptions=EXACT)
     assert gather > collective_time_s("all_gather", state_bytes, 2, 1, cluster, assumptions=EXACT)
     t = rank_times(cm, layout, rank)
-    expected = max(0.0, gather - t.fwd_compute_s) + max(0.0, gather + reduce - t.bwd_compute_s)
+    from costmodels.overlap import exposed_comm_s
+
+    expected = exposed_comm_s(gather, t.fwd_compute_s, 5, EXACT) + exposed_comm_s(gather + reduce, t.bwd_compute_s, 5, EXACT)
     assert t.dp_mb_s == pytest.approx(expected)
+
+
+def test_cross_node_gathers_and_all_to_all_are_bound_by_the_gpus_nic_share():
+    # 64 ranks = 8 per node x 8 nodes on H100 (50 GB/s NIC share per GPU), S = 1 GiB.
+    # All-to-all: 56 of 64 slices are bound for other nodes: S*56/64 / 50e9 over one GPU's NIC.
+    # All-gather: NCCL's flat ring sends (n-1)/n*S per rank over that NIC: S*63/64 / 50e9.
+    # The hierarchical time (1/8 of S over the NIC plus an NVLink phase) is over 4x below both.
+    size = 1 << 30
+    a2a = collective_time_s("all_to_all", size, 64, 1, H100, assumptions=EXACT)
+    ag = collective_time_s("all_gather", size, 64, 1, H100, assumptions=EXACT)
+    assert a2a == pytest.approx(size * 56 / 64 / 50e9)
+    assert ag == pytest.approx(size * 63 / 64 / 50e9)
+    hierarchical = ring_time_s("all_gather", size / 8, 8, 5e-6, 50e9) + ring_time_s("all_gather", size, 8, 3e-6, 450e9)
+    assert ag > 4 * hierarchical
+    # All-reduce keeps the hierarchical algorithm (NCCL's tree/ring over node-level reductions).
+    assert collective_time_s("all_reduce", size, 64, 1, H100, assumptions=EXACT) < ag
+
+
+def test_overlapped_communication_exposes_its_last_piece_and_slows_compute():
+    from costmodels.overlap import exposed_comm_s
+
+    a = Assumptions(overlap_fraction=1.0, overlap_slowdown=0.1)
+    # 4 pieces of 1 s beside 10 s of compute: 1 s exposed + 10% of the 3 s that overlap.
+    assert exposed_comm_s(4.0, 10.0, 4, a) == pytest.approx(1.0 + 0.3)
+    # 12 s beside 10 s, 4 pieces: 3 s exposed, 9 - 10 < 0 left over, 10% of 9 s overlapped.
+    assert exposed_comm_s(12.0, 10.0, 4, a) == pytest.approx(3.0 + 0.0 + 0.9)
+    # 20 s beside 10 s in one piece: nothing overlaps, all 20 s exposed.
+    assert exposed_comm_s(20.0, 10.0, 1, a) == pytest.approx(20.0)
+    assert exposed_comm_s(0.0, 10.0, 4, a) == 0.0
+
+
+def test_zero2_reduce_scatters_every_micro_batch_when_accumulating():
+    # Megatron-runtime ZeRO-2 (DeepSpeed stage 2), 4 micro-batches: the gradient reduce-scatter
+    # is sent once per micro-batch (4x the bytes of one), ZeRO-1 once per step.
+    from costmodels.estimate import CostModel
+    from costmodels.job import Job
+    from costmodels.layout import Layout
+
+    cluster = make_cluster(load_node("h100-sxm-80gb"), 8)
+    cm = CostModel(Job(model=load_model("llama2-7b"), training=TrainingSpec(global_batch_size=32, seq_len=1024),
+                       cluster=cluster))
+    sent = {z: cm.estimate(Layout(dp=8, zero_stage=z, num_microbatches=4)).comm_bytes_per_gpu["dp_reduce_scatter"]
+            for z in (1, 2)}
+    assert sent[2] == pytest.approx(4 * sent[1])

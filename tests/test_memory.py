@@ -22,7 +22,7 @@ from planner.runtime.convention import FSDP2
 def test_zero_stages_match_paper_closed_forms(stage, n_d):
     # Rajbhandari et al. SC'20, Fig. 1: 7.5B params, N_d = 64, K = 12 gives 120 / 31.4 / 16.6 / 1.9 GB.
     psi = 7.5e9
-    sb = state_bytes(TrainingSpec(global_batch_size=1, seq_len=1), MEGATRON)
+    sb = state_bytes(TrainingSpec(global_batch_size=1, seq_len=1, precision="fp16"), MEGATRON)  # the paper's fp16 Adam
     p, g, o = zero_state_bytes(ShardedParams(dense=psi, expert=0, trainable_dense=psi, trainable_expert=0), sb,
                                zero_stage=stage, shard_degree=n_d, expert_shard_degree=n_d, offload=False,
                                lora_param_bytes=2)
@@ -64,7 +64,7 @@ def test_lora_keeps_no_grads_or_optimizer_for_frozen_weights():
     f, l = full.estimate(layout).peak_stage, lora.estimate(layout).peak_stage
     # LoRA on q, k, v, o with r = 16: 32 layers x 16 x (4096+4096) x 4 = 16.8M trainable params.
     trainable = 32 * 16 * (4096 + 4096) * 4
-    assert l.grads_bytes == pytest.approx(2 * trainable)
+    assert l.grads_bytes == pytest.approx(4 * trainable)  # bf16: fp32 main_grad
     assert l.optimizer_bytes == pytest.approx(12 * trainable)
     assert l.params_bytes == pytest.approx(f.params_bytes + 2 * trainable)
 
@@ -92,7 +92,20 @@ def test_torch_runtime_holds_fp32_shards_from_zero_1_on(precision):
         assert held == pytest.approx((4 * psi / divisor, 4 * psi / divisor, 8 * psi / divisor))
     megatron = TrainingSpec(global_batch_size=1, seq_len=1, precision="bf16")
     assert held_state_bytes(params, megatron, MEGATRON, zero_stage=1, shard_degree=n_d, expert_shard_degree=n_d,
-                            offload=False) == pytest.approx((2 * psi, 2 * psi, 12 * psi / n_d))
+                            offload=False) == pytest.approx((2 * psi, 4 * psi, 12 * psi / n_d))
+
+
+def test_megatron_bf16_distributed_optimizer_holds_6_plus_12_over_d_bytes():
+    # Megatron-Core distributed optimizer docs: bf16 params + fp32 main_grad = 6 + 12/d bytes per
+    # parameter; fp16 params + fp16 grads keep 2 + 2 + 12/d here (ZeRO-1).
+    psi, d = 1e9, 8
+    params = ShardedParams(dense=psi, expert=0, trainable_dense=psi, trainable_expert=0)
+    for precision, expected in (("bf16", 6 + 12 / d), ("fp8", 6 + 12 / d), ("fp16", 4 + 12 / d)):
+        training = TrainingSpec(global_batch_size=1, seq_len=1, precision=precision)
+        held = held_state_bytes(params, training, MEGATRON, zero_stage=1, shard_degree=d, expert_shard_degree=d,
+                                offload=False)
+        assert sum(held) / psi == pytest.approx(expected)
+    assert state_bytes(TrainingSpec(global_batch_size=1, seq_len=1), MEGATRON).reduced == 4  # reduced in fp32 too
 
 
 def _torch_cost_model():

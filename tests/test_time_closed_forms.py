@@ -62,7 +62,7 @@ def test_gemm_bound_layer_forward_by_hand():
     # Llama 2 7B, one sequence of 4096 tokens, one H100, bf16, no parallelism. h = 4096,
     # f = 11008 (gated), MHA. Weight GEMMs: qkv 4096x12288, out 4096x4096, gate+up 4096x22016,
     # down 11008x4096: 2·T·(h·3h + h·h + h·2f + f·h) FLOPs, each far above the ridge point, so
-    # time = FLOPs / (0.75 · 989 TFLOP/s). Attention core (fused): 4·T²·h FLOPs at the same rate.
+    # time = FLOPs / (0.75 · 989 TFLOP/s). Attention core (fused, causal): half of 4·T²·h FLOPs at that rate.
     # Memory-bound: 10 block passes (2 norms, 2 residuals) of 2·T·h bytes, SwiGLU reads 2f writes f
     # (2·T·3f bytes), rotary reads+writes q and k (2·2·T·2h bytes), no dropout; at 0.8 · 3.35 TB/s.
     m, hw, f = _layer("llama2-7b", "h100-sxm-80gb", 1, 4096)
@@ -70,7 +70,11 @@ def test_gemm_bound_layer_forward_by_hand():
     peak, bw = hw.peak_flops("bf16"), hw.memory_bandwidth_bytes_per_s
     gemm_flops = 2 * T * (h * 3 * h + h * h + h * 2 * ffn + ffn * h)
     assert f.gemm_s == pytest.approx(gemm_flops / (0.75 * peak), rel=1e-12)
-    assert f.attention_core_s == pytest.approx(4 * T * T * h / (0.75 * peak), rel=1e-12)
+    # Causal fused attention executes half the score tiles (FlashAttention-2, Sec. 3.1.1) and its
+    # backward is 2.5x its forward (5 matmuls against 2, recomputing the scores; Sec. 4.1).
+    assert f.attention_core_s == pytest.approx(0.5 * 4 * T * T * h / (0.75 * peak), rel=1e-12)
+    assert f.attention_core_bwd_s == pytest.approx(2.5 * f.attention_core_s, rel=1e-12)
+    assert f.flops == pytest.approx(gemm_flops + 4 * T * T * h, rel=1e-12)  # model FLOPs: Megatron's full s²
     moved = 10 * 2 * T * h + 2 * T * 3 * ffn + 2 * 2 * T * 2 * h
     assert f.memory_s == pytest.approx(moved / (0.8 * bw), rel=1e-12)
     assert f.compute_s == pytest.approx(f.gemm_s + f.attention_core_s + f.memory_s, rel=1e-12)
@@ -92,3 +96,40 @@ def test_memory_bound_layer_forward_by_hand():
     assert f.gemm_s == pytest.approx(moved / bw, rel=1e-12)
     flops_time = sum(2 * k * n for k, n in shapes) / (0.75 * hw.peak_flops("bf16"))
     assert f.gemm_s > 100 * flops_time  # memory-bound: the FLOPs alone would take < 1%
+
+
+def test_eager_attention_runs_every_score_and_2x_backward():
+    from costmodels.flops import attention_backward_ratio, attention_executed_fraction
+
+    assert (attention_executed_fraction(False), attention_backward_ratio(False)) == (1.0, 2.0)
+    assert (attention_executed_fraction(True), attention_backward_ratio(True)) == (0.5, 2.5)
+
+
+def test_fp8_gemms_pay_casts_lm_head_stays_bf16_and_mfu_uses_the_bf16_peak():
+    # H100: fp8 1979 TFLOP/s, bf16 989. A 4096^3 fp8 GEMM: 2mnk / (fp8 efficiency * fp8 peak) plus
+    # the casts of both inputs, 5 bytes per element (amax read, cast read, fp8 write) at 0.8 * HBM.
+    hw = load_node("h100-sxm-80gb").hardware
+    rates = Rates(hw, "fp8", None, A)
+    from costmodels.flops import Gemm
+
+    m = n = k = 4096
+    cast_s = 5 * (m * k + k * n) / (0.8 * hw.memory_bandwidth_bytes_per_s)
+    assert rates.gemm_time_s(Gemm(m=m, n=n, k=k)) == pytest.approx(
+        2 * m * n * k / (A.fp8_gemm_efficiency * hw.peak_flops("fp8")) + cast_s)
+    head, _ = rates.gemm_time_and_source(Gemm(m=m, n=n, k=k), high_precision=True)
+    assert head == pytest.approx(2 * m * n * k / (0.75 * hw.peak_flops("bf16")))
+    assert rates.mfu_peak == hw.peak_flops("bf16")
+
+
+def test_the_shipped_calibration_is_the_default_and_a_profile_overrides_it(tmp_path):
+    import json
+
+    from costmodels.assumptions import CALIBRATION_FILE, UNCALIBRATED, shipped_calibration
+
+    doc = json.loads(CALIBRATION_FILE.read_text())
+    assert doc["provenance"]["command"].startswith(".venv/bin/python benchmarks/calibrate.py")
+    assert "lofo_median_abs_error" in doc["provenance"]
+    for name, value in doc["constants"].items():
+        assert getattr(A, name) == value
+    assert UNCALIBRATED.with_calibration({"gemm_efficiency": 0.5}).gemm_efficiency == 0.5
+    assert shipped_calibration(tmp_path / "absent.json") == {}
