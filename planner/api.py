@@ -115,7 +115,8 @@ def resolve_job(*, model: str | ModelSpec, hardware: str | NodeSpec, gpus: int, 
         raise SpecError(f"--memory-fraction must be in (0, 1], got {memory_fraction!r}")
     finite("--memory-fraction", memory_fraction, high=1.0)
     if profile_device_mismatch not in ("refuse", "ok"):
-        raise SpecError(f"--profile-device-mismatch must be refuse or ok, got {profile_device_mismatch!r}")
+        raise SpecError(f"profile_device_mismatch (--profile-device-mismatch) must be refuse or ok, "
+                        f"got {profile_device_mismatch!r}")
     training = TrainingSpec(global_batch_size=global_batch, seq_len=seq_len, precision=precision,
                             optimizer=optimizer, lora_rank=lora_rank, attention=attention, runtime=runtime)
     if training.precision not in ("fp8", "fp32") and not node.hardware.supports(training.precision):

@@ -161,7 +161,7 @@ def plans(tmp_path_factory) -> dict:
     (["--module", FACTORY, "--tp", 4, "--attach", "base"], "--tp 4: the plan in"),
     (["--module", FACTORY, "--tp", 2, "--dp", 4, "--attach", "base"], "--dp 4: the plan in"),
     (["--module", FACTORY, "--tp", 2, "--attach", "report"], "no schema_version"),
-    (["--module", FACTORY, "--tp", 2, "--attach", "missing"], "does not exist"),
+    (["--module", FACTORY, "--tp", 2, "--attach", "missing"], "No such file or directory"),
     (["--module", FACTORY, "--tp", 2, "--attach", "pp2"], "layout.pp = 2"),
     (["--module", FACTORY, "--tp", 2, "--attach", "recompute"], "layout.recompute = full"),
     (["--model", "tiny-gpt", "--tp", 2, "--attach", "base"], "a different model"),
