@@ -58,18 +58,27 @@ def validate_command(plan_file: str, num_candidates: int, steps: int, warmup: in
 
 @contextmanager
 def _progress_bar():
-    """A rich progress bar on stderr, fed as ``progress(done, total, what)``."""
+    """A rich progress bar on stderr, fed as ``progress(done, total, what)``; started on the first
+    call, so a command that fails before running anything prints only its error line."""
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  console=Console(stderr=True), transient=True) as bar:
-        task = bar.add_task("validate", total=None)
+    bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                   console=Console(stderr=True), transient=True)
+    task = None
 
-        def update(done: int, total: int, what: str) -> None:
-            bar.update(task, completed=done, total=total, description=f"validate: {what}")
+    def update(done: int, total: int, what: str) -> None:
+        nonlocal task
+        if task is None:
+            bar.start()
+            task = bar.add_task("validate", total=total)
+        bar.update(task, completed=done, total=total, description=f"validate: {what}")
 
+    try:
         yield update
+    finally:
+        if task is not None:
+            bar.stop()
 
 
 def _pct(value: float | None) -> str:
