@@ -43,6 +43,11 @@ def test_format_json_is_one_document(args, tmp_path):
     assert _stdout_json(args, tmp_path)
 
 
+def test_explain_json_is_one_document(plan_file, tmp_path):
+    doc = _stdout_json(["explain", str(plan_file), "--format", "json"], tmp_path)
+    assert isinstance(doc, dict) and doc
+
+
 def test_validate_dry_run_json_is_one_document(plan_file, tmp_path):
     doc = _stdout_json(["validate", str(plan_file), "--dry-run", "--format", "json"], tmp_path)
     assert doc["dry_run"] is True

@@ -100,7 +100,8 @@ def print_log_report(report: dict[str, Any]) -> None:
 
 @contextmanager
 def _progress_bar():
-    """A rich progress bar on stderr, fed as ``progress(done, total, what)``."""
+    """A rich progress bar on stderr, fed as ``progress(done, total, what)``; started on the first
+    call, so a command that fails before running anything prints only its error line."""
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -108,14 +109,22 @@ def _progress_bar():
     if not console.is_terminal:  # a pipe or a log file gets no bar (and no stray blank line)
         yield lambda done, total, what: None
         return
-    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  console=console, transient=True) as bar:
-        task = bar.add_task("validate", total=None)
+    bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                   console=console, transient=True)
+    task = None
 
-        def update(done: int, total: int, what: str) -> None:
-            bar.update(task, completed=done, total=total, description=f"validate: {what}")
+    def update(done: int, total: int, what: str) -> None:
+        nonlocal task
+        if task is None:
+            bar.start()
+            task = bar.add_task("validate", total=total)
+        bar.update(task, completed=done, total=total, description=f"validate: {what}")
 
+    try:
         yield update
+    finally:
+        if task is not None:
+            bar.stop()
 
 
 def _pct(value: float | None) -> str:
