@@ -45,7 +45,8 @@ class PlanReport:
     """Ranked alternatives after ``best`` (each the best layout of a distinct dp/tp/pp/cp/ep mesh)."""
     rejected: dict[str, int] = field(default_factory=dict)
     closest_misses: tuple[ClosestMiss, ...] = ()
-    search: dict[str, Any] = field(default_factory=dict)
+    search: dict[str, Any] = field(default_factory=lambda: {"solver": "evaluate", "space_size": 1, "evaluated": 1})
+    """How the plans were found (``SearchStats`` fields); default: one layout costed as given."""
     """Solver name, candidates in the space, candidates evaluated (and, outside plan files, seconds)."""
 
     @property

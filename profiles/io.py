@@ -26,6 +26,10 @@ READABLE_VERSIONS = (1, 2, SCHEMA_VERSION)
 ``_segments``), a version-1 or 2 curve has ``spans_nodes`` in place of its placement (see ``_placement``)."""
 
 
+ZERO_ALLOWED_CALIBRATION = ("overlap_fraction", "step_overhead_s", "layer_overhead_s", "tp_layer_overhead_s")
+"""Calibration keys whose fitted value may be 0 (``planner.validate.calibrate.ADDITIVE``)."""
+
+
 def profile_to_dict(profile: HardwareProfile) -> dict[str, Any]:
     """The JSON-ready form: schema header, provenance, raw medians with their fits."""
     def table(t: ComputeTable) -> dict[str, Any]:
@@ -95,7 +99,8 @@ def profile_from_dict(data: Any, where: str = "profile") -> HardwareProfile:
               "re-run 'autoplan profile'")
     device_type = doc.choice(data, "device_type", DEVICE_TYPES)
     provenance = doc.get(data, "provenance", dict)
-    calibration = {k: doc.positive(data["calibration"], k, f"calibration.{k}")
+    # Additive calibration terms (overlap, overheads) may be fitted to exactly 0; factors may not.
+    calibration = {k: doc.positive(data["calibration"], k, f"calibration.{k}", allow_zero=k in ZERO_ALLOWED_CALIBRATION)
                    for k in doc.get(data, "calibration", dict)}
     curves = tuple(_curve(doc, c, f"collectives[{i}]", version, provenance)
                    for i, c in enumerate(doc.get(data, "collectives", list)))

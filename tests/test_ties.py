@@ -2,6 +2,8 @@
 
 import pytest
 
+from planner.runtime.convention import CONVENTIONS
+
 import planner
 from costmodels.estimate import CostModel
 from costmodels.job import Job
@@ -47,7 +49,8 @@ def test_brute_force_equals_search_under_the_tie_rule(seed):
     model, training, cluster, fraction = _case(seed)
 
     def run(solver):
-        cost_model = CostModel(Job(model=model, training=training, cluster=cluster, memory_fraction=fraction))
+        cost_model = CostModel(Job(model=model, training=training, cluster=cluster, memory_fraction=fraction,
+                                   convention=CONVENTIONS[training.runtime]))
         return prefer_simplest(solver(cost_model, cluster.num_gpus, cluster.gpus_per_node, SearchOptions(), top_k=6).ranked)
 
     (fast, fast_tied), (slow, slow_tied) = run(solve), run(solve_brute_force)

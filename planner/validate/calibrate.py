@@ -38,6 +38,8 @@ FACTORS: dict[str, tuple[float, float]] = {
     "tp_layer_overhead_s": (0.0, 1.0),
 }
 """Fitted ``Assumptions`` fields and their allowed ranges."""
+SCALES = ("compute_scale", "communication_scale", "memory_bound_scale")
+"""Multiplicative factors on every time of their kind."""
 ADDITIVE = ("overlap_fraction", "step_overhead_s", "layer_overhead_s", "tp_layer_overhead_s")
 """Factors searched on a linear grid (a share, or seconds); the rest are multiplicative scales."""
 SHRINK = 0.6
@@ -94,18 +96,10 @@ def _grid(name: str, centre: float, width: float, time_scale_s: float) -> list[f
     return sorted({min(high, max(low, p)) for p in points})
 
 
-def fit(runs: list[Run], *, base: Assumptions = DEFAULT_ASSUMPTIONS, profile=None, rounds: int = 8,
-        names: tuple[str, ...] = tuple(FACTORS)) -> Calibration:
-    """Coordinate descent over ``names``; each round narrows the grids. Needs at least one run."""
-    if not runs:
-        raise ValueError("calibration needs at least one measured run")
-    before = predict_all(runs, None, profile)
-    current = {n: getattr(base, n) for n in names}
-    evaluate: Callable[[dict[str, float]], float] = lambda c: _loss(  # noqa: E731
-        runs, predict_all(runs, replace(base, **c), profile))
-    best = evaluate(current)
-    width = 1.0
-    time_scale_s = sorted(r.measured_step_time_s for r in runs)[len(runs) // 2]
+def _descend(start: dict[str, float], names: tuple[str, ...], evaluate: Callable[[dict[str, float]], float],
+             rounds: int, time_scale_s: float) -> tuple[float, dict[str, float]]:
+    """Coordinate descent from ``start``; each round narrows the grids. Returns (loss, point)."""
+    current, best, width = dict(start), evaluate(start), 1.0
     for _ in range(rounds):
         for name in names:
             for value in _grid(name, current[name], width, time_scale_s):
@@ -114,6 +108,28 @@ def fit(runs: list[Run], *, base: Assumptions = DEFAULT_ASSUMPTIONS, profile=Non
                 if loss < best - 1e-12:
                     best, current = loss, trial
         width *= SHRINK
+    return best, current
+
+
+def fit(runs: list[Run], *, base: Assumptions = DEFAULT_ASSUMPTIONS, profile=None, rounds: int = 8,
+        names: tuple[str, ...] = tuple(FACTORS)) -> Calibration:
+    """Coordinate descent over ``names`` from two starts (see ``_descend``). Needs at least one run."""
+    if not runs:
+        raise ValueError("calibration needs at least one measured run")
+    before = predict_all(runs, None, profile)
+    evaluate: Callable[[dict[str, float]], float] = lambda c: _loss(  # noqa: E731
+        runs, predict_all(runs, replace(base, **c), profile))
+    time_scale_s = sorted(r.measured_step_time_s for r in runs)[len(runs) // 2]
+    # Two starts: the model as it is, and the model uniformly slowed (or sped up) by the median
+    # measured/predicted ratio, as a slower machine would be; the descent keeps the better end.
+    ratio = sorted(r.measured_step_time_s / p for r, p in zip(runs, before))[len(runs) // 2]
+    starts = [{n: getattr(base, n) for n in names},
+              {n: getattr(base, n) * (ratio if n in SCALES else 1.0) for n in names}]
+    best, current = min(((evaluate(s), s) for s in starts), key=lambda pair: pair[0])
+    for start in starts:
+        loss, point = _descend(start, names, evaluate, rounds, time_scale_s)
+        if loss < best - 1e-12:
+            best, current = loss, point
     after = predict_all(runs, replace(base, **current), profile)
     residuals = [math.log(p / r.measured_step_time_s) for p, r in zip(after, runs)]
     sd = math.sqrt(sum(x * x for x in residuals) / max(len(runs) - 1, 1)) if len(runs) > 1 else 0.0
@@ -134,10 +150,9 @@ def interval_s(step_time_s: float, log_sd: float) -> tuple[float, float]:
 
 
 def calibration_table(cal: Calibration) -> dict[str, float]:
-    """What goes into the profile's ``calibration``: factors (> 0 only; the loader requires
-    positive numbers, so a zero overlap or overhead is left at the model's default) and the
-    residual spread."""
-    table = {k: float(v) for k, v in cal.factors.items() if v > 0}
+    """What goes into the profile's ``calibration``: the fitted factors (multiplicative ones > 0;
+    additive ones, such as the overlap or an overhead, may be 0) and the residual spread."""
+    table = {k: float(v) for k, v in cal.factors.items() if v > 0 or k in ADDITIVE and v == 0}
     if cal.step_time_log_sd > 0:
         table["step_time_log_sd"] = cal.step_time_log_sd
     return table
