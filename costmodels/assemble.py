@@ -53,7 +53,7 @@ def recompute_flops(cm: "CostModel", layout: Layout) -> float:
     if layout.recompute != "full":
         return 0.0
     share = 1.0 if layout.recompute_num_layers == 0 else \
-        min(1.0, layout.recompute_num_layers * layout.num_stages / model.num_layers)
+        min(1.0, layout.recompute_num_layers * layout.num_chunks / model.num_layers)
     forward = model_flops_per_token(cm.model, s, cm.training.is_lora) / 3 * tokens
     return share * forward
 

@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 
 def rank_groups(cm: "CostModel", layout: Layout) -> list[tuple[RankLayers, int]]:
     """Ranks of equal signature, one representative each with its count (memoised)."""
-    key = (layout.pp, layout.virtual_stages, layout.layers_per_stage)
+    key = (layout.pp, layout.virtual_stages, layout.layers_per_chunk)
     return memoised(cm.groups_memo, key, lambda: _count_rank_groups(cm, layout))
 
 
@@ -34,12 +34,12 @@ def _count_rank_groups(cm: "CostModel", layout: Layout) -> list[tuple[RankLayers
 
 def rank_layers(cm: "CostModel", layout: Layout) -> list[RankLayers]:
     """Chunk c of rank i is model stage c·pp + i (Megatron's interleaved assignment)."""
-    key = (layout.pp, layout.virtual_stages, layout.layers_per_stage)
+    key = (layout.pp, layout.virtual_stages, layout.layers_per_chunk)
     return memoised(cm.ranks_memo, key, lambda: _assign_rank_layers(cm, layout))
 
 
 def _assign_rank_layers(cm: "CostModel", layout: Layout) -> list[RankLayers]:
-    counts = layout.stage_layers(cm.model.num_layers)
+    counts = layout.chunk_layers(cm.model.num_layers)
     starts = [0]
     for c in counts:
         starts.append(starts[-1] + c)

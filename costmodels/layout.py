@@ -56,8 +56,8 @@ class Layout:
     """Pipeline schedule."""
     virtual_stages: int = 1
     """Model chunks per pipeline rank (v > 1 only with the interleaved schedule)."""
-    layers_per_stage: tuple[int, ...] = ()
-    """Layers on each of the pp · v model chunks, in model order (chunk c of rank i is model stage
+    layers_per_chunk: tuple[int, ...] = ()
+    """Layers on each of the pp · v model chunks, in model order (chunk c of pipeline rank i is model chunk
     c·pp + i), for plain and interleaved schedules; empty = balanced split (the first L mod (pp·v)
     chunks take one layer more)."""
     recompute: Recompute = "none"
@@ -72,7 +72,7 @@ class Layout:
         return self.dp * self.tp * self.pp * self.cp
 
     @property
-    def num_stages(self) -> int:
+    def num_chunks(self) -> int:
         """Model chunks in the pipeline, pp · v."""
         return self.pp * self.virtual_stages
 
@@ -81,13 +81,13 @@ class Layout:
         """Ranks over which ZeRO shards model states (the HSDP shard group, or all of dp)."""
         return self.hsdp_shard_degree or self.dp
 
-    def stage_layers(self, num_layers: int) -> tuple[int, ...]:
+    def chunk_layers(self, num_layers: int) -> tuple[int, ...]:
         """Layers on each model chunk, in pipeline order."""
-        return self.layers_per_stage or balanced_split(num_layers, self.num_stages)
+        return self.layers_per_chunk or balanced_split(num_layers, self.num_chunks)
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
-        out["layers_per_stage"] = list(self.layers_per_stage)
+        out["layers_per_chunk"] = list(self.layers_per_chunk)
         return out
 
     @classmethod
@@ -97,8 +97,8 @@ class Layout:
         if unknown:
             raise LayoutError(f"layout: unknown field {unknown[0]!r}; known fields: {', '.join(sorted(known))}")
         values = dict(raw)
-        if isinstance(values.get("layers_per_stage"), list):
-            values["layers_per_stage"] = tuple(values["layers_per_stage"])
+        if isinstance(values.get("layers_per_chunk"), list):
+            values["layers_per_chunk"] = tuple(values["layers_per_chunk"])
         return cls(**values)
 
     def __post_init__(self) -> None:
@@ -119,10 +119,10 @@ class Layout:
         for name in ("sequence_parallel", "optimizer_offload"):
             if not isinstance(getattr(self, name), bool):
                 raise LayoutError(f"layout.{name} must be true or false, got {getattr(self, name)!r}")
-        stages = self.layers_per_stage
+        stages = self.layers_per_chunk
         if not isinstance(stages, tuple) or not all(isinstance(n, int) and not isinstance(n, bool) and n >= 1
                                                     for n in stages):
-            raise LayoutError(f"layout.layers_per_stage must be a tuple of positive integers, got {stages!r}")
+            raise LayoutError(f"layout.layers_per_chunk must be a tuple of positive integers, got {stages!r}")
 
 
 def check_layout(layout: Layout, model: ModelSpec, training: TrainingSpec, num_gpus: int,
@@ -179,12 +179,12 @@ def _pipeline_problems(L: Layout, model: ModelSpec) -> list[str]:
         if L.num_microbatches % L.pp:
             problems.append(f"the interleaved schedule needs micro-batches ({L.num_microbatches}) "
                             f"to be a multiple of pp ({L.pp})")
-    if L.layers_per_stage:
-        if len(L.layers_per_stage) != L.num_stages or sum(L.layers_per_stage) != model.num_layers \
-                or min(L.layers_per_stage) < 1:
-            problems.append(f"layers_per_stage {list(L.layers_per_stage)} must list {L.num_stages} positive "
+    if L.layers_per_chunk:
+        if len(L.layers_per_chunk) != L.num_chunks or sum(L.layers_per_chunk) != model.num_layers \
+                or min(L.layers_per_chunk) < 1:
+            problems.append(f"layers_per_chunk {list(L.layers_per_chunk)} must list {L.num_chunks} positive "
                             f"counts summing to {model.num_layers}")
-    elif model.num_layers < L.num_stages:
+    elif model.num_layers < L.num_chunks:
         problems.append(f"pp {L.pp} x virtual stages {L.virtual_stages} exceeds the {model.num_layers} layers")
     if L.recompute_num_layers and L.recompute != "full":
         problems.append("recompute_num_layers needs --recompute full")

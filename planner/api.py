@@ -167,7 +167,7 @@ _RESOLVE_OPTIONS = ("gpus_per_node", "precision", "optimizer", "lora_rank", "att
 
 def plan(*, model: str | ModelSpec, hardware: str | NodeSpec, gpus: int, global_batch: int, seq_len: int,
          top_k: int = 5, solver: str = "search", allow_cross_node_tp: bool = False,
-         launchable: bool = False, layers_per_stage: tuple[int, ...] = (), first_stage_layers: int | None = None,
+         launchable: bool = False, layers_per_chunk: tuple[int, ...] = (), first_stage_layers: int | None = None,
          last_stage_layers: int | None = None, **options: Any) -> PlanReport:
     """The fastest layout that fits (the simplest, by ``ranking.simplicity_key``, of the plans within
     ``ranking.TIE_BAND`` of the fastest), ranked alternatives, and why others were rejected.
@@ -176,7 +176,7 @@ def plan(*, model: str | ModelSpec, hardware: str | NodeSpec, gpus: int, global_
     profile, profile_device_mismatch (see ``resolve_job``). ``solver``: ``search`` (branch and bound, exact) or ``brute-force``.
     ``launchable``: search only layouts ``autoplan launch`` applies (no cp, ep or offload), costed
     as its job holds memory (``runtime`` defaults to ``torch``; ``megatron`` is refused).
-    ``layers_per_stage`` or ``first_stage_layers`` / ``last_stage_layers`` (Megatron's form): search
+    ``layers_per_chunk`` or ``first_stage_layers`` / ``last_stage_layers`` (Megatron's form): search
     only pipelines that take this split, and keep it (no stage refinement).
     """
     unknown = sorted(set(options) - set(_RESOLVE_OPTIONS))
@@ -184,7 +184,7 @@ def plan(*, model: str | ModelSpec, hardware: str | NodeSpec, gpus: int, global_
         raise PlanError(f"plan(): unknown option {unknown[0]!r}; known: {', '.join(_RESOLVE_OPTIONS)}")
     flag("allow_cross_node_tp", allow_cross_node_tp, error=PlanError)
     flag("launchable", launchable, error=PlanError)
-    _one_split_form(bool(layers_per_stage), first_stage_layers, last_stage_layers)
+    _one_split_form(bool(layers_per_chunk), first_stage_layers, last_stage_layers)
     if launchable:
         if options.get("runtime", "torch") != "torch":
             raise PlanError(f"--runtime {options['runtime']} with --launchable: the launched job runs on "
@@ -196,7 +196,7 @@ def plan(*, model: str | ModelSpec, hardware: str | NodeSpec, gpus: int, global_
         raise PlanError(f"--top must be a positive integer, got {top_k!r}")
     if solver not in ("search", "brute-force"):
         raise PlanError(f"solver must be 'search' or 'brute-force', got {solver!r}")
-    search_options = SearchOptions(allow_cross_node_tp=allow_cross_node_tp, layers_per_stage=tuple(layers_per_stage),
+    search_options = SearchOptions(allow_cross_node_tp=allow_cross_node_tp, layers_per_chunk=tuple(layers_per_chunk),
                                    first_stage_layers=first_stage_layers, last_stage_layers=last_stage_layers,
                                    **(LAUNCHABLE if launchable else {}))
     started = time.perf_counter()
@@ -252,13 +252,13 @@ def layout_for_batch(global_batch: int, *, dp: int, micro_batch_size: int = 1, t
                   sequence_parallel=tp > 1 if sequence_parallel is None else sequence_parallel, **degrees)
 
 
-def stage_split_option(num_layers: int, *, pp: int, virtual_stages: int, layers_per_stage: str | None,
+def stage_split_option(num_layers: int, *, pp: int, virtual_stages: int, layers_per_chunk: str | None,
                        first: int | None, last: int | None) -> tuple[int, ...]:
     """Layers per chunk from ``--layers-per-stage`` or Megatron's ``--first/last-stage-layers``
     (``costmodels.stage_split``); () = the balanced default."""
-    _one_split_form(bool(layers_per_stage), first, last)
-    if layers_per_stage is not None:
-        return parse_layers(layers_per_stage)
+    _one_split_form(bool(layers_per_chunk), first, last)
+    if layers_per_chunk is not None:
+        return parse_layers(layers_per_chunk)
     if first is None and last is None:
         return ()
     return first_last_split(num_layers, pp, virtual_stages, first, last)

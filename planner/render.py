@@ -31,8 +31,8 @@ def layout_summary(L: Layout) -> str:
     parts.append(f"mb {L.micro_batch_size} x {L.num_microbatches}")
     if L.pp > 1:
         parts.append(f"{L.schedule} v={L.virtual_stages}" if L.schedule == "interleaved" else L.schedule)
-    if L.layers_per_stage:
-        parts.append(f"layers {describe_split(L.layers_per_stage)}")
+    if L.layers_per_chunk:
+        parts.append(f"layers {describe_split(L.layers_per_chunk)}")
     parts.append(f"recompute {L.recompute}")
     if L.sequence_parallel:
         parts.append("SP")

@@ -37,7 +37,7 @@ class SearchOptions:
     launchable: bool = False
     """Only layouts ``autoplan launch`` applies: ``planner.launchable.launch_problems`` is checked
     on every mesh, state and schedule choice (see ``_launchable``)."""
-    layers_per_stage: tuple[int, ...] = ()
+    layers_per_chunk: tuple[int, ...] = ()
     """A fixed split (layers per chunk): only pipelines with pp · v chunks of that count are searched."""
     first_stage_layers: int | None = None
     """Megatron's uneven form (``costmodels.stage_split.first_last_split``), applied at every pp and v
@@ -46,7 +46,7 @@ class SearchOptions:
 
     @property
     def fixed_split(self) -> bool:
-        return bool(self.layers_per_stage) or self.first_stage_layers is not None \
+        return bool(self.layers_per_chunk) or self.first_stage_layers is not None \
             or self.last_stage_layers is not None
 
 
@@ -199,7 +199,7 @@ class ScheduleChoice:
     virtual_stages: int
     recompute: str
     sequence_parallel: bool
-    layers_per_stage: tuple[int, ...] = ()
+    layers_per_chunk: tuple[int, ...] = ()
 
 
 def schedule_choices(mesh: MeshChoice, model: ModelSpec, training: TrainingSpec,
@@ -218,7 +218,7 @@ def schedule_choices(mesh: MeshChoice, model: ModelSpec, training: TrainingSpec,
                 for sp in sp_values:
                     sched = ScheduleChoice(micro_batch_size=b, num_microbatches=m, schedule=schedule,
                                            virtual_stages=v, recompute=recompute, sequence_parallel=sp,
-                                           layers_per_stage=split)
+                                           layers_per_chunk=split)
                     if _launchable(options, model, training, mesh, sched=sched):
                         out.append(sched)
     return out
@@ -244,8 +244,8 @@ def _requested_split(options: SearchOptions, num_layers: int, pp: int, v: int) -
     take it."""
     if not options.fixed_split:
         return ()
-    if options.layers_per_stage:
-        return options.layers_per_stage if len(options.layers_per_stage) == pp * v else None
+    if options.layers_per_chunk:
+        return options.layers_per_chunk if len(options.layers_per_chunk) == pp * v else None
     if pp == 1:
         return None
     try:
@@ -276,7 +276,7 @@ def make_layout(mesh: MeshChoice, state: StateChoice, sched: ScheduleChoice) -> 
                   hsdp_shard_degree=state.hsdp_shard_degree, optimizer_offload=state.optimizer_offload,
                   micro_batch_size=sched.micro_batch_size, num_microbatches=sched.num_microbatches,
                   schedule=sched.schedule, virtual_stages=sched.virtual_stages, recompute=sched.recompute,
-                  sequence_parallel=sched.sequence_parallel, layers_per_stage=sched.layers_per_stage)
+                  sequence_parallel=sched.sequence_parallel, layers_per_chunk=sched.layers_per_chunk)
 
 
 def all_layouts(model: ModelSpec, training: TrainingSpec, num_gpus: int, gpus_per_node: int,

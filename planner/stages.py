@@ -35,15 +35,15 @@ def refine_stages(cost_model: CostModel, breakdown: CostBreakdown) -> CostBreakd
     if layout.pp == 1:
         return breakdown
     if layout.virtual_stages > 1:
-        splits = interleaved_candidates(cost_model.model.num_layers, layout.num_stages)
+        splits = interleaved_candidates(cost_model.model.num_layers, layout.num_chunks)
     else:
         split = slice_stages(**stage_slicing_inputs(cost_model, layout))
         splits = [] if split is None else [tuple(split)]
     best = breakdown
     for split in splits:
-        if split == layout.stage_layers(cost_model.model.num_layers):
+        if split == layout.chunk_layers(cost_model.model.num_layers):
             continue
-        candidate = cost_model.estimate(replace(layout, layers_per_stage=split))
+        candidate = cost_model.estimate(replace(layout, layers_per_chunk=split))
         if candidate.fits and rank_key(candidate) < rank_key(best):
             best = candidate
     return best

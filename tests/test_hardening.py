@@ -110,7 +110,7 @@ def test_2_explain_dev_zero_and_a_fifo_return_at_once(tmp_path):
     (lambda d: d["inputs"].pop("gpus"), "inputs.gpus"),
     (lambda d: d["search"].update(evaluated=-1), "search.evaluated"),
     (lambda d: d["inputs"].update(training=None), "inputs.training"),
-    (lambda d: d["best"]["layout"].update(layers_per_stage=-1), "best.layout.layers_per_stage"),
+    (lambda d: d["best"]["layout"].update(layers_per_chunk=-1), "best.layout.layers_per_chunk"),
     (lambda d: d["inputs"]["model_spec"].update(head_dim="x"), "inputs.model_spec"),
 ])
 @pytest.mark.parametrize("verb", ["explain", "launch"])
@@ -245,7 +245,7 @@ def test_8_torchtitan_toml_reads_back_for_an_emoji_name(tmp_path):
 
 # 9. The API raises only ValueError subclasses
 @pytest.mark.parametrize("make", [
-    lambda: Layout(layers_per_stage=-1), lambda: Layout(layers_per_stage=(0,)), lambda: Layout(zero_stage=True),
+    lambda: Layout(layers_per_chunk=-1), lambda: Layout(layers_per_chunk=(0,)), lambda: Layout(zero_stage=True),
     lambda: Layout(sequence_parallel="yes"), lambda: Layout(hsdp_shard_degree=-1),
     lambda: ModelSpec(**SMALL, head_dim="x"), lambda: ModelSpec(**SMALL, moe=97), lambda: ModelSpec(**{**SMALL, "name": 7}),
     lambda: ModelSpec(**{**SMALL, "hidden_size": 10**30}), lambda: ModelSpec(**SMALL, activation="relu"),

@@ -58,7 +58,7 @@ def _plan_dict() -> dict:
     (lambda d: d["inputs"].update(memory_fraction=5), "inputs.memory_fraction: must be in (0, 1]"),
     (lambda d: d["inputs"].update(gpus_per_node=0), "inputs.gpus_per_node: must be a positive integer"),
     (lambda d: d["best"].update(tp_plan={"a": 1}), "best.tp_plan"),
-    (lambda d: d.update(schema_version=2), "schema_version 2 is not 1"),
+    (lambda d: d.update(schema_version=1), "schema_version 1 is not 2"),
     (lambda d: d.pop("candidates"), "candidates: missing"),
     (lambda d: d["search"].update(space_size="many"), "search.space_size: expected int"),
     (lambda d: d["search"]["rejected"].update(memory=1.5), "search.rejected.memory: expected a non-negative int"),

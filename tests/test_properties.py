@@ -42,7 +42,7 @@ def builds_or_value_error(make) -> object:
 def test_layout_builds_or_raises_value_error(fields):
     layout = builds_or_value_error(lambda: Layout(**fields))
     if layout is not None:
-        assert layout.world_size >= 1 and all(n >= 1 for n in layout.layers_per_stage)
+        assert layout.world_size >= 1 and all(n >= 1 for n in layout.layers_per_chunk)
         assert Layout.from_dict(json.loads(json.dumps(layout.to_dict()))) == layout
 
 

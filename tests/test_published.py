@@ -72,7 +72,7 @@ def test_not_yet_expressible_rows(rows, row_id, reason):
 
 def test_llama3_405b_row_has_fewer_layers_on_the_end_stages(rows):
     run = map_row(rows["llama3-405b-16384gpu-cp1"], _node)
-    assert run.layout.layers_per_stage == (7,) + (8,) * 14 + (7,)  # 126 layers, pp 16
+    assert run.layout.layers_per_chunk == (7,) + (8,) * 14 + (7,)  # 126 layers, pp 16
     assert any("Sec. 3.3.2" in note for note in run.assumptions)
 
 
@@ -80,8 +80,8 @@ def test_interleaved_row_with_uneven_chunks_is_expressed(rows):
     run = map_row(rows["nemo-mb-25-11-nemo-container-dgx-b200-llama3-1-405b-128gpu-fp8-cs-tp4pp8cp2vp8ep1-gbs64-mbs1"],
                   _node)
     L = run.layout
-    assert (L.pp, L.virtual_stages, L.layers_per_stage) == (8, 8, ())  # balanced: 62 chunks of 2, then 2 of 1
-    assert L.stage_layers(126) == (2,) * 62 + (1, 1)
+    assert (L.pp, L.virtual_stages, L.layers_per_chunk) == (8, 8, ())  # balanced: 62 chunks of 2, then 2 of 1
+    assert L.chunk_layers(126) == (2,) * 62 + (1, 1)
     assert any("split not given" in note for note in run.assumptions)
 
 

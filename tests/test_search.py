@@ -53,7 +53,7 @@ def test_search_equals_brute_force_with_uneven_layers(seed):
     # 7 or 11 layers: interleaved layouts whose chunks cannot be equal (balanced to within one layer)
     model, training, cluster, fraction = _case(100 + seed)
     model = replace(model, num_layers=random.Random(seed).choice([5, 6, 7, 9, 11]))
-    assert any(L.schedule == "interleaved" and model.num_layers % L.num_stages
+    assert any(L.schedule == "interleaved" and model.num_layers % L.num_chunks
                for L in all_layouts(model, training, cluster.num_gpus, cluster.gpus_per_node, SearchOptions()))
     cm = lambda: CostModel(Job(model=model, training=training, cluster=cluster, memory_fraction=fraction,
                                convention=CONVENTIONS[training.runtime]))

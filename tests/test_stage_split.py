@@ -65,7 +65,7 @@ def test_uneven_interleaved_chunks_go_round_robin_to_ranks():
     # 32 layers as 5,3,4,4,... : chunk c of rank i is stage c*pp + i (pp 2, v 4)
     counts = (5, 3, 4, 4, 4, 4, 4, 4)
     layout = Layout(dp=2, pp=2, num_microbatches=8, schedule="interleaved", virtual_stages=4,
-                    layers_per_stage=counts)
+                    layers_per_chunk=counts)
     ranks = rank_layers(_cost_model(), layout)
     assert ranks[0].chunks == ((0, 5), (8, 12), (16, 20), (24, 28)) and ranks[0].num_layers == 17
     assert ranks[1].chunks == ((5, 8), (12, 16), (20, 24), (28, 32)) and ranks[1].num_layers == 15
@@ -74,11 +74,11 @@ def test_uneven_interleaved_chunks_go_round_robin_to_ranks():
 def test_the_embedding_and_head_cost_where_they_sit():
     cm = _cost_model()
     layout = Layout(dp=2, pp=2, num_microbatches=8, schedule="interleaved", virtual_stages=2,
-                    layers_per_stage=(8, 8, 8, 8))
+                    layers_per_chunk=(8, 8, 8, 8))
     even = cm.estimate(layout).stages
     # moving two layers off the head's rank lowers its memory and raises the first rank's
     moved = cm.estimate(Layout(dp=2, pp=2, num_microbatches=8, schedule="interleaved", virtual_stages=2,
-                               layers_per_stage=(9, 7, 9, 7))).stages
+                               layers_per_chunk=(9, 7, 9, 7))).stages
     assert moved[1].params_bytes < even[1].params_bytes and moved[0].params_bytes > even[0].params_bytes
     # with equal layers the head's rank holds more parameters (the 128k-vocabulary output layer)
     assert even[1].params_bytes > even[0].params_bytes
@@ -89,7 +89,7 @@ def test_interleaved_no_longer_needs_pp_v_to_divide_the_layers():
     layout = Layout(dp=128, tp=8, pp=16, num_microbatches=16, schedule="interleaved", virtual_stages=2,
                     sequence_parallel=True)
     check_layout(layout, model, training, 16384, 8)
-    assert layout.stage_layers(126) == (4,) * 30 + (3, 3)
+    assert layout.chunk_layers(126) == (4,) * 30 + (3, 3)
 
 
 def test_the_space_holds_interleaved_layouts_for_126_layers():
@@ -110,7 +110,7 @@ def _exports(layout, model="llama3-8b"):
 
 def test_exports_state_megatrons_uneven_form():
     layout = Layout(dp=2, pp=2, num_microbatches=8, schedule="interleaved", virtual_stages=2,
-                    layers_per_stage=(6, 10, 6, 10))
+                    layers_per_chunk=(6, 10, 6, 10))
     value, options, titan = _exports(layout)
     assert value["--decoder-first-pipeline-num-layers"] == "12" and value["--decoder-last-pipeline-num-layers"] == "20"
     assert value["--num-virtual-stages-per-pipeline-rank"] == "2"
@@ -122,7 +122,7 @@ def test_exports_state_megatrons_uneven_form():
 
 def test_exports_state_other_splits_as_a_layout_string():
     layout = Layout(dp=2, pp=2, num_microbatches=8, schedule="interleaved", virtual_stages=2,
-                    layers_per_stage=(7, 8, 9, 8))
+                    layers_per_chunk=(7, 8, 9, 8))
     value, options, _ = _exports(layout)
     assert value["--pipeline-model-parallel-layout"] == "Et*7|t*8|t*9|t*8L"
     assert "--num-virtual-stages-per-pipeline-rank" not in options and options <= frameworks.MEGATRON_OPTIONS
@@ -142,10 +142,10 @@ def _cli(*extra):
     return CliRunner().invoke(main, ["evaluate", *JOB, *extra])
 
 
-def test_cli_layers_per_stage_reaches_the_layout():
+def test_cli_layers_per_chunk_reaches_the_layout():
     proc = _cli("--schedule", "interleaved", "--virtual-stages", "2", "--layers-per-stage", "7,9,7,9")
     assert proc.exit_code == 0, proc.output
-    assert json.loads(proc.output)["layout"]["layers_per_stage"] == [7, 9, 7, 9]
+    assert json.loads(proc.output)["layout"]["layers_per_chunk"] == [7, 9, 7, 9]
 
 
 def test_cli_first_last_form_equals_the_explicit_list():
@@ -178,14 +178,14 @@ def test_plan_keeps_a_requested_first_last_split_and_both_solvers_agree():
     assert fast.to_dict()["best"] == slow.to_dict()["best"]
     for plan in (fast.best, *fast.candidates):
         L = plan.layout
-        assert L.pp > 1 and megatron_first_last(L.stage_layers(4), L.pp, L.virtual_stages) == (1, 1)
+        assert L.pp > 1 and megatron_first_last(L.chunk_layers(4), L.pp, L.virtual_stages) == (1, 1)
 
 
-def test_plan_cli_layers_per_stage_restricts_pp_times_v():
+def test_plan_cli_layers_per_chunk_restricts_pp_times_v():
     proc = CliRunner().invoke(main, [*PLAN, "--layers-per-stage", "1,3"])
     assert proc.exit_code == 0, proc.output
     doc = json.loads(proc.output)
     for plan in (doc["best"], *doc["candidates"]):
-        assert plan["layout"]["layers_per_stage"] == [1, 3] and plan["layout"]["pp"] == 2
+        assert plan["layout"]["layers_per_chunk"] == [1, 3] and plan["layout"]["pp"] == 2
     both = CliRunner().invoke(main, [*PLAN, "--layers-per-stage", "1,3", "--last-stage-layers", "3"])
     assert both.exit_code == 2 and "not both" in both.output

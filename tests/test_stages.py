@@ -24,7 +24,7 @@ def test_dp_moves_layers_off_the_heavy_last_stage():
     cm = _cost_model()
     balanced = cm.estimate(Layout(dp=2, pp=4, num_microbatches=16))
     refined = refine_stages(cm, balanced)
-    counts = refined.layout.layers_per_stage
+    counts = refined.layout.layers_per_chunk
     assert sum(counts) == 32 and len(counts) == 4
     assert counts[-1] < 8
     assert refined.step_time_s < balanced.step_time_s and refined.fits
@@ -43,20 +43,20 @@ def test_interleaved_refinement_is_the_best_candidate_split():
     balanced = cm.estimate(layout)
     refined = refine_stages(cm, balanced)
     # twin: price every weighted split directly and keep the fastest that fits
-    priced = [cm.estimate(replace(layout, layers_per_stage=s)) for s in interleaved_candidates(32, 8)]
+    priced = [cm.estimate(replace(layout, layers_per_chunk=s)) for s in interleaved_candidates(32, 8)]
     best = min((b for b in priced if b.fits), key=lambda b: b.step_time_s)
     assert refined.step_time_s == min(best.step_time_s, balanced.step_time_s)
-    assert refined.layout.layers_per_stage[-1] < 4 and refined.step_time_s < balanced.step_time_s
+    assert refined.layout.layers_per_chunk[-1] < 4 and refined.step_time_s < balanced.step_time_s
 
 
 def test_layer_counts_that_do_not_divide_get_balanced_then_refined():
     # 126 layers (llama3-405b) over pp = 8: balanced is 16,16,16,16,16,16,15,15.
     layout = Layout(dp=16, tp=8, pp=8, num_microbatches=32, sequence_parallel=True, recompute="full", zero_stage=1)
-    assert layout.stage_layers(126) == (16, 16, 16, 16, 16, 16, 15, 15)
+    assert layout.chunk_layers(126) == (16, 16, 16, 16, 16, 16, 15, 15)
     report = planner.plan(model="llama3-405b", hardware="h100-sxm-80gb", gpus=1024, global_batch=512,
                           seq_len=8192, launchable=True)
     for plan in (report.best, *report.candidates):
-        counts = plan.layout.stage_layers(126)
+        counts = plan.layout.chunk_layers(126)
         assert sum(counts) == 126 and len(counts) == plan.layout.pp * plan.layout.virtual_stages
 
 

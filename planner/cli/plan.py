@@ -97,16 +97,19 @@ def _one_line(best: "PlanEntry | None") -> str:
 
 
 def split_options(func: Callable) -> Callable:
-    """``--layers-per-stage`` and Megatron's ``--first-stage-layers`` / ``--last-stage-layers``."""
+    """``--layers-per-chunk`` (alias ``--layers-per-stage``) and Megatron's ``--first-stage-layers`` / ``--last-stage-layers``."""
     func = click.option("--last-stage-layers", type=click.IntRange(min=1), default=None,
                         help="Megatron's uneven form: layers on the last pipeline rank (all its virtual "
                              "stages).")(func)
     func = click.option("--first-stage-layers", type=click.IntRange(min=1), default=None,
                         help="Megatron's uneven form: layers on the first pipeline rank (all its virtual "
                              "stages); the middle ranks split the rest equally.")(func)
-    return click.option("--layers-per-stage", default=None, metavar="N,N,...",
+    return click.option("--layers-per-chunk", "--layers-per-stage", "layers_per_chunk", default=None,
+                        metavar="N,N,...",
                         help="Layers on each of the pp x virtual-stages model chunks, in model order (chunk c "
-                             "of rank i is stage c*pp + i); default: balanced (plan: refined).")(func)
+                             "of pipeline rank i is chunk c*pp + i; with one chunk per rank, the layers per "
+                             "stage); default: balanced (plan: refined). --layers-per-stage is the same "
+                             "option.")(func)
 
 
 @click.command("plan")
@@ -124,7 +127,7 @@ def split_options(func: Callable) -> Callable:
 @click.option("--plot", "plot_dir", type=click.Path(file_okay=False), default=None,
               help="Write PNG and SVG figures (schedule, memory, candidates) into this directory.")
 def plan_command(fmt: str, out: str | None, top_k: int, allow_cross_node_tp: bool, launchable: bool, solver: str,
-                 plot_dir: str | None, layers_per_stage: str | None, first_stage_layers: int | None,
+                 plot_dir: str | None, layers_per_chunk: str | None, first_stage_layers: int | None,
                  last_stage_layers: int | None, **kw: Any) -> None:
     """Find the fastest layout that fits, with ranked alternatives.
 
@@ -137,9 +140,9 @@ def plan_command(fmt: str, out: str | None, top_k: int, allow_cross_node_tp: boo
 
         from costmodels.stage_split import parse_layers
 
-        split = parse_layers(layers_per_stage) if layers_per_stage is not None else ()
+        split = parse_layers(layers_per_chunk) if layers_per_chunk is not None else ()
         report = api.plan(top_k=top_k, solver=solver, allow_cross_node_tp=allow_cross_node_tp, launchable=launchable,
-                          layers_per_stage=split, first_stage_layers=first_stage_layers,
+                          layers_per_chunk=split, first_stage_layers=first_stage_layers,
                           last_stage_layers=last_stage_layers, **_job_kwargs(kw))
         plan_file = report.to_plan_file()
         timed = report.to_plan_file(with_timing=True)
@@ -189,7 +192,7 @@ def _why_nothing_searched(report: Any) -> str:
 def evaluate_command(fmt: str, out: str | None, dp: int, tp: int, pp: int, cp: int, ep: int, zero: int,
                      hsdp_shard: int, micro_batch: int, schedule: str, virtual_stages: int, recompute: str,
                      recompute_layers: int, sequence_parallel: bool | None, offload: bool,
-                     layers_per_stage: str | None, first_stage_layers: int | None, last_stage_layers: int | None,
+                     layers_per_chunk: str | None, first_stage_layers: int | None, last_stage_layers: int | None,
                      **kw: Any) -> None:
     """Cost one explicit layout: memory per GPU, step time by term, traffic."""
     def work() -> None:
@@ -200,13 +203,13 @@ def evaluate_command(fmt: str, out: str | None, dp: int, tp: int, pp: int, cp: i
         job_kwargs = _job_kwargs(kw)
         job = api.resolve_job(**job_kwargs)
         split = api.stage_split_option(job.model.num_layers, pp=pp, virtual_stages=virtual_stages,
-                                       layers_per_stage=layers_per_stage, first=first_stage_layers,
+                                       layers_per_chunk=layers_per_chunk, first=first_stage_layers,
                                        last=last_stage_layers)
         layout = api.layout_for_batch(kw["global_batch"], dp=dp, tp=tp, pp=pp, cp=cp, ep=ep, zero_stage=zero,
                                       hsdp_shard_degree=hsdp_shard, micro_batch_size=micro_batch, schedule=schedule,
                                       virtual_stages=virtual_stages, recompute=recompute,
                                       recompute_num_layers=recompute_layers, sequence_parallel=sequence_parallel,
-                                      optimizer_offload=offload, layers_per_stage=split)
+                                      optimizer_offload=offload, layers_per_chunk=split)
         breakdown = api.evaluate(layout=layout, **job_kwargs)
         report = PlanReport(inputs=job.inputs, best=breakdown, candidates=(),
                             search={"solver": "evaluate", "space_size": 1, "evaluated": 1})

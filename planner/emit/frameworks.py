@@ -138,7 +138,7 @@ def _megatron_stage_args(model: ModelSpec, L: Layout) -> list[str]:
     """Layers per chunk as Megatron states them: equal chunks by ``--num-layers-per-virtual-pipeline-stage``,
     Megatron's uneven form by the first/last-stage options, any other split by a layout string
     (``E`` embedding, ``t`` a decoder layer, ``L`` the loss, ``|`` between chunks in model order)."""
-    counts = L.stage_layers(model.num_layers)
+    counts = L.chunk_layers(model.num_layers)
     if L.pp == 1:
         return []
     if len(set(counts)) == 1:
@@ -239,7 +239,7 @@ def torchtitan_config(model_name: str, model: ModelSpec, training: TrainingSpec,
                                                   "interleaved": "Interleaved1F1B"}[L.schedule],
                    "pipeline_parallel_microbatch_size": L.micro_batch_size,
                    "context_parallel_degree": L.cp, "expert_parallel_degree": L.ep}
-    counts = L.stage_layers(model.num_layers)
+    counts = L.chunk_layers(model.num_layers)
     if L.pp > 1 and len(set(counts)) == 1:
         parallelism["pipeline_parallel_layers_per_stage"] = counts[0]
         # torchtitan weighs the embedding and head as one layer each by default, which would add a stage

@@ -246,7 +246,7 @@ def _layout(row: dict, model: ModelSpec, num_gpus: int, global_batch: int, notes
     return Layout(dp=dp, tp=tp, pp=pp, cp=cp, ep=par["ep"] or 1, zero_stage=_zero_stage(par, family, notes),
                   sequence_parallel=_sequence_parallel(par, family, tp, notes), micro_batch_size=micro,
                   num_microbatches=microbatches, schedule="interleaved" if vpp > 1 else "1f1b",
-                  virtual_stages=vpp, layers_per_stage=split,
+                  virtual_stages=vpp, layers_per_chunk=split,
                   recompute=_recompute(par["recompute"], row["throughput"], family, notes))
 
 

@@ -200,15 +200,15 @@ def build_parts(spec: ModelSpec, layout: Layout, meshes: Meshes | None, pp_rank:
     """The (stage index, module) pairs this rank runs, parallelised, still on the meta device."""
     import copy
 
-    counts = layout.stage_layers(spec.num_layers)
+    counts = layout.chunk_layers(spec.num_layers)
     starts = [sum(counts[:i]) for i in range(len(counts))]
     with torch.device("meta"):
         full = Transformer(spec)
     parts = []
     for index in stage_indices(layout, pp_rank):
-        part = full if layout.num_stages == 1 else copy.deepcopy(full)
+        part = full if layout.num_chunks == 1 else copy.deepcopy(full)
         stage_model(part, starts[index], counts[index], is_first=index == 0,
-                    is_last=index == layout.num_stages - 1)
+                    is_last=index == layout.num_chunks - 1)
         parts.append((index, part))
     return parts
 
@@ -225,7 +225,7 @@ def parallelize(part: nn.Module, layout: Layout, meshes: Meshes | None, mp_polic
         if tp_plan is not None:
             from .tp_styles import apply_tp_plan
 
-            apply_tp_plan(part, meshes.tp, tp_plan, skip_missing=layout.num_stages > 1)
+            apply_tp_plan(part, meshes.tp, tp_plan, skip_missing=layout.num_chunks > 1)
         else:
             apply_tensor_parallel(part, meshes.tp, layout.sequence_parallel)
     if meshes is not None and meshes.dp is not None:

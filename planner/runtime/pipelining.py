@@ -17,7 +17,7 @@ def build_schedule(job, loss_fn):
     from torch.distributed import pipelining
 
     group = job.meshes.pp.get_group()
-    stages = [pipelining.PipelineStage(part, index, job.layout.num_stages, job.device, group=group)
+    stages = [pipelining.PipelineStage(part, index, job.layout.num_chunks, job.device, group=group)
               for index, part in job.parts]
     cls = getattr(pipelining, SCHEDULE_CLASSES[job.layout.schedule])
     m = job.layout.num_microbatches

@@ -22,7 +22,7 @@ from costmodels.training import TrainingSpec
 from hardware_specs.errors import AutoplanError
 from hardware_specs.files import parse_json, read_json
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 MAX_PLAN_FILE_BYTES = 64 * 2**20
 """Plan files above this are refused unread (a real one is a few hundred KiB at most)."""
 TRAINING_KEYS = ("global_batch_size", "seq_len", "precision", "optimizer", "lora_rank", "attention", "runtime")

@@ -131,7 +131,7 @@ def setup_job(spec: ModelSpec | None, layout: Layout, *, device: torch.device, s
         job.parts.append((index, part))
         job.optimizers.append(_optimizer(optimizer, part.parameters(), lr, weight_decay))
     indices = [index for index, _ in job.parts]
-    job.has_first, job.has_last = 0 in indices, layout.num_stages - 1 in indices
+    job.has_first, job.has_last = 0 in indices, layout.num_chunks - 1 in indices
     if device.type == "cuda" and precision in MIXED_DTYPES and (meshes is None or meshes.dp is None):
         job.autocast_dtype = MIXED_DTYPES[precision]
     if layout.pp > 1:

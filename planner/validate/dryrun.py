@@ -74,7 +74,7 @@ def build_fake_job(spec, layout: Layout, rank: int, precision: str, optimizer: s
             job.parts.append((index, part))
             job.optimizers.append(trainer._optimizer(optimizer, part.parameters(), 3e-4, 0.1))
     indices = [index for index, _ in job.parts]
-    job.has_first, job.has_last = 0 in indices, layout.num_stages - 1 in indices
+    job.has_first, job.has_last = 0 in indices, layout.num_chunks - 1 in indices
     if precision in MIXED and meshes.dp is None:
         job.autocast_dtype = MIXED[precision]
     return job, mode
@@ -118,7 +118,7 @@ def pipeline_step(job, tokens: torch.Tensor, seq_len: int, dtype: torch.dtype) -
                         received[(chunk, j)] = _stage_input(job, index, micro[j], seq_len, dtype)
                         job.recv_buffers.append(received[(chunk, j)])
                     out = part(received[(chunk, j)])
-                if index == L.num_stages - 1:
+                if index == L.num_chunks - 1:
                     out = trainer.loss_fn(out, micro[j]) / m
             held[(chunk, j)] = out
             continue

@@ -70,7 +70,7 @@ def _layouts() -> list[tuple[str, dict[str, Any]]]:
     out.append(("dp2-pp4-interleaved-v2", {"dp": 2, "pp": 4, "tp": 2, "schedule": "interleaved",
                                            "virtual_stages": 2, "num_microbatches": 16, "sequence_parallel": True}))
     out.append(("dp2-pp4-uneven", {"dp": 2, "pp": 4, "tp": 2, "num_microbatches": 16,
-                                   "layers_per_stage": (7, 9, 9, 7)}))
+                                   "layers_per_chunk": (7, 9, 9, 7)}))
     for recompute in ("selective", "full"):
         out.append((f"tp8-dp2-recompute-{recompute}", {"dp": 2, "tp": 8, "recompute": recompute,
                                                        "num_microbatches": 16, "micro_batch_size": 1}))
