@@ -139,20 +139,38 @@ _INSIDE_MISSES = {
     "broadcast": "30% at 362 KiB (noise 12%)",
     "send_recv": "47% at 2896 KiB, the 2-4 MiB step the full-grid fit splits off as a regime (noise 9%)",
 }
+# The same command on a quiet machine (load average 0.7 before, no other job; the `-quiet` file):
+# all_to_all (22%) and send_recv (20%) meet 25%. Below 1 MiB the medians are then 2-4x the loaded
+# run's and not monotonic in size (all_reduce 4 KiB 2.2 ms, 22.75 KiB 1.3 ms): an idle vCPU's wake-up
+# latency, which a loaded machine hides, dominates the small messages.
+_QUIET_INSIDE_MISSES = {
+    "all_reduce": "79% at 362 KiB (noise 12%)",
+    "all_gather": "138% at 90.5 KiB (noise 11%)",
+    "reduce_scatter": "80% at 45.25 KiB (noise 10%)",
+    "broadcast": "38% at 181 MiB (noise 9%)",
+}
 SQRT2_PROFILE = Path(__file__).resolve().parent.parent / "profiles" / "data" / "cpu-gloo-2proc-collectives.json"
+QUIET_SQRT2_PROFILE = SQRT2_PROFILE.with_name("cpu-gloo-2proc-collectives-quiet.json")
 
 
-@pytest.mark.parametrize("op", [
-    pytest.param(op, marks=pytest.mark.xfail(strict=True, reason=f"not met on this machine: {_INSIDE_MISSES[op]}"))
-    if op in _INSIDE_MISSES else op
-    for op in fit.COLLECTIVE_OPS])
-def test_regimes_predict_held_out_sizes_inside_regimes_of_the_sqrt2_profile(op: str) -> None:
+def _cases() -> list:
+    cases = []
+    for path, misses in ((SQRT2_PROFILE, _INSIDE_MISSES), (QUIET_SQRT2_PROFILE, _QUIET_INSIDE_MISSES)):
+        for op in fit.COLLECTIVE_OPS:
+            marks = [pytest.mark.xfail(strict=True, reason=f"not met on this machine: {misses[op]}")] \
+                if op in misses else []
+            cases.append(pytest.param(path, op, marks=marks, id=f"{path.stem}-{op}"))
+    return cases
+
+
+@pytest.mark.parametrize(("path", "op"), _cases())
+def test_regimes_predict_held_out_sizes_inside_regimes_of_the_sqrt2_profile(path: Path, op: str) -> None:
     """Regimes fitted on every other size of the √2-step gloo profile (real medians) predict each
     held-out size that lies inside a fitted regime within 25% (issue 15's bar). Strict per
     collective, so a profile or a fit that meets 25% turns its case red."""
     from profiles import fit_check, load_profile
 
-    curve = load_profile(SQRT2_PROFILE).collective_curve(op, 2, 2, 1)
+    curve = load_profile(path).collective_curve(op, 2, 2, 1)
     assert curve is not None and len(curve.sizes_bytes) == 33
     _, held = fit_check.held_out_inside_regimes(op, 2, curve.sizes_bytes, curve.median_time_s)
     inside = [h for h in held if h.inside]
