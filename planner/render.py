@@ -6,6 +6,7 @@ from __future__ import annotations
 from rich.console import Console
 from rich.table import Table
 
+from costmodels.breakdown import MEMORY_TERMS, TIME_TERMS
 from costmodels.layout import Layout
 from costmodels.stage_split import describe_split
 
@@ -51,6 +52,12 @@ def prediction_status(sources: dict[str, str]) -> str:
     return "datasheet estimates (no profile or calibration: see --profile)"
 
 
+def _in_order(values: dict[str, float], order: list[str]) -> list[tuple[str, float]]:
+    """``values`` in the breakdown's term order (a plan file stores its keys sorted), unknown keys last."""
+    rank = {name: i for i, name in enumerate(order)}
+    return sorted(values.items(), key=lambda kv: (rank.get(kv[0], len(order)), kv[0]))
+
+
 def print_plan(console: Console, plan: PlanEntry, title: str, tie_note: str = "") -> None:
     """Layout, headline figures, memory by component against capacity, time by term, traffic."""
     p = plan.predicted
@@ -67,8 +74,9 @@ def print_plan(console: Console, plan: PlanEntry, title: str, tie_note: str = ""
     for head in ("memory/GPU GiB", "step time s", "traffic/GPU GiB"):
         table.add_column(head, no_wrap=True, min_width=len(head) - 4)
         table.add_column("", justify="right", no_wrap=True)
-    mem = list(p["memory_gib"].items())
-    times = [(TIME_LABELS.get(k, k), v) for k, v in p["time_s"].items() if v > 0]
+    mem = _in_order(p["memory_gib"], [n.removesuffix("_bytes") for n in MEMORY_TERMS])
+    times = [(TIME_LABELS.get(k, k), v) for k, v in _in_order(p["time_s"], [n.removesuffix("_s") for n in TIME_TERMS])
+             if v > 0]
     comm = list(p["comm_gib_per_gpu"].items())
     for i in range(max(len(mem), len(times), len(comm))):
         row = []

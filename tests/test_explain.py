@@ -51,3 +51,22 @@ def test_explain_format_json_prints_one_document(tmp_path):
     assert set(doc) == {"best", "binding", "runner_up", "what_would_change"}
     table = CliRunner().invoke(main, ["explain", str(path)]).stdout
     assert "why this plan:" in table and "runner-up" in table and "with 2x the NIC bandwidth" in table
+
+
+def test_explain_lists_memory_and_time_in_the_order_plan_prints_them(tmp_path):
+    """A plan file stores its keys sorted; ``explain`` still prints params, grads, optimizer,
+    activations ... and compute before the communication terms, as ``plan`` does."""
+    out = tmp_path / "plan.json"
+    args = ["--model", "llama3-8b", "--hardware", "h100-sxm-80gb", "--gpus", "8", "--global-batch", "64",
+            "--seq-len", "4096"]
+    planned = CliRunner().invoke(main, ["plan", *args], terminal_width=120)
+    CliRunner().invoke(main, ["plan", *args, "--out", str(out)])
+    explained = CliRunner().invoke(main, ["explain", str(out)], terminal_width=120)
+    assert planned.exit_code == explained.exit_code == 0
+
+    def first_column(text: str) -> list[str]:
+        rows = text.split("memory/GPU GiB", 1)[1].split("sources:", 1)[0].splitlines()[1:]
+        return [row.split()[0] for row in rows if row.strip()]
+
+    assert first_column(explained.output)[:4] == ["params", "grads", "optimizer", "activations"]
+    assert first_column(explained.output) == first_column(planned.output)
