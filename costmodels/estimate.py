@@ -14,9 +14,8 @@ from .compute import Rates
 from .job import Job
 from .layer_costs import LayerCosts
 from .layout import Layout
-from .memory import ShardedParams, StateBytes, state_bytes
+from .memory import ShardedParams, StateBytes, low_precision_weight_share, state_bytes
 from .pipeline import bubble_time_s
-from .precision import low_precision_weight_share
 from .rank_memory import held_states, rank_static, stage_memory
 from .rank_time import rank_core_times, rank_times
 from .ranks import LayerPrefix, RankLayers, RankStatic, RankTimes
@@ -39,7 +38,7 @@ class CostModel:
                                  convention=job.convention)
         self.convention = job.convention
         self.low_precision_share = low_precision_weight_share(model) if self.rates.low_precision else 0.0
-        """Share of the weights in low-precision GEMMs (``precision.low_precision_weight_share``)."""
+        """Share of the weights in low-precision GEMMs (``memory.low_precision_weight_share``)."""
         self.states: StateBytes = state_bytes(training, job.convention, low_precision_share=self.low_precision_share)
         self.capacity_bytes = job.memory_fraction * cluster.hardware.memory_bytes
         self.prefix = LayerPrefix(model)

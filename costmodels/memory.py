@@ -25,6 +25,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .convention import RuntimeConvention
+from .model_spec import ModelSpec
+from .params import embedding_params, output_params, total_params
 from .precision import gathered_weight_bytes
 from .training import TrainingSpec
 
@@ -43,12 +45,19 @@ class StateBytes:
     """Bytes per element of a gradient as it is reduced (all-reduce or reduce-scatter)."""
 
 
+def low_precision_weight_share(model: ModelSpec) -> float:
+    """Share of the parameter elements that are low-precision GEMM weights: all but the input
+    embedding and an untied output head with the final norm (the per-layer norms and routers,
+    under 0.1% of a model, are counted in)."""
+    return 1.0 - (embedding_params(model) + output_params(model)) / total_params(model)
+
+
 def state_bytes(training: TrainingSpec, convention: RuntimeConvention, *,
                 low_precision_share: float = 0.0) -> StateBytes:
     """Bytes per parameter for params, grads and optimizer states (ZeRO paper, K = 12 for mixed
     Adam; fp32 training, or a convention with fp32 model states such as FSDP2: K = 8). The
     recipe's moment dtype sets the moments' share of K (bf16 moments, DeepSeek-V3 Sec. 3.3.1:
-    K = 4 + 2 + 2 = 8); ``low_precision_share`` (``precision.low_precision_weight_share``) is
+    K = 4 + 2 + 2 = 8); ``low_precision_share`` (``low_precision_weight_share``) is
     the part of the weights a low-precision recipe may all-gather quantised."""
     recipe = training.recipe
     moments = (2 if training.optimizer == "adamw" else 1) * recipe.optimizer_moment_bytes

@@ -55,7 +55,6 @@ from hardware_specs.errors import SpecError
 
 if TYPE_CHECKING:
     from .convention import RuntimeConvention
-    from .model_spec import ModelSpec
 
 Fp8Recipe = Literal["delayed", "tensorwise", "rowwise", "blockwise"]
 FP8_RECIPES: tuple[str, ...] = ("delayed", "tensorwise", "rowwise", "blockwise")
@@ -167,15 +166,6 @@ def precision_recipe(precision: str, fp8_recipe: str | None = None) -> Precision
     if name not in RECIPES:
         raise SpecError(f"precision must be one of fp32, bf16, fp16, fp8, mxfp8, nvfp4, got {precision!r}")
     return RECIPES[name]
-
-
-def low_precision_weight_share(model: "ModelSpec") -> float:
-    """Share of the parameter elements that are low-precision GEMM weights: all but the input
-    embedding and an untied output head with the final norm (the per-layer norms and routers,
-    under 0.1% of a model, are counted in)."""
-    from .params import embedding_params, output_params, total_params
-
-    return 1.0 - (embedding_params(model) + output_params(model)) / total_params(model)
 
 
 def gathered_weight_bytes(recipe: PrecisionRecipe, convention: "RuntimeConvention", compute_bytes: int,

@@ -195,6 +195,9 @@ def plan(*, model: str | ModelSpec, hardware: str | NodeSpec, gpus: int, global_
         options = {**options, "runtime": "torch"}
     job = resolve_job(model=model, hardware=hardware, gpus=gpus, global_batch=global_batch,
                       seq_len=seq_len, **options)
+    if launchable and job.training.recipe.is_low_precision:
+        raise PlanError(f"--precision {job.training.precision} with --launchable: the generated job does not apply "
+                        "low-precision recipes (planned and exported only); drop --launchable or use --precision bf16")
     if not isinstance(top_k, int) or isinstance(top_k, bool) or top_k < 1:
         raise PlanError(f"--top must be a positive integer, got {top_k!r}")
     if solver not in ("search", "brute-force"):
