@@ -42,8 +42,10 @@ quantisation along the other axis):
 Weight copies (bytes per low-precision weight element, on a runtime that caches them across
 micro-batches, ``RuntimeConvention.caches_low_precision_weights``): Transformer Engine keeps the
 quantised weight in both layouts with its scales for the whole step (``is_first_microbatch``):
-2 bytes (fp8), 2 × (1 + 1/32) (MXFP8), 2 × (0.5 + 1/16) (NVFP4). torchao recasts each
-micro-batch and frees the copies after the layer, so nothing persists.
+2 bytes (fp8), 2 × (1 + 1/32) (MXFP8), 2 × (0.5 + 1/16) (NVFP4). With Megatron's
+``--fp8-param-gather`` (the distributed optimizer's gather, ZeRO ≥ 1) the quantised parameter is
+the compute parameter, replacing its 2-byte bf16 copy. torchao recasts each micro-batch and
+frees the copies after the layer, so nothing persists.
 """
 
 from __future__ import annotations
@@ -184,10 +186,13 @@ def gathered_weight_bytes(recipe: PrecisionRecipe, convention: "RuntimeConventio
 
 
 def cached_weight_copy_bytes(recipe: PrecisionRecipe, convention: "RuntimeConvention", elements: float,
-                             share: float) -> float:
-    """Device bytes of the quantised weight copies a Transformer Engine runtime keeps for the step
-    over ``elements`` held parameter elements (``weight_copy_bytes_per_param`` × the
-    low-precision share); torchao keeps none (module docstring)."""
+                             share: float, *, quantised_params: bool, compute_bytes: int) -> float:
+    """Device bytes a Transformer Engine runtime adds for the quantised weights of ``elements``
+    held parameter elements (``weight_copy_bytes_per_param`` × the low-precision share). With
+    ``quantised_params`` (Megatron's ``--fp8-param-gather``: "keep the compute param in fp8") the
+    quantised copy replaces the ``compute_bytes`` 16-bit compute parameter instead of adding to
+    it; torchao keeps no copy (module docstring)."""
     if convention.torchao_low_precision:
         return 0.0
-    return recipe.weight_copy_bytes_per_param * share * elements
+    per_element = recipe.weight_copy_bytes_per_param - (compute_bytes if quantised_params else 0)
+    return per_element * share * elements

@@ -71,20 +71,26 @@ def test_cached_weight_copies_of_one_layer_by_hand(name, copy_bytes):
     # One layer's matmul weights are SUM_KN = 218,103,808 elements; Transformer Engine keeps both
     # layouts: fp8 2 B (436,207,616), MXFP8 2 x (1 + 1/32) = 2.0625 B, NVFP4 2 x (0.5 + 1/16) = 1.125 B.
     recipe = RECIPES[name]
-    assert cached_weight_copy_bytes(recipe, MEGATRON, SUM_KN, share=1.0) == pytest.approx(copy_bytes)
-    assert cached_weight_copy_bytes(recipe, FSDP2, SUM_KN, share=1.0) == 0.0  # torchao recasts, keeps none
+    kw = dict(share=1.0, compute_bytes=2)
+    assert cached_weight_copy_bytes(recipe, MEGATRON, SUM_KN, quantised_params=False, **kw) == pytest.approx(copy_bytes)
+    # with --fp8-param-gather the quantised copy replaces the 2-byte bf16 compute parameter
+    replaced = cached_weight_copy_bytes(recipe, MEGATRON, SUM_KN, quantised_params=True, **kw)
+    assert replaced == pytest.approx(copy_bytes - 2 * SUM_KN)  # fp8 0; NVFP4 saves 0.875 B per weight
+    assert cached_weight_copy_bytes(recipe, FSDP2, SUM_KN, quantised_params=False, **kw) == 0.0  # torchao: none
 
 
 def test_fp8_weight_copies_in_a_whole_plan():
     # Llama 3 8B = 8,030,261,248 params; embedding 525,336,576 and untied head + final norm
-    # 525,340,672 stay bf16, so 6,979,584,000 elements are fp8 GEMM weights: 2 B each cached by
-    # Megatron/TE = 13,959,168,000 bytes more params on every rank (dp 8, ZeRO-1 keeps params whole).
-    kw = dict(model="llama3-8b", hardware="h100", gpus=8, global_batch=64, seq_len=4096,
-              layout=Layout(dp=8, zero_stage=1, micro_batch_size=1, num_microbatches=8))
-    fp8 = planner.evaluate(precision="fp8", **kw)
-    bf16 = planner.evaluate(precision="bf16", **kw)
-    assert fp8.peak_stage.params_bytes - bf16.peak_stage.params_bytes == pytest.approx(13_959_168_000)
-    # and the distributed optimizer's parameter all-gather moves those elements in fp8 (1 B, not 2)
+    # 525,340,672 stay bf16, so 6,979,584,000 elements are fp8 GEMM weights. ZeRO-0 (no distributed
+    # optimizer, so no --fp8-param-gather): Megatron/TE caches 2 B of fp8 copies each beside the
+    # bf16 parameters = 13,959,168,000 bytes more on every rank. ZeRO-1: the fp8 parameter replaces
+    # the bf16 one (2 B either way) and the all-gather moves those elements in 1 B, not 2.
+    kw = dict(model="llama3-8b", hardware="h100", gpus=8, global_batch=64, seq_len=4096)
+    for zero, extra in ((0, 13_959_168_000), (1, 0)):
+        layout = Layout(dp=8, zero_stage=zero, micro_batch_size=1, num_microbatches=8)
+        fp8 = planner.evaluate(precision="fp8", layout=layout, **kw)
+        bf16 = planner.evaluate(precision="bf16", layout=layout, **kw)
+        assert fp8.peak_stage.params_bytes - bf16.peak_stage.params_bytes == pytest.approx(extra, abs=1)
     gathered = fp8.comm_bytes_per_gpu["dp_all_gather"] / bf16.comm_bytes_per_gpu["dp_all_gather"]
     assert gathered == pytest.approx((6_979_584_000 * 1 + 1_050_677_248 * 2) / (8_030_261_248 * 2))
 
