@@ -38,7 +38,8 @@ def assemble(cm: "CostModel", layout: Layout, memory: tuple[StageMemory, ...], t
         model_flops_per_step=model_flops,
         hardware_flops_per_step=model_flops + recompute_flops(cm, layout),
         tokens_per_step=cm.training.tokens_per_step, num_gpus=layout.world_size,
-        peak_flops_per_gpu=cm.rates.mfu_peak, sources=term_sources(cm, layout, times),
+        peak_flops_per_gpu=cm.rates.mfu_peak, low_precision_peak_flops_per_gpu=cm.rates.low_precision_peak,
+        sources=term_sources(cm, layout, times),
     )
 
 

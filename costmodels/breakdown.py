@@ -75,6 +75,9 @@ class CostBreakdown:
     tokens_per_step: int
     num_gpus: int
     peak_flops_per_gpu: float
+    """The 16-bit dense peak MFU is quoted against, even for low-precision training."""
+    low_precision_peak_flops_per_gpu: float = 0.0
+    """The dense peak of a low-precision recipe's GEMMs (fp8, MXFP8, NVFP4); 0 = 16/32-bit training."""
     sources: dict[str, str] = field(default_factory=dict)
     """Per term, ``datasheet``, ``profile`` (measured by ``autoplan profile``) or ``profile (SOURCE)``
     for a profile curve imported from SOURCE (``nccl-tests``, ``trace``; ``profiles.schema.CURVE_SOURCES``)."""
@@ -116,6 +119,14 @@ class CostBreakdown:
         return self.model_flops_per_step / self.step_time_s / (self.num_gpus * self.peak_flops_per_gpu)
 
     @property
+    def mfu_low_precision(self) -> float:
+        """MFU against the low-precision dense peak (0 for 16/32-bit training): the figure some
+        fp8 reports quote beside the bf16-peak MFU."""
+        if not self.low_precision_peak_flops_per_gpu:
+            return 0.0
+        return self.model_flops_per_step / self.step_time_s / (self.num_gpus * self.low_precision_peak_flops_per_gpu)
+
+    @property
     def hfu(self) -> float:
         """Hardware FLOPs utilisation: counts recomputation too."""
         return self.hardware_flops_per_step / self.step_time_s / (self.num_gpus * self.peak_flops_per_gpu)
@@ -126,13 +137,16 @@ class CostBreakdown:
         return self.bubble_s / self.step_time_s
 
     def predicted_dict(self) -> dict[str, Any]:
-        """The ``predicted`` object of a plan file (GiB and seconds, rounded for stable bytes)."""
+        """The ``predicted`` object of a plan file (GiB and seconds, rounded for stable bytes). ``mfu``
+        is against the bf16 dense peak; a low-precision plan adds ``mfu_low_precision_peak``."""
         peak = self.peak_stage
+        low = {"mfu_low_precision_peak": _r(self.mfu_low_precision)} if self.low_precision_peak_flops_per_gpu else {}
         return {
             "step_time_s": _r(self.step_time_s),
             "tokens_per_s": _r(self.tokens_per_s),
             "tokens_per_s_per_gpu": _r(self.tokens_per_s / self.num_gpus),
             "mfu": _r(self.mfu),
+            **low,
             "hfu": _r(self.hfu),
             "fits": self.fits,
             "peak_memory_gib": _r(peak.total_bytes / GIB),

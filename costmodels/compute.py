@@ -18,24 +18,22 @@ if TYPE_CHECKING:
     from profiles import HardwareProfile
 
 
+LOW_PRECISION_DTYPES: tuple[str, ...] = ("fp8", "mxfp8", "nvfp4")
+"""Training precisions whose weight GEMMs run below 16 bits (``costmodels.precision``)."""
+
+
 def compute_dtype(precision: str, hardware: HardwareSpec) -> str:
-    """GEMM dtype: fp8 where the hardware has an FP8 rate, else bf16 (fp16 on parts without bf16)."""
-    if precision == "fp8" and hardware.supports("fp8"):
-        return "fp8"
-    if precision in ("fp8", "bf16") and not hardware.supports("bf16"):
+    """GEMM dtype: the low-precision one where the hardware has its rate, else bf16 (fp16 on parts
+    without bf16)."""
+    if precision in LOW_PRECISION_DTYPES and hardware.supports(precision):
+        return precision
+    sixteen = precision in LOW_PRECISION_DTYPES or precision == "bf16"
+    if sixteen and not hardware.supports("bf16"):
         return "fp16"
-    return "bf16" if precision == "fp8" else precision
+    return "bf16" if sixteen else precision
 
 
 PROFILE, DATASHEET = "profile", "datasheet"
-
-
-def fp8_cast_bytes(m: int, n: int, k: int) -> float:
-    """HBM bytes to quantise the two 16-bit inputs of an (m×k)·(k×n) fp8 GEMM with current
-    per-tensor scaling: read for the amax, read again and write the fp8 copy, 2 + 2 + 1 bytes per
-    element (per-tensor scaling: Micikevicius et al. 2022, "FP8 Formats for Deep Learning", Sec. 4;
-    Transformer Engine's current-scaling recipe computes the amax before the cast)."""
-    return 5.0 * (m * k + k * n)
 
 
 def merge_source(sources: dict[str, str], term: str, source: str) -> None:
@@ -54,12 +52,17 @@ class Rates:
     def __init__(self, hardware: HardwareSpec, precision: str, profile: "HardwareProfile | None",
                  assumptions: Assumptions) -> None:
         self.dtype = compute_dtype(precision, hardware)
-        self.attention_dtype = "bf16" if self.dtype == "fp8" else self.dtype
+        self.low_precision = self.dtype in LOW_PRECISION_DTYPES
+        """Weight GEMMs run at a low-precision peak (and pay the recipe's casts, ``layer_costs``)."""
+        self.attention_dtype = "bf16" if self.low_precision else self.dtype
         self.elem_bytes = 4 if self.dtype == "fp32" else 2
         self.peak = hardware.peak_flops(self.dtype)
         self.attention_peak = hardware.peak_flops(self.attention_dtype)
         self.mfu_peak = self.attention_peak
-        """Peak that MFU is quoted against: the 16-bit one even for fp8 training (as published work does)."""
+        """Peak that MFU is quoted against: the 16-bit dense one even for fp8 training (as Meta's
+        Llama 3 paper, Sec. 3.3.4, and NVIDIA's NeMo performance tables do)."""
+        self.low_precision_peak = self.peak if self.low_precision else 0.0
+        """The low-precision dense peak, for the MFU figure quoted beside it (0 = 16/32-bit training)."""
         self.bandwidth = hardware.memory_bandwidth_bytes_per_s
         self.profile = profile
         self.a = assumptions
@@ -74,8 +77,8 @@ class Rates:
 
     def gemm_time_and_source(self, g: Gemm, *, high_precision: bool = False) -> tuple[float, str]:
         """(seconds for ``g.count`` GEMMs of shape (m×k)·(k×n), where the rate came from).
-        ``high_precision``: a GEMM fp8 recipes keep in 16 bits (the LM head; Transformer Engine
-        and torchao leave the output layer in bf16)."""
+        ``high_precision``: a GEMM low-precision recipes keep in 16 bits (the LM head, the router,
+        LoRA adapters; ``costmodels.precision``). Cast kernels are costed by the caller."""
         key = (g.m, g.n, g.k, high_precision)
         cached = self._gemm_memo.get(key)
         if cached is None:
@@ -85,18 +88,15 @@ class Rates:
 
     def _single_gemm_time_s(self, m: int, n: int, k: int, high_precision: bool) -> tuple[float, str]:
         flops = 2.0 * m * n * k
-        fp8 = self.dtype == "fp8" and not high_precision
-        dtype = self.dtype if fp8 or self.dtype != "fp8" else self.attention_dtype
+        low = self.low_precision and not high_precision
+        dtype = self.dtype if low else self.attention_dtype
         if self.profile is not None:
             rate = self.profile.gemm_flops_per_s(m, n, k, dtype)
             if rate:
-                return flops / rate + (self.memory_time_s(fp8_cast_bytes(m, n, k)) if fp8 else 0.0), PROFILE
+                return flops / rate, PROFILE
         moved = self.elem_bytes * (m * k + k * n + m * n)
-        if not fp8:
-            rate = self.attention_peak * self.a.gemm_efficiency
-            return max(flops / rate, moved / self.memory_bandwidth), DATASHEET
-        rate = self.peak * self.a.fp8_gemm_efficiency
-        return max(flops / rate, moved / self.memory_bandwidth) + self.memory_time_s(fp8_cast_bytes(m, n, k)), DATASHEET
+        rate = self.peak * self.a.fp8_gemm_efficiency if low else self.attention_peak * self.a.gemm_efficiency
+        return max(flops / rate, moved / self.memory_bandwidth), DATASHEET
 
     def attention_time_and_source(self, flops: float, *, b: int, s: int, heads: int,
                                   head_dim: int, executed_fraction: float = 1.0) -> tuple[float, str]:

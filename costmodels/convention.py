@@ -70,6 +70,11 @@ class RuntimeConvention:
     else one send and one receive buffer."""
     dtensor_tensor_parallel: bool
     """Tensor-parallel layers are DTensor modules, paying ``tp_layer_overhead_s`` of host time."""
+    torchao_low_precision: bool = False
+    """Low-precision recipes run as torchao's (``Float8Linear``, MX): weights are recast every
+    micro-batch and no quantised copy persists, and FSDP2 all-gathers in fp8 only where
+    ``enable_fsdp_float8_all_gather`` applies (tensorwise). Else as Transformer Engine's under
+    Megatron: quantised weights cached for the step, ``--fp8-param-gather`` gathers them quantised."""
 
     def zero(self, zero_stage: int) -> ZeroStageRule:
         return self.zero_stages[zero_stage]

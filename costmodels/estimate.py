@@ -14,7 +14,7 @@ from .compute import Rates
 from .job import Job
 from .layer_costs import LayerCosts
 from .layout import Layout
-from .memory import ShardedParams, StateBytes, state_bytes
+from .memory import ShardedParams, StateBytes, low_precision_weight_share, state_bytes
 from .pipeline import bubble_time_s
 from .rank_memory import held_states, rank_static, stage_memory
 from .rank_time import rank_core_times, rank_times
@@ -37,7 +37,9 @@ class CostModel:
         self.layers = LayerCosts(model, training, cluster, self.rates, profile, assumptions,
                                  convention=job.convention)
         self.convention = job.convention
-        self.states: StateBytes = state_bytes(training, job.convention)
+        self.low_precision_share = low_precision_weight_share(model) if self.rates.low_precision else 0.0
+        """Share of the weights in low-precision GEMMs (``memory.low_precision_weight_share``)."""
+        self.states: StateBytes = state_bytes(training, job.convention, low_precision_share=self.low_precision_share)
         self.capacity_bytes = job.memory_fraction * cluster.hardware.memory_bytes
         self.prefix = LayerPrefix(model)
         self.core_memo: dict[tuple, RankTimes] = {}

@@ -51,6 +51,11 @@ class LayerForward:
     """Backward of the attention core (``flops.attention_backward_ratio`` × forward)."""
     memory_s: float = 0.0
     """Memory-bound kernels (norms, residuals, activations, rotary, softmax if eager)."""
+    cast_s: float = 0.0
+    """Low-precision recipes: forward cast kernels quantising GEMM inputs and weights
+    (``PrecisionRecipe.cast_bytes``)."""
+    cast_bwd_s: float = 0.0
+    """Low-precision recipes: backward cast kernels quantising the output gradients."""
     attention_core_memory_s: float = 0.0
     """Of ``memory_s``, the eager softmax/dropout traffic (recomputed by selective recompute)."""
     tp_s: float = 0.0
@@ -68,7 +73,7 @@ class LayerForward:
 
     @property
     def compute_s(self) -> float:
-        return self.gemm_s + self.attention_core_s + self.memory_s + self.host_s
+        return self.gemm_s + self.attention_core_s + self.memory_s + self.cast_s + self.host_s
 
 
 class LayerCosts:
@@ -113,15 +118,14 @@ class LayerCosts:
         out = LayerForward()
         tokens = key.b * key.s_local
         gemms = attention_gemms(model, tokens, key.tp) + self._mlp_gemms(key, tokens)
-        out.flops = sum(g.flops for g in gemms)
+        high = self._router_gemms(key, tokens)
+        out.flops = sum(g.flops for g in gemms + high)
         if self.training.is_lora:
             out.flops += lora_flops(model, tokens, self.training.lora_rank, self.training.lora_targets, key.tp)
-            gemms.append(Gemm(m=tokens, n=self.training.lora_rank, k=model.hidden_size,
-                              count=2 * len(self.training.lora_targets)))
-        for g in gemms:
-            seconds, source = rates.gemm_time_and_source(g)
-            out.gemm_s += seconds
-            merge_source(out.sources, "compute", source)
+            high.append(Gemm(m=tokens, n=self.training.lora_rank, k=model.hidden_size,
+                             count=2 * len(self.training.lora_targets)))
+        self._add_gemms(out, gemms, high_precision=False)
+        self._add_gemms(out, high, high_precision=True)
         core_flops = attention_core_flops(model, key.b, key.s_local, key.s_local * key.cp, key.tp)
         fused = self.training.attention == "fused"
         out.attention_core_s, out.sources["attention"] = rates.attention_time_and_source(
@@ -139,6 +143,25 @@ class LayerCosts:
             self._add_ep(out, key, tokens)
         return out
 
+    def _add_gemms(self, out: LayerForward, gemms: list[Gemm], *, high_precision: bool) -> None:
+        """GEMM time and, for the low-precision ones, the recipe's cast kernels (memory-bound)."""
+        rates, recipe = self.rates, self.training.recipe
+        for g in gemms:
+            seconds, source = rates.gemm_time_and_source(g, high_precision=high_precision)
+            out.gemm_s += seconds
+            merge_source(out.sources, "compute", source)
+            if rates.low_precision and not high_precision:
+                fwd, bwd = recipe.cast_bytes(g.m, g.n, g.k)
+                out.cast_s += rates.memory_time_s(fwd * g.count)
+                out.cast_bwd_s += rates.memory_time_s(bwd * g.count)
+
+    def _router_gemms(self, key: LayerKey, tokens: int) -> list[Gemm]:
+        """The MoE router's logits GEMM, kept in 16 bits by every low-precision recipe."""
+        moe = self.model.moe
+        if not key.moe or moe is None:
+            return []
+        return [Gemm(m=tokens, n=moe.num_experts, k=self.model.hidden_size)]
+
     def _mlp_gemms(self, key: LayerKey, tokens: int) -> list[Gemm]:
         model = self.model
         if not key.moe:
@@ -148,8 +171,7 @@ class LayerCosts:
         local_experts = moe.num_experts // key.ep
         routed_tokens = tokens * moe.top_k * moe.capacity_factor
         per_expert = max(1, round(routed_tokens / local_experts))
-        gemms = [Gemm(m=tokens, n=moe.num_experts, k=model.hidden_size)]
-        gemms += [Gemm(m=g.m, n=g.n, k=g.k, count=local_experts)
+        gemms = [Gemm(m=g.m, n=g.n, k=g.k, count=local_experts)
                   for g in mlp_gemms(model, per_expert, moe.expert_ffn_hidden_size, key.tp)]
         if moe.num_shared_experts:
             gemms += mlp_gemms(model, tokens, moe.expert_ffn_hidden_size * moe.num_shared_experts, key.tp)

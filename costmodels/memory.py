@@ -25,6 +25,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .convention import RuntimeConvention
+from .model_spec import ModelSpec
+from .params import embedding_params, output_params, total_params
+from .precision import gathered_weight_bytes
 from .training import TrainingSpec
 
 
@@ -35,23 +38,37 @@ class StateBytes:
     param: int
     grad: int
     optimizer: int
-    gathered: int
-    """Bytes per element of a gathered (unsharded) parameter, as all-gathered and computed with."""
+    gathered: float
+    """Bytes per element of a gathered (unsharded) parameter, as all-gathered and computed with
+    (averaged over the model when a low-precision recipe gathers its GEMM weights quantised)."""
     reduced: int
     """Bytes per element of a gradient as it is reduced (all-reduce or reduce-scatter)."""
 
 
-def state_bytes(training: TrainingSpec, convention: RuntimeConvention) -> StateBytes:
+def low_precision_weight_share(model: ModelSpec) -> float:
+    """Share of the parameter elements that are low-precision GEMM weights: all but the input
+    embedding and an untied output head with the final norm (the per-layer norms and routers,
+    under 0.1% of a model, are counted in)."""
+    return 1.0 - (embedding_params(model) + output_params(model)) / total_params(model)
+
+
+def state_bytes(training: TrainingSpec, convention: RuntimeConvention, *,
+                low_precision_share: float = 0.0) -> StateBytes:
     """Bytes per parameter for params, grads and optimizer states (ZeRO paper, K = 12 for mixed
-    Adam; fp32 training, or a convention with fp32 model states such as FSDP2: K = 8)."""
+    Adam; fp32 training, or a convention with fp32 model states such as FSDP2: K = 8). The
+    recipe's moment dtype sets the moments' share of K (bf16 moments, DeepSeek-V3 Sec. 3.3.1:
+    K = 4 + 2 + 2 = 8); ``low_precision_share`` (``low_precision_weight_share``) is
+    the part of the weights a low-precision recipe may all-gather quantised."""
+    recipe = training.recipe
+    moments = (2 if training.optimizer == "adamw" else 1) * recipe.optimizer_moment_bytes
     compute = 4 if training.precision == "fp32" else 2
+    gathered = gathered_weight_bytes(recipe, convention, compute, low_precision_share)
     if training.precision == "fp32" or convention.fp32_model_states:
-        return StateBytes(param=4, grad=4, optimizer=8 if training.optimizer == "adamw" else 4,
-                          gathered=compute, reduced=4)
+        return StateBytes(param=4, grad=4, optimizer=moments, gathered=gathered, reduced=4)
     # Megatron accumulates and reduces bf16 training's gradients in an fp32 main_grad buffer
     # (Megatron-Core distributed optimizer docs: bf16 params, fp32 grads = 6 + 12/d bytes/param).
-    grad = 4 if training.precision in ("bf16", "fp8") else 2
-    return StateBytes(param=2, grad=grad, optimizer=12 if training.optimizer == "adamw" else 8, gathered=2, reduced=grad)
+    grad = 2 if training.precision == "fp16" else 4
+    return StateBytes(param=2, grad=grad, optimizer=4 + moments, gathered=gathered, reduced=grad)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

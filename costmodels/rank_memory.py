@@ -13,6 +13,7 @@ from .layout import Layout
 from .memo import memoised
 from .memory import ShardedParams, held_state_bytes
 from .pipeline import in_flight_microbatches
+from .precision import cached_weight_copy_bytes
 from .ranks import RankLayers, RankStatic
 
 if TYPE_CHECKING:
@@ -36,9 +37,19 @@ def rank_static(cm: "CostModel", layout: Layout, rank: RankLayers) -> RankStatic
 
 
 def held_states(cm: "CostModel", layout: Layout, params: ShardedParams) -> tuple[float, float, float]:
+    """(params, grads, optimizer) bytes; params include a low-precision recipe's cached quantised
+    weight copies (``precision.cached_weight_copy_bytes``), made from the held shard under ZeRO-3,
+    which replace the 16-bit compute parameters where the ZeRO gather moves them quantised."""
     z, z_e = shard_degrees(cm, layout)
-    return held_state_bytes(params, cm.training, cm.convention, zero_stage=layout.zero_stage, shard_degree=z,
-                            expert_shard_degree=z_e, offload=layout.optimizer_offload)
+    p, g, o = held_state_bytes(params, cm.training, cm.convention, zero_stage=layout.zero_stage, shard_degree=z,
+                               expert_shard_degree=z_e, offload=layout.optimizer_offload)
+    if cm.low_precision_share:
+        held = params.dense / z + params.expert / z_e if layout.zero_stage == 3 else params.dense + params.expert
+        # the sharded optimizer's parameter gather is where Megatron gathers quantised (--fp8-param-gather)
+        quantised = layout.zero_stage > 0 and cm.states.gathered < cm.states.param
+        p += cached_weight_copy_bytes(cm.training.recipe, cm.convention, held, cm.low_precision_share,
+                                      quantised_params=quantised, compute_bytes=cm.states.param)
+    return p, g, o
 
 
 def stage_memory(cm: "CostModel", layout: Layout, index: int, static: RankStatic) -> StageMemory:

@@ -69,11 +69,12 @@ def rank_times(cm: "CostModel", layout: Layout, rank: RankLayers) -> RankTimes:
 
 def _add_layers(cm: "CostModel", t: RankTimes, f: LayerForward, layout: Layout, n: float) -> None:
     """Forward + backward of ``n`` layers: backward is 2× forward compute (input and weight
-    gradients); LoRA's frozen weights need only the input gradient, 1× forward GEMMs.
+    gradients); LoRA's frozen weights need only the input gradient, 1× forward GEMMs; a
+    low-precision recipe adds the output-gradient casts (``LayerForward.cast_bwd_s``).
     Backward repeats the forward's TP/EP collectives and moves K, V and their gradients in CP."""
     bwd_gemm = (1.0 if cm.training.is_lora else 2.0) * f.gemm_s
     t.fwd_compute_s += n * f.compute_s
-    t.bwd_compute_s += n * (bwd_gemm + f.attention_core_bwd_s + 2 * (f.memory_s + f.host_s))
+    t.bwd_compute_s += n * (bwd_gemm + f.attention_core_bwd_s + 2 * (f.memory_s + f.host_s) + f.cast_bwd_s)
     t.tp_s += n * 2 * f.tp_s
     t.cp_s += n * (f.cp_s + max(0.0, 2 * f.cp_total_s - f.attention_core_bwd_s))
     t.ep_s += n * 2 * f.ep_s

@@ -8,12 +8,14 @@ from typing import Literal
 from hardware_specs.checks import MAX_SEQ_LEN, MAX_TOKENS_PER_STEP, MAX_WIDTH, whole
 from hardware_specs.errors import SpecError
 
-Precision = Literal["fp32", "bf16", "fp16", "fp8"]
+from .precision import FP8_RECIPES, Fp8Recipe, PrecisionRecipe, precision_recipe
+
+Precision = Literal["fp32", "bf16", "fp16", "fp8", "mxfp8", "nvfp4"]
 Optimizer = Literal["adamw", "sgd"]
 AttentionImpl = Literal["fused", "eager"]
 Runtime = Literal["megatron", "torch"]
 
-PRECISIONS: tuple[str, ...] = ("bf16", "fp16", "fp8", "fp32")
+PRECISIONS: tuple[str, ...] = ("bf16", "fp16", "fp8", "mxfp8", "nvfp4", "fp32")
 OPTIMIZERS: tuple[str, ...] = ("adamw", "sgd")
 LORA_TARGETS: tuple[str, ...] = ("q", "k", "v", "o", "gate", "up", "down")
 RUNTIMES: tuple[str, ...] = ("megatron", "torch")
@@ -28,8 +30,12 @@ class TrainingSpec:
     seq_len: int
     """Tokens per sequence, s."""
     precision: Precision = "bf16"
-    """bf16/fp16: mixed precision with fp32 master weights; fp8: GEMMs at the FP8 rate
-    (master weights and states as in bf16); fp32: everything in fp32 (CPU runs)."""
+    """bf16/fp16: mixed precision with fp32 master weights; fp8, mxfp8, nvfp4: the weight GEMMs at
+    that rate with the recipe's casts and copies (``costmodels.precision``), master weights and
+    states as in bf16; fp32: everything in fp32 (CPU runs)."""
+    fp8_recipe: Fp8Recipe | None = None
+    """With fp8 only: delayed, tensorwise (current scaling), rowwise or blockwise (DeepSeek-V3);
+    None = tensorwise."""
     optimizer: Optimizer = "adamw"
     """AdamW (two fp32 moments) or SGD with momentum (one)."""
     lora_rank: int = 0
@@ -56,6 +62,9 @@ class TrainingSpec:
                             f"{self.global_batch_size * self.seq_len} tokens per step is past the limit of "
                             f"2^40 ({MAX_TOKENS_PER_STEP}); use a smaller batch or sequence")
         _require_choice("precision", self.precision, PRECISIONS)
+        if self.fp8_recipe is not None:
+            _require_choice("fp8_recipe", self.fp8_recipe, FP8_RECIPES)
+        precision_recipe(self.precision, self.fp8_recipe)
         _require_choice("optimizer", self.optimizer, OPTIMIZERS)
         _require_choice("attention", self.attention, ("fused", "eager"))
         _require_choice("runtime", self.runtime, RUNTIMES)
@@ -70,6 +79,11 @@ class TrainingSpec:
     @property
     def is_lora(self) -> bool:
         return self.lora_rank > 0
+
+    @property
+    def recipe(self) -> PrecisionRecipe:
+        """The precision recipe: low-precision GEMMs, casts, copies, gathers, moment dtype."""
+        return precision_recipe(self.precision, self.fp8_recipe)
 
     @property
     def tokens_per_step(self) -> int:

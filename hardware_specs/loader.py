@@ -6,7 +6,7 @@ File layout (every number has an entry in ``[sources]`` under its dotted key)::
     name = "h100-sxm-80gb"
     display_name = "NVIDIA H100 SXM5 80GB"
     device_type = "cuda"
-    [device]      fp32_tflops, fp16_tflops, bf16_tflops?, fp8_tflops?, memory_gib,
+    [device]      fp32_tflops, fp16_tflops, bf16_tflops?, fp8_tflops?, mxfp8_tflops?, nvfp4_tflops?, memory_gib,
                   memory_bandwidth_tb_per_s, runtime_reserved_gib
     [node]        gpus_per_node, host_link_gb_per_s, host_memory_gb_per_s
     [intra_node]  kind, bandwidth_gb_per_s (per device, per direction), latency_us
@@ -31,6 +31,8 @@ SCHEMA_VERSION = 1
 MAX_FILE_NUMBER = 1e9
 """Largest number accepted in a hardware file, in the file's units (TFLOP/s, GiB, GB/s, us)."""
 DATA_DIR = Path(__file__).parent / "data"
+OPTIONAL_DTYPES: tuple[str, ...] = ("bf16", "fp8", "mxfp8", "nvfp4")
+"""Dense peaks a node file may give as ``device.<dtype>_tflops``; absent = the part has no such rate."""
 _LINK_KINDS = get_args(LinkKind)
 
 
@@ -73,7 +75,7 @@ def parse_node(raw: dict[str, Any], *, origin: str) -> NodeSpec:
         raise SpecError(f"{origin}: device_type must be cuda, rocm or cpu, got {device_type!r}")
     peaks = {"fp32": reader.number("device.fp32_tflops") * TERA,
              "fp16": reader.number("device.fp16_tflops") * TERA}
-    for dtype in ("bf16", "fp8"):  # optional: V100 has no bf16, A100 no fp8
+    for dtype in OPTIONAL_DTYPES:  # optional: V100 has no bf16, A100 no fp8, Hopper no MX/NVFP4
         if reader.has(f"device.{dtype}_tflops"):
             peaks[dtype] = reader.number(f"device.{dtype}_tflops") * TERA
     hardware = HardwareSpec(

@@ -9,7 +9,7 @@ from .errors import SpecError
 from .checks import MAX_DEVICES_PER_NODE, MAX_GPUS, MAX_LATENCY_S, MAX_MEMORY_BYTES, MAX_RATE, finite, whole
 
 DeviceType = Literal["cuda", "rocm", "cpu"]
-Dtype = Literal["fp32", "bf16", "fp16", "fp8"]
+Dtype = Literal["fp32", "bf16", "fp16", "fp8", "mxfp8", "nvfp4"]
 LinkKind = Literal["nvswitch", "nvlink", "pcie", "infinity-fabric", "shared-memory", "ethernet", "infiniband"]
 
 
@@ -24,7 +24,8 @@ class HardwareSpec:
     device_type: DeviceType
     """Which torch device type runs on it: ``cuda`` (also ROCm builds), ``cpu``."""
     peak_flops_per_s: dict[str, float]
-    """Dense peak FLOP/s per dtype (``fp32``, ``bf16``, ``fp16``, ``fp8``); missing dtype = unsupported."""
+    """Dense peak FLOP/s per dtype (``fp32``, ``bf16``, ``fp16``, ``fp8``, and on Blackwell the
+    block-scaled ``mxfp8`` and ``nvfp4``); missing dtype = unsupported."""
     memory_bytes: int
     """Device memory (bytes)."""
     memory_bandwidth_bytes_per_s: float

@@ -90,7 +90,7 @@ def job_as_planned(inputs: PlanInputs) -> Job:
 
 def resolve_job(*, model: str | ModelSpec, hardware: str | NodeSpec, gpus: int, global_batch: int,
                 seq_len: int, gpus_per_node: int | None = None, precision: str = "bf16",
-                optimizer: str = "adamw", lora_rank: int = 0, attention: str = "fused",
+                fp8_recipe: str | None = None, optimizer: str = "adamw", lora_rank: int = 0, attention: str = "fused",
                 runtime: str = "megatron", memory_fraction: float = 0.95, profile: "str | Path | HardwareProfile | None" = None,
                 profile_device_mismatch: str = "refuse") -> Job:
     """Turn names and numbers into specs, validating each where it enters.
@@ -118,8 +118,11 @@ def resolve_job(*, model: str | ModelSpec, hardware: str | NodeSpec, gpus: int, 
         raise SpecError(f"profile_device_mismatch (--profile-device-mismatch) must be refuse or ok, "
                         f"got {profile_device_mismatch!r}")
     training = TrainingSpec(global_batch_size=global_batch, seq_len=seq_len, precision=precision,
-                            optimizer=optimizer, lora_rank=lora_rank, attention=attention, runtime=runtime)
-    if training.precision not in ("fp8", "fp32") and not node.hardware.supports(training.precision):
+                            fp8_recipe=fp8_recipe, optimizer=optimizer, lora_rank=lora_rank, attention=attention, runtime=runtime)
+    if training.precision in ("mxfp8", "nvfp4") and not node.hardware.supports(training.precision):
+        raise SpecError(f"--precision {precision}: {node.hardware.name} has no {precision} rate (block-scaled "
+                        "formats need Blackwell: b200, gb200-nvl72, b300); use fp8 or bf16")
+    if training.precision not in ("fp8", "fp32", "mxfp8", "nvfp4") and not node.hardware.supports(training.precision):
         raise SpecError(f"--precision {precision}: {node.hardware.name} has no {precision} rate; use fp16")
     cluster = make_cluster(node, gpus, gpus_per_node)
     loaded = _load_profile(profile)
@@ -160,7 +163,7 @@ def _check_profile(loaded: "HardwareProfile | None", given: Any, cluster: Cluste
     return check_profile_matches(loaded, cluster, where, mismatch)
 
 
-_RESOLVE_OPTIONS = ("gpus_per_node", "precision", "optimizer", "lora_rank", "attention", "runtime",
+_RESOLVE_OPTIONS = ("gpus_per_node", "precision", "fp8_recipe", "optimizer", "lora_rank", "attention", "runtime",
                     "memory_fraction", "profile", "profile_device_mismatch")
 """The keyword options ``plan`` and ``evaluate`` pass on to ``resolve_job``."""
 
@@ -172,7 +175,7 @@ def plan(*, model: str | ModelSpec, hardware: str | NodeSpec, gpus: int, global_
     """The fastest layout that fits (the simplest, by ``ranking.simplicity_key``, of the plans within
     ``ranking.TIE_BAND`` of the fastest), ranked alternatives, and why others were rejected.
 
-    ``options``: gpus_per_node, precision, optimizer, lora_rank, attention, runtime, memory_fraction,
+    ``options``: gpus_per_node, precision, fp8_recipe, optimizer, lora_rank, attention, runtime, memory_fraction,
     profile, profile_device_mismatch (see ``resolve_job``). ``solver``: ``search`` (branch and bound, exact) or ``brute-force``.
     ``launchable``: search only layouts ``autoplan launch`` applies (no cp, ep or offload), costed
     as its job holds memory (``runtime`` defaults to ``torch``; ``megatron`` is refused).
@@ -192,6 +195,9 @@ def plan(*, model: str | ModelSpec, hardware: str | NodeSpec, gpus: int, global_
         options = {**options, "runtime": "torch"}
     job = resolve_job(model=model, hardware=hardware, gpus=gpus, global_batch=global_batch,
                       seq_len=seq_len, **options)
+    if launchable and job.training.recipe.is_low_precision:
+        raise PlanError(f"--precision {job.training.precision} with --launchable: the generated job does not apply "
+                        "low-precision recipes (planned and exported only); drop --launchable or use --precision bf16")
     if not isinstance(top_k, int) or isinstance(top_k, bool) or top_k < 1:
         raise PlanError(f"--top must be a positive integer, got {top_k!r}")
     if solver not in ("search", "brute-force"):

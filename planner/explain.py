@@ -60,7 +60,7 @@ def what_if(plan: PlanFile) -> list[dict[str, Any]]:
     out = []
     for label, change in cases:
         request = dict(model=job.model, hardware=node, gpus=plan.inputs.gpus, global_batch=t.global_batch_size,
-                       seq_len=t.seq_len, gpus_per_node=plan.inputs.gpus_per_node, precision=t.precision,
+                       seq_len=t.seq_len, gpus_per_node=plan.inputs.gpus_per_node, precision=t.precision, fp8_recipe=t.fp8_recipe,
                        optimizer=t.optimizer, lora_rank=t.lora_rank, attention=t.attention, runtime=t.runtime,
                        memory_fraction=plan.inputs.memory_fraction, profile=job.profile,
                        launchable=bool(plan.inputs.launchable))

@@ -37,6 +37,11 @@ def runtime_problems(training: TrainingSpec, layout: Layout) -> list[str]:
                    f"at least pp = {L.pp} micro-batches; " + _or_evaluate("--micro-batch 1"))
     if training.lora_rank:
         out.append(f"training.lora_rank = {training.lora_rank}: LoRA is not applied by the generated job")
+    if training.recipe.is_low_precision:
+        out.append(f"training.precision = {training.precision} ({training.recipe.name}): low-precision recipes are "
+                   "planned and exported (Megatron-LM, torchtitan), not applied by the generated job (their GEMMs "
+                   "need Hopper or Blackwell GPUs with Transformer Engine or torchao); plan with --precision bf16 "
+                   "to launch, or write the framework configs with 'autoplan launch PLAN --out DIR --exports-only'")
     return out
 
 

@@ -66,7 +66,8 @@ def print_plan(console: Console, plan: PlanEntry, title: str, tie_note: str = ""
         console.print(f"  {tie_note}")
     console.print(f"  step {p['step_time_s']:.3f} s · {p['tokens_per_s']:,.0f} tokens/s "
                   f"({p['tokens_per_s_per_gpu']:,.0f}/GPU)")
-    console.print(f"  MFU {p['mfu']:.1%} · HFU {p['hfu']:.1%} · bubble {p['bubble_fraction']:.1%}")
+    low = f" ({p['mfu_low_precision_peak']:.1%} of the low-precision peak)" if "mfu_low_precision_peak" in p else ""
+    console.print(f"  MFU {p['mfu']:.1%}{low} · HFU {p['hfu']:.1%} · bubble {p['bubble_fraction']:.1%}")
     console.print(f"  {prediction_status(p.get('sources', {}))}", style="dim")
     fits = "[green]fits[/green]" if p["fits"] else "[red]does not fit[/red]"
     console.print(f"  peak memory {p['peak_memory_gib']:.1f} / {p['memory_capacity_gib']:.1f} GiB per GPU ({fits})")
@@ -118,7 +119,7 @@ def print_report(console: Console, report: PlanFile) -> None:
     """A whole plan file: inputs, best plan, alternatives, search statistics, or the closest misses."""
     i, t = report.inputs, report.inputs.training
     console.print(f"[bold]{i.model}[/bold] on {i.gpus} x {i.hardware} ({i.gpus_per_node} per node) · "
-                  f"global batch {t.global_batch_size} x {t.seq_len} tokens · {t.precision} · {t.optimizer}"
+                  f"global batch {t.global_batch_size} x {t.seq_len} tokens · {t.recipe.name} · {t.optimizer}"
                   + (f" · LoRA r={t.lora_rank}" if t.lora_rank else ""))
     if i.module:
         shape = list(i.input_shape) if i.input_shape is not None else None

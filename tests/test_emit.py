@@ -89,7 +89,7 @@ def test_bundle_is_derived_from_the_runtime_imports(job):
     bundle = bundle_modules()
     assert {"main", "plan_file", "pipelining", "tp_styles", "user_model"} <= set(bundle["planner_runtime"])
     assert "harness" not in " ".join(bundle["planner_runtime"])  # test-only module, not imported by the job
-    assert bundle["costmodels"] == ("convention", "layout", "model_spec", "stage_split", "training")
+    assert bundle["costmodels"] == ("convention", "layout", "model_spec", "precision", "stage_split", "training")
     copied = sorted(p.stem for p in (job / "runtime" / "planner_runtime").glob("*.py"))
     assert copied == sorted(bundle["planner_runtime"])
     names = ", ".join(f"planner_runtime.{m}" for m in bundle["planner_runtime"] if m != "__init__")

@@ -105,8 +105,8 @@ def _print_table(report: dict, seconds: float) -> None:
         click.echo(f"warning: {issue}")
 
 
-PRECISION_DTYPES = {"fp32": "fp32", "bf16": "bf16", "fp16": "fp16", "fp8": "bf16"}
-"""ILP dtype for a plan's training precision (fp8 GEMMs are costed at the bf16 rate here)."""
+PRECISION_DTYPES = {"fp32": "fp32", "bf16": "bf16", "fp16": "fp16", "fp8": "bf16", "mxfp8": "bf16", "nvfp4": "bf16"}
+"""ILP dtype for a plan's training precision (fp8/MXFP8/NVFP4 GEMMs are costed at the bf16 rate here)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

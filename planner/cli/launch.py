@@ -15,21 +15,29 @@ from .common import run_command
               help="write into DIR even if it is a non-empty directory that is not an earlier autoplan job")
 @click.option("--python", "python", default=None,
               help="interpreter launch.sh uses by default (default: the one running autoplan)")
-def launch_command(plan_file: str, out_dir: str, force: bool, python: str | None) -> None:
+@click.option("--exports-only", is_flag=True,
+              help="write only plan.json and exports/ (Megatron-LM, DeepSpeed, torchtitan configs), also for plans "
+                   "the job cannot apply, such as fp8/MXFP8/NVFP4 recipes")
+def launch_command(plan_file: str, out_dir: str, force: bool, python: str | None, exports_only: bool) -> None:
     """Write a self-contained job for PLAN_FILE; run it with DIR/launch.sh.
 
     \b
     The job applies the plan's best layout with FSDP2, TP/SP, pipelining and recomputation,
     on CUDA with NCCL when present, else on CPU with gloo. Plans with parts the job cannot
-    apply (context or expert parallelism, ...) are refused with a line naming the field.
+    apply (context or expert parallelism, low-precision recipes, ...) are refused with a line
+    naming the field; --exports-only writes their framework configs without the job.
     """
-    from ..emit.job import write_job
+    from ..emit.job import write_exports_only, write_job
     from ..runtime.plan_file import read_plan_file
 
     def work() -> None:
         from ..places import check_output_dir
 
         check_output_dir(out_dir, "--out", job=True, force=force)
+        if exports_only:
+            files = write_exports_only(read_plan_file(plan_file), out_dir)
+            click.echo(f"wrote {len(files)} files to {out_dir}: plan.json and exports/ (see exports/NOTES.md)")
+            return
         files = write_job(read_plan_file(plan_file), out_dir, python=python)
         click.echo(f"wrote {len(files)} files to {out_dir}; run: {out_dir}/launch.sh --steps 20")
 

@@ -21,7 +21,13 @@ JOB_OPTIONS: list[Callable] = [
     click.option("--global-batch", type=click.IntRange(min=1), required=True, help="Sequences per optimizer step."),
     click.option("--seq-len", type=click.IntRange(min=1), required=True, help="Tokens per sequence."),
     click.option("--gpus-per-node", type=click.IntRange(min=1), default=None, help="Override the node type's GPU count."),
-    click.option("--precision", type=click.Choice(["bf16", "fp16", "fp8", "fp32"]), default="bf16", show_default=True),
+    click.option("--precision", type=click.Choice(["bf16", "fp16", "fp8", "mxfp8", "nvfp4", "fp32"]), default="bf16",
+                 show_default=True, help="fp8/mxfp8/nvfp4: weight GEMMs in low precision (not the LM head, router or "
+                 "attention core), with the recipe's casts and weight copies; mxfp8/nvfp4 need Blackwell. MFU stays "
+                 "against the bf16 peak."),
+    click.option("--fp8-recipe", type=click.Choice(["delayed", "tensorwise", "rowwise", "blockwise"]), default=None,
+                 help="With --precision fp8: delayed or current tensorwise scaling, rowwise, or blockwise "
+                      "(DeepSeek-V3 1x128/128x128, bf16 Adam moments) [default: tensorwise]."),
     click.option("--optimizer", type=click.Choice(["adamw", "sgd"]), default="adamw", show_default=True),
     click.option("--lora-rank", type=click.IntRange(min=0), default=0, show_default=True,
                  help="LoRA rank (0 = full training); adapters on q, k, v, o."),
@@ -53,8 +59,8 @@ def job_options(func: Callable) -> Callable:
 
 
 def _job_kwargs(kw: dict[str, Any]) -> dict[str, Any]:
-    keys = ("model", "hardware", "gpus", "global_batch", "seq_len", "gpus_per_node", "precision", "optimizer",
-            "lora_rank", "attention", "memory_fraction", "profile", "profile_device_mismatch")
+    keys = ("model", "hardware", "gpus", "global_batch", "seq_len", "gpus_per_node", "precision", "fp8_recipe",
+            "optimizer", "lora_rank", "attention", "memory_fraction", "profile", "profile_device_mismatch")
     out = {k: kw[k] for k in keys}
     out["model"], out["hardware"] = _full_names(kw["model"], kw["hardware"])
     if kw.get("runtime") is not None:

@@ -90,11 +90,12 @@ def hardware_command(fmt: str) -> None:
     if fmt == "json":
         click.echo(json.dumps(rows, indent=2, sort_keys=True, allow_nan=False))
         return
-    header = ("name", "bf16 TF", "fp8 TF", "mem GiB", "HBM GB/s", "GPUs", "intra-node GB/s", "net GB/s")
+    header = ("name", "bf16 TF", "fp8 TF", "nvfp4 TF", "mem GiB", "HBM GB/s", "GPUs", "intra-node GB/s", "net GB/s")
     table = []
     for name, r in rows.items():
         t = r["tflops"]
         table.append((name, f"{t.get('bf16', t['fp16']):g}", f"{t['fp8']:g}" if "fp8" in t else "-",
+                      f"{t['nvfp4']:g}" if "nvfp4" in t else "-",
                       f"{r['memory_gib']:g}", f"{r['memory_bandwidth_gb_per_s']:g}", str(r["gpus_per_node"]),
                       f"{r['intra_node']} {r['intra_node_gb_per_s']:g}", f"{r['inter_node_gb_per_s_per_node']:g}"))
     _print_rows(fmt, header, table)

@@ -15,6 +15,9 @@ from costmodels.model_spec import ModelSpec
 from costmodels.stage_split import megatron_first_last
 from costmodels.training import TrainingSpec
 
+from .precision_export import (MEGATRON_PRECISION_OPTIONS, TORCHTITAN_PRECISION_KEYS, megatron_precision_args,
+                               torchtitan_precision_sections)
+
 MEGATRON_OPTIONS = frozenset({
     "--num-layers", "--hidden-size", "--ffn-hidden-size", "--num-attention-heads", "--group-query-attention",
     "--num-query-groups", "--kv-channels", "--seq-length", "--max-position-embeddings", "--micro-batch-size",
@@ -28,7 +31,7 @@ MEGATRON_OPTIONS = frozenset({
     "--tokenizer-type", "--vocab-size", "--rotary-base", "--decoder-first-pipeline-num-layers",
     "--decoder-last-pipeline-num-layers", "--num-virtual-stages-per-pipeline-rank",
     "--pipeline-model-parallel-layout",
-})
+}) | MEGATRON_PRECISION_OPTIONS
 """Options of NVIDIA/Megatron-LM ``megatron/training/arguments.py`` (parser groups network size,
 regularization, training, mixed precision, distributed, tokenizer, moe) used by the export. The
 uneven-pipeline options are in ``_add_distributed_args`` (commit d98e8a64); uneven first/last stages
@@ -57,7 +60,7 @@ TORCHTITAN_KEYS = frozenset({
     "activation_checkpoint.mode", "activation_checkpoint.selective_ac_option",
     "parallelism.pipeline_parallel_first_stage_less_layers", "parallelism.pipeline_parallel_last_stage_less_layers",
     "parallelism.module_fqns_per_model_part",
-})
+}) | TORCHTITAN_PRECISION_KEYS
 """Fields of pytorch/torchtitan ``torchtitan/config/job_config.py`` (commit 000204a4: Job, Model,
 Optimizer, Training, Parallelism, ActivationCheckpoint), as section.field; the last three are in
 ``torchtitan/config/configs.py`` (commit b5bcd76c), whose module names per chunk
@@ -123,8 +126,9 @@ def megatron_args(model: ModelSpec, training: TrainingSpec, layout: Layout, seq_
                  "--recompute-num-layers", str(count or 1)]
     elif L.recompute == "selective":
         args += ["--recompute-granularity", "selective"]
-    args += {"bf16": ["--bf16"], "fp16": ["--fp16"], "fp8": ["--bf16", "--fp8-format", "hybrid"]}.get(
-        training.precision, [])
+    precision_args, precision_notes = megatron_precision_args(training, L)
+    args += precision_args
+    notes += precision_notes
     if L.schedule == "gpipe" and L.pp > 1:
         notes.append("schedule gpipe: Megatron runs 1F1B (same bubble, less activation memory)")
     if L.hsdp_shard_degree and L.hsdp_shard_degree < L.dp:
@@ -176,7 +180,7 @@ def deepspeed_config(training: TrainingSpec, layout: Layout) -> tuple[dict, list
         zero["offload_optimizer"] = {"device": "cpu"}
     config = {"train_batch_size": training.global_batch_size, "train_micro_batch_size_per_gpu": L.micro_batch_size,
               "gradient_accumulation_steps": L.num_microbatches, "gradient_clipping": 1.0,
-              "zero_optimization": zero, "bf16": {"enabled": training.precision in ("bf16", "fp8")},
+              "zero_optimization": zero, "bf16": {"enabled": training.precision not in ("fp16", "fp32")},
               "fp16": {"enabled": training.precision == "fp16"},
               "optimizer": {"type": "SGD" if training.optimizer == "sgd" else "AdamW",
                             "params": {"lr": 3e-4, "weight_decay": 0.1}},
@@ -194,8 +198,9 @@ def deepspeed_config(training: TrainingSpec, layout: Layout) -> tuple[dict, list
         notes.append(f"recompute {L.recompute}: call deepspeed.checkpointing.checkpoint in the model's blocks")
     if L.hsdp_shard_degree and L.hsdp_shard_degree < L.dp:
         notes.append("hsdp_shard_degree: closest is ZeRO++ hpZ (zero_hpz_partition_size), set by hand")
-    if training.precision == "fp8":
-        notes.append("precision fp8: DeepSpeed JSON has no FP8 switch (Transformer Engine); bf16 set")
+    if training.recipe.is_low_precision:
+        notes.append(f"precision {training.recipe.name}: DeepSpeed JSON has no FP8/FP4 switch (Transformer "
+                     "Engine, in code); bf16 set")
     return config, notes
 
 
@@ -258,7 +263,10 @@ def torchtitan_config(model_name: str, model: ModelSpec, training: TrainingSpec,
         "parallelism": parallelism,
         "activation_checkpoint": {"mode": L.recompute, "selective_ac_option": "op"},
     }
-    notes = [f"model.flavor: register a torchtitan flavor with this architecture ({model.num_layers} layers, "
+    sections, precision_notes = torchtitan_precision_sections(model, training, L)
+    for section, values in sections.items():
+        config.setdefault(section, {}).update(values)
+    notes = precision_notes + [f"model.flavor: register a torchtitan flavor with this architecture ({model.num_layers} layers, "
              f"hidden {model.hidden_size}); the name alone does not define it"]
     if L.tp > 1 and not L.sequence_parallel:
         notes.append("sequence_parallel false: torchtitan always applies sequence parallel with TP")

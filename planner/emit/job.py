@@ -161,6 +161,23 @@ def write_job(plan: PlanFile, out: str | Path, *, python: str | None = None) -> 
     return sorted(p for p in out.rglob("*") if p.is_file() and "__pycache__" not in p.parts)
 
 
+def write_exports_only(plan: PlanFile, out: str | Path) -> list[Path]:
+    """Write only ``plan.json`` and ``exports/`` (Megatron-LM, DeepSpeed, torchtitan) for ``plan``,
+    also when the generated job cannot apply it (a low-precision recipe, cp, ep, offload, ...)."""
+    if plan.best is None:
+        raise PlanFileError("best: null (no layout fits); there is nothing to export")
+    inputs, layout = plan.inputs, plan.best.layout
+    problems = layout_problems(layout, inputs.model_spec, inputs.training, inputs.gpus, inputs.gpus_per_node)
+    if inputs.module is not None:
+        problems.append("inputs.module: the plan trains a user model, which framework configs cannot name")
+    if problems:
+        raise PlanFileError(problems[0])
+    out = Path(out)
+    _write(out / "plan.json", plan.to_json())
+    _write_exports(out / "exports", inputs.model, inputs.model_spec, inputs.training, layout)
+    return sorted(p for p in out.rglob("*") if p.is_file())
+
+
 def _write_exports(out: Path, name: str, model: ModelSpec, training: TrainingSpec, layout: Layout) -> None:
     seq_len = training.seq_len
     args, m_notes = frameworks.megatron_args(model, training, layout, seq_len)

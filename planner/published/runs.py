@@ -30,12 +30,26 @@ GPU_PRESETS: tuple[tuple[str, str], ...] = (
     (r"^NVIDIA H100", "h100-sxm-80gb"),
     (r"^NVIDIA H200", "h200-sxm-141gb"),
     (r"^NVIDIA B200", "b200"),
+    (r"^NVIDIA B300", "b300"),
     (r"^NVIDIA GB200", "gb200-nvl72"),
+    (r"^NVIDIA GB300", "gb300-nvl72"),
     (r"^NVIDIA V100", "v100-sxm-32gb"),
 )
 """Row ``hardware.gpu`` pattern -> shipped hardware preset, first match wins."""
 
-BLOCK_SCALED_FP8 = re.compile(r"MXFP8|FP8-MX|NVFP4|rowwise|fine-grained", re.IGNORECASE)
+PRECISION_RECIPES: tuple[tuple[str, str, str | None], ...] = (
+    (r"NVFP4", "nvfp4", None),
+    (r"MXFP8|FP8-MX", "mxfp8", None),
+    (r"fine-grained", "fp8", "blockwise"),
+    (r"rowwise", "fp8", "rowwise"),
+    (r"FP8-CS|tensorwise|Float8 linear", "fp8", "tensorwise"),
+    (r"^FP8$", "fp8", "delayed"),
+)
+"""Row ``precision`` pattern -> (precision, fp8 recipe), first match wins (case-insensitive).
+NeMo's tables write FP8-CS for current (tensorwise) scaling and plain FP8 for its default
+``bf16_with_fp8_mixed`` recipe, delayed scaling; FP8-MX and MXFP8 are MXFP8; DeepSeek-V3's
+"fine-grained quantization" is its 1x128/128x128 blockwise recipe (arXiv 2412.19437 Sec. 3.3);
+torchtitan's Float8 linear rows without a recipe name are torchao's tensorwise default."""
 MEGATRON_DEFAULT_FAMILIES = frozenset({"nemo_megatron_bridge_perf", "megatron_readme_h100", "megascale_2024"})
 """Megatron-Core stacks: distributed optimizer (ZeRO-1) and sequence parallelism under TP by default."""
 EAGER_ATTENTION_FAMILIES = frozenset({
@@ -67,6 +81,8 @@ class MappedRun:
     global_batch: int
     seq_len: int
     precision: str
+    fp8_recipe: str | None
+    """With ``precision`` fp8: delayed, tensorwise, rowwise or blockwise (``PRECISION_RECIPES``)."""
     attention: str
     runtime: str
     layout: Layout
@@ -86,6 +102,7 @@ class MappedRun:
         """Keyword arguments of ``planner.evaluate`` for this run (memory cap = device memory)."""
         return dict(model=self.model, hardware=self.node, gpus=self.num_gpus, global_batch=self.global_batch,
                     seq_len=self.seq_len, gpus_per_node=self.gpus_per_node, precision=self.precision,
+                    fp8_recipe=self.fp8_recipe,
                     attention=self.attention, runtime=self.runtime, memory_fraction=1.0, layout=self.layout)
 
 
@@ -115,7 +132,7 @@ def map_row(row: dict, load_node) -> MappedRun:
         model = model_spec_for(row)
     except ShapeError as err:
         raise Unexpressible(err.reason, err.detail) from None
-    precision = _precision(row, node, notes)
+    precision, fp8_recipe = _precision(row, node, notes)
     if not row["model"]["hidden"]:
         notes.append(f"shape not given: {model.name} from shapes.MODEL_SHAPES")
     elif not row["model"]["vocab"]:
@@ -144,12 +161,12 @@ def map_row(row: dict, load_node) -> MappedRun:
     return MappedRun(
         row_id=row["id"], family=family, model=model, node=node, hardware_name=preset, num_gpus=num_gpus,
         gpus_per_node=_gpus_per_node(row, node, num_gpus, notes), global_batch=global_batch,
-        seq_len=seq_len, precision=precision,
+        seq_len=seq_len, precision=precision, fp8_recipe=fp8_recipe,
         attention="eager" if family in EAGER_ATTENTION_FAMILIES else "fused",
         runtime="torch" if family == "torchtitan" else "megatron", layout=layout, status=status,
         measured_tokens_per_s_per_gpu=measured, measured_basis=basis,
         measured_peak_memory_gib=row["memory"]["peak_mem_gb"], config_key=config,
-        sweep_key=(family, row["model"]["name"], preset, num_gpus, seq_len, precision),
+        sweep_key=(family, row["model"]["name"], preset, num_gpus, seq_len, precision, fp8_recipe),
         assumptions=tuple(notes))
 
 
@@ -184,27 +201,31 @@ def _gpu_preset(gpu: str | None) -> str:
     raise Unexpressible("unknown GPU", str(gpu))
 
 
-def _precision(row: dict, node: NodeSpec, notes: list[str]) -> str:
+def _precision(row: dict, node: NodeSpec, notes: list[str]) -> tuple[str, str | None]:
+    """(precision, fp8 recipe) of a row; raise ``Unexpressible`` when the hardware lacks its rate."""
     text = row["precision"]
     if text is None and row["source_family"] == "nemo_megatron_bridge_perf":
         # These tables mix BF16 and FP8 runs; unlabelled rows report up to 74% of the bf16 peak in model
         # FLOPs (LLAMA3_70B on H100: 727 TFLOP/s), which only FP8 reaches.
         raise Unexpressible("precision not stated", "NeMo row without a precision")
+    sixteen = "bf16" if node.hardware.supports("bf16") else "fp16"
     if text is None:
-        notes.append("precision not stated: bf16" if node.hardware.supports("bf16") else "precision: fp16")
-        return "bf16" if node.hardware.supports("bf16") else "fp16"
-    if BLOCK_SCALED_FP8.search(text):
-        raise Unexpressible("FP8 recipe (block-scaled)", text)
+        notes.append("precision not stated: bf16" if sixteen == "bf16" else "precision: fp16")
+        return sixteen, None
+    for pattern, precision, recipe in PRECISION_RECIPES:
+        if re.search(pattern, text, re.IGNORECASE):
+            if not node.hardware.supports(precision):
+                raise Unexpressible(f"{precision} recipe (no {precision} rate)", f"{text} on {node.hardware.name}")
+            notes.append(f"precision {text!r}: {precision}" + (f", {recipe} scaling" if recipe else ""))
+            return precision, recipe
     if re.search(r"fp8|float8", text, re.IGNORECASE):
-        if not node.hardware.supports("fp8"):
-            raise Unexpressible("FP8 recipe (no fp8 rate)", f"{text} on {node.hardware.name}")
-        return "fp8"
+        raise Unexpressible("FP8 recipe (unrecognised)", text)
     if re.search(r"fp16", text, re.IGNORECASE):
-        return "fp16"
+        return "fp16", None
     if re.search(r"bf16", text, re.IGNORECASE):
-        return "bf16"
+        return "bf16", None
     notes.append(f"precision {text!r}: bf16")
-    return "bf16" if node.hardware.supports("bf16") else "fp16"
+    return sixteen, None
 
 
 def _global_batch(par: dict, seq_len: int) -> int:

@@ -221,7 +221,7 @@ def _result_dict(r: RunResult) -> dict:
     L = r.run.layout
     return {
         "rows": list(r.row_ids), "status": r.run.status, "hardware": r.run.hardware_name,
-        "gpus": r.run.num_gpus, "precision": r.run.precision,
+        "gpus": r.run.num_gpus, "precision": r.run.precision, "fp8_recipe": r.run.fp8_recipe,
         "layout": f"dp{L.dp} tp{L.tp} pp{L.pp} cp{L.cp} ep{L.ep} v{L.virtual_stages} mb{L.micro_batch_size}"
                   f"x{L.num_microbatches} zero{L.zero_stage} {L.recompute}{' sp' if L.sequence_parallel else ''}",
         "measured_tokens_per_s_per_gpu": r.measured_tokens_per_s_per_gpu, "measured_basis": r.run.measured_basis,

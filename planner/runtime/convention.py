@@ -44,6 +44,7 @@ FSDP2 = RuntimeConvention(
     autocast_without_data_parallel=True,
     receive_buffer_per_microbatch=True,
     dtensor_tensor_parallel=True,
+    torchao_low_precision=True,
 )
 
 CONVENTIONS: dict[str, RuntimeConvention] = {MEGATRON.runtime: MEGATRON, FSDP2.runtime: FSDP2}
