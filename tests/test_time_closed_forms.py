@@ -121,15 +121,23 @@ def test_fp8_gemms_pay_casts_lm_head_stays_bf16_and_mfu_uses_the_bf16_peak():
     assert rates.mfu_peak == hw.peak_flops("bf16")
 
 
-def test_the_shipped_calibration_is_the_default_and_a_profile_overrides_it(tmp_path):
+def test_the_shipped_calibration_is_the_default_and_matches_its_record():
     import json
+    from pathlib import Path
 
-    from costmodels.assumptions import CALIBRATION_FILE, UNCALIBRATED, shipped_calibration
+    import costmodels
+    from costmodels.assumptions import UNCALIBRATED
+    from costmodels.calibration_data import CONSTANTS
 
-    doc = json.loads(CALIBRATION_FILE.read_text())
+    record = Path(costmodels.__file__).parent / "data" / "calibration.json"
+    doc = json.loads(record.read_text())
     assert doc["provenance"]["command"].startswith(".venv/bin/python benchmarks/calibrate.py")
     assert "lofo_median_abs_error" in doc["provenance"]
-    for name, value in doc["constants"].items():
+    assert doc["constants"] == CONSTANTS  # the module and its provenance record were written together
+    for name, value in CONSTANTS.items():
         assert getattr(A, name) == value
+    residuals = doc["lofo_residuals"]
+    assert residuals == sorted(residuals, key=lambda d: (d["family"], d["run_id"]))
+    for r in residuals:  # step time error = 1 / (1 + tokens/s error) - 1, each rounded to 4 places
+        assert r["step_time_error"] == pytest.approx(1 / (1 + r["tokens_per_s_error"]) - 1, abs=2e-4)
     assert UNCALIBRATED.with_calibration({"gemm_efficiency": 0.5}).gemm_efficiency == 0.5
-    assert shipped_calibration(tmp_path / "absent.json") == {}
