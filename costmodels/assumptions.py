@@ -22,9 +22,26 @@ class Assumptions:
     """Efficiencies, overheads and buffer sizes the analytic model uses."""
 
     gemm_efficiency: float = 0.75
-    """Achieved share of datasheet peak FLOP/s for large dense GEMMs (cuBLAS on A100/H100
-    typically reaches 70-80% on transformer shapes; Megatron-LM reports 163 of 312 TFLOP/s,
+    """Achieved share of datasheet peak FLOP/s for large, well-quantised dense GEMMs; smaller
+    shapes lose tile/wave quantisation and depth on top (``kernel_efficiency``). (cuBLAS on
+    A100/H100 typically reaches 70-80% on transformer shapes; Megatron-LM reports 163 of 312 TFLOP/s,
     52% MFU, end to end on A100 - Narayanan et al. SC'21, Table 1)."""
+    gemm_k_overhead: float = 128.0
+    """Fixed per-tile prologue and epilogue of a GEMM, in elements of the reduction dim k it costs
+    as much time as (``kernel_efficiency.depth_efficiency``: k / (k + k₀)); a multistage
+    mainloop fills 2-3 slices of 32-64 k before its first MMA (CUTLASS docs, "Efficient GEMM")."""
+    attention_efficiency: float = 0.72
+    """Achieved share of the 16-bit peak of a fused attention kernel at head dim 128 and long key
+    blocks: FlashAttention-2 reaches up to 73% of A100 peak forward (Dao 2023, abstract) and
+    FlashAttention-3 75% of H100 (Shah et al. 2024, abstract). Backward runs the same rate on
+    2.5x the FLOPs (``flops.attention_backward_ratio``)."""
+    attention_block_half_tokens: float = 256.0
+    """Key-block length at which the attention kernel runs at half its ceiling
+    (``kernel_efficiency.attention_block_efficiency``; FlashAttention-2, Dao 2023, Fig. 4-6)."""
+    attention_head_dim_half: float = 32.0
+    """Head dim at which the attention kernel's matmul share is one half
+    (``kernel_efficiency.attention_head_dim_efficiency``; FlashAttention-2 Fig. 4-6: head dim 64 at
+    about 0.85x the rate of 128)."""
     fp8_gemm_efficiency: float = 0.75
     """Achieved share of the datasheet fp8 peak for large fp8 GEMMs; 0.75 = the bf16 figure until
     calibrated (``costmodels/calibration_data.py``)."""
