@@ -33,8 +33,12 @@ class Assumptions:
     attention_efficiency: float = 0.72
     """Achieved share of the 16-bit peak of a fused attention kernel at head dim 128 and long key
     blocks: FlashAttention-2 reaches up to 73% of A100 peak forward (Dao 2023, abstract) and
-    FlashAttention-3 75% of H100 (Shah et al. 2024, abstract). Backward runs the same rate on
-    2.5x the FLOPs (``flops.attention_backward_ratio``)."""
+    FlashAttention-3 75% of H100 (Shah et al. 2024, abstract). Backward has 2.5x the FLOPs
+    (``flops.attention_backward_ratio``) at ``attention_backward_efficiency`` of this rate."""
+    attention_backward_efficiency: float = 0.75
+    """FLOP rate of a fused attention kernel's backward relative to its forward: FlashAttention-3
+    reaches up to 740 TFLOP/s forward and about 550 backward at head dim 128 on H100 (Shah et al.
+    2024, abstract and Fig. 5-6), FlashAttention-2 on A100 a similar ratio (Dao 2023, Fig. 4-6)."""
     attention_block_half_tokens: float = 256.0
     """Key-block length at which the attention kernel runs at half its ceiling
     (``kernel_efficiency.attention_block_efficiency``; FlashAttention-2, Dao 2023, Fig. 4-6)."""

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 from hardware_specs.schema import HardwareSpec
 
 from .assumptions import Assumptions
-from .flops import Gemm
+from .flops import Gemm, attention_backward_ratio
 from .kernel_efficiency import (attention_block_efficiency, attention_head_dim_efficiency,
                                 best_quantisation_efficiency, depth_efficiency)
 
@@ -121,6 +121,16 @@ class Rates:
         executed = flops * executed_fraction
         rate = self.attention_rate(s_kv_block or s, head_dim)
         return executed / rate * self.a.compute_scale, DATASHEET
+
+    def attention_backward_s(self, forward_s: float, source: str, *, fused: bool) -> float:
+        """Seconds of the attention core's backward given its forward's: ``attention_backward_ratio``
+        × the forward FLOPs (2.5 fused, 2 eager; ``flops``), and on the datasheet path a fused
+        kernel runs them at ``attention_backward_efficiency`` of its forward rate (FlashAttention-3,
+        Shah et al. 2024, Fig. 5-6). A measured rate already covers forward and backward."""
+        ratio = attention_backward_ratio(fused)
+        if fused and source == DATASHEET:
+            ratio /= self.a.attention_backward_efficiency
+        return ratio * forward_s
 
     def attention_rate(self, s_kv_block: int, head_dim: int) -> float:
         """Datasheet FLOP/s of a fused attention kernel over key blocks of ``s_kv_block`` tokens at

@@ -20,7 +20,7 @@ from .assumptions import Assumptions
 from .collectives import bytes_sent_per_rank, collective_time_and_source
 from .compute import Rates, merge_source
 from .convention import RuntimeConvention
-from .flops import (Gemm, _kv_per_rank, attention_backward_ratio, attention_core_flops, attention_executed_fraction,
+from .flops import (Gemm, _kv_per_rank, attention_core_flops, attention_executed_fraction,
                     attention_gemms, lora_flops, mlp_gemms)
 from .model_spec import ModelSpec
 from .overlap import ring_exposed_s
@@ -49,7 +49,7 @@ class LayerForward:
     """Weight GEMMs (projections, MLP, experts) and LoRA adapters."""
     attention_core_s: float = 0.0
     attention_core_bwd_s: float = 0.0
-    """Backward of the attention core (``flops.attention_backward_ratio`` × forward)."""
+    """Backward of the attention core (``compute.Rates.attention_backward_s``)."""
     memory_s: float = 0.0
     """Memory-bound kernels (norms, residuals, activations, rotary, softmax if eager)."""
     attention_core_memory_s: float = 0.0
@@ -132,7 +132,7 @@ class LayerCosts:
         out.attention_core_s, out.sources["attention"] = rates.attention_time_and_source(
             core_flops, b=key.b, s=key.s_local, heads=model.num_attention_heads // key.tp, head_dim=model.d_head,
             s_kv_block=key.s_local, executed_fraction=attention_executed_fraction(fused))
-        out.attention_core_bwd_s = attention_backward_ratio(fused) * out.attention_core_s
+        out.attention_core_bwd_s = rates.attention_backward_s(out.attention_core_s, out.sources["attention"], fused=fused)
         out.flops += core_flops
         out.attention_core_memory_s = rates.memory_time_s(self._eager_core_bytes(key))
         out.memory_s = rates.memory_time_s(self._memory_bound_bytes(key)) + out.attention_core_memory_s

@@ -83,3 +83,12 @@ def test_ring_exchange_is_exposed_where_it_outlasts_its_block_and_slows_it_other
     # 3 s transfers beside 2 s blocks: 1 s exposed each plus 0.1 * 2 s slowdown: 3 * 1.2.
     assert ring_exposed_s(3.0, 2.0, 3, a) == pytest.approx(3.6)
     assert ring_exposed_s(3.0, 2.0, 0, a) == 0.0
+
+
+def test_fused_attention_backward_runs_2_5x_the_flops_at_three_quarters_of_the_forward_rate():
+    from costmodels.compute import DATASHEET, PROFILE
+
+    rates = Rates(load_node("h100-sxm-80gb").hardware, "bf16", None, Assumptions(attention_backward_efficiency=0.75))
+    assert rates.attention_backward_s(1.0, DATASHEET, fused=True) == pytest.approx(2.5 / 0.75)
+    assert rates.attention_backward_s(1.0, PROFILE, fused=True) == pytest.approx(2.5)  # measured: as timed
+    assert rates.attention_backward_s(1.0, DATASHEET, fused=False) == pytest.approx(2.0)  # eager: two GEMMs
