@@ -12,7 +12,9 @@ from typing import TYPE_CHECKING
 from hardware_specs.schema import HardwareSpec
 
 from .assumptions import Assumptions
-from .flops import Gemm
+from .flops import Gemm, attention_backward_ratio
+from .kernel_efficiency import (attention_block_efficiency, attention_head_dim_efficiency,
+                                best_quantisation_efficiency, depth_efficiency)
 
 if TYPE_CHECKING:
     from profiles import HardwareProfile
@@ -64,6 +66,7 @@ class Rates:
         self.low_precision_peak = self.peak if self.low_precision else 0.0
         """The low-precision dense peak, for the MFU figure quoted beside it (0 = 16/32-bit training)."""
         self.bandwidth = hardware.memory_bandwidth_bytes_per_s
+        self.num_sms = hardware.num_sms
         self.profile = profile
         self.a = assumptions
         self._gemm_memo: dict[tuple[int, int, int, bool], tuple[float, str]] = {}
@@ -95,14 +98,22 @@ class Rates:
             if rate:
                 return flops / rate, PROFILE
         moved = self.elem_bytes * (m * k + k * n + m * n)
-        rate = self.peak * self.a.fp8_gemm_efficiency if low else self.attention_peak * self.a.gemm_efficiency
+        ceiling = self.a.fp8_gemm_efficiency * self.peak if low else self.a.gemm_efficiency * self.attention_peak
+        rate = ceiling * self.gemm_shape_efficiency(m, n, k)
         return max(flops / rate, moved / self.memory_bandwidth), DATASHEET
 
-    def attention_time_and_source(self, flops: float, *, b: int, s: int, heads: int,
-                                  head_dim: int, executed_fraction: float = 1.0) -> tuple[float, str]:
-        """(seconds for the attention core (scores and score-value product) of ``flops`` FLOPs,
-        where the rate came from). On the datasheet path the kernel executes
-        ``executed_fraction`` of them (causal tiles skipped); a measured rate already includes it."""
+    def gemm_shape_efficiency(self, m: int, n: int, k: int) -> float:
+        """Share of the GEMM ceiling an (m×k)·(k×n) GEMM reaches: tile/wave quantisation of its
+        m×n output over the SMs times the depth of its k loop (``kernel_efficiency``)."""
+        return best_quantisation_efficiency(m, n, k, self.num_sms) * depth_efficiency(k, self.a.gemm_k_overhead)
+
+    def attention_time_and_source(self, flops: float, *, b: int, s: int, heads: int, head_dim: int,
+                                  s_kv_block: int | None = None, executed_fraction: float = 1.0) -> tuple[float, str]:
+        """(seconds for the forward attention core (scores and score-value product) of ``flops``
+        FLOPs, where the rate came from). On the datasheet path the kernel executes
+        ``executed_fraction`` of them (causal tiles skipped) at ``attention_rate``, with key blocks
+        of ``s_kv_block`` tokens per kernel call (a context-parallel ring step's block; default
+        ``s``); a measured rate already includes all of it."""
         if flops <= 0:
             return 0.0, DATASHEET
         if self.profile is not None:
@@ -110,7 +121,27 @@ class Rates:
             if rate:
                 return flops / rate * self.a.compute_scale, PROFILE
         executed = flops * executed_fraction
-        return executed / (self.attention_peak * self.a.gemm_efficiency) * self.a.compute_scale, DATASHEET
+        rate = self.attention_rate(s_kv_block or s, head_dim)
+        return executed / rate * self.a.compute_scale, DATASHEET
+
+    def attention_backward_s(self, forward_s: float, source: str, *, fused: bool) -> float:
+        """Seconds of the attention core's backward given its forward's: ``attention_backward_ratio``
+        × the forward FLOPs (2.5 fused, 2 eager; ``flops``), and on the datasheet path a fused
+        kernel runs them at ``attention_backward_efficiency`` of its forward rate (FlashAttention-3,
+        Shah et al. 2024, Fig. 5-6). A measured rate already covers forward and backward."""
+        ratio = attention_backward_ratio(fused)
+        if fused and source == DATASHEET:
+            ratio /= self.a.attention_backward_efficiency
+        return ratio * forward_s
+
+    def attention_rate(self, s_kv_block: int, head_dim: int) -> float:
+        """Datasheet FLOP/s of a fused attention kernel over key blocks of ``s_kv_block`` tokens at
+        head dim ``head_dim``: 16-bit peak × ``attention_efficiency`` × block and head-dim factors
+        (``kernel_efficiency``). Forward and backward share it; backward has 2.5x the FLOPs."""
+        a = self.a
+        return (self.attention_peak * a.attention_efficiency
+                * attention_block_efficiency(s_kv_block, a.attention_block_half_tokens)
+                * attention_head_dim_efficiency(head_dim, a.attention_head_dim_half))
 
     def memory_time_s(self, moved_bytes: float) -> float:
         """Seconds for memory-bound kernels moving ``moved_bytes`` (reads + writes)."""

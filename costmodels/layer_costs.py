@@ -4,8 +4,8 @@ Backward is derived from these (2× compute, same communication) by ``estimate``
 Communication per layer (forward): Megatron TP (Shoeybi et al. 2019, Sec. 3) all-reduces the
 B·b·s·h block output twice (attention and MLP), or with sequence parallelism (Korthikanti et al.
 2022, Sec. 4.2.2) all-gathers and reduce-scatters it twice; ring attention (Liu et al. 2023)
-passes each rank's K and V blocks around the cp ring in cp - 1 steps, hidden behind the attention
-core when that takes longer; MoE layers (GShard, Lepikhin et al. 2020) all-to-all the routed
+passes each rank's K and V blocks around the cp ring in cp - 1 steps, each overlapping one
+block of the attention core and slowing it (``overlap.ring_exposed_s``); MoE layers (GShard, Lepikhin et al. 2020) all-to-all the routed
 tokens twice (dispatch, combine) over the ep group.
 """
 
@@ -20,9 +20,10 @@ from .assumptions import Assumptions
 from .collectives import bytes_sent_per_rank, collective_time_and_source
 from .compute import Rates, merge_source
 from .convention import RuntimeConvention
-from .flops import (Gemm, _kv_per_rank, attention_backward_ratio, attention_core_flops, attention_executed_fraction,
+from .flops import (Gemm, _kv_per_rank, attention_core_flops, attention_executed_fraction,
                     attention_gemms, lora_flops, mlp_gemms)
 from .model_spec import ModelSpec
+from .overlap import ring_exposed_s
 from .training import TrainingSpec
 
 
@@ -48,7 +49,7 @@ class LayerForward:
     """Weight GEMMs (projections, MLP, experts) and LoRA adapters."""
     attention_core_s: float = 0.0
     attention_core_bwd_s: float = 0.0
-    """Backward of the attention core (``flops.attention_backward_ratio`` × forward)."""
+    """Backward of the attention core (``compute.Rates.attention_backward_s``)."""
     memory_s: float = 0.0
     """Memory-bound kernels (norms, residuals, activations, rotary, softmax if eager)."""
     cast_s: float = 0.0
@@ -60,7 +61,11 @@ class LayerForward:
     """Of ``memory_s``, the eager softmax/dropout traffic (recomputed by selective recompute)."""
     tp_s: float = 0.0
     cp_s: float = 0.0
-    """Ring K/V exchange left exposed after overlapping with the attention core."""
+    """Ring K/V exchange left exposed after overlapping with the forward attention core
+    (``overlap.ring_exposed_s``)."""
+    cp_bwd_s: float = 0.0
+    """Backward ring exchange (K, V and their gradients) left exposed after overlapping with the
+    backward attention core."""
     cp_total_s: float = 0.0
     ep_s: float = 0.0
     host_s: float = 0.0
@@ -130,8 +135,8 @@ class LayerCosts:
         fused = self.training.attention == "fused"
         out.attention_core_s, out.sources["attention"] = rates.attention_time_and_source(
             core_flops, b=key.b, s=key.s_local, heads=model.num_attention_heads // key.tp, head_dim=model.d_head,
-            executed_fraction=attention_executed_fraction(fused))
-        out.attention_core_bwd_s = attention_backward_ratio(fused) * out.attention_core_s
+            s_kv_block=key.s_local, executed_fraction=attention_executed_fraction(fused))
+        out.attention_core_bwd_s = rates.attention_backward_s(out.attention_core_s, out.sources["attention"], fused=fused)
         out.flops += core_flops
         out.attention_core_memory_s = rates.memory_time_s(self._eager_core_bytes(key))
         out.memory_s = rates.memory_time_s(self._memory_bound_bytes(key)) + out.attention_core_memory_s
@@ -226,8 +231,10 @@ class LayerCosts:
             return
         block = 2 * self.rates.elem_bytes * key.b * key.s_local * _kv_per_rank(self.model, key.tp)
         step_s, step_b, out.sources["cp_comm"] = self.collective("send_recv", block, key.cp, key.tp)
-        out.cp_total_s = (key.cp - 1) * step_s
-        out.cp_s = max(0.0, out.cp_total_s - out.attention_core_s)
+        steps, a = key.cp - 1, self.assumptions
+        out.cp_total_s = steps * step_s
+        out.cp_s = ring_exposed_s(step_s, out.attention_core_s / key.cp, steps, a)
+        out.cp_bwd_s = ring_exposed_s(2 * step_s, out.attention_core_bwd_s / key.cp, steps, a)
         out.comm_bytes["cp_send_recv"] = (key.cp - 1) * step_b
 
     def _add_ep(self, out: LayerForward, key: LayerKey, tokens: int) -> None:

@@ -25,3 +25,18 @@ def exposed_comm_s(comm_s: float, compute_s: float, pieces: int, assumptions: As
     rest = comm_s - piece
     hidable = assumptions.overlap_fraction * compute_s
     return piece + max(0.0, rest - hidable) + assumptions.overlap_slowdown * min(rest, hidable)
+
+
+def ring_exposed_s(step_comm_s: float, step_compute_s: float, steps: int, assumptions: Assumptions) -> float:
+    """Seconds a ring exchange of ``steps`` transfers adds when each transfer overlaps one block of
+    compute of ``step_compute_s`` (ring attention: while a rank computes on the K/V block it holds,
+    it sends that block on and receives the next; Liu et al. 2023, "Ring Attention", Sec. 3).
+
+    exposed = steps · [max(0, c − C) + σ·min(c, C)], c one transfer, C one block's compute,
+    σ = ``overlap_slowdown`` (the transfer's kernels take SMs from the attention kernel, as
+    for ``exposed_comm_s``). The first block needs no transfer, so no piece is exposed whole.
+    """
+    if steps <= 0 or step_comm_s <= 0:
+        return 0.0
+    hidden = min(step_comm_s, step_compute_s)
+    return steps * (step_comm_s - hidden + assumptions.overlap_slowdown * hidden)

@@ -76,7 +76,7 @@ def _add_layers(cm: "CostModel", t: RankTimes, f: LayerForward, layout: Layout, 
     t.fwd_compute_s += n * f.compute_s
     t.bwd_compute_s += n * (bwd_gemm + f.attention_core_bwd_s + 2 * (f.memory_s + f.host_s) + f.cast_bwd_s)
     t.tp_s += n * 2 * f.tp_s
-    t.cp_s += n * (f.cp_s + max(0.0, 2 * f.cp_total_s - f.attention_core_bwd_s))
+    t.cp_s += n * (f.cp_s + f.cp_bwd_s)
     t.ep_s += n * 2 * f.ep_s
     for name, sent in f.comm_bytes.items():
         t.comm_bytes[name] += n * (3 if name.startswith("cp") else 2) * sent * layout.num_microbatches

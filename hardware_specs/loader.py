@@ -7,7 +7,7 @@ File layout (every number has an entry in ``[sources]`` under its dotted key)::
     display_name = "NVIDIA H100 SXM5 80GB"
     device_type = "cuda"
     [device]      fp32_tflops, fp16_tflops, bf16_tflops?, fp8_tflops?, mxfp8_tflops?, nvfp4_tflops?, memory_gib,
-                  memory_bandwidth_tb_per_s, runtime_reserved_gib
+                  memory_bandwidth_tb_per_s, runtime_reserved_gib, num_sms?, sustained_clock_mhz?
     [node]        gpus_per_node, host_link_gb_per_s, host_memory_gb_per_s
     [intra_node]  kind, bandwidth_gb_per_s (per device, per direction), latency_us
     [inter_node]  kind, nics_per_node, nic_gbit_per_s, latency_us
@@ -25,7 +25,7 @@ from .errors import SpecError
 from .names import match_name
 from .files import read_toml
 from .schema import HardwareSpec, LinkKind, LinkSpec, NetworkSpec, NodeSpec
-from .units import GB, GBIT, GIB, TB, TERA, US
+from .units import GB, GBIT, GIB, MEGA, TB, TERA, US
 
 SCHEMA_VERSION = 1
 MAX_FILE_NUMBER = 1e9
@@ -86,6 +86,8 @@ def parse_node(raw: dict[str, Any], *, origin: str) -> NodeSpec:
         memory_bytes=int(reader.number("device.memory_gib") * GIB),
         memory_bandwidth_bytes_per_s=reader.number("device.memory_bandwidth_tb_per_s") * TB,
         runtime_reserved_bytes=int(reader.number("device.runtime_reserved_gib", minimum=0.0) * GIB),
+        num_sms=reader.integer("device.num_sms") if reader.has("device.num_sms") else 0,
+        sustained_clock_hz=reader.number("device.sustained_clock_mhz") * MEGA if reader.has("device.sustained_clock_mhz") else 0.0,
         sources=reader.sources,
     )
     return NodeSpec(

@@ -8,6 +8,9 @@ from typing import Literal
 from .errors import SpecError
 from .checks import MAX_DEVICES_PER_NODE, MAX_GPUS, MAX_LATENCY_S, MAX_MEMORY_BYTES, MAX_RATE, finite, whole
 
+MAX_NUM_SMS = 1 << 16
+"""Largest SM count accepted (today's GPUs have 80-304)."""
+
 DeviceType = Literal["cuda", "rocm", "cpu"]
 Dtype = Literal["fp32", "bf16", "fp16", "fp8", "mxfp8", "nvfp4"]
 LinkKind = Literal["nvswitch", "nvlink", "pcie", "infinity-fabric", "shared-memory", "ethernet", "infiniband"]
@@ -32,10 +35,18 @@ class HardwareSpec:
     """Device memory bandwidth (bytes/s)."""
     runtime_reserved_bytes: int
     """Memory the runtime holds before the model allocates (CUDA context, NCCL buffers), bytes."""
+    num_sms: int = 0
+    """Streaming multiprocessors (compute units) that run GEMM tiles in parallel; 0 = not given
+    (no wave quantisation is charged)."""
+    sustained_clock_hz: float = 0.0
+    """Tensor-core clock the datasheet peak FLOP/s assume (Hz): peak = SMs x FLOPs/clock/SM x
+    this clock; 0 = not given."""
     sources: dict[str, str] = field(default_factory=dict)
     """Where each number comes from, by TOML key."""
 
     def __post_init__(self) -> None:
+        whole(f"{self.name}: num_sms", self.num_sms, low=0, high=MAX_NUM_SMS)
+        finite(f"{self.name}: sustained_clock_hz", self.sustained_clock_hz, low_open=False, high=MAX_RATE)
         if not isinstance(self.peak_flops_per_s, dict) or not self.peak_flops_per_s:
             raise SpecError(f"{self.name}: peak_flops_per_s must map dtype names to FLOP/s")
         for dtype, rate in self.peak_flops_per_s.items():

@@ -22,6 +22,9 @@ GBIT = 10**9 / 8
 TERA = 10**12
 """FLOP multiple: datasheets quote TFLOP/s."""
 
+MEGA = 10**6
+"""Frequency multiple: datasheets quote clocks in MHz."""
+
 US = 1e-6
 MS = 1e-3
 """Time multiples (seconds)."""

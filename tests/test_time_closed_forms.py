@@ -61,19 +61,27 @@ def _layer(model: str, hardware: str, b: int, s: int):
 def test_gemm_bound_layer_forward_by_hand():
     # Llama 2 7B, one sequence of 4096 tokens, one H100, bf16, no parallelism. h = 4096,
     # f = 11008 (gated), MHA. Weight GEMMs: qkv 4096x12288, out 4096x4096, gate+up 4096x22016,
-    # down 11008x4096: 2·T·(h·3h + h·h + h·2f + f·h) FLOPs, each far above the ridge point, so
-    # time = FLOPs / (0.75 · 989 TFLOP/s). Attention core (fused, causal): half of 4·T²·h FLOPs at that rate.
+    # down 11008x4096: 2·T·m·n·k FLOPs each, far above the ridge point, so time = FLOPs / (η · 989
+    # TFLOP/s · shape), shape = quantisation × k/(k + 128) on 132 SMs (best tile 64x128): qkv
+    # 64·96 = 6144 tiles in 47 waves (6204 slots), out and down 64·32 = 2048 in 16 (2112), gate+up
+    # 64·172 = 11008 in 84 (11088). Attention core (fused, causal): half of 4·T²·h FLOPs at
+    # 989 TFLOP/s · η_attn · 4096/(4096 + 256) (key blocks of 4096, head dim 128).
     # Memory-bound: 10 block passes (2 norms, 2 residuals) of 2·T·h bytes, SwiGLU reads 2f writes f
     # (2·T·3f bytes), rotary reads+writes q and k (2·2·T·2h bytes), no dropout; at 0.8 · 3.35 TB/s.
     m, hw, f = _layer("llama2-7b", "h100-sxm-80gb", 1, 4096)
     T, h, ffn = 4096, 4096, 11008
     peak, bw = hw.peak_flops("bf16"), hw.memory_bandwidth_bytes_per_s
     gemm_flops = 2 * T * (h * 3 * h + h * h + h * 2 * ffn + ffn * h)
-    assert f.gemm_s == pytest.approx(gemm_flops / (0.75 * peak), rel=1e-12)
+    k0, eta = A.gemm_k_overhead, A.gemm_efficiency * peak
+    gemm_s = (2 * T * h * 3 * h / (6144 / 6204 * h / (h + k0)) + 2 * T * h * h / (2048 / 2112 * h / (h + k0))
+              + 2 * T * h * 2 * ffn / (11008 / 11088 * h / (h + k0)) + 2 * T * ffn * h / (2048 / 2112 * ffn / (ffn + k0))) / eta
+    assert f.gemm_s == pytest.approx(gemm_s, rel=1e-12)
     # Causal fused attention executes half the score tiles (FlashAttention-2, Sec. 3.1.1) and its
     # backward is 2.5x its forward (5 matmuls against 2, recomputing the scores; Sec. 4.1).
-    assert f.attention_core_s == pytest.approx(0.5 * 4 * T * T * h / (0.75 * peak), rel=1e-12)
-    assert f.attention_core_bwd_s == pytest.approx(2.5 * f.attention_core_s, rel=1e-12)
+    attention_rate = peak * A.attention_efficiency * T / (T + A.attention_block_half_tokens)
+    assert f.attention_core_s == pytest.approx(0.5 * 4 * T * T * h / attention_rate, rel=1e-12)
+    # ... at 0.75 of the forward's rate (FlashAttention-3, Fig. 5-6): 2.5 / 0.75 times the forward time.
+    assert f.attention_core_bwd_s == pytest.approx(2.5 / A.attention_backward_efficiency * f.attention_core_s, rel=1e-12)
     assert f.flops == pytest.approx(gemm_flops + 4 * T * T * h, rel=1e-12)  # model FLOPs: Megatron's full s²
     moved = 10 * 2 * T * h + 2 * T * 3 * ffn + 2 * 2 * T * 2 * h
     assert f.memory_s == pytest.approx(moved / (0.8 * bw), rel=1e-12)
@@ -112,24 +120,35 @@ def test_fp8_gemms_run_at_the_fp8_rate_lm_head_stays_bf16_and_mfu_uses_the_bf16_
     rates = Rates(hw, "fp8", None, A)
     from costmodels.flops import Gemm
 
+    # Shape factor of 4096^3 on 132 SMs: 512 tiles of 128x256 in 4 waves (512/528, the best tile), times the
+    # depth factor 4096 / (4096 + 128); both precisions pay it.
     m = n = k = 4096
+    shape = (512 / 528) * (4096 / (4096 + A.gemm_k_overhead))
     assert rates.gemm_time_s(Gemm(m=m, n=n, k=k)) == pytest.approx(
-        2 * m * n * k / (A.fp8_gemm_efficiency * hw.peak_flops("fp8")))
+        2 * m * n * k / (A.fp8_gemm_efficiency * shape * hw.peak_flops("fp8")))
     head, _ = rates.gemm_time_and_source(Gemm(m=m, n=n, k=k), high_precision=True)
-    assert head == pytest.approx(2 * m * n * k / (0.75 * hw.peak_flops("bf16")))
+    assert head == pytest.approx(2 * m * n * k / (A.gemm_efficiency * shape * hw.peak_flops("bf16")))
     assert rates.mfu_peak == hw.peak_flops("bf16")
     assert rates.low_precision_peak == hw.peak_flops("fp8")
 
 
-def test_the_shipped_calibration_is_the_default_and_a_profile_overrides_it(tmp_path):
+def test_the_shipped_calibration_is_the_default_and_matches_its_record():
     import json
+    from pathlib import Path
 
-    from costmodels.assumptions import CALIBRATION_FILE, UNCALIBRATED, shipped_calibration
+    import costmodels
+    from costmodels.assumptions import UNCALIBRATED
+    from costmodels.calibration_data import CONSTANTS
 
-    doc = json.loads(CALIBRATION_FILE.read_text())
+    record = Path(costmodels.__file__).parent / "data" / "calibration.json"
+    doc = json.loads(record.read_text())
     assert doc["provenance"]["command"].startswith(".venv/bin/python benchmarks/calibrate.py")
     assert "lofo_median_abs_error" in doc["provenance"]
-    for name, value in doc["constants"].items():
+    assert doc["constants"] == CONSTANTS  # the module and its provenance record were written together
+    for name, value in CONSTANTS.items():
         assert getattr(A, name) == value
+    residuals = doc["lofo_residuals"]
+    assert residuals == sorted(residuals, key=lambda d: (d["family"], d["run_id"]))
+    for r in residuals:  # step time error = 1 / (1 + tokens/s error) - 1, each rounded to 4 places
+        assert r["step_time_error"] == pytest.approx(1 / (1 + r["tokens_per_s_error"]) - 1, abs=2e-4)
     assert UNCALIBRATED.with_calibration({"gemm_efficiency": 0.5}).gemm_efficiency == 0.5
-    assert shipped_calibration(tmp_path / "absent.json") == {}
