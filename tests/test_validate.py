@@ -106,7 +106,7 @@ def test_calibration_lowers_log_error_and_is_used_by_the_planner(validated):
 
 def test_other_schema_version_is_one_line_exit_2(tmp_path):
     plan = json.loads(planner.plan(**PLAN_ARGS).to_json())
-    plan["schema_version"] = 2
+    plan["schema_version"] = 1
     path = tmp_path / "old.json"
     path.write_text(json.dumps(plan))
     result = CliRunner().invoke(main, ["validate", str(path)])
