@@ -25,8 +25,8 @@ class Assumptions:
     typically reaches 70-80% on transformer shapes; Megatron-LM reports 163 of 312 TFLOP/s,
     52% MFU, end to end on A100 - Narayanan et al. SC'21, Table 1)."""
     fp8_gemm_efficiency: float = 0.75
-    """Achieved share of the datasheet fp8 peak for large fp8 GEMMs (also of the MXFP8 and NVFP4
-    peaks, uncalibrated there); 0.75 = the bf16 figure until calibrated (``costmodels/data/calibration.json``)."""
+    """Achieved share of the datasheet fp8 peak for large fp8 GEMMs; 0.75 = the bf16 figure until
+    calibrated (``costmodels/data/calibration.json``)."""
     memory_bandwidth_efficiency: float = 0.8
     """Achieved share of datasheet memory bandwidth for memory-bound kernels (norms, activations,
     optimizer step); STREAM-style copies reach 80-90% on HBM."""
