@@ -119,9 +119,11 @@ def resolve_job(*, model: str | ModelSpec, hardware: str | NodeSpec, gpus: int, 
                         f"got {profile_device_mismatch!r}")
     training = TrainingSpec(global_batch_size=global_batch, seq_len=seq_len, precision=precision,
                             fp8_recipe=fp8_recipe, optimizer=optimizer, lora_rank=lora_rank, attention=attention, runtime=runtime)
-    if training.precision in ("mxfp8", "nvfp4") and not node.hardware.supports(training.precision):
-        raise SpecError(f"--precision {precision}: {node.hardware.name} has no {precision} rate (block-scaled "
-                        "formats need Blackwell: b200, gb200-nvl72, b300); use fp8 or bf16")
+    if training.recipe.is_low_precision and not node.hardware.supports(training.precision):
+        needs = "block-scaled formats need Blackwell: b200, b300, gb200-nvl72, gb300-nvl72" \
+            if training.precision != "fp8" else "FP8 needs Hopper, Ada, Blackwell or MI300"
+        raise SpecError(f"--precision {precision}: {node.hardware.name} has no {precision} rate ({needs}); "
+                        "use bf16" + (" or fp8" if training.precision != "fp8" else ""))
     if training.precision not in ("fp8", "fp32", "mxfp8", "nvfp4") and not node.hardware.supports(training.precision):
         raise SpecError(f"--precision {precision}: {node.hardware.name} has no {precision} rate; use fp16")
     cluster = make_cluster(node, gpus, gpus_per_node)

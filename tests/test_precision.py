@@ -142,6 +142,9 @@ def test_recipe_inputs_are_checked():
         TrainingSpec(global_batch_size=1, seq_len=8, precision="bf16", fp8_recipe="rowwise")
     with pytest.raises(SpecError, match="fp8_recipe must be one of"):
         TrainingSpec(global_batch_size=1, seq_len=8, precision="fp8", fp8_recipe="per-channel")
+    with pytest.raises(SpecError, match="a100-sxm-80gb has no fp8 rate"):  # no silent bf16 fallback
+        planner.evaluate(model="llama3-8b", hardware="a100-sxm-80gb", gpus=8, global_batch=8, seq_len=4096,
+                         precision="fp8", layout=Layout(dp=8, micro_batch_size=1, num_microbatches=1))
     with pytest.raises(SpecError, match="no mxfp8 rate .*Blackwell"):
         planner.evaluate(model="llama3-8b", hardware="h100", gpus=8, global_batch=8, seq_len=4096, precision="mxfp8",
                          layout=Layout(dp=8, micro_batch_size=1, num_microbatches=1))

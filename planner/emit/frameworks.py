@@ -199,8 +199,9 @@ def deepspeed_config(training: TrainingSpec, layout: Layout) -> tuple[dict, list
     if L.hsdp_shard_degree and L.hsdp_shard_degree < L.dp:
         notes.append("hsdp_shard_degree: closest is ZeRO++ hpZ (zero_hpz_partition_size), set by hand")
     if training.recipe.is_low_precision:
+        moments = ", and no bf16 Adam moments (fp32 kept)" if training.recipe.optimizer_moment_bytes == 2 else ""
         notes.append(f"precision {training.recipe.name}: DeepSpeed JSON has no FP8/FP4 switch (Transformer "
-                     "Engine, in code); bf16 set")
+                     f"Engine, in code){moments}; bf16 set")
     return config, notes
 
 

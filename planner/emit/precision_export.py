@@ -53,12 +53,13 @@ def megatron_precision_args(training: TrainingSpec, layout: Layout) -> tuple[lis
     else:
         notes.append(f"precision {recipe.name}: Megatron-LM's --fp8-recipe has no rowwise choice "
                      "(tensorwise, delayed, mxfp8, blockwise); bf16 set")
+    distributed_optimizer = layout.zero_stage in (1, 2) or (layout.zero_stage == 3 and layout.pp > 1)
     if recipe.optimizer_moment_bytes == 2:
-        if sharded:
+        if distributed_optimizer:
             args += ["--use-precision-aware-optimizer", "--exp-avg-dtype", "bf16", "--exp-avg-sq-dtype", "bf16"]
         else:
-            notes.append("bf16 Adam moments: Megatron's precision-aware optimizer needs the distributed "
-                         "optimizer (zero_stage >= 1); fp32 moments at zero_stage 0")
+            notes.append("bf16 Adam moments: Megatron's precision-aware optimizer works with its distributed "
+                         "optimizer, which this export does not write at this ZeRO stage; fp32 moments there")
     return args, notes
 
 

@@ -29,6 +29,7 @@ GPU_PRESETS: tuple[tuple[str, str], ...] = (
     (r"^NVIDIA H100 SXM 96GB", "h100-sxm-80gb"),
     (r"^NVIDIA H100", "h100-sxm-80gb"),
     (r"^NVIDIA H200", "h200-sxm-141gb"),
+    (r"^NVIDIA H800", "h800-sxm-80gb"),
     (r"^NVIDIA B200", "b200"),
     (r"^NVIDIA B300", "b300"),
     (r"^NVIDIA GB200", "gb200-nvl72"),
