@@ -22,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 from published import DATA, print_table  # noqa: E402
 
-from planner.published import cross_validate_by_family, load_rows  # noqa: E402
+from planner.published import cross_validate_by_family, load_rows, score  # noqa: E402
 from planner.published.calibration import Evaluator, fit_constants, grid_points, make_fit  # noqa: E402
 from planner.published.scoring import FamilyScore, overall_median  # noqa: E402
 from planner.published.stats import percentile  # noqa: E402
@@ -83,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
     rows = load_rows(DATA)
     points, evaluator = grid_points(AXES), Evaluator()
     best, figure = fit_constants(rows, points, evaluator)
-    print(f"all families: {dict(best)}, median over families of median |error| {figure:.1%}\n")
+    print(f"all families: {dict(best)}, mean over families of median |error| {figure:.1%}\n")
     chosen: dict = {}
     cv = cross_validate_by_family(rows, make_fit(points, evaluator, chosen))
     print("leave-one-family-out (each family scored with the constants fitted on the others):")
@@ -98,7 +98,9 @@ def main(argv: list[str] | None = None) -> int:
                 "date": datetime.date.today().isoformat(),
                 "data": "benchmarks/data/published_runs.json",
                 "grid": {k: list(v) for k, v in AXES.items()},
-                "in_sample_median_abs_error": round(figure, 4),
+                "in_sample_median_abs_error": round(overall_median(score(rows, evaluator.at(best))) or 0.0, 4),
+                "in_sample_mean_over_families_abs_error": round(figure, 4),
+                "fit_objective": "smallest mean over families of median |tokens/s error|, then median",
                 "lofo_median_abs_error": None if cv_figure is None else round(cv_figure, 4),
                 "lofo_worst_family_median_abs_error": None if worst is None else round(worst, 4),
                 "lofo_by_family": {s.family: None if s.abs_median is None else round(s.abs_median, 4) for s in cv},

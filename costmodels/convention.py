@@ -10,7 +10,7 @@ cost model through ``costmodels.job.Job.convention``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -75,6 +75,9 @@ class RuntimeConvention:
     micro-batch and no quantised copy persists, and FSDP2 all-gathers in fp8 only where
     ``enable_fsdp_float8_all_gather`` applies (tensorwise). Else as Transformer Engine's under
     Megatron: quantised weights cached for the step, ``--fp8-param-gather`` gathers them quantised."""
+    keeps_16bit_grads: bool = False
+    """The 16-bit gradients each backward writes stay allocated beside the fp32 accumulation
+    buffer (2 more bytes per parameter in bf16/fp8 training)."""
 
     def zero(self, zero_stage: int) -> ZeroStageRule:
         return self.zero_stages[zero_stage]
@@ -120,3 +123,12 @@ MEGATRON = RuntimeConvention(
 micro-batch's gradients (once per step when pipelined); ZeRO-3 gathers in forward and
 backward and reduce-scatters every micro-batch, one layer at a time. Activations as Korthikanti
 et al. 2022 count them (fused kernels, Megatron sequence parallelism)."""
+
+
+DEEPSPEED = replace(MEGATRON, runtime="deepspeed", keeps_16bit_grads=True)
+"""Megatron-DeepSpeed: Megatron's layers under DeepSpeed's pipeline engine (which runs the model as
+a ``PipelineModule`` even at pp 1) with its ``BF16_Optimizer``. As ``MEGATRON``, except that after
+each backward the engine copies the bf16 gradients into the fp32 accumulation with
+``update_hp_grads(clear_lp_grads=False)`` (``deepspeed/runtime/pipe/engine.py``,
+``_exec_backward_pass``), so the bf16 gradients stay allocated: 2 + 6 bytes per parameter plus
+the optimizer states."""

@@ -67,8 +67,12 @@ def state_bytes(training: TrainingSpec, convention: RuntimeConvention, *,
         return StateBytes(param=4, grad=4, optimizer=moments, gathered=gathered, reduced=4)
     # Megatron accumulates and reduces bf16 training's gradients in an fp32 main_grad buffer
     # (Megatron-Core distributed optimizer docs: bf16 params, fp32 grads = 6 + 12/d bytes/param).
-    grad = 2 if training.precision == "fp16" else 4
-    return StateBytes(param=2, grad=grad, optimizer=4 + moments, gathered=gathered, reduced=grad)
+    # A runtime that keeps the 16-bit gradients beside that buffer holds 2 bytes more
+    # (``RuntimeConvention.keeps_16bit_grads``); they are not reduced.
+    fp32_grads = training.precision != "fp16"
+    reduced = 4 if fp32_grads else 2
+    grad = reduced + (2 if fp32_grads and convention.keeps_16bit_grads else 0)
+    return StateBytes(param=2, grad=grad, optimizer=4 + moments, gathered=gathered, reduced=reduced)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -63,8 +63,26 @@ def rank_times(cm: "CostModel", layout: Layout, rank: RankLayers) -> RankTimes:
     t = replace(core, comm_bytes=Counter(core.comm_bytes), sources=dict(core.sources))
     params = rank_params(cm, layout, rank)
     _add_data_parallel(cm, t, layout, params, rank)
+    _add_grad_copy(cm, t, params)
     _add_optimizer(cm, t, layout, params)
     return t
+
+
+def _add_grad_copy(cm: "CostModel", t: RankTimes, params: ShardedParams) -> None:
+    """A runtime that keeps 16-bit gradients beside the fp32 accumulation
+    (``RuntimeConvention.keeps_16bit_grads``) adds them into it after every micro-batch's backward
+    and zeroes them: read 16-bit, read and write fp32, write 16-bit zeros, 2 + 4 + 4 + 2 = 12 bytes
+    per trainable parameter, memory-bound (DeepSpeed pipeline engine: ``update_hp_grads`` after
+    each backward pass, ``runtime/pipe/engine.py``). It follows the data-parallel term, whose
+    traffic cannot hide behind it: the reduction starts after the last copy."""
+    sb = cm.states
+    low = sb.grad - sb.reduced
+    if not cm.convention.keeps_16bit_grads or low <= 0:
+        return
+    moved = (2 * low + 2 * sb.reduced) * (params.trainable_dense + params.trainable_expert)
+    seconds = cm.rates.memory_time_s(moved)
+    t.bwd_compute_s += seconds
+    t.compute_s += seconds
 
 
 def _add_layers(cm: "CostModel", t: RankTimes, f: LayerForward, layout: Layout, n: float) -> None:
@@ -193,18 +211,18 @@ def _in_pieces(cm: "CostModel", t: RankTimes, op: str, size_bytes: float, degree
 
 def _add_optimizer(cm: "CostModel", t: RankTimes, layout: Layout, params: ShardedParams) -> None:
     """Optimizer step on this rank's shard: memory-bound, reading and writing the K bytes of
-    states per parameter, reading the gradient and writing the 16-bit copy. With offload, the
+    states per parameter, reading the (reduced) gradient and writing the 16-bit copy. With offload, the
     gradient goes to the host and the parameter comes back over the host link, and the step
     runs on the host (ZeRO-Offload, Ren et al. 2021), not overlapped."""
     sb = cm.states
     z, z_e = shard_degrees(cm, layout)
     stepped = params.trainable_dense / (z if layout.zero_stage else 1) + \
         params.trainable_expert / (z_e if layout.zero_stage else 1)
-    moved = (2 * sb.optimizer + sb.grad + sb.param) * stepped
+    moved = (2 * sb.optimizer + sb.reduced + sb.param) * stepped  # reads the gradient it reduced
     if not layout.optimizer_offload:
         t.optimizer_s += cm.rates.memory_time_s(moved)
         return
     node = cm.cluster.node
-    t.offload_s += (sb.grad + sb.param) * stepped / node.host_link_bandwidth_bytes_per_s
+    t.offload_s += (sb.reduced + sb.param) * stepped / node.host_link_bandwidth_bytes_per_s
     t.offload_s += 2 * sb.optimizer * stepped / node.host_memory_bandwidth_bytes_per_s
 

@@ -165,7 +165,7 @@ def test_explain_shows_an_attached_tp_plan(tmp_path):
 
 @pytest.mark.parametrize("args, needle", [
     (["plan", *JOB, "--precision", "fp64"], "'--precision'"),
-    (["plan", *JOB, "--runtime", "deepspeed"], "'--runtime'"),
+    (["plan", *JOB, "--runtime", "jax"], "'--runtime'"),
     (["plan", *JOB[2:]], "'--model'"),
     (["plans"], "'plans'"),
 ])

@@ -92,3 +92,19 @@ def test_fused_attention_backward_runs_2_5x_the_flops_at_three_quarters_of_the_f
     assert rates.attention_backward_s(1.0, DATASHEET, fused=True) == pytest.approx(2.5 / 0.75)
     assert rates.attention_backward_s(1.0, PROFILE, fused=True) == pytest.approx(2.5)  # measured: as timed
     assert rates.attention_backward_s(1.0, DATASHEET, fused=False) == pytest.approx(2.0)  # eager: two GEMMs
+
+
+def test_a_measured_gemm_rate_wins_over_the_shape_factors():
+    # The shipped CPU profile's bf16 GEMM table, put under an H100's datasheet: a tp 8 slice shape
+    # takes FLOPs / measured rate, with no quantisation or depth factor on top.
+    from pathlib import Path
+
+    from profiles import load_profile
+
+    profile = load_profile(Path(__file__).parent.parent / "profiles" / "data" / "cpu-gloo-2proc.json")
+    hw = load_node("h100-sxm-80gb").hardware
+    m, n, k = 2048, 512, 512
+    measured = profile.gemm_flops_per_s(m, n, k, "bf16")
+    assert measured
+    seconds, source = Rates(hw, "bf16", profile, UNCALIBRATED).gemm_time_and_source(Gemm(m=m, n=n, k=k))
+    assert source == "profile" and seconds == pytest.approx(2 * m * n * k / measured)

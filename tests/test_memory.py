@@ -178,3 +178,36 @@ def test_job_takes_the_convention_of_its_runtime():
     fsdp2_states = torch_job.cost_model().estimate(layout).peak_stage
     megatron_states = megatron_job.cost_model().estimate(layout).peak_stage
     assert fsdp2_states.params_bytes == pytest.approx(megatron_states.params_bytes / 8 * 2)  # fp32 shards vs bf16 whole
+
+
+def test_megatron_deepspeed_keeps_bf16_grads_beside_the_fp32_accumulation():
+    # DeepSpeed's pipeline engine copies each backward's bf16 grads into the fp32 buffer with
+    # update_hp_grads(clear_lp_grads=False): bf16 params 2 + fp32 grads 4 + bf16 grads 2 = 8 bytes
+    # per parameter before the optimizer (Megatron-LM: 6); only the fp32 copy is reduced.
+    from costmodels.convention import DEEPSPEED
+
+    bf16 = TrainingSpec(global_batch_size=1, seq_len=1, precision="bf16")
+    ds, mg = state_bytes(bf16, DEEPSPEED), state_bytes(bf16, MEGATRON)
+    assert (ds.param, ds.grad, ds.reduced, ds.optimizer) == (2, 6, 4, 12)
+    assert (mg.param, mg.grad, mg.reduced) == (2, 4, 4)
+    fp16 = TrainingSpec(global_batch_size=1, seq_len=1, precision="fp16")  # fp16: the ZeRO paper's 2 + 2 + 12
+    assert state_bytes(fp16, DEEPSPEED) == state_bytes(fp16, MEGATRON)
+    # ZeRO-1 over d = 4 on 1e9 parameters: 2 + 6 + 12/4 = 11 bytes each, against Megatron's 9.
+    psi, d = 10**9, 4
+    params = ShardedParams(dense=psi, expert=0, trainable_dense=psi, trainable_expert=0)
+    held = held_state_bytes(params, bf16, DEEPSPEED, zero_stage=1, shard_degree=d, expert_shard_degree=d, offload=False)
+    assert sum(held) == pytest.approx(11 * psi)
+
+
+def test_megatron_deepspeed_adds_each_micro_batch_of_bf16_grads_into_fp32():
+    # Llama 2 7B on one H100, bf16, 2 micro-batches, no data parallelism: the deepspeed step is
+    # longer by 2 x 12 bytes x 6,738,415,616 parameters at 0.8 x 3.35 TB/s (read bf16, read and
+    # write fp32, zero bf16 after each micro-batch's backward), and nothing else changes.
+    import planner
+
+    def step(runtime: str) -> float:
+        return planner.evaluate(model="llama2-7b", hardware="h100-sxm-80gb", gpus=1, global_batch=2, seq_len=1024,
+                                runtime=runtime, layout=planner.Layout(num_microbatches=2)).step_time_s
+
+    psi = 6_738_415_616
+    assert step("deepspeed") - step("megatron") == pytest.approx(2 * 12 * psi / (0.8 * 3.35e12), rel=1e-9)

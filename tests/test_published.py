@@ -56,6 +56,20 @@ def test_torchtitan_fsdp_row(rows):
     assert run.measured_tokens_per_s_per_gpu == 5762
 
 
+@pytest.mark.parametrize("row_id, runtime", [
+    ("bloom-prequel-056", "deepspeed"),  # "Megatron-DeepSpeed (BigScience fork) + DeepSpeed ZeRO-1"
+    ("mtnlg-530b-2240gpu", "deepspeed"),  # "DeepSpeed + Megatron-LM (3D parallelism)"
+    ("megatron-sc21-t1-1.7B", "megatron"),
+    ("torchtitan-t1-8b-8gpu-fsdp", "torch"),
+])
+def test_rows_run_the_convention_of_their_framework(rows, row_id, runtime):
+    """Megatron layers under DeepSpeed's pipeline engine are costed with its convention (bf16
+    gradients kept beside the fp32 ones), Megatron-LM with Megatron's, torchtitan with FSDP2's."""
+    assert map_row(rows[row_id], _node).runtime == runtime
+    zero3 = [r for r in rows.values() if r["framework"] == "DeepSpeed ZeRO-3 (no model parallelism)"]
+    assert zero3 and all(map_row(r, _node).runtime == "megatron" for r in zero3)  # no pipeline engine
+
+
 @pytest.mark.parametrize("row_id, reason", [
     ("nemo-mb-26-04-nemo-container-dgx-h100-gpt-oss-120b-64gpu-bf16-tp1pp4cp1vpnoneep8-gbs1280-mbs1",
      "missing model shape"),

@@ -33,9 +33,10 @@ JOB_OPTIONS: list[Callable] = [
                  help="LoRA rank (0 = full training); adapters on q, k, v, o."),
     click.option("--attention", type=click.Choice(["fused", "eager"]), default="fused", show_default=True,
                  help="fused: flash-style kernel, scores not stored; eager: scores stored."),
-    click.option("--runtime", type=click.Choice(["megatron", "torch"]), default=None,
+    click.option("--runtime", type=click.Choice(["megatron", "deepspeed", "torch"]), default=None,
                  help="Who runs the plan, so memory and syncs are counted as it does them: megatron "
-                      "(ZeRO-paper states, Megatron activations; the default) or torch (autoplan launch's "
+                      "(ZeRO-paper states, Megatron activations; the default), deepspeed (Megatron-DeepSpeed: "
+                      "as megatron, plus the bf16 gradients its pipeline engine keeps) or torch (autoplan launch's "
                       "job: FSDP2, PyTorch TP/SP; the default with --launchable). It changes the accounting "
                       "only; --launchable also restricts the search to what the job applies."),
     click.option("--memory-fraction", type=click.FloatRange(min=0, max=1, min_open=True), default=0.95,

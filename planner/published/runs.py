@@ -164,7 +164,7 @@ def map_row(row: dict, load_node) -> MappedRun:
         gpus_per_node=_gpus_per_node(row, node, num_gpus, notes), global_batch=global_batch,
         seq_len=seq_len, precision=precision, fp8_recipe=fp8_recipe,
         attention="eager" if family in EAGER_ATTENTION_FAMILIES else "fused",
-        runtime="torch" if family == "torchtitan" else "megatron", layout=layout, status=status,
+        runtime=_runtime(family, row.get("framework") or ""), layout=layout, status=status,
         measured_tokens_per_s_per_gpu=measured, measured_basis=basis,
         measured_peak_memory_gib=row["memory"]["peak_mem_gb"], config_key=config,
         sweep_key=(family, row["model"]["name"], preset, num_gpus, seq_len, precision, fp8_recipe),
@@ -193,6 +193,16 @@ def _with_memory_gb(node: NodeSpec, memory_gb: int) -> NodeSpec:
     """``node`` with device memory set to ``memory_gb`` GB as the row states it."""
     hardware = replace(node.hardware, name=f"{node.hardware.name}-{memory_gb}gb", memory_bytes=memory_gb * 10**9)
     return replace(node, hardware=hardware)
+
+
+def _runtime(family: str, framework: str) -> str:
+    """Which runtime convention a row's framework runs: torch for torchtitan, deepspeed for
+    Megatron layers under DeepSpeed's pipeline engine (Megatron-DeepSpeed, MT-NLG, GPT-NeoX),
+    megatron otherwise (DeepSpeed ZeRO-3 without Megatron runs no pipeline engine)."""
+    if family == "torchtitan":
+        return "torch"
+    text = framework.lower()
+    return "deepspeed" if "deepspeed" in text and "megatron" in text else "megatron"
 
 
 def _gpu_preset(gpu: str | None) -> str:

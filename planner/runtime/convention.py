@@ -22,7 +22,7 @@ every micro-batch and reduces once at the end of the step (``PipelineStage.backw
 
 from __future__ import annotations
 
-from costmodels.convention import MEGATRON, RuntimeConvention, ZeroStageRule
+from costmodels.convention import DEEPSPEED, MEGATRON, RuntimeConvention, ZeroStageRule
 
 FSDP2 = RuntimeConvention(
     runtime="torch",
@@ -47,5 +47,5 @@ FSDP2 = RuntimeConvention(
     torchao_low_precision=True,
 )
 
-CONVENTIONS: dict[str, RuntimeConvention] = {MEGATRON.runtime: MEGATRON, FSDP2.runtime: FSDP2}
+CONVENTIONS: dict[str, RuntimeConvention] = {c.runtime: c for c in (MEGATRON, DEEPSPEED, FSDP2)}
 """The convention of each ``TrainingSpec.runtime`` name."""
