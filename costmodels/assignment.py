@@ -12,7 +12,7 @@ from .layer_costs import LayerKey
 from .layout import Layout
 from .memo import memoised
 from .memory import ShardedParams
-from .params import embedding_params, lora_params_per_layer, output_params
+from .params import embedding_params, lora_params_per_layer, mtp_params, output_params
 from .ranks import RankLayers
 
 if TYPE_CHECKING:
@@ -66,7 +66,7 @@ def _count_rank_params(cm: "CostModel", layout: Layout, rank: RankLayers) -> Sha
     if rank.first:
         dense += embedding_params(model)
     if rank.last:
-        dense += output_params(model)
+        dense += output_params(model) + mtp_params(model)  # MTP modules follow the last layer
         if model.tied_embeddings and layout.pp > 1:
             dense += model.vocab_size * model.hidden_size  # the head keeps its own copy
     lora = 0.0

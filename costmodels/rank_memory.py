@@ -96,7 +96,7 @@ def _compute_activation_parts(cm: "CostModel", layout: Layout, rank: RankLayers)
     if rank.first:
         stored += v * act.first_stage_extra_bytes(model, x)
     if rank.last:
-        stored += v * act.last_stage_extra_bytes(model, x)
+        stored += v * act.last_stage_extra_bytes(model, x) + v * act.mtp_bytes(model, x, recompute=layout.recompute)
     return stored, recompute_working_bytes(cm, layout, x, rank.num_moe > 0)
 
 
