@@ -20,7 +20,7 @@ from costmodels.stage_split import first_last_split
 from hardware_specs import NodeSpec
 
 from .conventions import HARDWARE_FLOP_FAMILIES, measured_tokens_per_s_per_gpu
-from .shapes import ShapeError, model_spec_for
+from .shapes import PRESET_SHAPES, ShapeError, model_spec_for
 
 GPU_PRESETS: tuple[tuple[str, str], ...] = (
     (r"A100.*40\s*GB", "a100-sxm-40gb"),
@@ -116,11 +116,12 @@ def map_row(row: dict, load_node) -> MappedRun:
     except ShapeError as err:
         raise Unexpressible(err.reason, err.detail) from None
     precision = _precision(row, node, notes)
-    if not row["model"]["hidden"]:
-        notes.append(f"shape not given: {model.name} from shapes.MODEL_SHAPES")
+    shape_preset = PRESET_SHAPES.get(row["model"]["name"] or "")
+    if shape_preset is not None:
+        notes.append(f"shape from preset {shape_preset} (shapes.PRESET_SHAPES; its released config.json)")
     elif not row["model"]["vocab"]:
         notes.append(f"vocab not given: {model.vocab_size} (shapes.VOCAB_FILLS)")
-    if row["model"]["hidden"] and not row["model"]["ffn_hidden"]:
+    if shape_preset is None and not row["model"]["ffn_hidden"]:
         notes.append("ffn not given: 4h (GPT-style)")
     num_gpus = row["num_gpus"]
     if not num_gpus:
