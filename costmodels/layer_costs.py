@@ -156,11 +156,14 @@ class LayerCosts:
         moe = model.moe
         assert moe is not None
         local_experts = moe.num_experts // key.ep
-        routed_tokens = tokens * moe.top_k * moe.busiest_token_factor
+        etp = key.etp or key.tp
+        # an expert tp group of etp ranks serves the tokens of etp of the tp ranks (each routes its
+        # own sequence shard under SP), so per rank: tokens · k · etp/tp rows, f/etp columns
+        routed_tokens = tokens * moe.top_k * moe.busiest_token_factor * etp / key.tp
         per_expert = max(1, round(routed_tokens / local_experts))
         gemms = [Gemm(m=tokens, n=moe.num_experts, k=model.hidden_size)]
         gemms += [Gemm(m=g.m, n=g.n, k=g.k, count=local_experts)
-                  for g in mlp_gemms(model, per_expert, moe.expert_ffn_hidden_size, key.etp or key.tp)]
+                  for g in mlp_gemms(model, per_expert, moe.expert_ffn_hidden_size, etp)]
         if moe.num_shared_experts:
             gemms += mlp_gemms(model, tokens, moe.shared_ffn_hidden_size, key.tp)
         return gemms

@@ -29,6 +29,9 @@ def runtime_problems(training: TrainingSpec, layout: Layout) -> list[str]:
     if L.ep > 1:
         out.append(f"layout.ep = {L.ep}: expert parallelism is not applied by the generated job; "
                    + _or_evaluate("--ep 1"))
+    if L.expert_tp and L.expert_tp != L.tp:
+        out.append(f"layout.expert_tp = {L.expert_tp}: expert tensor parallelism apart from tp is not applied by the "
+                   "generated job; " + _or_evaluate("without --expert-tp"))
     if L.optimizer_offload:
         out.append("layout.optimizer_offload: optimizer offload is not applied by the generated job; "
                    + _or_evaluate("without --offload"))

@@ -101,3 +101,25 @@ def test_irregular_layer_types_are_refused():
     raw["layer_types"] = ["sliding_attention"] * 2 + ["full_attention"] * 34
     with pytest.raises(SpecError, match="layer_types.*periodic"):
         spec_from_hf_dict(raw, "x")
+
+
+def test_expert_tp_folds_experts_into_tp_ranks():
+    # Qwen3-235B-A22B on 256 GPUs, tp 2 x pp 8 x dp 16, ep 32: 32 expert ranks exceed dp 16, so
+    # Megatron folds them into tp x dp = 32 ranks with expert tp 1. Each rank then holds
+    # 128 / 32 = 4 whole experts of every MoE layer on its stage, where expert tp 2 with ep 16
+    # would hold 8 half experts: the same expert parameters per rank.
+    import planner
+    from costmodels.layout import LayoutError
+
+    kw = dict(model="qwen3-235b-a22b", hardware="h100-sxm-80gb", gpus=256, global_batch=1024, seq_len=4096)
+    folded = planner.evaluate(**kw, layout=planner.Layout(dp=16, tp=2, pp=8, ep=32, expert_tp=1, zero_stage=1,
+                                                          sequence_parallel=True, num_microbatches=64))
+    plain = planner.evaluate(**kw, layout=planner.Layout(dp=16, tp=2, pp=8, ep=16, zero_stage=1,
+                                                         sequence_parallel=True, num_microbatches=64))
+    assert folded.stages[0].params_bytes == pytest.approx(plain.stages[0].params_bytes)
+    with pytest.raises(LayoutError, match="ep 32 must divide dp 16"):
+        planner.evaluate(**kw, layout=planner.Layout(dp=16, tp=2, pp=8, ep=32, zero_stage=1,
+                                                     sequence_parallel=True, num_microbatches=64))
+    with pytest.raises(LayoutError, match="needs sequence parallelism"):
+        planner.evaluate(**kw, layout=planner.Layout(dp=16, tp=2, pp=8, ep=32, expert_tp=1, zero_stage=1,
+                                                     num_microbatches=64))

@@ -244,7 +244,13 @@ def _layout(row: dict, model: ModelSpec, num_gpus: int, global_batch: int, notes
     microbatches = global_batch // (dp * micro)
     if vpp > 1 and microbatches % pp:
         raise Unexpressible("interleaving needs m % pp == 0", f"{microbatches} micro-batches, pp {pp}")
-    return Layout(dp=dp, tp=tp, pp=pp, cp=cp, ep=par["ep"] or 1, zero_stage=_zero_stage(par, family, notes),
+    ep = par["ep"] or 1
+    expert_tp = 0
+    if dp % ep and (tp * cp * dp) % ep == 0:
+        expert_tp = max(e for e in range(1, tp + 1) if tp % e == 0 and (tp * cp * dp) % (ep * e) == 0)
+        notes.append(f"ep {ep} exceeds dp {dp}: experts folded into tp x cp x dp with expert tp {expert_tp} "
+                     "(Megatron --expert-tensor-parallel-size; not given, the largest that fits)")
+    return Layout(dp=dp, tp=tp, pp=pp, cp=cp, ep=ep, expert_tp=expert_tp, zero_stage=_zero_stage(par, family, notes),
                   sequence_parallel=_sequence_parallel(par, family, tp, notes), micro_batch_size=micro,
                   num_microbatches=microbatches, schedule="interleaved" if vpp > 1 else "1f1b",
                   virtual_stages=vpp, layers_per_chunk=split,
