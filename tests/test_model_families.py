@@ -123,3 +123,21 @@ def test_expert_tp_folds_experts_into_tp_ranks():
     with pytest.raises(LayoutError, match="needs sequence parallelism"):
         planner.evaluate(**kw, layout=planner.Layout(dp=16, tp=2, pp=8, ep=32, expert_tp=1, zero_stage=1,
                                                      num_microbatches=64))
+
+
+def test_megatron_export_carries_mla_and_deepseek_moe():
+    # Megatron-LM's DeepSeek-V3 options: the MLA dims, 3 dense layers then MoE, one shared expert of
+    # 2048, one MTP layer, expert tp, and selective recomputation of the core and MLA up-projections.
+    from costmodels.layout import Layout
+    from costmodels.training import TrainingSpec
+    from planner.emit import frameworks
+
+    args, _ = frameworks.megatron_args(PRESETS["deepseek-v3"], TrainingSpec(global_batch_size=64, seq_len=4096),
+                                       Layout(dp=8, ep=8, expert_tp=1, recompute="selective", num_microbatches=8), 4096)
+    text = " ".join(args)
+    for part in ("--multi-latent-attention --q-lora-rank 1536 --kv-lora-rank 512 --qk-head-dim 128 "
+                 "--qk-pos-emb-head-dim 64 --v-head-dim 128", "--moe-layer-freq ([0]*3+[1]*58)",
+                 "--moe-shared-expert-intermediate-size 2048", "--mtp-num-layers 1",
+                 "--expert-tensor-parallel-size 1", "--recompute-modules core_attn mla_up_proj"):
+        assert part in text
+    assert {a for a in args if a.startswith("--")} <= frameworks.MEGATRON_OPTIONS
