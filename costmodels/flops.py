@@ -29,10 +29,12 @@ class Gemm:
         return 2.0 * self.m * self.n * self.k * self.count
 
 
-def attention_gemms(model: ModelSpec, tokens: int, tp: int) -> list[Gemm]:
-    """q/k/v and output projections of one layer on one tp rank, ``tokens`` = b·s local tokens."""
+def attention_gemms(model: ModelSpec, tokens: int, tp: int, sp: bool = False) -> list[Gemm]:
+    """q/k/v and output projections of one layer on one tp rank, ``tokens`` = b·s local tokens
+    (``sp``: sequence parallel, which MLA's down-projections run under on their 1/tp share)."""
     if model.mla is not None:
-        return mla_down_gemms(model, tokens) + mla_up_gemms(model, tokens, tp) + \
+        down_tokens = tokens // tp if sp else tokens
+        return mla_down_gemms(model, down_tokens) + mla_up_gemms(model, tokens, tp) + \
             [Gemm(m=tokens, n=model.hidden_size, k=model.v_dim // tp)]
     h = model.hidden_size
     q = model.q_dim // tp
@@ -42,8 +44,9 @@ def attention_gemms(model: ModelSpec, tokens: int, tp: int) -> list[Gemm]:
 
 def mla_down_gemms(model: ModelSpec, tokens: int) -> list[Gemm]:
     """MLA's down-projections to the query latent (h -> d_c') and to the KV latent plus the shared
-    rotary key (h -> d_c + d_h^R). Megatron-Core's MLA keeps them whole on every tp rank (they are
-    small), so they do not shrink with tp (DeepSeek-V2 eq. 9, 12, 17)."""
+    rotary key (h -> d_c + d_h^R). Megatron-Core's MLA keeps their weights whole on every tp rank
+    (they are small): without SP each rank projects all ``tokens``; with SP its own sequence share,
+    gathering the latents afterwards (DeepSeek-V2 eq. 9, 12, 17)."""
     m = model.mla
     assert m is not None
     h = model.hidden_size

@@ -117,7 +117,7 @@ class LayerCosts:
         model, rates = self.model, self.rates
         out = LayerForward()
         tokens = key.b * key.s_local
-        gemms = attention_gemms(model, tokens, key.tp) + self._mlp_gemms(key, tokens)
+        gemms = attention_gemms(model, tokens, key.tp, key.sp) + self._mlp_gemms(key, tokens)
         out.flops = sum(g.flops for g in gemms)
         if self.training.is_lora:
             out.flops += lora_flops(model, tokens, self.training.lora_rank, self.training.lora_targets, key.tp)

@@ -50,6 +50,9 @@ def test_mla_gemm_flops_split_over_tp_and_match_the_weights():
     T = 256
     flops = sum(g.flops for g in attention_gemms(MLA, T, tp=2))
     assert flops == 2 * T * (256 * 48 + 256 * 64 + 64 * 192 + 32 * 256 + 128 * 256) == 41_943_040
+    # With SP each rank runs the down-projections on its T/2 tokens only.
+    sp = sum(g.flops for g in attention_gemms(MLA, T, tp=2, sp=True))
+    assert flops - sp == 2 * (T // 2) * (256 * 48 + 256 * 64)
     # Without tp every weight is used once per token: 2·T·(params − the two latent norms).
     assert sum(g.flops for g in attention_gemms(MLA, T, tp=1)) == 2 * T * (mla_params(MLA) - 64 - 32)
 

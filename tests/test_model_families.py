@@ -141,3 +141,22 @@ def test_megatron_export_carries_mla_and_deepseek_moe():
                  "--expert-tensor-parallel-size 1", "--recompute-modules core_attn mla_up_proj"):
         assert part in text
     assert {a for a in args if a.startswith("--")} <= frameworks.MEGATRON_OPTIONS
+
+
+@pytest.mark.parametrize("name", ["deepseek-v3", "qwen1.5-moe-a2.7b", "gemma3-27b", "gpt-oss-120b"])
+def test_model_spec_round_trips_through_its_plan_file_form(name):
+    import json
+
+    from costmodels.model_spec import model_from_dict, model_to_dict
+
+    spec = PRESETS[name]
+    assert model_from_dict(json.loads(json.dumps(model_to_dict(spec)))) == spec
+
+
+def test_bad_mla_field_in_a_plan_file_is_named():
+    from costmodels.model_spec import model_from_dict, model_to_dict
+
+    raw = model_to_dict(PRESETS["deepseek-v3"])
+    raw["mla"]["kv_lora_rank"] = 0
+    with pytest.raises(SpecError, match="mla.kv_lora_rank"):
+        model_from_dict(raw)
