@@ -67,3 +67,20 @@ def test_moe_imbalance_option_reaches_the_cost_model():
     assert planner.evaluate(**kw, moe_imbalance=1.5).step_time_s > planner.evaluate(**kw).step_time_s
     with pytest.raises(SpecError, match="--moe-imbalance: tiny-llama has no mixture-of-experts"):
         planner.evaluate(**{**kw, "model": "tiny-llama"}, moe_imbalance=1.5)
+
+
+def test_mtp_module_sits_on_the_last_stage():
+    # tiny-deepseek with one MTP module (DeepSeek-V3 Sec. 2.2), pp 2: the last stage holds its
+    # mtp_params more parameters (bf16 weights: 2 bytes each under Megatron's ZeRO-0 accounting) and
+    # runs one more block and head; the first stage does not change.
+    from costmodels.params import mtp_params
+
+    base = PRESETS["tiny-deepseek"]
+    with_mtp = replace(base, num_mtp_layers=1)
+    kw = dict(hardware="h100-sxm-80gb", gpus=2, global_batch=8, seq_len=256,
+              layout=planner.Layout(pp=2, num_microbatches=8))
+    a, b = planner.evaluate(model=base, **kw), planner.evaluate(model=with_mtp, **kw)
+    assert b.stages[0].params_bytes == a.stages[0].params_bytes
+    assert b.stages[1].params_bytes - a.stages[1].params_bytes == pytest.approx(2 * mtp_params(with_mtp))
+    assert b.stages[1].activations_bytes > a.stages[1].activations_bytes
+    assert b.model_flops_per_step == a.model_flops_per_step  # MFU counts the main model, as papers do
