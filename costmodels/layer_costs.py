@@ -207,6 +207,9 @@ class LayerCosts:
         return scores * (4 if self.model.dropout else 2)
 
     def _add_tp(self, out: LayerForward, key: LayerKey, tokens: int) -> None:
+        """Two all-reduces of the block output, or with SP two all-gathers and two reduce-scatters;
+        MLA under SP gathers its latents (d_c' + d_c + d_h^R wide) after the down-projections
+        instead of the attention input (Megatron-Core's MLA)."""
         if key.tp == 1:
             return
         size = self.rates.elem_bytes * tokens * self.model.hidden_size
@@ -215,8 +218,13 @@ class LayerCosts:
             rs_s, rs_b, rs_source = self.collective("reduce_scatter", size, key.tp, 1)
             merge_source(out.sources, "tp_comm", ag_source)
             merge_source(out.sources, "tp_comm", rs_source)
-            out.tp_s = 2 * (ag_s + rs_s)
-            out.comm_bytes = {"tp_all_gather": 2 * ag_b, "tp_reduce_scatter": 2 * rs_b}
+            ag2_s, ag2_b = ag_s, ag_b
+            m = self.model.mla
+            if m is not None:
+                latent = self.rates.elem_bytes * tokens * (m.q_lora_rank + m.kv_lora_rank + m.qk_rope_head_dim)
+                ag2_s, ag2_b, _ = self.collective("all_gather", latent, key.tp, 1)
+            out.tp_s = ag_s + ag2_s + 2 * rs_s
+            out.comm_bytes = {"tp_all_gather": ag_b + ag2_b, "tp_reduce_scatter": 2 * rs_b}
         else:
             ar_s, ar_b, out.sources["tp_comm"] = self.collective("all_reduce", size, key.tp, 1)
             out.tp_s = 2 * ar_s

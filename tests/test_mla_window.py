@@ -145,3 +145,16 @@ def test_ring_attention_stops_where_the_window_ends():
     assert ring_steps(replace(m, global_layer_period=2), 8, 4096) == 4
     assert ring_steps(replace(m, sliding_window=0), 8, 4096) == 7
 
+
+
+def test_mla_under_sp_gathers_latents_instead_of_the_attention_input():
+    # tp 2 with SP, T = 256 tokens, 2-byte elements: the MLP gathers 2·T·h = 131,072 bytes as
+    # before, MLA gathers its latents 2·T·(64 + 32 + 16) = 57,344 bytes; a ring all-gather sends
+    # (t − 1)/t of each (Thakur et al. 2005).
+    training = TrainingSpec(global_batch_size=1, seq_len=256)
+    cluster = make_cluster(load_node("h100-sxm-80gb"), 2)
+    layers = LayerCosts(MLA, training, cluster, Rates(cluster.hardware, "bf16", None, A), None, A,
+                        convention=MEGATRON)
+    f = layers.forward(LayerKey(moe=False, b=1, s_local=256, tp=2, sp=True, cp=1, ep=1))
+    assert f.comm_bytes["tp_all_gather"] == pytest.approx((131_072 + 57_344) / 2)
+    assert f.comm_bytes["tp_reduce_scatter"] == pytest.approx(2 * 131_072 / 2)
