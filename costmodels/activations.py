@@ -56,10 +56,17 @@ class ActivationShape:
     """``RuntimeConvention.eager_activations``: count what eager PyTorch saves (else Korthikanti's count)."""
     autocast: bool = False
     """Eager only: mixed precision by ``torch.autocast`` (fp32 residual stream)."""
+    expert_tp: int = 0
+    """Tensor-parallel degree of the routed experts (Megatron ``--expert-tensor-parallel-size``);
+    0 = the attention's ``tp``."""
 
     @property
     def r(self) -> float:
         return 1.0 / self.tp if self.sequence_parallel else 1.0
+
+    @property
+    def etp(self) -> int:
+        return self.expert_tp or self.tp
 
 
 def attention_core_bytes(model: ModelSpec, x: ActivationShape) -> float:
@@ -86,13 +93,42 @@ def attention_block_bytes(model: ModelSpec, x: ActivationShape) -> float:
     return norm_input + qkv_input + q_k_v + out_input + mask
 
 
-def mlp_block_bytes(model: ModelSpec, x: ActivationShape, ffn_hidden: int, tokens_factor: float = 1.0) -> float:
+def mla_block_bytes(model: ModelSpec, x: ActivationShape, *, recompute_up: bool) -> float:
+    """MLA half without its core (DeepSeek-V2 Sec. 2.1), per tensor: norm input and the
+    down-projections' input (h); the latents as their RMSNorms receive them (d_c' + d_c) and the
+    shared rotary key (d_h^R); the normalised latents the up-projections read (d_c' + d_c); the
+    core's Q, K, V, a/t·(2·(d_h + d_h^R) + d_v); the output projection's input a/t·d_v.
+
+    ``recompute_up`` (DeepSeek-V3 Sec. 3.2.3, "recomputation of RMSNorm and MLA up-projection";
+    Megatron ``--recompute-modules mla_up_proj``): the latent norms and up-projections rerun in
+    backward, so the normalised latents and Q, K, V are not kept. Down-projections are replicated
+    over tp (Megatron-Core), so the latents are not split."""
+    m = model.mla
+    assert m is not None
+    B, sb = x.elem_bytes, x.s * x.b
+    heads = model.num_attention_heads / x.tp
+    norm_input = B * sb * model.hidden_size * x.r
+    down_input = B * sb * model.hidden_size * x.r
+    latents = B * sb * (m.q_lora_rank + m.kv_lora_rank)
+    rope_key = B * sb * m.qk_rope_head_dim
+    out_input = B * sb * heads * m.v_head_dim
+    mask = MASK_BYTES * sb * model.hidden_size * x.r if model.dropout else 0.0
+    kept = norm_input + down_input + latents + rope_key + out_input + mask
+    if recompute_up:
+        return kept
+    q_k_v = B * sb * heads * (2 * m.qk_head_dim + m.v_head_dim)
+    return kept + latents + q_k_v
+
+
+def mlp_block_bytes(model: ModelSpec, x: ActivationShape, ffn_hidden: int, tokens_factor: float = 1.0,
+                    split: int = 0) -> float:
     """MLP half: input (and its norm), then 2·f/t (plain: GeLU input, fc2 input) or
     4·f/t (gated, as eager PyTorch runs it: gate output for the SiLU backward, SiLU output and
     up output for the product's backward, the product for the down projection's backward; a
-    fused SwiGLU kernel that recomputes the SiLU keeps 3) elements per token."""
+    fused SwiGLU kernel that recomputes the SiLU keeps 3) elements per token. ``split`` is the
+    tensor-parallel degree of this MLP (0 = tp; routed experts use expert tp)."""
     B, sbh = x.elem_bytes, x.s * x.b * model.hidden_size
-    f = ffn_hidden / x.tp
+    f = ffn_hidden / (split or x.tp)
     per_token = (GATED_MLP_TENSORS if model.gated_mlp else 2) * f
     inner = B * x.s * x.b * per_token * tokens_factor
     norm_input = B * sbh * x.r
@@ -102,18 +138,20 @@ def mlp_block_bytes(model: ModelSpec, x: ActivationShape, ffn_hidden: int, token
 
 
 def moe_block_bytes(model: ModelSpec, x: ActivationShape) -> float:
-    """MoE half: router logits (fp32), dispatched token copies (top-k × capacity), expert MLPs,
-    shared experts. Tokens routed to a rank's experts equal its own tokens × k × capacity on average."""
+    """MoE half: router logits (fp32), dispatched token copies (top-k × the busiest rank's token
+    factor, ``MoESpec.busiest_token_factor``), expert MLPs split over expert tp, shared experts.
+    Tokens routed to a rank's experts equal its own tokens × k on average; the busiest rank, which
+    sets the peak, holds ``busiest_token_factor`` times that."""
     moe = model.moe
     assert moe is not None
     tokens = x.s * x.b * x.r
     router = LOGITS_BYTES * tokens * moe.num_experts
-    routed = moe.top_k * moe.capacity_factor
+    routed = moe.top_k * moe.busiest_token_factor
     dispatched = x.elem_bytes * tokens * routed * model.hidden_size * 2  # dispatch and combine buffers
-    experts = mlp_block_bytes(model, x, moe.expert_ffn_hidden_size, tokens_factor=routed * x.r)
+    experts = mlp_block_bytes(model, x, moe.expert_ffn_hidden_size, tokens_factor=routed * x.r, split=x.etp)
     shared = 0.0
     if moe.num_shared_experts:
-        shared = mlp_block_bytes(model, x, moe.expert_ffn_hidden_size * moe.num_shared_experts)
+        shared = mlp_block_bytes(model, x, moe.shared_ffn_hidden_size)
         shared -= 2 * x.elem_bytes * x.s * x.b * model.hidden_size * x.r  # input and norm counted once
     return router + dispatched + experts + shared
 
@@ -176,15 +214,20 @@ def torch_dense_layer_bytes(model: ModelSpec, x: ActivationShape, *, core: bool)
 def layer_bytes(model: ModelSpec, x: ActivationShape, *, moe_layer: bool, recompute: str) -> float:
     """Bytes one layer keeps for backward for one micro-batch under ``recompute``.
 
-    none: everything; selective: all but the attention core; full: the layer input only
-    (s·b·h·r elements, the checkpoint). MoE layers use Korthikanti's count under both runtimes.
+    none: everything; selective: all but the attention core (and with MLA its up-projections, as
+    DeepSeek-V3 trains); full: the layer input only (s·b·h·r elements, the checkpoint). MoE and
+    MLA layers use Korthikanti's count under both runtimes. A sliding window changes nothing here:
+    a fused kernel keeps Q, K, V, its output and the log-sum-exp whatever the window, and eager
+    attention materialises the whole masked s×s score matrix.
     """
     if recompute == "full":
         return residual_bytes(x) * x.s * x.b * model.hidden_size * x.r
-    if x.eager and not moe_layer:
+    if x.eager and not moe_layer and model.mla is None:
         return torch_dense_layer_bytes(model, x, core=recompute != "selective")
     mlp = moe_block_bytes(model, x) if moe_layer else mlp_block_bytes(model, x, model.ffn_hidden_size)
     core = 0.0 if recompute == "selective" else attention_core_bytes(model, x)
+    if model.mla is not None:
+        return mla_block_bytes(model, x, recompute_up=recompute == "selective") + core + mlp
     return attention_block_bytes(model, x) + core + mlp
 
 
@@ -205,3 +248,15 @@ def last_stage_extra_bytes(model: ModelSpec, x: ActivationShape) -> float:
         return (torch_norm_bytes(model, x) + x.elem_bytes * sbh + LOGITS_BYTES * x.s * x.b * model.vocab_size
                 + head_weight)
     return 2 * x.elem_bytes * sbh * x.r + LOGITS_BYTES * x.s * x.b * model.vocab_size / x.tp
+
+
+def mtp_bytes(model: ModelSpec, x: ActivationShape, *, recompute: str) -> float:
+    """What the MTP modules keep on the last stage (DeepSeek-V3 Sec. 2.2): per module its block
+    (as ``layer_bytes``), the two norm inputs and the 2h-wide projection input (4·B·s·b·h·r), and the
+    shared head's input and fp32 logits (as ``last_stage_extra_bytes``)."""
+    if not model.num_mtp_layers:
+        return 0.0
+    moe_layer = model.is_moe_layer(model.num_layers - 1)
+    block = layer_bytes(model, x, moe_layer=moe_layer, recompute=recompute)
+    inputs = 4 * x.elem_bytes * x.s * x.b * model.hidden_size * x.r
+    return model.num_mtp_layers * (block + inputs + last_stage_extra_bytes(model, x))

@@ -12,7 +12,7 @@ from .layer_costs import LayerKey
 from .layout import Layout
 from .memo import memoised
 from .memory import ShardedParams
-from .params import embedding_params, lora_params_per_layer, output_params
+from .params import embedding_params, lora_params_per_layer, mtp_params, output_params
 from .ranks import RankLayers
 
 if TYPE_CHECKING:
@@ -54,8 +54,8 @@ def _assign_rank_layers(cm: "CostModel", layout: Layout) -> list[RankLayers]:
 
 
 def rank_params(cm: "CostModel", layout: Layout, rank: RankLayers) -> ShardedParams:
-    """Parameter elements on one rank: layers / tp, experts / (tp·ep), embedding and head."""
-    key = (layout.tp, layout.ep, layout.pp, rank)
+    """Parameter elements on one rank: layers / tp, experts / (expert tp · ep), embedding and head."""
+    key = (layout.tp, layout.ep, layout.expert_tp, layout.pp, rank)
     return memoised(cm.params_memo, key, lambda: _count_rank_params(cm, layout, rank))
 
 
@@ -66,7 +66,7 @@ def _count_rank_params(cm: "CostModel", layout: Layout, rank: RankLayers) -> Sha
     if rank.first:
         dense += embedding_params(model)
     if rank.last:
-        dense += output_params(model)
+        dense += output_params(model) + mtp_params(model)  # MTP modules follow the last layer
         if model.tied_embeddings and layout.pp > 1:
             dense += model.vocab_size * model.hidden_size  # the head keeps its own copy
     lora = 0.0
@@ -74,14 +74,16 @@ def _count_rank_params(cm: "CostModel", layout: Layout, rank: RankLayers) -> Sha
         lora = rank.num_layers * lora_params_per_layer(model, cm.training.lora_rank,
                                                         cm.training.lora_targets)
         dense += lora
-    return ShardedParams(dense=dense / tp, expert=expert / (tp * layout.ep),
+    etp = layout.etp
+    return ShardedParams(dense=dense / tp, expert=expert / (etp * layout.ep),
                          trainable_dense=(lora if cm.training.is_lora else dense) / tp,
-                         trainable_expert=0.0 if cm.training.is_lora else expert / (tp * layout.ep))
+                         trainable_expert=0.0 if cm.training.is_lora else expert / (etp * layout.ep))
 
 
 def layer_key(cm: "CostModel", layout: Layout, moe: bool) -> LayerKey:
     return LayerKey(moe=moe, b=layout.micro_batch_size, s_local=cm.training.seq_len // layout.cp,
-                    tp=layout.tp, sp=layout.sequence_parallel, cp=layout.cp, ep=layout.ep if moe else 1)
+                    tp=layout.tp, sp=layout.sequence_parallel, cp=layout.cp, ep=layout.ep if moe else 1,
+                    etp=layout.expert_tp if cm.model.moe is not None else 0)
 
 
 def recomputed_layers(cm: "CostModel", layout: Layout, n: int) -> int:

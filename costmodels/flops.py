@@ -29,12 +29,43 @@ class Gemm:
         return 2.0 * self.m * self.n * self.k * self.count
 
 
-def attention_gemms(model: ModelSpec, tokens: int, tp: int) -> list[Gemm]:
-    """q/k/v and output projections of one layer on one tp rank, ``tokens`` = b·s local tokens."""
+def attention_gemms(model: ModelSpec, tokens: int, tp: int, sp: bool = False) -> list[Gemm]:
+    """q/k/v and output projections of one layer on one tp rank, ``tokens`` = b·s local tokens
+    (``sp``: sequence parallel, which MLA's down-projections run under on their 1/tp share)."""
+    if model.mla is not None:
+        down_tokens = tokens // tp if sp else tokens
+        return mla_down_gemms(model, down_tokens) + mla_up_gemms(model, tokens, tp) + \
+            [Gemm(m=tokens, n=model.hidden_size, k=model.v_dim // tp)]
     h = model.hidden_size
     q = model.q_dim // tp
     kv = _kv_per_rank(model, tp)
     return [Gemm(m=tokens, n=q + 2 * kv, k=h), Gemm(m=tokens, n=h, k=q)]
+
+
+def mla_down_gemms(model: ModelSpec, tokens: int) -> list[Gemm]:
+    """MLA's down-projections to the query latent (h -> d_c') and to the KV latent plus the shared
+    rotary key (h -> d_c + d_h^R). Megatron-Core's MLA keeps their weights whole on every tp rank
+    (they are small): without SP each rank projects all ``tokens``; with SP its own sequence share,
+    gathering the latents afterwards (DeepSeek-V2 eq. 9, 12, 17)."""
+    m = model.mla
+    assert m is not None
+    h = model.hidden_size
+    gemms = [Gemm(m=tokens, n=m.kv_lora_rank + m.qk_rope_head_dim, k=h)]
+    if m.q_lora_rank:
+        gemms.append(Gemm(m=tokens, n=m.q_lora_rank, k=h))
+    return gemms
+
+
+def mla_up_gemms(model: ModelSpec, tokens: int, tp: int) -> list[Gemm]:
+    """MLA's up-projections, column-parallel over heads: query latent -> a/t·(d_h + d_h^R) (or
+    h -> that without a query latent), KV latent -> a/t·(d_h + d_v) (DeepSeek-V2 eq. 10, 13, 14).
+    These are what ``--recompute-modules mla_up_proj`` reruns in backward."""
+    m = model.mla
+    assert m is not None
+    heads = model.num_attention_heads // tp
+    q_in = m.q_lora_rank or model.hidden_size
+    return [Gemm(m=tokens, n=heads * m.qk_head_dim, k=q_in),
+            Gemm(m=tokens, n=heads * (m.qk_nope_head_dim + m.v_head_dim), k=m.kv_lora_rank)]
 
 
 def mlp_gemms(model: ModelSpec, tokens: int, ffn_hidden: int, tp: int) -> list[Gemm]:
@@ -45,8 +76,29 @@ def mlp_gemms(model: ModelSpec, tokens: int, ffn_hidden: int, tp: int) -> list[G
 
 
 def attention_core_flops(model: ModelSpec, b: int, s_q: int, s_kv: int, tp: int) -> float:
-    """Scores Q·Kᵀ and the score-value product: 4·b·s_q·s_kv·(a·d)/t (Narayanan et al. eq. 3)."""
-    return 4.0 * b * s_q * s_kv * model.q_dim / tp
+    """Scores Q·Kᵀ and the score-value product: 2·b·s_q·s_kv·(a·d_qk + a·d_v)/t, which is
+    4·b·s_q·s_kv·(a·d)/t when keys and values are as wide (Narayanan et al. eq. 3); MLA's keys are
+    d_h + d_h^R wide and its values d_v (DeepSeek-V2 eq. 17-18)."""
+    return 2.0 * b * s_q * s_kv * (model.q_dim + model.v_dim) / tp
+
+
+def window_fraction(seq_len: int, window: int) -> float:
+    """Share of the causal score pairs a sliding window of ``window`` keys keeps (1 = full).
+
+    Causal attention scores s(s + 1)/2 pairs; with a window w < s query i sees min(i, w) keys,
+    Σ = w·s − w(w − 1)/2 (Beltagy et al. 2020, Longformer, Sec. 3.1: O(s·w) instead of O(s²);
+    Jiang et al. 2023, Mistral 7B, Sec. 2)."""
+    s, w = seq_len, window
+    if w == 0 or w >= s:
+        return 1.0
+    return (w * s - w * (w - 1) / 2) / (s * (s + 1) / 2)
+
+
+def mean_window_fraction(model: ModelSpec, seq_len: int) -> float:
+    """``window_fraction`` averaged over the layers (local and global layers mixed, as in Gemma)."""
+    if not model.sliding_window:
+        return 1.0
+    return sum(window_fraction(seq_len, model.attention_window(i)) for i in range(model.num_layers)) / model.num_layers
 
 
 def attention_executed_fraction(fused: bool) -> float:
@@ -92,8 +144,11 @@ def model_flops_per_token(model: ModelSpec, seq_len: int, lora: bool = False) ->
     """Model FLOPs per token for one training step (PaLM App. B): 6·N + 12·L·(a·d)·s.
 
     With LoRA the frozen weights need no weight gradient: 4·N (forward + input gradient); adapters
-    are excluded as negligible. The attention term is unchanged (it has no weights).
+    are excluded as negligible. The attention term is unchanged (it has no weights). With MLA the
+    attention term is 6·L·(a·d_qk + a·d_v)·s; with sliding windows each layer's term is scaled by
+    the share of score pairs it keeps (``window_fraction``).
     """
     n = matmul_params(model)
     per_weight = 4.0 if lora else 6.0
-    return per_weight * n + 12.0 * model.num_layers * model.q_dim * seq_len
+    attention = 6.0 * (model.q_dim + model.v_dim) * seq_len * model.num_layers * mean_window_fraction(model, seq_len)
+    return per_weight * n + attention

@@ -1,7 +1,8 @@
 """Read a Hugging Face style ``config.json`` into a ``ModelSpec`` (no transformers needed).
 
-Field names follow the configs of the families gpt2, gpt_neox, llama, mistral, mixtral
-and qwen2 as released on the Hugging Face Hub.
+Field names follow the configs of the families gpt2, gpt_neox, llama, mistral, mixtral, qwen2,
+qwen2_moe, qwen3, qwen3_moe, phi3, gemma2, gemma3 (and gemma3_text), deepseek_v2, deepseek_v3 and
+gpt_oss as released on the Hugging Face Hub; the newer families are read in ``hf_families``.
 """
 
 from __future__ import annotations
@@ -12,9 +13,11 @@ from typing import Any
 from hardware_specs.errors import SpecError
 from hardware_specs.files import read_json
 
-from .model_spec import ModelSpec, MoESpec
+from .model_spec import ModelSpec
 
-FAMILIES: tuple[str, ...] = ("gpt2", "gpt_neox", "llama", "mistral", "mixtral", "qwen2")
+FAMILIES: tuple[str, ...] = ("gpt2", "gpt_neox", "llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3",
+                             "qwen3_moe", "phi3", "gemma2", "gemma3", "gemma3_text", "deepseek_v2", "deepseek_v3",
+                             "gpt_oss")
 
 
 def load_hf_config(path: Path) -> ModelSpec:
@@ -27,29 +30,45 @@ def load_hf_config(path: Path) -> ModelSpec:
     raw = read_json(path, what="--model file")
     if not isinstance(raw, dict):
         raise SpecError(f"--model: {path} must hold a JSON object")
-    family = raw.get("model_type")
-    if family not in FAMILIES:
-        raise SpecError(f"{path}: model_type {family!r} is not supported; supported: {', '.join(FAMILIES)}")
-    reader = _Fields(raw, path)
     name = path.parent.name if path.name == "config.json" else path.stem
+    return spec_from_hf_dict(raw, name, where=str(path))
+
+
+def spec_from_hf_dict(raw: dict[str, Any], name: str, *, where: str = "config") -> ModelSpec:
+    """The ``ModelSpec`` of a parsed ``config.json``; ``where`` names it in errors."""
+    from .hf_families import READERS
+
+    family = raw.get("model_type")
+    if family == "gemma3" and isinstance(raw.get("text_config"), dict):
+        raw, family = {**raw["text_config"], "model_type": "gemma3_text"}, "gemma3_text"
+    if family not in FAMILIES:
+        raise SpecError(f"{where}: model_type {family!r} is not supported; supported: {', '.join(FAMILIES)}")
+    reader = Fields(raw, where)
     if family == "gpt2":
         return _gpt2(reader, name)
     if family == "gpt_neox":
         return _neox(reader, name)
-    return _llama_like(reader, name, family)
+    return READERS[family](reader, name, family)
 
 
-class _Fields:
-    def __init__(self, raw: dict[str, Any], path: Path) -> None:
-        self.raw, self.path = raw, path
+class Fields:
+    """Typed access to a config's fields; each error names the file and the field."""
 
-    def int(self, key: str, default: int | None = None) -> int:
+    def __init__(self, raw: dict[str, Any], where: str) -> None:
+        self.raw, self.path = raw, where
+
+    def int(self, key: str, default: int | None = None, *, low: int = 1) -> int:
         value = self.raw.get(key, default)
         if value is None:
             raise SpecError(f"{self.path}: missing field {key!r}")
-        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-            raise SpecError(f"{self.path}: field {key!r} must be a positive integer, got {value!r}")
+        if not isinstance(value, int) or isinstance(value, bool) or value < low:
+            kind = "a positive integer" if low == 1 else f"an integer of at least {low}"
+            raise SpecError(f"{self.path}: field {key!r} must be {kind}, got {value!r}")
         return value
+
+    def optional_int(self, key: str, *, low: int = 1) -> int:
+        """The field's value, or 0 when it is absent or null."""
+        return 0 if self.raw.get(key) is None else self.int(key, low=low)
 
     def positive_number(self, key: str, default: float) -> float:
         value = self.raw.get(key, default)
@@ -63,8 +82,11 @@ class _Fields:
             raise SpecError(f"{self.path}: field {key!r} must be true or false, got {value!r}")
         return value
 
+    def fail(self, key: str, why: str) -> SpecError:
+        return SpecError(f"{self.path}: field {key!r} {why}")
 
-def _gpt2(f: _Fields, name: str) -> ModelSpec:
+
+def _gpt2(f: Fields, name: str) -> ModelSpec:
     hidden = f.int("n_embd")
     inner = f.raw.get("n_inner")
     return ModelSpec(name=name, num_layers=f.int("n_layer"), hidden_size=hidden,
@@ -74,7 +96,7 @@ def _gpt2(f: _Fields, name: str) -> ModelSpec:
                      tied_embeddings=f.bool("tie_word_embeddings", True), linear_bias=True, dropout=True)
 
 
-def _neox(f: _Fields, name: str) -> ModelSpec:
+def _neox(f: Fields, name: str) -> ModelSpec:
     heads = f.int("num_attention_heads")
     return ModelSpec(name=name, num_layers=f.int("num_hidden_layers"), hidden_size=f.int("hidden_size"),
                      ffn_hidden_size=f.int("intermediate_size"), num_attention_heads=heads,
@@ -82,24 +104,3 @@ def _neox(f: _Fields, name: str) -> ModelSpec:
                      max_position_embeddings=f.int("max_position_embeddings", 2048),
                      rope_theta=f.positive_number("rotary_emb_base", 10000.0),
                      tied_embeddings=f.bool("tie_word_embeddings", False), linear_bias=True)
-
-
-def _llama_like(f: _Fields, name: str, family: str) -> ModelSpec:
-    heads = f.int("num_attention_heads")
-    moe = None
-    if family == "mixtral":
-        moe = MoESpec(num_experts=f.int("num_local_experts"), top_k=f.int("num_experts_per_tok"),
-                      expert_ffn_hidden_size=f.int("intermediate_size"))
-    head_dim = f.raw.get("head_dim")
-    return ModelSpec(
-        name=name, num_layers=f.int("num_hidden_layers"), hidden_size=f.int("hidden_size"),
-        ffn_hidden_size=f.int("intermediate_size"), num_attention_heads=heads,
-        num_kv_heads=f.int("num_key_value_heads", heads), vocab_size=f.int("vocab_size"),
-        head_dim=f.int("head_dim") if head_dim is not None else 0,
-        gated_mlp=True, activation="silu", norm="rmsnorm", positions="rotary",
-        max_position_embeddings=f.int("max_position_embeddings", 4096),
-        rope_theta=f.positive_number("rope_theta", 10000.0),
-        tied_embeddings=f.bool("tie_word_embeddings", False),
-        qkv_bias=family == "qwen2" or f.bool("attention_bias", False),
-        moe=moe,
-    )

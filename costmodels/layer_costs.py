@@ -21,7 +21,8 @@ from .collectives import bytes_sent_per_rank, collective_time_and_source
 from .compute import Rates, merge_source
 from .convention import RuntimeConvention
 from .flops import (Gemm, _kv_per_rank, attention_core_flops, attention_executed_fraction,
-                    attention_gemms, lora_flops, mlp_gemms)
+                    attention_gemms, lora_flops, mean_window_fraction, mla_up_gemms, mlp_gemms)
+from .moe_costs import moe_permute_bytes, ring_steps
 from .model_spec import ModelSpec
 from .overlap import ring_exposed_s
 from .training import TrainingSpec
@@ -39,6 +40,8 @@ class LayerKey:
     cp: int
     ep: int
     """Expert-parallel degree (1 for dense layers, whose cost does not depend on it)."""
+    etp: int = 0
+    """Expert tensor-parallel degree (Megatron ``--expert-tensor-parallel-size``); 0 = ``tp``."""
 
 
 @dataclass(slots=True, kw_only=True)
@@ -50,6 +53,8 @@ class LayerForward:
     attention_core_s: float = 0.0
     attention_core_bwd_s: float = 0.0
     """Backward of the attention core (``compute.Rates.attention_backward_s``)."""
+    mla_up_s: float = 0.0
+    """Of ``gemm_s``, MLA's up-projections (rerun in backward under selective recomputation)."""
     memory_s: float = 0.0
     """Memory-bound kernels (norms, residuals, activations, rotary, softmax if eager)."""
     cast_s: float = 0.0
@@ -98,7 +103,7 @@ class LayerCosts:
         fused = self.training.attention == "fused"
         return ActivationShape(b=key.b, s=key.s_local, s_kv=key.s_local if fused else key.s_local * key.cp,
                                tp=key.tp, sequence_parallel=key.sp, elem_bytes=self.rates.elem_bytes,
-                               fused_attention=fused, eager=self.convention.eager_activations)
+                               fused_attention=fused, eager=self.convention.eager_activations, expert_tp=key.etp)
 
     def forward(self, key: LayerKey) -> LayerForward:
         cached = self._memo.get(key)
@@ -122,7 +127,7 @@ class LayerCosts:
         model, rates = self.model, self.rates
         out = LayerForward()
         tokens = key.b * key.s_local
-        gemms = attention_gemms(model, tokens, key.tp) + self._mlp_gemms(key, tokens)
+        gemms = attention_gemms(model, tokens, key.tp, key.sp) + self._mlp_gemms(key, tokens)
         high = self._router_gemms(key, tokens)
         out.flops = sum(g.flops for g in gemms + high)
         if self.training.is_lora:
@@ -131,11 +136,16 @@ class LayerCosts:
                              count=2 * len(self.training.lora_targets)))
         self._add_gemms(out, gemms, high_precision=False)
         self._add_gemms(out, high, high_precision=True)
-        core_flops = attention_core_flops(model, key.b, key.s_local, key.s_local * key.cp, key.tp)
+        if model.mla is not None:
+            out.mla_up_s = sum(rates.gemm_time_and_source(g)[0] for g in mla_up_gemms(model, tokens, key.tp))
+        window = mean_window_fraction(model, key.s_local * key.cp)
+        core_flops = attention_core_flops(model, key.b, key.s_local, key.s_local * key.cp, key.tp) * window
         fused = self.training.attention == "fused"
+        # a fused kernel skips the tiles outside the window; eager attention computes every score
+        executed = attention_executed_fraction(fused) if fused else attention_executed_fraction(fused) / window
         out.attention_core_s, out.sources["attention"] = rates.attention_time_and_source(
             core_flops, b=key.b, s=key.s_local, heads=model.num_attention_heads // key.tp, head_dim=model.d_head,
-            s_kv_block=key.s_local, executed_fraction=attention_executed_fraction(fused))
+            s_kv_block=key.s_local, executed_fraction=executed)
         out.attention_core_bwd_s = rates.attention_backward_s(out.attention_core_s, out.sources["attention"], fused=fused)
         out.flops += core_flops
         out.attention_core_memory_s = rates.memory_time_s(self._eager_core_bytes(key))
@@ -174,12 +184,15 @@ class LayerCosts:
         moe = model.moe
         assert moe is not None
         local_experts = moe.num_experts // key.ep
-        routed_tokens = tokens * moe.top_k * moe.capacity_factor
+        etp = key.etp or key.tp
+        # an expert tp group of etp ranks serves the tokens of etp of the tp ranks (each routes its
+        # own sequence shard under SP), so per rank: tokens · k · etp/tp rows, f/etp columns
+        routed_tokens = tokens * moe.top_k * moe.busiest_token_factor * etp / key.tp
         per_expert = max(1, round(routed_tokens / local_experts))
         gemms = [Gemm(m=g.m, n=g.n, k=g.k, count=local_experts)
-                  for g in mlp_gemms(model, per_expert, moe.expert_ffn_hidden_size, key.tp)]
+                 for g in mlp_gemms(model, per_expert, moe.expert_ffn_hidden_size, etp)]
         if moe.num_shared_experts:
-            gemms += mlp_gemms(model, tokens, moe.expert_ffn_hidden_size * moe.num_shared_experts, key.tp)
+            gemms += mlp_gemms(model, tokens, moe.shared_ffn_hidden_size, key.tp)
         return gemms
 
     def _memory_bound_bytes(self, key: LayerKey) -> float:
@@ -194,13 +207,23 @@ class LayerCosts:
         r = 1 / key.tp if key.sp else 1.0
         block = B * tokens * model.hidden_size * r
         ffn = model.ffn_hidden_size
+        permute = 0.0
         if key.moe and model.moe is not None:
-            ffn = model.moe.expert_ffn_hidden_size * model.moe.top_k * model.moe.capacity_factor
+            ffn = model.moe.expert_ffn_hidden_size * model.moe.top_k * model.moe.busiest_token_factor
+            permute = moe_permute_bytes(model, tokens * r, B)
         act = B * tokens * ffn / key.tp * (3 if model.gated_mlp else 2)
-        rotary = 2 * B * tokens * (model.q_dim / key.tp + _kv_per_rank(model, key.tp)) \
-            if model.positions == "rotary" else 0.0
-        dropout = 3 * 2.5 * block if model.dropout else 0.0
-        return 10 * block + act + rotary + dropout
+        return 10 * block + act + self._rotary_bytes(key) + (3 * 2.5 * block if model.dropout else 0.0) + permute
+
+    def _rotary_bytes(self, key: LayerKey) -> float:
+        """Rotary embedding reads and writes q and k (MLA: the a/t·d_h^R rotary query part and
+        the one shared d_h^R rotary key)."""
+        model, tokens = self.model, key.b * key.s_local
+        if model.positions != "rotary":
+            return 0.0
+        if model.mla is not None:
+            rope = model.mla.qk_rope_head_dim
+            return 2 * self.rates.elem_bytes * tokens * rope * (model.num_attention_heads / key.tp + 1)
+        return 2 * self.rates.elem_bytes * tokens * (model.q_dim / key.tp + _kv_per_rank(model, key.tp))
 
     def _eager_core_bytes(self, key: LayerKey) -> float:
         """Eager attention: the softmax reads and writes the b·(a/t)·s·s_kv scores (and dropout)."""
@@ -211,6 +234,9 @@ class LayerCosts:
         return scores * (4 if self.model.dropout else 2)
 
     def _add_tp(self, out: LayerForward, key: LayerKey, tokens: int) -> None:
+        """Two all-reduces of the block output, or with SP two all-gathers and two reduce-scatters;
+        MLA under SP gathers its latents (d_c' + d_c + d_h^R wide) after the down-projections
+        instead of the attention input (Megatron-Core's MLA)."""
         if key.tp == 1:
             return
         size = self.rates.elem_bytes * tokens * self.model.hidden_size
@@ -219,8 +245,13 @@ class LayerCosts:
             rs_s, rs_b, rs_source = self.collective("reduce_scatter", size, key.tp, 1)
             merge_source(out.sources, "tp_comm", ag_source)
             merge_source(out.sources, "tp_comm", rs_source)
-            out.tp_s = 2 * (ag_s + rs_s)
-            out.comm_bytes = {"tp_all_gather": 2 * ag_b, "tp_reduce_scatter": 2 * rs_b}
+            ag2_s, ag2_b = ag_s, ag_b
+            m = self.model.mla
+            if m is not None:
+                latent = self.rates.elem_bytes * tokens * (m.q_lora_rank + m.kv_lora_rank + m.qk_rope_head_dim)
+                ag2_s, ag2_b, _ = self.collective("all_gather", latent, key.tp, 1)
+            out.tp_s = ag_s + ag2_s + 2 * rs_s
+            out.comm_bytes = {"tp_all_gather": ag_b + ag2_b, "tp_reduce_scatter": 2 * rs_b}
         else:
             ar_s, ar_b, out.sources["tp_comm"] = self.collective("all_reduce", size, key.tp, 1)
             out.tp_s = 2 * ar_s
@@ -231,18 +262,19 @@ class LayerCosts:
             return
         block = 2 * self.rates.elem_bytes * key.b * key.s_local * _kv_per_rank(self.model, key.tp)
         step_s, step_b, out.sources["cp_comm"] = self.collective("send_recv", block, key.cp, key.tp)
-        steps, a = key.cp - 1, self.assumptions
+        steps, a = ring_steps(self.model, key.cp, key.s_local), self.assumptions
+        blocks = steps + 1  # the local block and one per ring step (fewer under a sliding window)
         out.cp_total_s = steps * step_s
-        out.cp_s = ring_exposed_s(step_s, out.attention_core_s / key.cp, steps, a)
-        out.cp_bwd_s = ring_exposed_s(2 * step_s, out.attention_core_bwd_s / key.cp, steps, a)
-        out.comm_bytes["cp_send_recv"] = (key.cp - 1) * step_b
+        out.cp_s = ring_exposed_s(step_s, out.attention_core_s / blocks, steps, a)
+        out.cp_bwd_s = ring_exposed_s(2 * step_s, out.attention_core_bwd_s / blocks, steps, a)
+        out.comm_bytes["cp_send_recv"] = steps * step_b
 
     def _add_ep(self, out: LayerForward, key: LayerKey, tokens: int) -> None:
         moe = self.model.moe
         if key.ep == 1 or moe is None:
             return
         r = 1 / key.tp if key.sp else 1.0
-        size = self.rates.elem_bytes * tokens * r * moe.top_k * moe.capacity_factor * self.model.hidden_size
+        size = self.rates.elem_bytes * tokens * r * moe.top_k * moe.busiest_token_factor * self.model.hidden_size
         a2a_s, a2a_b, out.sources["ep_comm"] = self.collective("all_to_all", size, key.ep, key.tp * key.cp)
         out.ep_s = 2 * a2a_s
         out.comm_bytes["ep_all_to_all"] = 2 * a2a_b

@@ -42,6 +42,10 @@ class Layout:
     """Context-parallel degree (ring attention over the sequence)."""
     ep: int = 1
     """Expert-parallel degree (MoE experts split over ep of the dp ranks)."""
+    expert_tp: int = 0
+    """Tensor-parallel degree of the routed experts (Megatron ``--expert-tensor-parallel-size``);
+    0 = tp. Once set, the ep · expert_tp expert ranks fold into the tp · cp · dp ranks (Megatron's
+    MoE parallel folding), so ep may exceed dp."""
     zero_stage: int = 0
     """0 = DDP; 1 = optimizer states sharded; 2 = + gradients; 3 = + parameters (FSDP)."""
     hsdp_shard_degree: int = 0
@@ -70,6 +74,11 @@ class Layout:
     @property
     def world_size(self) -> int:
         return self.dp * self.tp * self.pp * self.cp
+
+    @property
+    def etp(self) -> int:
+        """Expert tensor-parallel degree in effect."""
+        return self.expert_tp or self.tp
 
     @property
     def num_chunks(self) -> int:
@@ -112,7 +121,7 @@ class Layout:
             raise LayoutError(f"layout.schedule must be one of {', '.join(SCHEDULES)}, got {self.schedule!r}")
         if self.recompute not in RECOMPUTE_MODES:
             raise LayoutError(f"layout.recompute must be one of {', '.join(RECOMPUTE_MODES)}, got {self.recompute!r}")
-        for name in ("hsdp_shard_degree", "recompute_num_layers"):
+        for name in ("hsdp_shard_degree", "recompute_num_layers", "expert_tp"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 0:
                 raise LayoutError(f"layout.{name} must be a non-negative integer, got {value!r}")
@@ -152,12 +161,30 @@ def layout_problems(layout: Layout, model: ModelSpec, training: TrainingSpec, nu
         problems.append(f"ep {L.ep} needs a mixture-of-experts model; {model.name} is dense")
     if model.moe is not None and model.moe.num_experts % L.ep:
         problems.append(f"ep {L.ep} does not divide the {model.moe.num_experts} experts")
-    if L.dp % L.ep:
+    if L.expert_tp:
+        problems += _folded_expert_problems(L, model)
+    elif L.dp % L.ep:
         problems.append(f"ep {L.ep} must divide dp {L.dp} (expert ranks are carved from data-parallel ranks)")
     if L.hsdp_shard_degree and (L.dp % L.hsdp_shard_degree or L.zero_stage == 0):
         problems.append(f"hsdp shard degree {L.hsdp_shard_degree} must divide dp {L.dp} and needs zero stage >= 1")
     problems += _batch_problems(L, training)
     problems += _pipeline_problems(L, model)
+    return problems
+
+
+def _folded_expert_problems(L: Layout, model: ModelSpec) -> list[str]:
+    """Expert tensor parallelism: ep · expert_tp ranks fold into the tp · cp · dp ranks of a stage."""
+    problems = []
+    if model.moe is None:
+        problems.append(f"expert tp {L.expert_tp} needs a mixture-of-experts model; {model.name} is dense")
+    if (L.tp * L.cp * L.dp) % (L.ep * L.expert_tp):
+        problems.append(f"ep {L.ep} x expert tp {L.expert_tp} must divide tp {L.tp} x cp {L.cp} x dp {L.dp} "
+                        "(expert ranks fold into the ranks of one pipeline stage)")
+    if model.moe is not None and model.moe.expert_ffn_hidden_size % L.expert_tp:
+        problems.append(f"expert tp {L.expert_tp} does not divide the expert FFN size {model.moe.expert_ffn_hidden_size}")
+    if L.expert_tp != L.tp and L.tp > 1 and not L.sequence_parallel:
+        problems.append(f"expert tp {L.expert_tp} differing from tp {L.tp} needs sequence parallelism "
+                        "(each tp rank then routes its own tokens)")
     return problems
 
 

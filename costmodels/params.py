@@ -29,14 +29,34 @@ def norm_params(model: ModelSpec) -> int:
 
 
 def attention_params(model: ModelSpec) -> int:
-    """q, k, v and output projections: h·(a·d) + 2·h·(kv·d) + (a·d)·h, plus biases."""
+    """q, k, v and output projections: h·(a·d) + 2·h·(kv·d) + (a·d)·h, plus biases and the
+    per-head q/k norms (2·d); MLA's own count under ``mla_params``."""
+    if model.mla is not None:
+        return mla_params(model)
     h, q, kv = model.hidden_size, model.q_dim, model.kv_dim
-    weights = h * q + 2 * h * kv + q * h
+    weights = h * q + 2 * h * kv + q * h + (2 * model.d_head if model.qk_norm else 0)
     if model.linear_bias:
         return weights + q + 2 * kv + h
     if model.qkv_bias:
         return weights + q + 2 * kv
     return weights
+
+
+def mla_params(model: ModelSpec) -> int:
+    """Multi-head latent attention of one layer (DeepSeek-V2 Sec. 2.1.2-2.1.3, eq. 9-18):
+
+    query down h·d_c' + its RMSNorm d_c' + query up d_c'·a·(d_h + d_h^R) (or h·a·(d_h + d_h^R)
+    without a query latent); joint KV down h·(d_c + d_h^R) (latent and the shared rotary key) + its
+    RMSNorm d_c; KV up d_c·a·(d_h + d_v); output a·d_v·h. No biases."""
+    m = model.mla
+    assert m is not None
+    h, a = model.hidden_size, model.num_attention_heads
+    q_width = a * m.qk_head_dim
+    query = h * m.q_lora_rank + m.q_lora_rank + m.q_lora_rank * q_width if m.q_lora_rank else h * q_width
+    kv_down = h * (m.kv_lora_rank + m.qk_rope_head_dim) + m.kv_lora_rank
+    kv_up = m.kv_lora_rank * a * (m.qk_nope_head_dim + m.v_head_dim)
+    output = a * m.v_head_dim * h
+    return query + kv_down + kv_up + output
 
 
 def mlp_params(model: ModelSpec, ffn_hidden: int) -> int:
@@ -48,9 +68,10 @@ def mlp_params(model: ModelSpec, ffn_hidden: int) -> int:
 
 
 def router_params(model: ModelSpec) -> int:
-    """MoE router h·E (no bias)."""
+    """MoE router h·E, plus a bias E when every linear has one (gpt-oss)."""
     assert model.moe is not None
-    return model.hidden_size * model.moe.num_experts
+    bias = model.moe.num_experts if model.linear_bias else 0
+    return model.hidden_size * model.moe.num_experts + bias
 
 
 def expert_params_per_layer(model: ModelSpec) -> int:
@@ -59,15 +80,22 @@ def expert_params_per_layer(model: ModelSpec) -> int:
     return model.moe.num_experts * mlp_params(model, model.moe.expert_ffn_hidden_size)
 
 
-def dense_layer_params(model: ModelSpec, index: int) -> int:
-    """Parameters of layer ``index`` that are replicated over data parallel (all but routed experts)."""
-    base = attention_params(model) + 2 * norm_params(model)
-    if not model.is_moe_layer(index):
-        return base + mlp_params(model, model.ffn_hidden_size)
+def shared_expert_params(model: ModelSpec) -> int:
+    """The shared experts of one MoE layer (DeepSeekMoE): S · mlp(f_s), plus Qwen2-MoE's gate h·1."""
     moe = model.moe
     assert moe is not None
-    shared = moe.num_shared_experts * mlp_params(model, moe.expert_ffn_hidden_size)
-    return base + router_params(model) + shared
+    size = moe.shared_expert_ffn_hidden_size or moe.expert_ffn_hidden_size
+    gate = model.hidden_size if moe.shared_expert_gate else 0
+    return moe.num_shared_experts * mlp_params(model, size) + gate
+
+
+def dense_layer_params(model: ModelSpec, index: int) -> int:
+    """Parameters of layer ``index`` that are replicated over data parallel (all but routed experts):
+    attention, 2 norms (4 with sandwich norms), and the dense MLP or the router and shared experts."""
+    base = attention_params(model) + (4 if model.sandwich_norm else 2) * norm_params(model)
+    if not model.is_moe_layer(index):
+        return base + mlp_params(model, model.ffn_hidden_size)
+    return base + router_params(model) + shared_expert_params(model)
 
 
 def layer_params(model: ModelSpec, index: int) -> int:
@@ -76,21 +104,47 @@ def layer_params(model: ModelSpec, index: int) -> int:
     return dense_layer_params(model, index) + experts
 
 
+def mtp_layer_index(model: ModelSpec) -> int:
+    """The layer an MTP module's block copies: the last one (an MoE layer in DeepSeek-V3)."""
+    return model.num_layers - 1
+
+
+def mtp_module_params(model: ModelSpec) -> int:
+    """One multi-token prediction module (DeepSeek-V3, Sec. 2.2, eq. 21-23): RMSNorms of the
+    hidden state and of the next token's embedding (2h), the projection M: 2h -> h, one
+    transformer block, and the final norm of the shared head (h); embedding and head are shared."""
+    h = model.hidden_size
+    return 3 * norm_params(model) + 2 * h * h + layer_params(model, mtp_layer_index(model))
+
+
+def mtp_params(model: ModelSpec) -> int:
+    """All MTP modules (held by the last pipeline stage)."""
+    return model.num_mtp_layers * mtp_module_params(model)
+
+
 @lru_cache(maxsize=256)
-def total_params(model: ModelSpec) -> int:
-    """Every parameter of the model, Ψ."""
+def main_model_params(model: ModelSpec) -> int:
+    """Parameters of the model without its MTP modules: the total papers report (DeepSeek-V3:
+    671B; its checkpoint with the MTP module holds 685B)."""
     layers = sum(layer_params(model, i) for i in range(model.num_layers))
     return embedding_params(model) + layers + output_params(model)
 
 
 @lru_cache(maxsize=256)
+def total_params(model: ModelSpec) -> int:
+    """Every parameter the job trains and holds, Ψ, MTP modules included."""
+    return main_model_params(model) + mtp_params(model)
+
+
+@lru_cache(maxsize=256)
 def active_params(model: ModelSpec) -> int:
-    """Parameters one token passes through (MoE: top-k of the routed experts), Ψ_active."""
+    """Parameters one token passes through in the main model (MoE: top-k of the routed experts),
+    Ψ_active, as papers report it (without MTP modules; DeepSeek-V3: 37B)."""
     if model.moe is None:
-        return total_params(model)
+        return main_model_params(model)
     routed_per_layer = expert_params_per_layer(model)
     active_routed = model.moe.top_k * mlp_params(model, model.moe.expert_ffn_hidden_size)
-    return total_params(model) - model.num_moe_layers * (routed_per_layer - active_routed)
+    return main_model_params(model) - model.num_moe_layers * (routed_per_layer - active_routed)
 
 
 def lora_params_per_layer(model: ModelSpec, rank: int, targets: tuple[str, ...]) -> int:

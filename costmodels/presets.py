@@ -6,7 +6,8 @@ Megatron-LM does, since 5140 is not divisible by 40 heads), Llama 2 (Touvron et 
 2023), Llama 3 (Dubey et al. 2024, Table 3), Mistral 7B and Mixtral (Jiang et al.
 2023, 2024), Qwen2.5 (config.json of Qwen/Qwen2.5-72B). Max positions and RoPE base are those of
 the released config.json (Llama 3 8B/70B: 8192 and 500000; the only 405B release is Llama 3.1's,
-131072).
+131072). Mistral 7B attends through a 4096-token sliding window (Jiang et al. 2023, Table 1).
+Newer families are in ``presets_recent``.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from hardware_specs.names import match_name
 
 from .hf_config import load_hf_config
 from .model_spec import ModelSpec, MoESpec
+from .presets_recent import RECENT_PRESETS
 
 
 def _gpt3(name: str, layers: int, hidden: int, heads: int) -> ModelSpec:
@@ -46,7 +48,7 @@ PRESETS: dict[str, ModelSpec] = {m.name: m for m in [
     _llama("llama3-70b", 80, 8192, 28672, 64, 8, 128256, max_position_embeddings=8192, rope_theta=500000.0),
     _llama("llama3-405b", 126, 16384, 53248, 128, 8, 128256, max_position_embeddings=131072,
            rope_theta=500000.0),
-    _llama("mistral-7b", 32, 4096, 14336, 32, 8, 32000, max_position_embeddings=32768),
+    _llama("mistral-7b", 32, 4096, 14336, 32, 8, 32000, max_position_embeddings=32768, sliding_window=4096),
     _llama("mixtral-8x7b", 32, 4096, 14336, 32, 8, 32000, max_position_embeddings=32768, rope_theta=1e6,
            moe=MoESpec(num_experts=8, top_k=2, expert_ffn_hidden_size=14336)),
     _llama("mixtral-8x22b", 56, 6144, 16384, 48, 8, 32768, max_position_embeddings=65536, rope_theta=1e6,
@@ -60,6 +62,7 @@ PRESETS: dict[str, ModelSpec] = {m.name: m for m in [
     ModelSpec(name="tiny-gpt", num_layers=4, hidden_size=256, ffn_hidden_size=1024,
               num_attention_heads=4, num_kv_heads=4, vocab_size=1024, max_position_embeddings=512,
               tied_embeddings=True, linear_bias=True),
+    *RECENT_PRESETS,
 ]}
 
 

@@ -21,9 +21,10 @@ if TYPE_CHECKING:
 
 
 def shard_degrees(cm: "CostModel", layout: Layout) -> tuple[int, int]:
-    """ZeRO shard degree for dense states (HSDP group or dp, times cp) and for expert states."""
+    """ZeRO shard degree for dense states (HSDP group or dp, times cp) and for expert states: the
+    replicas of each expert shard, tp · cp · dp / (ep · expert tp) (dense // ep when expert tp = tp)."""
     dense = layout.zero_shard_degree * layout.cp
-    return dense, max(1, dense // layout.ep)
+    return dense, max(1, dense * layout.tp // (layout.ep * layout.etp))
 
 
 def rank_static(cm: "CostModel", layout: Layout, rank: RankLayers) -> RankStatic:
@@ -107,7 +108,7 @@ def _compute_activation_parts(cm: "CostModel", layout: Layout, rank: RankLayers)
     if rank.first:
         stored += v * act.first_stage_extra_bytes(model, x)
     if rank.last:
-        stored += v * act.last_stage_extra_bytes(model, x)
+        stored += v * act.last_stage_extra_bytes(model, x) + v * act.mtp_bytes(model, x, recompute=layout.recompute)
     return stored, recompute_working_bytes(cm, layout, x, rank.num_moe > 0)
 
 

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 from .assignment import layer_key, rank_params, recomputed_layers
 from .compute import merge_source
-from .flops import logits_gemm
+from .flops import Gemm, logits_gemm
 from .layer_costs import LayerForward
 from .layout import Layout
 from .memo import memoised
@@ -51,6 +51,8 @@ def _compute_core_times(cm: "CostModel", layout: Layout, rank: RankLayers) -> Ra
         if layout.recompute == "selective" and cm.training.attention != "fused":
             # a fused core stores no scores, so selective recomputation has nothing to redo
             t.recompute_s += n * (f.attention_core_s + f.attention_core_memory_s)
+        if layout.recompute == "selective":
+            t.recompute_s += n * f.mla_up_s  # MLA up-projections (activations.mla_block_bytes)
     _add_ends(cm, t, layout, rank)
     t.compute_s = t.fwd_compute_s + t.bwd_compute_s
     _add_pipeline(cm, t, layout)
@@ -129,8 +131,23 @@ def _add_ends(cm: "CostModel", t: RankTimes, layout: Layout, rank: RankLayers) -
         head, source = cm.rates.gemm_time_and_source(logits_gemm(model, tokens, layout.tp), high_precision=True)
         merge_source(t.sources, "compute", source)
         loss = cm.rates.memory_time_s(3 * 4 * tokens * model.vocab_size / layout.tp)
-        t.fwd_compute_s += head + loss
-        t.bwd_compute_s += 2 * head + loss
+        heads = 1 + model.num_mtp_layers  # each MTP module predicts through the shared head
+        t.fwd_compute_s += heads * (head + loss)
+        t.bwd_compute_s += heads * (2 * head + loss)
+        if model.num_mtp_layers:
+            _add_mtp_blocks(cm, t, layout, tokens)
+
+
+def _add_mtp_blocks(cm: "CostModel", t: RankTimes, layout: Layout, tokens: int) -> None:
+    """The MTP modules' blocks and 2h -> h projections on the last stage (DeepSeek-V3 Sec. 2.2),
+    forward and backward like any layer of their kind."""
+    model = cm.model
+    f = cm.layers.forward(layer_key(cm, layout, model.is_moe_layer(model.num_layers - 1)))
+    _add_layers(cm, t, f, layout, model.num_mtp_layers)
+    proj = Gemm(m=tokens, n=model.hidden_size // layout.tp, k=2 * model.hidden_size)
+    seconds, _ = cm.rates.gemm_time_and_source(proj)
+    t.fwd_compute_s += model.num_mtp_layers * seconds
+    t.bwd_compute_s += 2 * model.num_mtp_layers * seconds
 
 
 def _add_pipeline(cm: "CostModel", t: RankTimes, layout: Layout) -> None:

@@ -92,8 +92,11 @@ def resolve_job(*, model: str | ModelSpec, hardware: str | NodeSpec, gpus: int, 
                 seq_len: int, gpus_per_node: int | None = None, precision: str = "bf16",
                 fp8_recipe: str | None = None, optimizer: str = "adamw", lora_rank: int = 0, attention: str = "fused",
                 runtime: str = "megatron", memory_fraction: float = 0.95, profile: "str | Path | HardwareProfile | None" = None,
-                profile_device_mismatch: str = "refuse") -> Job:
+                profile_device_mismatch: str = "refuse", moe_imbalance: float | None = None) -> Job:
     """Turn names and numbers into specs, validating each where it enters.
+
+    ``moe_imbalance`` sets the model's ``MoESpec.load_imbalance`` (tokens of the busiest expert rank
+    over the even share), recorded in the plan's ``model_spec``.
 
     A profile measured on other devices than ``hardware`` (``profiles.match``) is refused unless
     ``profile_device_mismatch`` is ``ok``; the plan's inputs then record the override.
@@ -103,6 +106,8 @@ def resolve_job(*, model: str | ModelSpec, hardware: str | NodeSpec, gpus: int, 
         if not isinstance(value, kinds):
             raise SpecError(f"--{name}: expected a name, a path or a spec object, got {value!r}")
     model_spec = model if isinstance(model, ModelSpec) else load_model(model)
+    if moe_imbalance is not None:
+        model_spec = _with_imbalance(model_spec, moe_imbalance)
     node = hardware if isinstance(hardware, NodeSpec) else load_node(hardware)
     for name, value, high in (("gpus", gpus, MAX_GPUS), ("global_batch", global_batch, MAX_TOKENS_PER_STEP),
                               ("seq_len", seq_len, MAX_TOKENS_PER_STEP)):
@@ -139,6 +144,16 @@ def resolve_job(*, model: str | ModelSpec, hardware: str | NodeSpec, gpus: int, 
                memory_fraction=float(memory_fraction), inputs=inputs)
 
 
+def _with_imbalance(model: ModelSpec, imbalance: float) -> ModelSpec:
+    """``model`` with its MoE load imbalance set (``--moe-imbalance``)."""
+    from dataclasses import replace
+
+    if model.moe is None:
+        raise SpecError(f"--moe-imbalance: {model.name} has no mixture-of-experts layers; drop the option")
+    finite("--moe-imbalance", imbalance, low=1.0, high=float(model.moe.num_experts), low_open=False)
+    return replace(model, moe=replace(model.moe, load_imbalance=float(imbalance)))
+
+
 def _profile_type() -> type:
     """``profiles.HardwareProfile``, imported when first needed (``profiles`` is light, no torch)."""
     from profiles import HardwareProfile
@@ -166,7 +181,7 @@ def _check_profile(loaded: "HardwareProfile | None", given: Any, cluster: Cluste
 
 
 _RESOLVE_OPTIONS = ("gpus_per_node", "precision", "fp8_recipe", "optimizer", "lora_rank", "attention", "runtime",
-                    "memory_fraction", "profile", "profile_device_mismatch")
+                    "memory_fraction", "profile", "profile_device_mismatch", "moe_imbalance")
 """The keyword options ``plan`` and ``evaluate`` pass on to ``resolve_job``."""
 
 
@@ -178,7 +193,7 @@ def plan(*, model: str | ModelSpec, hardware: str | NodeSpec, gpus: int, global_
     ``ranking.TIE_BAND`` of the fastest), ranked alternatives, and why others were rejected.
 
     ``options``: gpus_per_node, precision, fp8_recipe, optimizer, lora_rank, attention, runtime, memory_fraction,
-    profile, profile_device_mismatch (see ``resolve_job``). ``solver``: ``search`` (branch and bound, exact) or ``brute-force``.
+    profile, profile_device_mismatch, moe_imbalance (see ``resolve_job``). ``solver``: ``search`` (branch and bound, exact) or ``brute-force``.
     ``launchable``: search only layouts ``autoplan launch`` applies (no cp, ep or offload), costed
     as its job holds memory (``runtime`` defaults to ``torch``; ``megatron`` is refused).
     ``layers_per_chunk`` or ``first_stage_layers`` / ``last_stage_layers`` (Megatron's form): search

@@ -29,6 +29,9 @@ def runtime_problems(training: TrainingSpec, layout: Layout) -> list[str]:
     if L.ep > 1:
         out.append(f"layout.ep = {L.ep}: expert parallelism is not applied by the generated job; "
                    + _or_evaluate("--ep 1"))
+    if L.expert_tp and L.expert_tp != L.tp:
+        out.append(f"layout.expert_tp = {L.expert_tp}: expert tensor parallelism apart from tp is not applied by the "
+                   "generated job; " + _or_evaluate("without --expert-tp"))
     if L.optimizer_offload:
         out.append("layout.optimizer_offload: optimizer offload is not applied by the generated job; "
                    + _or_evaluate("without --offload"))
@@ -56,6 +59,14 @@ def model_problems(model: ModelSpec, layout: Layout) -> list[str]:
     if model.moe is not None and L.tp > 1:
         out.append(f"layout.tp = {L.tp}: MoE layers are not tensor-parallel in the generated job; "
                    + _or_evaluate("--tp 1"))
+    if L.tp > 1 and (model.mla is not None or model.qk_norm or model.sandwich_norm):
+        parts = [n for n, on in (("latent attention", model.mla is not None), ("q/k norms", model.qk_norm),
+                                 ("sandwich norms", model.sandwich_norm)) if on]
+        out.append(f"layout.tp = {L.tp}: {' and '.join(parts)} are not tensor-parallel in the generated job; "
+                   + _or_evaluate("--tp 1"))
+    if model.num_mtp_layers:
+        out.append(f"model.num_mtp_layers = {model.num_mtp_layers}: multi-token prediction modules are not built by "
+                   "the generated job; cost it with 'autoplan evaluate'")
     if model.num_kv_heads % L.tp:
         out.append(f"layout.tp = {L.tp} does not divide the {model.num_kv_heads} key/value heads; pick a divisor")
     return out

@@ -25,6 +25,8 @@ def layout_summary(L: Layout) -> str:
         parts.append(f"cp {L.cp}")
     if L.ep > 1:
         parts.append(f"ep {L.ep}")
+    if L.expert_tp and L.expert_tp != L.tp:
+        parts.append(f"expert tp {L.expert_tp}")
     zero = f"ZeRO-{L.zero_stage}"
     if L.hsdp_shard_degree:
         zero += f" (HSDP shard {L.hsdp_shard_degree})"

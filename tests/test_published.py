@@ -71,16 +71,22 @@ def test_rows_run_the_convention_of_their_framework(rows, row_id, runtime):
 
 
 @pytest.mark.parametrize("row_id, reason", [
-    ("nemo-mb-26-04-nemo-container-dgx-h100-gpt-oss-120b-64gpu-bf16-tp1pp4cp1vpnoneep8-gbs1280-mbs1",
-     "missing model shape"),
-    ("nemo-mb-25-09-nemo-container-dgx-h100-deepseekv3-1024gpu-na-tp2pp8cp1vp4ep64-gbs8192-mbs1", "MLA"),
-    ("nemo-mb-26-04-01-nemo-container-dgx-b200-deepseekv3-256gpu-mxfp8-tp1pp8cp1vp2ep32-gbs4096-mbs1", "MLA"),
-    ("deepseek-v3-pretrain", "MLA"),
+    ("nemo-mb-25-09-nemo-container-dgx-h100-deepseekv3-1024gpu-na-tp2pp8cp1vp4ep64-gbs8192-mbs1",
+     "precision not stated"),
+    ("deepseek-v3-pretrain", "DualPipe schedule"),
 ])
 def test_not_yet_expressible_rows(rows, row_id, reason):
     with pytest.raises(Unexpressible) as err:
         map_row(rows[row_id], _node)
     assert err.value.reason == reason
+
+
+@pytest.mark.parametrize("row_id", [
+    "nemo-mb-26-04-01-nemo-container-dgx-b200-deepseekv3-256gpu-mxfp8-tp1pp8cp1vp2ep32-gbs4096-mbs1",  # MLA + MXFP8
+    "torchtitan-asynctp-8b-64gpu-float8-rowwise-vanilla",  # torchao Float8 rowwise
+])
+def test_rows_that_mla_and_the_precision_recipes_made_expressible(rows, row_id):
+    assert map_row(rows[row_id], _node).layout.world_size == rows[row_id]["num_gpus"]
 
 
 def test_llama3_405b_row_has_fewer_layers_on_the_end_stages(rows):
@@ -200,7 +206,28 @@ def test_nemo_qwen3_moe_row_takes_the_vendored_shape(rows):
     assert m.moe is not None and (m.moe.num_experts, m.moe.top_k, m.moe.expert_ffn_hidden_size) == (128, 8, 768)
     assert (m.num_layers, m.hidden_size, m.q_dim, m.kv_dim) == (48, 2048, 4096, 512)  # head_dim 128, 4 kv heads
     assert (L.dp, L.ep, L.micro_batch_size, L.num_microbatches) == (16, 16, 1, 64)  # ep carved out of dp
-    assert run.precision == "fp8" and any("MODEL_SHAPES" in note for note in run.assumptions)
+    assert run.precision == "fp8" and any("PRESET_SHAPES" in note for note in run.assumptions)
+
+
+def test_mla_and_windowed_moe_rows_take_their_presets(rows):
+    # DeepSeek-V3 (MLA, DeepSeekMoE) and gpt-oss (alternating 128-token windows) rows name the model
+    # and give layers, width, heads and expert counts at most: the preset must agree with each.
+    run = map_row(rows["nemo-mb-25-11-nemo-container-dgx-gb200-deepseekv3-256gpu-bf16-tp1pp4cp1vp4ep64-gbs4096-mbs1"],
+                  _node)
+    assert run.model.name == "deepseek-v3" and run.model.mla is not None and run.model.moe.num_shared_experts == 1
+    assert any("PRESET_SHAPES" in note for note in run.assumptions)
+    oss = map_row(rows["nemo-mb-26-04-nemo-container-dgx-h100-gpt-oss-120b-64gpu-bf16-tp1pp4cp1vpnoneep8-gbs1280-mbs1"],
+                  _node)
+    assert oss.model.name == "gpt-oss-120b" and oss.model.sliding_window == 128 and oss.layout.ep == 8
+
+
+def test_a_row_contradicting_the_preset_is_refused(rows):
+    import copy
+
+    row = copy.deepcopy(rows["nemo-mb-25-11-nemo-container-dgx-gb200-deepseekv3-256gpu-bf16-tp1pp4cp1vp4ep64-gbs4096-mbs1"])
+    row["model"]["moe_experts"] = 160  # DeepSeek-V2's count
+    with pytest.raises(Unexpressible, match="moe_experts 160 != preset deepseek-v3's 256"):
+        map_row(row, _node)
 
 
 def test_gb200_row_uses_the_nvl72_rack_as_node(rows):

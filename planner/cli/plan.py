@@ -39,6 +39,9 @@ JOB_OPTIONS: list[Callable] = [
                       "as megatron, plus the bf16 gradients its pipeline engine keeps) or torch (autoplan launch's "
                       "job: FSDP2, PyTorch TP/SP; the default with --launchable). It changes the accounting "
                       "only; --launchable also restricts the search to what the job applies."),
+    click.option("--moe-imbalance", type=click.FloatRange(min=1.0), default=None,
+                 help="MoE models: tokens of the busiest expert rank over the even share (1 + MaxVio, Wang et "
+                      "al. 2024; default 1.0, the force-balanced routing of vendor benchmarks)."),
     click.option("--memory-fraction", type=click.FloatRange(min=0, max=1, min_open=True), default=0.95,
                  show_default=True, help="Usable share of device memory."),
     click.option("--profile", type=click.Path(dir_okay=False), default=None,
@@ -64,8 +67,9 @@ def _job_kwargs(kw: dict[str, Any]) -> dict[str, Any]:
             "optimizer", "lora_rank", "attention", "memory_fraction", "profile", "profile_device_mismatch")
     out = {k: kw[k] for k in keys}
     out["model"], out["hardware"] = _full_names(kw["model"], kw["hardware"])
-    if kw.get("runtime") is not None:
-        out["runtime"] = kw["runtime"]
+    for key in ("runtime", "moe_imbalance"):
+        if kw.get(key) is not None:
+            out[key] = kw[key]
     return out
 
 
@@ -184,6 +188,8 @@ def _why_nothing_searched(report: Any) -> str:
 @click.option("--pp", type=click.IntRange(min=1), required=True)
 @click.option("--cp", type=click.IntRange(min=1), default=1, show_default=True)
 @click.option("--ep", type=click.IntRange(min=1), default=1, show_default=True)
+@click.option("--expert-tp", type=click.IntRange(min=0), default=0,
+              help="Tensor-parallel degree of the routed experts (Megatron --expert-tensor-parallel-size; 0 = --tp).")
 @click.option("--zero", type=click.IntRange(0, 3), default=0, show_default=True)
 @click.option("--hsdp-shard", type=click.IntRange(min=0), default=0, help="HSDP shard-group size (0 = all dp).")
 @click.option("--micro-batch", type=click.IntRange(min=1), default=1, show_default=True)
@@ -196,8 +202,8 @@ def _why_nothing_searched(report: Any) -> str:
               help="Megatron sequence parallelism (default: on when tp > 1).")
 @click.option("--offload", is_flag=True, help="Optimizer states in host memory.")
 @split_options
-def evaluate_command(fmt: str, out: str | None, dp: int, tp: int, pp: int, cp: int, ep: int, zero: int,
-                     hsdp_shard: int, micro_batch: int, schedule: str, virtual_stages: int, recompute: str,
+def evaluate_command(fmt: str, out: str | None, dp: int, tp: int, pp: int, cp: int, ep: int, expert_tp: int,
+                     zero: int, hsdp_shard: int, micro_batch: int, schedule: str, virtual_stages: int, recompute: str,
                      recompute_layers: int, sequence_parallel: bool | None, offload: bool,
                      layers_per_chunk: str | None, first_stage_layers: int | None, last_stage_layers: int | None,
                      **kw: Any) -> None:
@@ -212,7 +218,8 @@ def evaluate_command(fmt: str, out: str | None, dp: int, tp: int, pp: int, cp: i
         split = api.stage_split_option(job.model.num_layers, pp=pp, virtual_stages=virtual_stages,
                                        layers_per_chunk=layers_per_chunk, first=first_stage_layers,
                                        last=last_stage_layers)
-        layout = api.layout_for_batch(kw["global_batch"], dp=dp, tp=tp, pp=pp, cp=cp, ep=ep, zero_stage=zero,
+        layout = api.layout_for_batch(kw["global_batch"], dp=dp, tp=tp, pp=pp, cp=cp, ep=ep, expert_tp=expert_tp,
+                                      zero_stage=zero,
                                       hsdp_shard_degree=hsdp_shard, micro_batch_size=micro_batch, schedule=schedule,
                                       virtual_stages=virtual_stages, recompute=recompute,
                                       recompute_num_layers=recompute_layers, sequence_parallel=sequence_parallel,

@@ -30,11 +30,18 @@ MEGATRON_OPTIONS = frozenset({
     "--add-qkv-bias", "--attention-dropout", "--hidden-dropout", "--optimizer", "--clip-grad",
     "--tokenizer-type", "--vocab-size", "--rotary-base", "--decoder-first-pipeline-num-layers",
     "--decoder-last-pipeline-num-layers", "--num-virtual-stages-per-pipeline-rank",
-    "--pipeline-model-parallel-layout",
+    "--pipeline-model-parallel-layout", "--multi-latent-attention", "--q-lora-rank", "--kv-lora-rank",
+    "--qk-head-dim", "--qk-pos-emb-head-dim", "--v-head-dim", "--qk-layernorm", "--moe-layer-freq",
+    "--moe-shared-expert-intermediate-size", "--mtp-num-layers", "--moe-expert-capacity-factor",
+    "--moe-pad-expert-input-to-capacity", "--expert-tensor-parallel-size", "--recompute-modules",
 }) | MEGATRON_PRECISION_OPTIONS
 """Options of NVIDIA/Megatron-LM ``megatron/training/arguments.py`` (parser groups network size,
 regularization, training, mixed precision, distributed, tokenizer, moe) used by the export. The
-uneven-pipeline options are in ``_add_distributed_args`` (commit d98e8a64); uneven first/last stages
+uneven-pipeline options are in ``_add_distributed_args`` (commit d98e8a64); the MLA options
+(``--multi-latent-attention``, ``--q-lora-rank``, ..., ``--v-head-dim``), the MoE options
+(``--moe-layer-freq``, ``--moe-shared-expert-intermediate-size``, ``--moe-expert-capacity-factor``,
+``--moe-pad-expert-input-to-capacity``, ``--expert-tensor-parallel-size``), ``--mtp-num-layers`` and
+``--recompute-modules`` as used in Megatron-LM's DeepSeek-V3 and Qwen3-MoE scripts; uneven first/last stages
 with interleaving need ``--num-virtual-stages-per-pipeline-rank``, not
 ``--num-layers-per-virtual-pipeline-stage`` (``validate_args``' uneven-VPP assertion)."""
 
@@ -87,12 +94,46 @@ def _megatron_model(model: ModelSpec) -> tuple[list[str], list[str]]:
     notes = []
     if model.gated_mlp and model.activation != "silu":
         notes.append("activation: Megatron's --swiglu is SiLU-gated; a gated GELU MLP does not translate")
+    args += ["--qk-layernorm"] if model.qk_norm else []
+    if model.mla is not None:
+        m = model.mla
+        args += ["--multi-latent-attention", "--q-lora-rank", str(m.q_lora_rank), "--kv-lora-rank", str(m.kv_lora_rank),
+                 "--qk-head-dim", str(m.qk_nope_head_dim), "--qk-pos-emb-head-dim", str(m.qk_rope_head_dim),
+                 "--v-head-dim", str(m.v_head_dim)]
+    if model.sliding_window:
+        notes.append(f"sliding window {model.sliding_window} (every {model.global_layer_period or 'no'} layer "
+                     "global): set Megatron's window attention options by hand")
+    if model.sandwich_norm:
+        notes.append("sandwich norms (after attention and MLP): no Megatron GPT option")
     if model.moe is not None:
-        args += ["--num-experts", str(model.moe.num_experts), "--moe-router-topk", str(model.moe.top_k),
-                 "--moe-ffn-hidden-size", str(model.moe.expert_ffn_hidden_size)]
-        notes.append("moe: shared experts, dense prefix and layer interval need --moe-layer-freq / "
-                     "--moe-shared-expert-intermediate-size, set by hand")
+        args += _megatron_moe(model, notes)
+    if model.num_mtp_layers:
+        args += ["--mtp-num-layers", str(model.num_mtp_layers)]
     return args, notes
+
+
+def _megatron_moe(model: ModelSpec, notes: list[str]) -> list[str]:
+    """MoE arguments: experts, top-k, expert FFN, which layers are MoE, shared experts, capacity."""
+    moe = model.moe
+    assert moe is not None
+    args = ["--num-experts", str(moe.num_experts), "--moe-router-topk", str(moe.top_k),
+            "--moe-ffn-hidden-size", str(moe.expert_ffn_hidden_size)]
+    pattern = [int(model.is_moe_layer(i)) for i in range(model.num_layers)]
+    if not all(pattern):
+        runs, start = [], 0
+        for i in range(1, len(pattern) + 1):
+            if i == len(pattern) or pattern[i] != pattern[start]:
+                runs.append(f"[{pattern[start]}]*{i - start}")
+                start = i
+        args += ["--moe-layer-freq", "(" + "+".join(runs) + ")"]
+    if moe.num_shared_experts:
+        args += ["--moe-shared-expert-intermediate-size", str(moe.shared_ffn_hidden_size)]
+    if moe.shared_expert_gate:
+        notes.append("moe: the shared-expert gate (Qwen2-MoE) is set by hand (--moe-shared-expert-gate where supported)")
+    if moe.capacity_factor:
+        args += ["--moe-expert-capacity-factor", f"{moe.capacity_factor:g}"]
+        args += ["--moe-pad-expert-input-to-capacity"] if moe.pad_to_capacity else []
+    return args
 
 
 def megatron_args(model: ModelSpec, training: TrainingSpec, layout: Layout, seq_len: int) -> tuple[list[str], list[str]]:
@@ -109,6 +150,8 @@ def megatron_args(model: ModelSpec, training: TrainingSpec, layout: Layout, seq_
         args += ["--sequence-parallel"]
     if L.ep > 1:
         args += ["--expert-model-parallel-size", str(L.ep)]
+    if L.expert_tp:
+        args += ["--expert-tensor-parallel-size", str(L.expert_tp)]
     if L.zero_stage in (1, 2):
         args += ["--use-distributed-optimizer"]
         notes.append(f"zero_stage {L.zero_stage}: Megatron's distributed optimizer shards optimizer states "
@@ -126,6 +169,8 @@ def megatron_args(model: ModelSpec, training: TrainingSpec, layout: Layout, seq_
                  "--recompute-num-layers", str(count or 1)]
     elif L.recompute == "selective":
         args += ["--recompute-granularity", "selective"]
+        if model.mla is not None:  # the cost model recomputes MLA's up-projections with the core
+            args += ["--recompute-modules", "core_attn", "mla_up_proj"]
     precision_args, precision_notes = megatron_precision_args(training, L)
     args += precision_args
     notes += precision_notes

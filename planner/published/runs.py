@@ -20,7 +20,7 @@ from costmodels.stage_split import first_last_split
 from hardware_specs import NodeSpec
 
 from .conventions import HARDWARE_FLOP_FAMILIES, measured_tokens_per_s_per_gpu
-from .shapes import ShapeError, model_spec_for
+from .shapes import PRESET_SHAPES, ShapeError, model_spec_for
 
 GPU_PRESETS: tuple[tuple[str, str], ...] = (
     (r"A100.*40\s*GB", "a100-sxm-40gb"),
@@ -134,11 +134,12 @@ def map_row(row: dict, load_node) -> MappedRun:
     except ShapeError as err:
         raise Unexpressible(err.reason, err.detail) from None
     precision, fp8_recipe = _precision(row, node, notes)
-    if not row["model"]["hidden"]:
-        notes.append(f"shape not given: {model.name} from shapes.MODEL_SHAPES")
+    shape_preset = PRESET_SHAPES.get(row["model"]["name"] or "")
+    if shape_preset is not None:
+        notes.append(f"shape from preset {shape_preset} (shapes.PRESET_SHAPES; its released config.json)")
     elif not row["model"]["vocab"]:
         notes.append(f"vocab not given: {model.vocab_size} (shapes.VOCAB_FILLS)")
-    if row["model"]["hidden"] and not row["model"]["ffn_hidden"]:
+    if shape_preset is None and not row["model"]["ffn_hidden"]:
         notes.append("ffn not given: 4h (GPT-style)")
     num_gpus = row["num_gpus"]
     if not num_gpus:
@@ -275,7 +276,13 @@ def _layout(row: dict, model: ModelSpec, num_gpus: int, global_batch: int, notes
     microbatches = global_batch // (dp * micro)
     if vpp > 1 and microbatches % pp:
         raise Unexpressible("interleaving needs m % pp == 0", f"{microbatches} micro-batches, pp {pp}")
-    return Layout(dp=dp, tp=tp, pp=pp, cp=cp, ep=par["ep"] or 1, zero_stage=_zero_stage(par, family, notes),
+    ep = par["ep"] or 1
+    expert_tp = 0
+    if dp % ep and (tp * cp * dp) % ep == 0:
+        expert_tp = max(e for e in range(1, tp + 1) if tp % e == 0 and (tp * cp * dp) % (ep * e) == 0)
+        notes.append(f"ep {ep} exceeds dp {dp}: experts folded into tp x cp x dp with expert tp {expert_tp} "
+                     "(Megatron --expert-tensor-parallel-size; not given, the largest that fits)")
+    return Layout(dp=dp, tp=tp, pp=pp, cp=cp, ep=ep, expert_tp=expert_tp, zero_stage=_zero_stage(par, family, notes),
                   sequence_parallel=_sequence_parallel(par, family, tp, notes), micro_batch_size=micro,
                   num_microbatches=microbatches, schedule="interleaved" if vpp > 1 else "1f1b",
                   virtual_stages=vpp, layers_per_chunk=split,

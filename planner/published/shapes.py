@@ -4,8 +4,9 @@ GPT-style (GPT-3, Megatron GPT, BLOOM, MegaScale, MT-NLG, GPT-NeoX, OPT): a non-
 LayerNorm, biases on every linear, input and output embeddings tied, multi-head attention.
 Llama-style (Llama 2/3, Qwen, Mistral): SwiGLU, RMSNorm, rotary positions, no biases, untied.
 A field a row leaves out is filled only where the architecture fixes it (GPT-style ffn = 4h and
-kv heads = heads), from ``VOCAB_FILLS``, or whole from ``MODEL_SHAPES`` (Qwen3 MoE); everything
-else raises ``ShapeError``.
+kv heads = heads), from ``VOCAB_FILLS``, or whole from a shipped preset named in ``PRESET_SHAPES``
+(DeepSeek-V3, Qwen3 MoE, gpt-oss: models the rows name without their attention or expert shapes),
+checked against every shape field the row does give; everything else raises ``ShapeError``.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from costmodels.model_spec import ModelSpec, MoESpec
 GPT_STYLE = re.compile(r"^(GPT|BLOOM|MegaScale|MT-NLG|OPT|Megatron)", re.IGNORECASE)
 LLAMA_STYLE = re.compile(r"^(LLAMA|Qwen|Mistral|Mixtral)", re.IGNORECASE)
 MLA_MODELS = re.compile(r"DeepSeek|Kimi", re.IGNORECASE)
+"""Multi-head latent attention models; expressible when ``PRESET_SHAPES`` names their preset."""
 DROPOUT_FAMILIES = frozenset({"megatron_sc21_table1", "megatron_sc21_table2", "korthikanti_2022"})
 """Megatron GPT runs of 2021-22 train with dropout 0.1 (Korthikanti et al.'s 34·sbh counts its masks)."""
 
@@ -29,18 +31,13 @@ VOCAB_FILLS: dict[str, tuple[int, str]] = {
 """Vocabulary sizes a row omits, by model-name prefix, with where each number comes from."""
 
 
-QWEN3_MOE_SOURCE = "Megatron arguments for Qwen3 MoE (THUDM/slime scripts/models/qwen3-*.sh, from the HF config.json)"
-MODEL_SHAPES: dict[str, tuple[ModelSpec, str]] = {
-    "Qwen3_30B_a3B": (ModelSpec(
-        name="Qwen3_30B_a3B", num_layers=48, hidden_size=2048, ffn_hidden_size=6144, num_attention_heads=32,
-        num_kv_heads=4, head_dim=128, vocab_size=151936, gated_mlp=True, activation="silu", norm="rmsnorm",
-        positions="rotary", moe=MoESpec(num_experts=128, top_k=8, expert_ffn_hidden_size=768)), QWEN3_MOE_SOURCE),
-    "Qwen3_235B_a22B": (ModelSpec(
-        name="Qwen3_235B_a22B", num_layers=94, hidden_size=4096, ffn_hidden_size=12288, num_attention_heads=64,
-        num_kv_heads=4, head_dim=128, vocab_size=151936, gated_mlp=True, activation="silu", norm="rmsnorm",
-        positions="rotary", moe=MoESpec(num_experts=128, top_k=8, expert_ffn_hidden_size=1536)), QWEN3_MOE_SOURCE),
+PRESET_SHAPES: dict[str, str] = {
+    "DeepSeek-V3": "deepseek-v3", "DeepSeekV3": "deepseek-v3",
+    "Qwen3_30B_a3B": "qwen3-30b-a3b", "Qwen3_235B_a22B": "qwen3-235b-a22b",
+    "GPT OSS 120B": "gpt-oss-120b",
 }
-"""Whole shapes for models the rows name without a shape, with where each comes from."""
+"""Row model name -> shipped preset (``costmodels.presets``, from each released config.json)."""
+ROW_FIELDS = (("layers", "num_layers"), ("hidden", "hidden_size"), ("heads", "num_attention_heads"))
 
 
 class ShapeError(ValueError):
@@ -56,10 +53,10 @@ def model_spec_for(row: dict) -> ModelSpec:
     """The ``ModelSpec`` of ``row['model']``; raise ``ShapeError`` when the shape is not known."""
     m, family = row["model"], row["source_family"]
     name = m["name"] or ""
+    if name in PRESET_SHAPES:
+        return _preset_shape(m, PRESET_SHAPES[name])
     if MLA_MODELS.search(name):
-        raise ShapeError("MLA", name)
-    if name in MODEL_SHAPES and not m["hidden"]:
-        return MODEL_SHAPES[name][0]
+        raise ShapeError("MLA", f"{name}: no preset with its shape")
     if m["moe_experts"]:
         raise ShapeError("missing model shape", f"{name}: MoE expert FFN size not given")
     missing = [k for k in ("layers", "hidden", "heads", "seq_len") if not m[k]]
@@ -86,3 +83,19 @@ def _vocab_fill(name: str) -> int:
         if name.startswith(prefix):
             return vocab
     raise ShapeError("missing model shape", f"{name}: vocab")
+
+
+def _preset_shape(m: dict, preset: str) -> ModelSpec:
+    """The preset, after checking it against the layers, width, heads and expert counts the row gives."""
+    from costmodels.presets import PRESETS
+
+    spec = PRESETS[preset]
+    moe = spec.moe
+    given = [(field, m[field], getattr(spec, attr)) for field, attr in ROW_FIELDS]
+    if moe is not None:
+        given += [("moe_experts", m["moe_experts"], moe.num_experts), ("moe_top_k", m["moe_top_k"], moe.top_k),
+                  ("moe_shared_experts", m["moe_shared_experts"], moe.num_shared_experts)]
+    for field, row_value, ours in given:
+        if row_value is not None and row_value != ours:
+            raise ShapeError("missing model shape", f"{m['name']}: row {field} {row_value} != preset {preset}'s {ours}")
+    return spec

@@ -2,9 +2,13 @@
 
 Names: ``tok_embeddings``, ``pos_embeddings`` (learned positions only), ``layers.{i}`` (an
 ``nn.ModuleDict`` keyed "0".."L-1", so a pipeline stage can drop layers and keep the names),
-``layers.{i}.attention.{wq,wk,wv,wo}``, ``layers.{i}.feed_forward.{w1,w2,w3}`` (w1 = gate or up,
-w3 = up of a gated MLP, w2 = down), ``layers.{i}.moe.{router,experts,shared_experts}``,
-``norm`` and ``output`` (absent when the embeddings are tied).
+``layers.{i}.attention.{wq,wk,wv,wo}`` (with ``q_norm``/``k_norm`` under qk-norm), or with
+multi-head latent attention ``layers.{i}.attention.{wq_a,q_norm,wq_b,wkv_a,kv_norm,wkv_b,wo}``
+(``wq`` instead of the query latent when there is none; torchtitan's DeepSeek-V3 names),
+``layers.{i}.feed_forward.{w1,w2,w3}`` (w1 = gate or up, w3 = up of a gated MLP, w2 = down),
+``layers.{i}.moe.{router,experts,shared_experts,shared_expert_gate}``, ``post_attention_norm``
+and ``post_ffn_norm`` with sandwich norms, ``norm`` and ``output`` (absent when the embeddings
+are tied). Local layers of a sliding-window model mask keys more than ``window`` - 1 positions back.
 
 Every module reads its local head count from the weight it holds, so the same code runs whole
 and split by tensor parallelism. Rotary angles are computed in the forward pass (no buffers),
@@ -43,42 +47,110 @@ def rotary(x: torch.Tensor) -> torch.Tensor:
     return out.type_as(x)
 
 
+def window_mask(s: int, window: int, device: torch.device) -> torch.Tensor | None:
+    """Boolean [s, s] mask letting query i see keys i - window + 1 .. i; None for full causal."""
+    if not window or window >= s:
+        return None
+    i = torch.arange(s, device=device)
+    back = i[:, None] - i[None, :]
+    return (back >= 0) & (back < window)
+
+
+def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, window: int, dropout_p: float,
+           gqa: bool = False) -> torch.Tensor:
+    """Causal (or sliding-window) attention of [b, s, heads, d] tensors, returned as [b, s, heads, d_v]."""
+    q, k, v = (t.transpose(1, 2) for t in (q, k, v))
+    mask = window_mask(q.shape[2], window, q.device)
+    # enable_gqa lets the kernel read each K/V head for its query group, without the
+    # repeated copies of K and V that autograd would otherwise keep for backward.
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p, is_causal=mask is None,
+                                          enable_gqa=gqa).transpose(1, 2)
+
+
 class Attention(nn.Module):
     """Causal multi-head attention with grouped key/value heads (GQA/MQA when kv < a)."""
 
-    def __init__(self, spec: ModelSpec) -> None:
+    def __init__(self, spec: ModelSpec, window: int = 0) -> None:
         super().__init__()
         self.head_dim = spec.d_head
         self.n_rep = spec.num_attention_heads // spec.num_kv_heads
         self.rotary = spec.positions == "rotary"
+        self.window = window
         self.dropout_p = DROPOUT_P if spec.dropout else 0.0
         qkv_bias = spec.linear_bias or spec.qkv_bias
         self.wq = nn.Linear(spec.hidden_size, spec.q_dim, bias=qkv_bias)
         self.wk = nn.Linear(spec.hidden_size, spec.kv_dim, bias=qkv_bias)
         self.wv = nn.Linear(spec.hidden_size, spec.kv_dim, bias=qkv_bias)
         self.wo = nn.Linear(spec.q_dim, spec.hidden_size, bias=spec.linear_bias)
+        self.q_norm = nn.RMSNorm(spec.d_head, eps=1e-6) if spec.qk_norm else None
+        self.k_norm = nn.RMSNorm(spec.d_head, eps=1e-6) if spec.qk_norm else None
         self.recompute_core = False
         """Selective recomputation: recompute the attention core in backward (Korthikanti et al. 2022)."""
 
     def _core(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         if self.rotary:
             q, k = rotary(q), rotary(k)
-        q, k, v = (t.transpose(1, 2) for t in (q, k, v))
         p = self.dropout_p if self.training else 0.0
-        # enable_gqa lets the kernel read each K/V head for its query group, without the
-        # repeated copies of K and V that autograd would otherwise keep for backward.
-        return F.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=True,
-                                              enable_gqa=self.n_rep > 1).transpose(1, 2)
+        return attend(q, k, v, window=self.window, dropout_p=p, gqa=self.n_rep > 1)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         b, s = x.shape[0], x.shape[1]
         q = self.wq(x).view(b, s, -1, self.head_dim)
         k = self.wk(x).view(b, s, -1, self.head_dim)
         v = self.wv(x).view(b, s, -1, self.head_dim)
+        if self.q_norm is not None:
+            q, k = self.q_norm(q), self.k_norm(k)
         if self.recompute_core:
             out = checkpoint(self._core, q, k, v, use_reentrant=False)
         else:
             out = self._core(q, k, v)
+        return self.wo(out.reshape(b, s, -1))
+
+
+class LatentAttention(nn.Module):
+    """Multi-head latent attention (DeepSeek-V2, Sec. 2.1): queries from a normalised low-rank
+    latent (or straight from x), keys and values up-projected from a shared normalised KV latent,
+    each key's rotary part shared by all heads (decoupled RoPE). Selective recomputation reruns the
+    latent norms, the up-projections and the core in backward (DeepSeek-V3 Sec. 3.2.3)."""
+
+    def __init__(self, spec: ModelSpec, window: int = 0) -> None:
+        super().__init__()
+        m, h, a = spec.mla, spec.hidden_size, spec.num_attention_heads
+        self.nope, self.rope, self.v_dim, self.kv_rank = m.qk_nope_head_dim, m.qk_rope_head_dim, m.v_head_dim, m.kv_lora_rank
+        self.window = window
+        self.dropout_p = DROPOUT_P if spec.dropout else 0.0
+        if m.q_lora_rank:
+            self.wq_a = nn.Linear(h, m.q_lora_rank, bias=False)
+            self.q_norm = nn.RMSNorm(m.q_lora_rank, eps=1e-6)
+            self.wq_b = nn.Linear(m.q_lora_rank, a * m.qk_head_dim, bias=False)
+        else:
+            self.wq = nn.Linear(h, a * m.qk_head_dim, bias=False)
+        self.wkv_a = nn.Linear(h, m.kv_lora_rank + m.qk_rope_head_dim, bias=False)
+        self.kv_norm = nn.RMSNorm(m.kv_lora_rank, eps=1e-6)
+        self.wkv_b = nn.Linear(m.kv_lora_rank, a * (m.qk_nope_head_dim + m.v_head_dim), bias=False)
+        self.wo = nn.Linear(a * m.v_head_dim, h, bias=False)
+        self.recompute_core = False
+
+    def _up_and_core(self, q_in: torch.Tensor, kv_latent: torch.Tensor, k_pe: torch.Tensor) -> torch.Tensor:
+        b, s = q_in.shape[0], q_in.shape[1]
+        q = self.wq_b(self.q_norm(q_in)) if hasattr(self, "wq_b") else self.wq(q_in)
+        q = q.view(b, s, -1, self.nope + self.rope)
+        kv = self.wkv_b(self.kv_norm(kv_latent)).view(b, s, -1, self.nope + self.v_dim)
+        k_nope, v = kv.split([self.nope, self.v_dim], dim=-1)
+        q_nope, q_pe = q.split([self.nope, self.rope], dim=-1)
+        q = torch.cat([q_nope, rotary(q_pe)], dim=-1)
+        k = torch.cat([k_nope, rotary(k_pe.unsqueeze(2)).expand(-1, -1, k_nope.shape[2], -1)], dim=-1)
+        p = self.dropout_p if self.training else 0.0
+        return attend(q, k, v, window=self.window, dropout_p=p)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, s = x.shape[0], x.shape[1]
+        q_in = self.wq_a(x) if hasattr(self, "wq_a") else x
+        kv_latent, k_pe = self.wkv_a(x).split([self.kv_rank, self.rope], dim=-1)
+        if self.recompute_core:
+            out = checkpoint(self._up_and_core, q_in, kv_latent, k_pe, use_reentrant=False)
+        else:
+            out = self._up_and_core(q_in, kv_latent, k_pe)
         return self.wo(out.reshape(b, s, -1))
 
 
@@ -124,10 +196,11 @@ class MoE(nn.Module):
         super().__init__()
         moe = spec.moe
         self.top_k = moe.top_k
-        self.router = nn.Linear(spec.hidden_size, moe.num_experts, bias=False)
+        self.router = nn.Linear(spec.hidden_size, moe.num_experts, bias=spec.linear_bias)
         self.experts = GroupedExperts(spec)
-        shared = moe.num_shared_experts * moe.expert_ffn_hidden_size
+        shared = moe.shared_ffn_hidden_size
         self.shared_experts = FeedForward(spec, shared) if shared else None
+        self.shared_expert_gate = nn.Linear(spec.hidden_size, 1, bias=False) if moe.shared_expert_gate else None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         tokens = x.reshape(-1, x.shape[-1])
@@ -140,18 +213,25 @@ class MoE(nn.Module):
                 y = self.experts.expert(e, tokens[rows]) * weights[rows, slot, None]
                 out = out.index_add(0, rows, y)
         if self.shared_experts is not None:
-            out = out + self.shared_experts(tokens)
+            shared = self.shared_experts(tokens)
+            if self.shared_expert_gate is not None:
+                shared = torch.sigmoid(self.shared_expert_gate(tokens)) * shared
+            out = out + shared
         return out.view_as(x)
 
 
 class TransformerBlock(nn.Module):
-    """Pre-norm block: x + attn(norm(x)), then + mlp(norm(.))."""
+    """Pre-norm block: x + attn(norm(x)), then + mlp(norm(.)); with sandwich norms (Gemma 2)
+    each branch's output is normalised again before the residual add."""
 
     def __init__(self, spec: ModelSpec, index: int) -> None:
         super().__init__()
         self.attention_norm = _norm(spec)
-        self.attention = Attention(spec)
+        window = spec.attention_window(index)
+        self.attention = LatentAttention(spec, window) if spec.mla is not None else Attention(spec, window)
         self.ffn_norm = _norm(spec)
+        if spec.sandwich_norm:
+            self.post_attention_norm, self.post_ffn_norm = _norm(spec), _norm(spec)
         if spec.is_moe_layer(index):
             self.moe = MoE(spec)
         else:
@@ -159,9 +239,15 @@ class TransformerBlock(nn.Module):
         self.dropout = nn.Dropout(DROPOUT_P if spec.dropout else 0.0)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        h = x + self.dropout(self.attention(self.attention_norm(x)))
+        a = self.attention(self.attention_norm(x))
+        if hasattr(self, "post_attention_norm"):
+            a = self.post_attention_norm(a)
+        h = x + self.dropout(a)
         mlp = self.moe if hasattr(self, "moe") else self.feed_forward
-        return h + self.dropout(mlp(self.ffn_norm(h)))
+        m = mlp(self.ffn_norm(h))
+        if hasattr(self, "post_ffn_norm"):
+            m = self.post_ffn_norm(m)
+        return h + self.dropout(m)
 
 
 class Transformer(nn.Module):
