@@ -53,9 +53,9 @@ def main(argv: list[str] | None = None) -> int:
     rows, args = load_rows(DATA), parser.parse_args(argv)
     lofo = residual_records(lofo_scores(rows), "signed_error")
     memory = residual_records(score(rows), "memory_error")
-    step = band_from_residuals(step_residuals([d["signed_error"] for d in lofo]), what="step-time error",
+    step = band_from_residuals(step_residuals([d["signed_error"] for d in lofo]), what="held-out runs (LOFO)",
                                record="-", num_families=len({d["family"] for d in lofo}))
-    mem = band_from_residuals(memory_residuals([d["signed_error"] for d in memory]), what="peak-memory error",
+    mem = band_from_residuals(memory_residuals([d["signed_error"] for d in memory]), what="runs that measured memory",
                               record="-", num_families=len({d["family"] for d in memory}))
     for name, band in (("step time", step), ("peak memory", mem)):
         print(f"{name}: ± {band.half_width_rel:.0%} ({band.basis}); edges {band.low_rel:+.0%} / {band.high_rel:+.0%}")

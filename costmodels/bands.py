@@ -81,12 +81,13 @@ class Band:
 def band_from_residuals(residuals: Sequence[float], *, quantile: float = BAND_QUANTILE, what: str,
                         record: str, num_families: int | None = None) -> Band:
     """The band covering ``quantile`` percent of ``residuals`` (each ``truth / prediction - 1``):
-    edges at the (100 ∓ quantile)/2 percentiles, half-width the ``quantile`` percentile of |r|."""
+    edges at the (100 ∓ quantile)/2 percentiles, half-width the ``quantile`` percentile of |r|.
+    ``what`` names the runs in the basis phrase (``held-out runs (LOFO)``)."""
     tail = (100 - quantile) / 2
     families = f", {num_families} families" if num_families else ""
     return Band(low_rel=min(0.0, percentile(residuals, tail)), high_rel=max(0.0, percentile(residuals, 100 - tail)),
                 half_width_rel=percentile([abs(r) for r in residuals], quantile),
-                basis=f"covers {quantile:g}% of {len(residuals)} runs' {what}{families}", record=record)
+                basis=f"covers {quantile:g}% of {len(residuals)} {what}{families}", record=record)
 
 
 def band_from_log_sd(log_sd: float, *, num_runs: int | None, record: str) -> Band:
@@ -158,7 +159,7 @@ def shipped_step_band(calibration_file: Path = CALIBRATION_FILE, bands_file: Pat
         values, families = residual_values(doc.get(key) if isinstance(doc, Mapping) else None)
         if values:
             where = f"{_repo_path(path)} {'provenance.' if path == calibration_file else 'throughput.'}{key}"
-            return band_from_residuals(step_residuals(values), what="held-out (LOFO) step error",
+            return band_from_residuals(step_residuals(values), what="held-out runs (LOFO)",
                                        record=where, num_families=families)
     return None
 
@@ -169,7 +170,7 @@ def shipped_memory_band(bands_file: Path = BANDS_FILE) -> Band | None:
     values, families = residual_values(doc.get("residuals") if isinstance(doc, Mapping) else None)
     if not values:
         return None
-    return band_from_residuals(memory_residuals(values), what="peak-memory error",
+    return band_from_residuals(memory_residuals(values), what="runs that measured memory",
                                record=f"{_repo_path(bands_file)} memory.residuals", num_families=families)
 
 

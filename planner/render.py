@@ -103,7 +103,7 @@ def band_lines(band: dict) -> list[str]:
     for key, what, unit in (("step_time_s", "step", "s"), ("peak_memory_gib", "memory", "GiB")):
         b = band.get(key)
         if b:
-            lines.append(f"{what} band {b['low']:.3g}-{b['high']:.3g} {unit}: {b['basis']} ({b['record']})")
+            lines.append(f"{what} band {b['low']:.3g}-{b['high']:.3g} {unit}: {b['basis']} ({b['record'].split()[0]})")
     if band and band.get("step_time_s") is None and band.get("step_time_note"):
         lines.append(band["step_time_note"])
     return lines

@@ -24,7 +24,7 @@ def test_band_by_hand_from_a_small_residual_list():
     assert band.low_rel == pytest.approx(-0.06)
     assert band.high_rel == pytest.approx(0.38)
     assert band.bounds(10.0) == pytest.approx((9.4, 13.8))
-    assert "80% of 5 runs" in band.basis
+    assert band.basis == "covers 80% of 5 x"
 
 
 def test_memory_residual_is_measured_over_predicted():
