@@ -88,3 +88,32 @@ def test_evaluate_shows_bands_in_table_and_json():
     assert band["memory_risk"] == (p["peak_memory_gib"] * (1 + shipped_memory_band().high_rel)
                                    > p["memory_capacity_gib"])
     assert ("memory risk" in table.output) == band["memory_risk"]
+
+
+def test_job_bands_follow_the_status_label():
+    from types import SimpleNamespace
+
+    from planner.bands import job_bands
+
+    shipped = job_bands(None)
+    assert shipped.step == shipped_step_band() and shipped.memory == shipped_memory_band()
+    calibrated = job_bands(SimpleNamespace(calibration={"step_time_log_sd": 0.05}), "p.json")
+    assert calibrated.step.high_rel == pytest.approx(math.exp(1.96 * 0.05) - 1)
+    assert calibrated.step.record == "p.json calibration.step_time_log_sd"
+    measured_only = job_bands(SimpleNamespace(calibration={}), "p.json")
+    assert measured_only.step is None and "validate --calibrate" in measured_only.step_note
+    assert measured_only.memory == shipped_memory_band()
+
+
+def test_explain_says_when_the_runner_up_is_inside_the_step_band():
+    from planner.explain import within_step_band
+    from planner.runtime.plan_file import PlanEntry
+    import planner
+
+    layout = planner.Layout(dp=8, num_microbatches=8)
+    band = {"step_time_s": {"low": 9.0, "high": 12.0}}
+    best = PlanEntry(layout=layout, predicted={"step_time_s": 10.0, "band": band})
+    assert within_step_band(best, PlanEntry(layout=layout, predicted={"step_time_s": 11.9}))
+    assert not within_step_band(best, PlanEntry(layout=layout, predicted={"step_time_s": 12.1}))
+    assert within_step_band(PlanEntry(layout=layout, predicted={"step_time_s": 10.0}),
+                            PlanEntry(layout=layout, predicted={"step_time_s": 11.0})) is None
