@@ -69,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
                            "grid": {k: list(v) for k, v in AXES.items()}},
         }
         write_text_atomic(BANDS_FILE, json.dumps(doc, indent=1, sort_keys=True) + "\n")
-        print(f"wrote {BANDS_FILE}")
+        print(f"wrote {BANDS_FILE.relative_to(Path(__file__).parents[1])}")
     return 0
 
 
