@@ -117,3 +117,18 @@ def test_explain_says_when_the_runner_up_is_inside_the_step_band():
     assert not within_step_band(best, PlanEntry(layout=layout, predicted={"step_time_s": 12.1}))
     assert within_step_band(PlanEntry(layout=layout, predicted={"step_time_s": 10.0}),
                             PlanEntry(layout=layout, predicted={"step_time_s": 11.0})) is None
+
+
+def test_profile_without_a_calibrate_fit_has_no_step_band_and_says_so():
+    from pathlib import Path
+
+    profile = str(Path(__file__).parents[1] / "profiles" / "data" / "cpu-gloo-2proc.json")
+    args = ["evaluate", "--model", "tiny-llama", "--hardware", "cpu", "--gpus", "2", "--global-batch", "8",
+            "--seq-len", "256", "--dp", "2", "--tp", "1", "--pp", "1", "--profile", profile]
+    doc = json.loads(CliRunner().invoke(main, args + ["--format", "json"]).output)
+    band = doc["predicted"]["band"]
+    assert band["step_time_s"] is None and "validate --calibrate" in band["step_time_note"]
+    assert band["peak_memory_gib"]["record"] == "costmodels/data/bands.json memory.residuals"
+    table = CliRunner().invoke(main, args).output
+    assert "predicted from the measured profile" in table and "no step-time band" in table
+    assert f"step {doc['predicted']['step_time_s']:.3f} s ·" in table      # no ± after the step
