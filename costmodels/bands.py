@@ -174,12 +174,14 @@ def shipped_memory_band(bands_file: Path = BANDS_FILE) -> Band | None:
                                record=f"{_repo_path(bands_file)} memory.residuals", num_families=families)
 
 
-def profile_step_band(calibration: Mapping[str, Any] | None, where: str) -> Band | None:
-    """The step band of a profile: from its ``validate --calibrate`` fit, or None without one."""
+def profile_step_band(calibration: Mapping[str, Any] | None, where: str, num_runs: Any = None) -> Band | None:
+    """The step band of a profile: from its ``validate --calibrate`` fit (over ``num_runs`` runs,
+    if the profile's provenance says), or None without one."""
     log_sd = (calibration or {}).get("step_time_log_sd")
     if not isinstance(log_sd, (int, float)) or isinstance(log_sd, bool) or not log_sd > 0:
         return None
-    return band_from_log_sd(float(log_sd), num_runs=None, record=f"{where} calibration.step_time_log_sd")
+    runs = num_runs if isinstance(num_runs, int) and not isinstance(num_runs, bool) and num_runs > 0 else None
+    return band_from_log_sd(float(log_sd), num_runs=runs, record=f"{where} calibration.step_time_log_sd")
 
 
 def memory_risk(peak_bytes: float, capacity_bytes: float, band: Band | None) -> bool:

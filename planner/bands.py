@@ -53,5 +53,7 @@ def job_bands(profile: "HardwareProfile | None", profile_where: str | None = Non
         step = shipped_step_band()
         return JobBands(step=step, memory=memory,
                         step_note="" if step else "no step-time band: no residual record shipped")
-    step = profile_step_band(profile.calibration, profile_where or "the profile")
+    fit = (getattr(profile, "provenance", None) or {}).get("calibration")
+    runs = fit.get("runs") if isinstance(fit, dict) else None
+    step = profile_step_band(profile.calibration, profile_where or "the profile", runs)
     return JobBands(step=step, memory=memory, step_note="" if step else NO_PROFILE_BAND)

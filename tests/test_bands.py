@@ -97,10 +97,12 @@ def test_job_bands_follow_the_status_label():
 
     shipped = job_bands(None)
     assert shipped.step == shipped_step_band() and shipped.memory == shipped_memory_band()
-    calibrated = job_bands(SimpleNamespace(calibration={"step_time_log_sd": 0.05}), "p.json")
+    calibrated = job_bands(SimpleNamespace(calibration={"step_time_log_sd": 0.05},
+                                           provenance={"calibration": {"runs": 6}}), "p.json")
     assert calibrated.step.high_rel == pytest.approx(math.exp(1.96 * 0.05) - 1)
+    assert calibrated.step.basis.endswith("validate --calibrate fit, 6 runs")
     assert calibrated.step.record == "p.json calibration.step_time_log_sd"
-    measured_only = job_bands(SimpleNamespace(calibration={}), "p.json")
+    measured_only = job_bands(SimpleNamespace(calibration={}, provenance={}), "p.json")
     assert measured_only.step is None and "validate --calibrate" in measured_only.step_note
     assert measured_only.memory == shipped_memory_band()
 
