@@ -40,6 +40,8 @@ def assemble(cm: "CostModel", layout: Layout, memory: tuple[StageMemory, ...], t
         tokens_per_step=cm.training.tokens_per_step, num_gpus=layout.world_size,
         peak_flops_per_gpu=cm.rates.mfu_peak, low_precision_peak_flops_per_gpu=cm.rates.low_precision_peak,
         sources=term_sources(cm, layout, times),
+        host_memory_capacity_bytes=cm.cluster.node.host_memory_bytes,
+        ranks_per_node=min(cm.cluster.gpus_per_node, layout.world_size),
     )
 
 

@@ -31,6 +31,8 @@ class StageMemory:
     """Communication buffers: DP buckets, ZeRO-3 prefetched params, TP gathers, pipeline send/recv."""
     overhead_bytes: float
     """Runtime context and allocator fragmentation allowance."""
+    host_bytes: float = 0.0
+    """Host RAM of this rank's offloaded optimizer states; not device memory, not in ``total_bytes``."""
 
     @property
     def total_bytes(self) -> float:
@@ -83,6 +85,10 @@ class CostBreakdown:
     for a profile curve imported from SOURCE (``nccl-tests``, ``trace``; ``profiles.schema.CURVE_SOURCES``)."""
     peak_stage_index: int = -1
     """Index of the rank with the most memory; -1 = found on construction."""
+    host_memory_capacity_bytes: float = float("inf")
+    """Host RAM of one node (``NodeSpec.host_memory_bytes``)."""
+    ranks_per_node: int = 1
+    """Ranks that share one node's host RAM."""
 
     def __post_init__(self) -> None:
         if self.peak_stage_index < 0:
@@ -106,8 +112,20 @@ class CostBreakdown:
         return self.peak_stage.total_bytes
 
     @property
+    def host_memory_bytes_per_node(self) -> float:
+        """Offloaded states one node's host RAM holds: ranks per node × the largest rank's share
+        (exact when a node holds one pipeline stage, an upper bound when it mixes stages)."""
+        return self.ranks_per_node * max(st.host_bytes for st in self.stages)
+
+    @property
+    def host_fits(self) -> bool:
+        """The offloaded optimizer states fit in the node's host RAM."""
+        return self.host_memory_bytes_per_node <= self.host_memory_capacity_bytes
+
+    @property
     def fits(self) -> bool:
-        return self.peak_memory_bytes <= self.memory_capacity_bytes
+        """Device memory and, with optimizer offload, host RAM both hold what the layout keeps."""
+        return self.peak_memory_bytes <= self.memory_capacity_bytes and self.host_fits
 
     @property
     def tokens_per_s(self) -> float:
@@ -157,7 +175,13 @@ class CostBreakdown:
             "comm_gib_per_gpu": {k: _r(v / GIB) for k, v in sorted(self.comm_bytes_per_gpu.items())},
             "bubble_fraction": _r(self.bubble_fraction),
             "sources": dict(sorted(self.sources.items())),
+            **(self._host_dict() if self.layout.optimizer_offload else {}),
         }
+
+    def _host_dict(self) -> dict[str, Any]:
+        """Host RAM of an offloading layout: per node, against the node's RAM."""
+        return {"host_memory_gib_per_node": _r(self.host_memory_bytes_per_node / GIB),
+                "host_memory_capacity_gib": _r(self.host_memory_capacity_bytes / GIB), "host_fits": self.host_fits}
 
 
 def _r(value: float) -> float:

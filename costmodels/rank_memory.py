@@ -12,6 +12,7 @@ from .breakdown import StageMemory
 from .layout import Layout
 from .memo import memoised
 from .memory import ShardedParams, held_state_bytes
+from .offload import host_state_bytes
 from .pipeline import in_flight_microbatches
 from .precision import cached_weight_copy_bytes
 from .ranks import RankLayers, RankStatic
@@ -27,11 +28,19 @@ def shard_degrees(cm: "CostModel", layout: Layout) -> tuple[int, int]:
     return dense, max(1, dense * layout.tp // (layout.ep * layout.etp))
 
 
+def stepped_params(cm: "CostModel", layout: Layout, params: ShardedParams) -> float:
+    """Trainable parameters whose optimizer step this rank runs: its ZeRO shard from stage 1 on."""
+    z, z_e = shard_degrees(cm, layout)
+    return params.trainable_dense / (z if layout.zero_stage else 1) + \
+        params.trainable_expert / (z_e if layout.zero_stage else 1)
+
+
 def rank_static(cm: "CostModel", layout: Layout, rank: RankLayers) -> RankStatic:
     params = rank_params(cm, layout, rank)
     p, g, o = held_states(cm, layout, params)
     stored, working = rank_activation_parts(cm, layout, rank)
-    return RankStatic(params_bytes=p, grads_bytes=g, optimizer_bytes=o,
+    host = host_state_bytes(stepped_params(cm, layout, params), cm.states) if layout.optimizer_offload else 0.0
+    return RankStatic(params_bytes=p, grads_bytes=g, optimizer_bytes=o, host_bytes=host,
                        buffers_bytes=rank_buffer_bytes(cm, layout, rank, params),
                        stored_per_microbatch_bytes=stored, working_bytes=working,
                        received_per_microbatch_bytes=_received_saved_bytes(cm, layout, rank))
@@ -65,7 +74,7 @@ def stage_memory(cm: "CostModel", layout: Layout, index: int, static: RankStatic
                 + cm.assumptions.allocator_fragmentation * (activations + static.buffers_bytes))
     return StageMemory(params_bytes=static.params_bytes, grads_bytes=static.grads_bytes,
                        optimizer_bytes=static.optimizer_bytes, activations_bytes=activations,
-                       buffers_bytes=static.buffers_bytes, overhead_bytes=overhead)
+                       buffers_bytes=static.buffers_bytes, overhead_bytes=overhead, host_bytes=static.host_bytes)
 
 
 def rank_activation_parts(cm: "CostModel", layout: Layout, rank: RankLayers) -> tuple[float, float]:

@@ -21,7 +21,8 @@ from .layout import Layout
 from .memo import memoised
 from .memory import ShardedParams
 from .overlap import exposed_comm_s
-from .rank_memory import shard_degrees
+from .offload import cpu_adam_time_s, host_copy_time_s
+from .rank_memory import shard_degrees, stepped_params
 from .ranks import RankLayers, RankTimes
 
 if TYPE_CHECKING:
@@ -230,16 +231,13 @@ def _add_optimizer(cm: "CostModel", t: RankTimes, layout: Layout, params: Sharde
     """Optimizer step on this rank's shard: memory-bound, reading and writing the K bytes of
     states per parameter, reading the (reduced) gradient and writing the 16-bit copy. With offload, the
     gradient goes to the host and the parameter comes back over the host link, and the step
-    runs on the host (ZeRO-Offload, Ren et al. 2021), not overlapped."""
+    runs on the host CPU at CPU-Adam's rate (``offload``; ZeRO-Offload, Ren et al. 2021), not
+    overlapped."""
     sb = cm.states
-    z, z_e = shard_degrees(cm, layout)
-    stepped = params.trainable_dense / (z if layout.zero_stage else 1) + \
-        params.trainable_expert / (z_e if layout.zero_stage else 1)
-    moved = (2 * sb.optimizer + sb.reduced + sb.param) * stepped  # reads the gradient it reduced
+    stepped = stepped_params(cm, layout, params)
     if not layout.optimizer_offload:
-        t.optimizer_s += cm.rates.memory_time_s(moved)
+        t.optimizer_s += cm.rates.memory_time_s((2 * sb.optimizer + sb.reduced + sb.param) * stepped)  # reads the reduced gradient
         return
     node = cm.cluster.node
-    t.offload_s += (sb.reduced + sb.param) * stepped / node.host_link_bandwidth_bytes_per_s
-    t.offload_s += 2 * sb.optimizer * stepped / node.host_memory_bandwidth_bytes_per_s
-
+    t.offload_s += host_copy_time_s(stepped, sb, node.host_link_bandwidth_bytes_per_s)
+    t.offload_s += cpu_adam_time_s(stepped, node.host_memory_bandwidth_bytes_per_s)

@@ -72,6 +72,8 @@ class RankStatic:
     """Activations one micro-batch leaves for backward, first/last-stage extras included."""
     working_bytes: float
     """Recomputation working set, live once."""
+    host_bytes: float = 0.0
+    """Host RAM of this rank's offloaded optimizer states (``offload.host_state_bytes``), 0 without offload."""
     received_per_microbatch_bytes: float = 0.0
     """Of ``stored_per_microbatch_bytes``, the pipeline receive buffers (torch runtime), which
     the buffers count for every micro-batch; subtracted per micro-batch in flight."""

@@ -117,9 +117,12 @@ class NodeSpec:
     """Device-to-host bandwidth per device, per direction (bytes/s); used for optimizer offload."""
     host_memory_bandwidth_bytes_per_s: float
     """Host DRAM bandwidth available to one device's offloaded optimizer step (bytes/s)."""
+    host_memory_bytes: int
+    """Host RAM of one node (bytes), shared by its devices; offloaded optimizer states must fit in it."""
 
     def __post_init__(self) -> None:
         whole("gpus_per_node", self.gpus_per_node, high=MAX_DEVICES_PER_NODE)
+        whole("host_memory_bytes", self.host_memory_bytes, high=MAX_DEVICES_PER_NODE * MAX_MEMORY_BYTES)
         finite("host_link_bandwidth_bytes_per_s", self.host_link_bandwidth_bytes_per_s, high=MAX_RATE)
         finite("host_memory_bandwidth_bytes_per_s", self.host_memory_bandwidth_bytes_per_s, high=MAX_RATE)
 

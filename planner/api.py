@@ -24,6 +24,7 @@ from hardware_specs import ClusterSpec, NodeSpec, load_node, make_cluster
 from hardware_specs.checks import MAX_GPUS, MAX_TOKENS_PER_STEP, finite, flag, whole
 from hardware_specs.errors import AutoplanError, SpecError
 
+from .bands import job_bands
 from .brute_force import solve_brute_force
 from .infeasible import what_would_fit
 from .ranking import TIE_BAND, TIE_POOL, prefer_simplest, rank_key
@@ -239,7 +240,7 @@ def plan(*, model: str | ModelSpec, hardware: str | NodeSpec, gpus: int, global_
     return PlanReport(
         inputs=replace(job.inputs, top_k=top_k, allow_cross_node_tp=allow_cross_node_tp, launchable=launchable),
         best=ranked[0] if ranked else None, candidates=ranked[1:], rejected=rejected,
-        closest_misses=misses,
+        closest_misses=misses, bands=job_bands(job.profile, job.inputs.profile),
         search={"solver": solver, "space_size": result.num_candidates, "evaluated": result.num_evaluated,
                 "tie_band": TIE_BAND, "num_tied": num_tied, "seconds": round(seconds, 4)},
     )

@@ -20,13 +20,14 @@ def binding_constraint(best: PlanEntry) -> dict[str, Any]:
     """Memory when the peak is within ``MEMORY_BOUND_SHARE`` of capacity; else the largest time term."""
     p = best.predicted
     share = p["peak_memory_gib"] / p["memory_capacity_gib"]
+    risk = "; its memory band crosses the cap (memory risk)" if (p.get("band") or {}).get("memory_risk") else ""
     if share >= MEMORY_BOUND_SHARE:
         return {"kind": "memory", "text": f"memory: peak {p['peak_memory_gib']:.1f} of "
-                                          f"{p['memory_capacity_gib']:.1f} GiB per GPU ({share:.0%})"}
+                                          f"{p['memory_capacity_gib']:.1f} GiB per GPU ({share:.0%}){risk}"}
     term, seconds = max(p["time_s"].items(), key=lambda kv: (kv[1], kv[0]))
     return {"kind": "time", "term": term,
             "text": f"time: {term} is {seconds:.3f} s of the {p['step_time_s']:.3f} s step "
-                    f"({seconds / p['step_time_s']:.0%}); memory peaks at {share:.0%} of capacity"}
+                    f"({seconds / p['step_time_s']:.0%}); memory peaks at {share:.0%} of capacity{risk}"}
 
 
 def runner_up_differences(best: PlanEntry, runner: PlanEntry, shown: int = 4) -> dict[str, Any]:
@@ -76,6 +77,13 @@ def what_if(plan: PlanFile) -> list[dict[str, Any]]:
     return out
 
 
+def within_step_band(best: PlanEntry, runner: PlanEntry) -> bool | None:
+    """Whether the runner-up's step time lies inside the best plan's step-time band (the model
+    cannot tell the two apart); None when the plan has no step band."""
+    band = (best.predicted.get("band") or {}).get("step_time_s")
+    return None if not band else runner.predicted["step_time_s"] <= band["high"]
+
+
 def explain(plan: PlanFile) -> dict[str, Any]:
     """The whole explanation of a plan file as one JSON-ready document."""
     from .render import layout_summary
@@ -86,7 +94,8 @@ def explain(plan: PlanFile) -> dict[str, Any]:
     doc: dict[str, Any] = {"best": layout_summary(plan.best.layout), "binding": binding_constraint(plan.best)}
     if plan.candidates:
         doc["runner_up"] = {"layout": layout_summary(plan.candidates[0].layout),
-                            **runner_up_differences(plan.best, plan.candidates[0])}
+                            **runner_up_differences(plan.best, plan.candidates[0]),
+                            "within_step_band": within_step_band(plan.best, plan.candidates[0])}
     if plan.inputs.module is None:
         doc["what_would_change"] = what_if(plan)
     return doc
@@ -105,6 +114,9 @@ def explanation_lines(doc: dict[str, Any]) -> list[str]:
                   for d in r["terms"]]
         if s["runner_up"] <= s["best"] or not any(d["unit"] == "s" for d in r["terms"]):
             lines.append("  within the tie band: the best plan is the simpler layout (planner.ranking.simplicity_key)")
+        elif r.get("within_step_band"):
+            lines.append("  the runner-up lies inside the best plan's step-time band: the cost model cannot tell "
+                         "them apart (see Error bands in the README)")
     for case in doc.get("what_would_change", []):
         lines.append(case["text"])
     return lines

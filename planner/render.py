@@ -66,13 +66,24 @@ def print_plan(console: Console, plan: PlanEntry, title: str, tie_note: str = ""
     console.print(f"[bold]{title}[/bold]: {layout_summary(plan.layout)}")
     if tie_note:
         console.print(f"  {tie_note}")
-    console.print(f"  step {p['step_time_s']:.3f} s · {p['tokens_per_s']:,.0f} tokens/s "
+    band = p.get("band") or {}
+    console.print(f"  step {p['step_time_s']:.3f} s{_pm(band.get('step_time_s'))} · {p['tokens_per_s']:,.0f} tokens/s "
                   f"({p['tokens_per_s_per_gpu']:,.0f}/GPU)")
     low = f" ({p['mfu_low_precision_peak']:.1%} of the low-precision peak)" if "mfu_low_precision_peak" in p else ""
     console.print(f"  MFU {p['mfu']:.1%}{low} · HFU {p['hfu']:.1%} · bubble {p['bubble_fraction']:.1%}")
     console.print(f"  {prediction_status(p.get('sources', {}))}", style="dim")
     fits = "[green]fits[/green]" if p["fits"] else "[red]does not fit[/red]"
-    console.print(f"  peak memory {p['peak_memory_gib']:.1f} / {p['memory_capacity_gib']:.1f} GiB per GPU ({fits})")
+    if p.get("host_fits") is False and p["peak_memory_gib"] <= p["memory_capacity_gib"]:
+        fits = "[red]fits on the GPU, but host RAM cannot hold the offloaded states[/red]"
+    elif band.get("memory_risk"):
+        fits = "[yellow]fits, but its band crosses the cap: memory risk[/yellow]"
+    console.print(f"  peak memory {p['peak_memory_gib']:.1f}{_pm(band.get('peak_memory_gib'))} / "
+                  f"{p['memory_capacity_gib']:.1f} GiB per GPU ({fits})")
+    if "host_memory_gib_per_node" in p:
+        console.print(f"  host RAM for offloaded optimizer states {p['host_memory_gib_per_node']:,.1f} / "
+                      f"{p['host_memory_capacity_gib']:,.1f} GiB per node")
+    for line in band_lines(band):
+        console.print(f"  {line}", style="dim")
     table = Table(show_header=True, header_style="bold", box=None, padding=(0, 1))
     for head in ("memory/GPU GiB", "step time s", "traffic/GPU GiB"):
         table.add_column(head, no_wrap=True, min_width=len(head) - 4)
@@ -92,6 +103,23 @@ def print_plan(console: Console, plan: PlanEntry, title: str, tie_note: str = ""
         console.print("  sources: " + ", ".join(f"{k}={v}" for k, v in sources.items()), style="dim")
 
 
+def _pm(band: dict | None) -> str:
+    """`` ± 9%`` for a band object of ``predicted.band``, empty without one."""
+    return f" ± {band['half_width_rel']:.0%}" if band else ""
+
+
+def band_lines(band: dict) -> list[str]:
+    """Where each band comes from (``predicted.band``), one line each."""
+    lines = []
+    for key, what, unit in (("step_time_s", "step", "s"), ("peak_memory_gib", "memory", "GiB")):
+        b = band.get(key)
+        if b:
+            lines.append(f"{what} band {b['low']:.3g}-{b['high']:.3g} {unit}: {b['basis']} ({b['record'].split()[0]})")
+    if band and band.get("step_time_s") is None and band.get("step_time_note"):
+        lines.append(band["step_time_note"])
+    return lines
+
+
 def print_candidates(console: Console, candidates: tuple[PlanEntry, ...]) -> None:
     if not candidates:
         return
@@ -101,8 +129,9 @@ def print_candidates(console: Console, candidates: tuple[PlanEntry, ...]) -> Non
         table.add_column(col, justify="right" if col != "layout" else "left")
     for i, c in enumerate(candidates, start=2):
         p = c.predicted
+        risk = " risk" if (p.get("band") or {}).get("memory_risk") else ""
         table.add_row(str(i), layout_summary(c.layout), f"{p['step_time_s']:.3f}", f"{p['tokens_per_s']:,.0f}",
-                      f"{p['mfu']:.1%}", f"{p['peak_memory_gib']:.1f}")
+                      f"{p['mfu']:.1%}", f"{p['peak_memory_gib']:.1f}{risk}")
     console.print(table)
 
 

@@ -9,12 +9,17 @@ from typing import Any
 from costmodels.breakdown import CostBreakdown
 from hardware_specs.units import GIB
 
+from .bands import JobBands
 from .runtime.plan_file import MissEntry, PlanEntry, PlanFile, PlanInputs, SearchStats
 
 
-def plan_entry(breakdown: CostBreakdown) -> PlanEntry:
-    """One plan of a plan file: the layout and what the cost model predicts for it."""
-    return PlanEntry(layout=breakdown.layout, predicted=breakdown.predicted_dict())
+def plan_entry(breakdown: CostBreakdown, bands: JobBands | None = None) -> PlanEntry:
+    """One plan of a plan file: the layout and what the cost model predicts for it, with its
+    error bands (``predicted.band``) when ``bands`` is given."""
+    predicted = breakdown.predicted_dict()
+    if bands is not None:
+        predicted["band"] = bands.band_dict(breakdown)
+    return PlanEntry(layout=breakdown.layout, predicted=predicted)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -48,6 +53,8 @@ class PlanReport:
     search: dict[str, Any] = field(default_factory=lambda: {"solver": "evaluate", "space_size": 1, "evaluated": 1})
     """How the plans were found (``SearchStats`` fields); default: one layout costed as given."""
     """Solver name, candidates in the space, candidates evaluated (and, outside plan files, seconds)."""
+    bands: JobBands | None = None
+    """Error bands of the predictions (``planner.bands.job_bands``); None: the plan file has none."""
 
     @property
     def feasible(self) -> bool:
@@ -60,12 +67,12 @@ class PlanReport:
                              evaluated=self.search["evaluated"], rejected=dict(self.rejected),
                              seconds=self.search.get("seconds") if with_timing else None,
                              tie_band=self.search.get("tie_band"), num_tied=self.search.get("num_tied"))
-        misses = tuple(MissEntry(entry=plan_entry(m.breakdown), needed_gib=round(m.needed_gib, 3),
+        misses = tuple(MissEntry(entry=plan_entry(m.breakdown, self.bands), needed_gib=round(m.needed_gib, 3),
                                  available_gib=round(m.available_gib, 3), suggestions=m.suggestions)
                        for m in self.closest_misses)
         return PlanFile(inputs=self.inputs, inputs_digest=self.inputs.digest(),
-                        best=plan_entry(self.best) if self.best else None,
-                        candidates=tuple(plan_entry(c) for c in self.candidates), search=search,
+                        best=plan_entry(self.best, self.bands) if self.best else None,
+                        candidates=tuple(plan_entry(c, self.bands) for c in self.candidates), search=search,
                         closest_misses=misses)
 
     def to_dict(self, *, with_timing: bool = False) -> dict[str, Any]:

@@ -30,7 +30,9 @@ class SolverResult:
 def overshoot_key(breakdown: CostBreakdown) -> tuple:
     from .ranking import layout_key
 
-    return (round(breakdown.peak_memory_bytes - breakdown.memory_capacity_bytes), layout_key(breakdown.layout))
+    host_over = breakdown.host_memory_bytes_per_node - breakdown.host_memory_capacity_bytes
+    return (round(max(breakdown.peak_memory_bytes - breakdown.memory_capacity_bytes, host_over)),
+            layout_key(breakdown.layout))
 
 
 def count(rejected: Counter, reason: str, n: int) -> None:

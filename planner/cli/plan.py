@@ -210,6 +210,7 @@ def evaluate_command(fmt: str, out: str | None, dp: int, tp: int, pp: int, cp: i
     """Cost one explicit layout: memory per GPU, step time by term, traffic."""
     def work() -> None:
         from .. import api
+        from ..bands import job_bands
         from ..report import PlanReport, plan_entry
 
         check_places(out=out)
@@ -225,9 +226,10 @@ def evaluate_command(fmt: str, out: str | None, dp: int, tp: int, pp: int, cp: i
                                       recompute_num_layers=recompute_layers, sequence_parallel=sequence_parallel,
                                       optimizer_offload=offload, layers_per_chunk=split)
         breakdown = api.evaluate(layout=layout, **job_kwargs)
-        report = PlanReport(inputs=job.inputs, best=breakdown, candidates=(),
+        bands = job_bands(job.profile, job.inputs.profile)
+        report = PlanReport(inputs=job.inputs, best=breakdown, candidates=(), bands=bands,
                             search={"solver": "evaluate", "space_size": 1, "evaluated": 1})
-        single = plan_entry(breakdown)
+        single = plan_entry(breakdown, bands)
         if out:
             _emit(report.to_json(), fmt, out, lambda: None, single)
         elif fmt == "json":

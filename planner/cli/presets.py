@@ -78,7 +78,8 @@ def _hardware_rows() -> dict[str, dict[str, Any]]:
                    "memory_bandwidth_gb_per_s": n.hardware.memory_bandwidth_bytes_per_s / GB,
                    "gpus_per_node": n.gpus_per_node, "intra_node": n.intra_node.kind,
                    "intra_node_gb_per_s": n.intra_node.bandwidth_bytes_per_s / GB,
-                   "inter_node_gb_per_s_per_node": n.inter_node.node_bandwidth_bytes_per_s / GB}
+                   "inter_node_gb_per_s_per_node": n.inter_node.node_bandwidth_bytes_per_s / GB,
+                   "host_memory_gib": n.host_memory_bytes / GIB}
             for name, n in nodes.items()}
 
 

@@ -5,20 +5,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-
-def percentile(values: Sequence[float], q: float) -> float:
-    """The ``q``-th percentile (0-100) by linear interpolation between order statistics.
-
-    This is the "linear" rule (Hyndman and Fan 1996, definition 7; numpy's default): position
-    (n - 1)·q/100 in the sorted list.
-    """
-    if not values:
-        raise ValueError("percentile of an empty list")
-    ordered = sorted(values)
-    position = (len(ordered) - 1) * q / 100
-    low = math.floor(position)
-    high = min(low + 1, len(ordered) - 1)
-    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
+from costmodels.bands import percentile  # noqa: F401  (one definition; re-exported here)
 
 
 def median(values: Sequence[float]) -> float:

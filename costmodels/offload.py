@@ -1,0 +1,47 @@
+"""Optimizer offload to the host (ZeRO-Offload, Ren et al., USENIX ATC 2021): what the host holds,
+how long the CPU optimizer step takes, and the host<->device copies.
+
+With offload, each rank's share of the optimizer states and the gradients they step from live in
+host RAM (ZeRO-Offload Sec. 4.1, Fig. 2: fp32 parameters, momentum, variance and the gradients on
+the CPU); the gradient goes down and the updated 16-bit parameter comes back over the host link
+(PCIe, or NVLink-C2C on Grace nodes: ``NodeSpec.host_link_bandwidth_bytes_per_s``); the step runs
+on the host CPU at CPU-Adam's rate, not overlapped with the GPU (no delayed parameter update).
+"""
+
+from __future__ import annotations
+
+from .memory import StateBytes
+
+CPU_ADAM_PARAMS_PER_S_REF = 10e9 / 2.57
+"""Parameters per second CPU-Adam updates on the reference host: 10 billion parameters in 2.57 s
+(Ren et al. 2021, Table 4, CPU-Adam column at 10B; 1B takes 0.22 s, 6.4x faster than PyTorch's CPU
+Adam). The larger size is taken: it is past the caches, as a sharded optimizer of a large model is."""
+CPU_ADAM_REF_HOST_BANDWIDTH_BYTES_PER_S = 2 * 6 * 2666e6 * 8
+"""DRAM bandwidth of that reference host, a DGX-2 with 2x Xeon Platinum 8168 (ZeRO-Offload Table 2):
+6 channels of DDR4-2666 per socket, 8 bytes per transfer = 255.9 GB/s."""
+
+
+def cpu_adam_time_s(num_params: float, host_bandwidth_per_device_bytes_per_s: float) -> float:
+    """Seconds for one rank's CPU-Adam step over ``num_params`` parameters.
+
+    CPU-Adam streams parameters, gradients and both moments through DRAM once per step, so its rate
+    scales with the host's DRAM bandwidth: rate_node = R_ref · B_node / B_ref (R_ref, B_ref: the
+    ZeRO-Offload Table 4 figure and its host). Every device of a node offloads alike, so each gets
+    B_node / devices of it, ``host_bandwidth_per_device_bytes_per_s`` (the node spec's share):
+    t = P · B_ref / (R_ref · B_device).
+    """
+    P, B = num_params, host_bandwidth_per_device_bytes_per_s
+    return P * CPU_ADAM_REF_HOST_BANDWIDTH_BYTES_PER_S / (CPU_ADAM_PARAMS_PER_S_REF * B)
+
+
+def host_copy_time_s(num_params: float, sb: StateBytes, host_link_bytes_per_s: float) -> float:
+    """Seconds to copy the reduced gradients down and the 16-bit parameters back over the host link,
+    (K_reduced + K_param) · P / B_link (ZeRO-Offload Sec. 4.1: 2M down and 2M up for fp16 states)."""
+    return (sb.reduced + sb.param) * num_params / host_link_bytes_per_s
+
+
+def host_state_bytes(num_params: float, sb: StateBytes) -> float:
+    """Host RAM one rank's offloaded states take: the optimizer states (master weights and moments,
+    K_opt bytes per parameter) and the reduced gradient copy they step from (K_reduced),
+    (K_opt + K_reduced) · P."""
+    return (sb.optimizer + sb.reduced) * num_params

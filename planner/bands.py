@@ -1,0 +1,59 @@
+"""The error bands of one request's predictions (``costmodels.bands``), and their plan-file form.
+
+Which band a plan gets follows the status label (``render.prediction_status``): datasheet
+estimates under the shipped calibration get the leave-one-family-out band of the published runs;
+a plan costed with a ``--profile`` gets the band of that profile's ``validate --calibrate`` fit,
+or no step band at all (said so in the table and the JSON), since the published runs measure the
+datasheet model, not the profile. The memory band does not depend on rates, so every plan gets it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from costmodels.bands import Band, memory_risk, profile_step_band, shipped_memory_band, shipped_step_band
+from costmodels.breakdown import CostBreakdown
+from hardware_specs.units import GIB
+
+if TYPE_CHECKING:
+    from profiles import HardwareProfile
+
+NO_PROFILE_BAND = ("no step-time band: costed with a profile that has no validate --calibrate fit "
+                   "(the published-run band measures the datasheet model); run 'autoplan validate --calibrate'")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class JobBands:
+    """The step-time and peak-memory bands that apply to every layout of one request."""
+
+    step: Band | None
+    memory: Band | None
+    step_note: str = ""
+    """Why there is no step band, when there is none."""
+
+    def band_dict(self, breakdown: CostBreakdown) -> dict[str, Any]:
+        """The ``predicted.band`` object of a plan: bounds in seconds and GiB, and the memory risk."""
+        out: dict[str, Any] = {}
+        if self.step is not None:
+            out["step_time_s"] = self.step.to_dict(breakdown.step_time_s)
+        else:
+            out["step_time_s"] = None
+            out["step_time_note"] = self.step_note
+        if self.memory is not None:
+            out["peak_memory_gib"] = self.memory.to_dict(breakdown.peak_memory_bytes / GIB)
+        out["memory_risk"] = memory_risk(breakdown.peak_memory_bytes, breakdown.memory_capacity_bytes, self.memory)
+        return out
+
+
+def job_bands(profile: "HardwareProfile | None", profile_where: str | None = None) -> JobBands:
+    """The bands of a request costed with ``profile`` (None: the shipped calibration)."""
+    memory = shipped_memory_band()
+    if profile is None:
+        step = shipped_step_band()
+        return JobBands(step=step, memory=memory,
+                        step_note="" if step else "no step-time band: no residual record shipped")
+    fit = (getattr(profile, "provenance", None) or {}).get("calibration")
+    runs = fit.get("runs") if isinstance(fit, dict) else None
+    step = profile_step_band(profile.calibration, profile_where or "the profile", runs)
+    return JobBands(step=step, memory=memory, step_note="" if step else NO_PROFILE_BAND)

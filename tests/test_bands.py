@@ -1,0 +1,136 @@
+"""Error bands (issue #11): taken from held-out residuals, shown in the table and the plan JSON,
+and a layout whose memory band crosses the cap is a risk."""
+
+import json
+import math
+
+import pytest
+from click.testing import CliRunner
+
+from costmodels.bands import (Band, band_from_residuals, memory_residuals, memory_risk, profile_step_band,
+                              residual_values, shipped_memory_band, shipped_step_band)
+from planner.bands import JobBands
+from planner.cli import main
+
+EVALUATE = ["evaluate", "--model", "llama3-8b", "--hardware", "h100-sxm-80gb", "--gpus", "8", "--global-batch", "64",
+            "--seq-len", "4096", "--dp", "4", "--tp", "2", "--pp", "1", "--zero", "1", "--micro-batch", "2"]
+
+
+def test_band_by_hand_from_a_small_residual_list():
+    # |r| sorted: 0, 0.1, 0.1, 0.2, 0.5; p80 sits at position (5-1)·0.8 = 3.2: 0.2 + 0.2·(0.5-0.2) = 0.26.
+    # r sorted: -0.1, 0, 0.1, 0.2, 0.5; p10 at 0.4: -0.1 + 0.4·0.1 = -0.06; p90 at 3.6: 0.2 + 0.6·0.3 = 0.38.
+    band = band_from_residuals([0.5, -0.1, 0.1, 0.0, 0.2], what="x", record="r")
+    assert band.half_width_rel == pytest.approx(0.26)
+    assert band.low_rel == pytest.approx(-0.06)
+    assert band.high_rel == pytest.approx(0.38)
+    assert band.bounds(10.0) == pytest.approx((9.4, 13.8))
+    assert band.basis == "covers 80% of 5 x"
+
+
+def test_memory_residual_is_measured_over_predicted():
+    # predicted 25% above the measurement: measured / predicted - 1 = 1/1.25 - 1 = -0.2
+    assert memory_residuals([0.25, -0.2]) == pytest.approx([-0.2, 0.25])
+
+
+def test_memory_risk_rule():
+    band = Band(low_rel=-0.1, high_rel=0.1, half_width_rel=0.1, basis="", record="")
+    assert memory_risk(70.0, 76.0, band)          # 70 · 1.1 = 77 > 76: fits, band crosses the cap
+    assert not memory_risk(60.0, 76.0, band)      # 66 <= 76
+    assert not memory_risk(80.0, 76.0, band)      # does not fit at all: not a risk, a miss
+    assert not memory_risk(70.0, 76.0, None)
+
+
+def test_residual_records_in_either_form():
+    assert residual_values([0.1, -0.2]) == ([0.1, -0.2], 0)
+    assert residual_values([{"family": "a", "signed_error": 0.1}, {"family": "b", "signed_error": 0.3}]) == ([0.1, 0.3], 2)
+    assert residual_values({"a": [0.1], "b": [{"signed_error": 0.2}], "c": []}) == ([0.1, 0.2], 2)
+    assert residual_values("nonsense") == ([], 0)
+
+
+def test_calibration_lofo_residuals_win_over_the_bands_file(tmp_path):
+    calibration, bands = tmp_path / "calibration.json", tmp_path / "bands.json"
+    bands.write_text(json.dumps({"throughput": {"residuals": [0.5, 0.5]}, "memory": {"residuals": [0.25]}}))
+    calibration.write_text(json.dumps({"provenance": {}}))
+    assert shipped_step_band(calibration, bands).half_width_rel == pytest.approx(0.5)
+    calibration.write_text(json.dumps({"provenance": {"lofo_residuals": [0.1, -0.1]}}))
+    step = shipped_step_band(calibration, bands)
+    assert step.half_width_rel == pytest.approx(0.1) and "lofo_residuals" in step.record
+    assert shipped_memory_band(bands).half_width_rel == pytest.approx(0.2)
+
+
+def test_profile_band_from_validate_calibrate_or_none():
+    band = profile_step_band({"step_time_log_sd": 0.1}, "p.json")
+    assert band.high_rel == pytest.approx(math.exp(0.196) - 1)
+    assert band.low_rel == pytest.approx(math.exp(-0.196) - 1)
+    assert profile_step_band({"compute_scale": 1.2}, "p.json") is None
+
+
+def test_no_step_band_is_said_in_the_json():
+    from planner.bands import NO_PROFILE_BAND
+    from planner.report import plan_entry
+    import planner
+
+    breakdown = planner.evaluate(model="llama3-8b", hardware="h100-sxm-80gb", gpus=8, global_batch=64, seq_len=4096,
+                                 layout=planner.Layout(dp=8, num_microbatches=8))
+    band = plan_entry(breakdown, JobBands(step=None, memory=None, step_note=NO_PROFILE_BAND)).predicted["band"]
+    assert band == {"step_time_s": None, "step_time_note": NO_PROFILE_BAND, "memory_risk": False}
+
+
+def test_evaluate_shows_bands_in_table_and_json():
+    table = CliRunner().invoke(main, EVALUATE)
+    assert table.exit_code == 0, table.output
+    doc = json.loads(CliRunner().invoke(main, EVALUATE + ["--format", "json"]).output)
+    p, band = doc["predicted"], doc["predicted"]["band"]
+    step = shipped_step_band()
+    assert band["step_time_s"]["low"] == pytest.approx(p["step_time_s"] * (1 + step.low_rel), rel=1e-5)
+    assert band["step_time_s"]["high"] == pytest.approx(p["step_time_s"] * (1 + step.high_rel), rel=1e-5)
+    assert f"step {p['step_time_s']:.3f} s ± {step.half_width_rel:.0%}" in table.output
+    assert band["memory_risk"] == (p["peak_memory_gib"] * (1 + shipped_memory_band().high_rel)
+                                   > p["memory_capacity_gib"])
+    assert ("memory risk" in table.output) == band["memory_risk"]
+
+
+def test_job_bands_follow_the_status_label():
+    from types import SimpleNamespace
+
+    from planner.bands import job_bands
+
+    shipped = job_bands(None)
+    assert shipped.step == shipped_step_band() and shipped.memory == shipped_memory_band()
+    calibrated = job_bands(SimpleNamespace(calibration={"step_time_log_sd": 0.05},
+                                           provenance={"calibration": {"runs": 6}}), "p.json")
+    assert calibrated.step.high_rel == pytest.approx(math.exp(1.96 * 0.05) - 1)
+    assert calibrated.step.basis.endswith("validate --calibrate fit, 6 runs")
+    assert calibrated.step.record == "p.json calibration.step_time_log_sd"
+    measured_only = job_bands(SimpleNamespace(calibration={}, provenance={}), "p.json")
+    assert measured_only.step is None and "validate --calibrate" in measured_only.step_note
+    assert measured_only.memory == shipped_memory_band()
+
+
+def test_explain_says_when_the_runner_up_is_inside_the_step_band():
+    from planner.explain import within_step_band
+    from planner.runtime.plan_file import PlanEntry
+    import planner
+
+    layout = planner.Layout(dp=8, num_microbatches=8)
+    band = {"step_time_s": {"low": 9.0, "high": 12.0}}
+    best = PlanEntry(layout=layout, predicted={"step_time_s": 10.0, "band": band})
+    assert within_step_band(best, PlanEntry(layout=layout, predicted={"step_time_s": 11.9}))
+    assert not within_step_band(best, PlanEntry(layout=layout, predicted={"step_time_s": 12.1}))
+    assert within_step_band(PlanEntry(layout=layout, predicted={"step_time_s": 10.0}),
+                            PlanEntry(layout=layout, predicted={"step_time_s": 11.0})) is None
+
+
+def test_profile_without_a_calibrate_fit_has_no_step_band_and_says_so():
+    from pathlib import Path
+
+    profile = str(Path(__file__).parents[1] / "profiles" / "data" / "cpu-gloo-2proc.json")
+    args = ["evaluate", "--model", "tiny-llama", "--hardware", "cpu", "--gpus", "2", "--global-batch", "8",
+            "--seq-len", "256", "--dp", "2", "--tp", "1", "--pp", "1", "--profile", profile]
+    doc = json.loads(CliRunner().invoke(main, args + ["--format", "json"]).output)
+    band = doc["predicted"]["band"]
+    assert band["step_time_s"] is None and "validate --calibrate" in band["step_time_note"]
+    assert band["peak_memory_gib"]["record"] == "costmodels/data/bands.json memory.residuals"
+    table = CliRunner().invoke(main, args).output
+    assert "predicted from the measured profile" in table and "no step-time band" in table
+    assert f"step {doc['predicted']['step_time_s']:.3f} s ·" in table      # no ± after the step
