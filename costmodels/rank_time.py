@@ -21,6 +21,7 @@ from .layout import Layout
 from .memo import memoised
 from .memory import ShardedParams
 from .overlap import exposed_comm_s
+from .pipeline import chunks_per_rank
 from .rank_memory import shard_degrees
 from .ranks import RankLayers, RankTimes
 
@@ -31,7 +32,7 @@ if TYPE_CHECKING:
 def rank_core_times(cm: "CostModel", layout: Layout, rank: RankLayers) -> RankTimes:
     """Per-micro-batch times of one rank: everything but data-parallel sync and the optimizer,
     which depend on how model states are held. Memoised: many layouts share it."""
-    key = (layout.tp, layout.cp, layout.ep, layout.dp, layout.pp, layout.virtual_stages,
+    key = (layout.schedule == "dualpipe", layout.tp, layout.cp, layout.ep, layout.dp, layout.pp, layout.virtual_stages,
            layout.micro_batch_size, layout.num_microbatches, layout.recompute, layout.recompute_num_layers,
            layout.sequence_parallel, rank.signature)
     return memoised(cm.core_memo, key, lambda: _compute_core_times(cm, layout, rank))
@@ -54,7 +55,15 @@ def _compute_core_times(cm: "CostModel", layout: Layout, rank: RankLayers) -> Ra
     _add_ends(cm, t, layout, rank)
     t.compute_s = t.fwd_compute_s + t.bwd_compute_s
     _add_pipeline(cm, t, layout)
-    return t
+    return _one_direction(t) if layout.schedule == "dualpipe" else t
+
+
+def _one_direction(t: RankTimes) -> RankTimes:
+    """DualPipe: a rank holds two chunks, one per direction, and each micro-batch crosses one of them
+    (DeepSeek-V3 report, Sec. 3.2.1), so a micro-batch costs half of what both chunks cost."""
+    halved = {name: getattr(t, name) / 2 for name in ("compute_s", "fwd_compute_s", "bwd_compute_s", "weight_grad_s",
+                                                       "fwd_comm_s", "recompute_s", "tp_s", "cp_s", "ep_s", "pp_s")}
+    return replace(t, **halved, comm_bytes=Counter({k: v / 2 for k, v in t.comm_bytes.items()}))
 
 
 def rank_times(cm: "CostModel", layout: Layout, rank: RankLayers) -> RankTimes:
@@ -71,9 +80,11 @@ def _add_layers(cm: "CostModel", t: RankTimes, f: LayerForward, layout: Layout, 
     """Forward + backward of ``n`` layers: backward is 2× forward compute (input and weight
     gradients); LoRA's frozen weights need only the input gradient, 1× forward GEMMs.
     Backward repeats the forward's TP/EP collectives and moves K, V and their gradients in CP."""
-    bwd_gemm = (1.0 if cm.training.is_lora else 2.0) * f.gemm_s
+    weight_grad = 0.0 if cm.training.is_lora else f.gemm_s
     t.fwd_compute_s += n * f.compute_s
-    t.bwd_compute_s += n * (bwd_gemm + f.attention_core_bwd_s + 2 * (f.memory_s + f.host_s))
+    t.bwd_compute_s += n * (f.gemm_s + weight_grad + f.attention_core_bwd_s + 2 * (f.memory_s + f.host_s))
+    t.weight_grad_s += n * weight_grad
+    t.fwd_comm_s += n * (f.tp_s + f.cp_s + f.ep_s)
     t.tp_s += n * 2 * f.tp_s
     t.cp_s += n * (f.cp_s + max(0.0, 2 * f.cp_total_s - f.attention_core_bwd_s))
     t.ep_s += n * 2 * f.ep_s
@@ -105,6 +116,7 @@ def _add_ends(cm: "CostModel", t: RankTimes, layout: Layout, rank: RankLayers) -
             seconds, sent, source = cm.layers.collective(op, B * tokens * model.hidden_size, layout.tp, 1)
             merge_source(t.sources, "tp_comm", source)
             t.tp_s += seconds
+            t.fwd_comm_s += seconds
             t.comm_bytes[f"tp_{op}"] += sent * layout.num_microbatches
     if rank.last:
         head, source = cm.rates.gemm_time_and_source(logits_gemm(model, tokens, layout.tp), high_precision=True)
@@ -112,6 +124,7 @@ def _add_ends(cm: "CostModel", t: RankTimes, layout: Layout, rank: RankLayers) -
         loss = cm.rates.memory_time_s(3 * 4 * tokens * model.vocab_size / layout.tp)
         t.fwd_compute_s += head + loss
         t.bwd_compute_s += 2 * head + loss
+        t.weight_grad_s += 0.0 if cm.training.is_lora else head
 
 
 def _add_pipeline(cm: "CostModel", t: RankTimes, layout: Layout) -> None:
@@ -125,8 +138,10 @@ def _add_pipeline(cm: "CostModel", t: RankTimes, layout: Layout) -> None:
     stride = layout.tp * layout.cp * layout.dp
     seconds, sent, source = cm.layers.collective("send_recv", size, 2, stride)
     merge_source(t.sources, "pp_comm", source)
-    t.pp_s += 2 * layout.virtual_stages * seconds
-    t.comm_bytes["pp_send_recv"] += 2 * layout.virtual_stages * sent * layout.num_microbatches
+    chunks = chunks_per_rank(layout.schedule, layout.virtual_stages)
+    t.pp_s += 2 * chunks * seconds
+    t.fwd_comm_s += chunks * seconds
+    t.comm_bytes["pp_send_recv"] += 2 * chunks * sent * layout.num_microbatches
 
 
 def _add_data_parallel(cm: "CostModel", t: RankTimes, layout: Layout, params: ShardedParams, rank: RankLayers) -> None:

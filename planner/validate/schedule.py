@@ -12,6 +12,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from costmodels.stage_split import rank_chunks
+
+from .schedule_orders import Action, dualpipev_order, zbv_order, zero_bubble_order
+
 Op = tuple[str, int, int]
 """("F" or "B", local chunk index, micro-batch index)."""
 
@@ -99,3 +103,70 @@ def simulate(schedule: str, p: int, m: int, v: int, forward_s: list[float], back
         if not progressed:
             raise ValueError(f"schedule {schedule!r} deadlocks with p={p}, m={m}, v={v}")
     return out
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ChunkTimes:
+    """Seconds of one chunk's passes on one rank: forward F, input-gradient backward B, weight-gradient
+    backward W, and F&B, a forward and a full backward issued together (DualPipeV)."""
+
+    forward_s: float
+    input_grad_s: float
+    weight_grad_s: float
+    overlapped_s: float = 0.0
+
+    def of(self, step: tuple) -> float:
+        if len(step) == 2:
+            return self.overlapped_s
+        return {"F": self.forward_s, "B": self.input_grad_s, "W": self.weight_grad_s,
+                "BW": self.input_grad_s + self.weight_grad_s}[step[0].kind]
+
+
+def step_orders(schedule: str, p: int, m: int, v: int) -> list[list[tuple]]:
+    """Every rank's steps (``schedule_orders``); GPipe, 1F1B and interleaved 1F1B as full backwards."""
+    if schedule in ("zb-h1", "interleaved-zb"):
+        return [zero_bubble_order(p, i, m, v) for i in range(p)]
+    if schedule == "zb-v":
+        return [zbv_order(p, i, m) for i in range(p)]
+    if schedule == "dualpipe-v":
+        return [dualpipev_order(p, i, m) for i in range(p)]
+    return [[(Action("F" if kind == "F" else "BW", chunk, j),) for kind, chunk, j in rank_order(schedule, p, i, m, v)]
+            for i in range(p)]
+
+
+def simulate_makespan_s(schedule: str, p: int, m: int, v: int, times: list[ChunkTimes]) -> float:
+    """Step time of one pipeline flush by discrete events: each rank runs its steps in order; a step
+    starts when the rank is free and its inputs exist: a forward needs the previous model chunk's
+    forward of its micro-batch, a backward (B or BW) the next chunk's backward (the last chunk: its
+    own forward), a W its own B. No communication time (the closed forms assume none)."""
+    orders = step_orders(schedule, p, m, v)
+    chunks = rank_chunks(schedule, p, v)
+    last = len(chunks) * len(chunks[0]) - 1
+    done: dict[tuple[str, int, int], float] = {}
+    free, cursor = [0.0] * p, [0] * p
+    while any(cursor[i] < len(orders[i]) for i in range(p)):
+        progressed = False
+        for i in range(p):
+            while cursor[i] < len(orders[i]):
+                step = orders[i][cursor[i]]
+                needs = [_input_of(a, chunks[i][a.chunk], last) for a in step]
+                if any(n is not None and n not in done for n in needs):
+                    break
+                start = max([free[i]] + [done[n] for n in needs if n is not None])
+                free[i] = start + times[i].of(step)
+                for a in step:
+                    stage = chunks[i][a.chunk]
+                    done[("F" if a.kind == "F" else "W" if a.kind == "W" else "B", stage, a.mb)] = free[i]
+                cursor[i] += 1
+                progressed = True
+        if not progressed:
+            raise ValueError(f"schedule {schedule!r} deadlocks with p={p}, m={m}, v={v}")
+    return max(free)
+
+
+def _input_of(action: Action, stage: int, last: int) -> tuple[str, int, int] | None:
+    if action.kind == "F":
+        return None if stage == 0 else ("F", stage - 1, action.mb)
+    if action.kind == "W":
+        return ("B", stage, action.mb)
+    return ("F", stage, action.mb) if stage == last else ("B", stage + 1, action.mb)
