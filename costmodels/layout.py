@@ -166,7 +166,7 @@ def layout_problems(layout: Layout, model: ModelSpec, training: TrainingSpec, nu
     return problems
 
 
-def _schedule_rules(L: Layout) -> list[str]:
+def schedule_problems(schedule: str, pp: int, num_microbatches: int, virtual_stages: int) -> list[str]:
     """What each schedule asks of v and m, as torch 2.13's ``torch.distributed.pipelining`` and the
     closed forms of ``costmodels.pipeline`` need it.
 
@@ -178,7 +178,7 @@ def _schedule_rules(L: Layout) -> list[str]:
     - dualpipe: pp even and m even, m >= 2·pp (``deepseek-ai/DualPipe``'s ``dualpipe.py`` asserts these);
       one chunk per rank per direction, so v = 1.
     """
-    s, p, m, v = L.schedule, L.pp, L.num_microbatches, L.virtual_stages
+    s, p, m, v = schedule, pp, num_microbatches, virtual_stages
     out = []
     if s in ("interleaved", "interleaved-zb") and m % p:
         out.append(f"the {s} schedule needs micro-batches ({m}) to be a multiple of pp ({p})")
@@ -209,7 +209,7 @@ def _pipeline_problems(L: Layout, model: ModelSpec) -> list[str]:
                         "or dualpipe-v")
     if L.schedule != "1f1b" and L.schedule != "gpipe" and L.pp == 1:
         problems.append(f"the {L.schedule} schedule needs pp > 1")
-    problems += _schedule_rules(L)
+    problems += schedule_problems(L.schedule, L.pp, L.num_microbatches, L.virtual_stages)
     if L.layers_per_chunk:
         if len(L.layers_per_chunk) != L.num_chunks or sum(L.layers_per_chunk) != model.num_layers \
                 or min(L.layers_per_chunk) < 1:
