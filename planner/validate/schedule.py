@@ -4,8 +4,12 @@
 order of GPipe (Huang et al. 2019: all forwards, then all backwards), 1F1B / PipeDream-Flush
 (Narayanan et al. 2021: p - i - 1 warm-up forwards, then one forward and one backward
 alternately) and interleaved 1F1B (Narayanan et al. SC'21, Sec. 2.2: v model chunks per rank,
-micro-batches in groups of p, warm-up 2(p - i - 1) + (v - 1)p forwards). The dry run replays
-these orders on one stage; ``simulate`` turns them into start/end times for the schedule plot.
+micro-batches in groups of p, warm-up 2(p - i - 1) + (v - 1)p forwards); the zero-bubble and
+DualPipeV orders (``schedule_orders``, as torch 2.13 runs them) with each B and W drawn as one
+backward. DualPipe, which torch does not run, is drawn as 1F1B over a rank's first chunk. The dry
+run replays these orders on one stage; ``simulate`` turns them into start/end times for the schedule
+plot. ``simulate_makespan_s`` times the split orders (F, B, W, overlapped pairs) for the check of
+the closed forms in ``costmodels.pipeline``.
 """
 
 from __future__ import annotations
@@ -18,6 +22,8 @@ from .schedule_orders import Action, dualpipev_order, zbv_order, zero_bubble_ord
 
 Op = tuple[str, int, int]
 """("F" or "B", local chunk index, micro-batch index)."""
+SPLIT_BACKWARD = ("zb-h1", "interleaved-zb", "zb-v", "dualpipe-v")
+"""Schedules whose orders split the backward (``schedule_orders``)."""
 
 
 def _interleaved_chunk(k: int, p: int, v: int, forward: bool) -> tuple[int, int]:
@@ -31,6 +37,9 @@ def _interleaved_chunk(k: int, p: int, v: int, forward: bool) -> tuple[int, int]
 
 def rank_order(schedule: str, p: int, i: int, m: int, v: int = 1) -> list[Op]:
     """Operations of pipeline rank ``i`` of ``p`` for ``m`` micro-batches (``v`` chunks per rank)."""
+    if schedule in SPLIT_BACKWARD and p > 1:
+        ops = [(a.kind[0], a.chunk, a.mb) for step in step_orders(schedule, p, m, v)[i] for a in step]
+        return [op for op in ops if op[0] != "W"]
     if schedule == "gpipe" or p == 1:
         return [("F", 0, j) for j in range(m)] + [("B", 0, j) for j in range(m)]
     if schedule == "interleaved" and v > 1:
@@ -68,21 +77,22 @@ def simulate(schedule: str, p: int, m: int, v: int, forward_s: list[float], back
     ``forward_s[i]`` / ``backward_s[i]``: one chunk's forward / backward on rank i (seconds);
     ``comm_s``: one point-to-point transfer between neighbouring stages. An operation waits for
     its rank to be free and for its input: the previous stage's forward (or the next stage's
-    backward) of the same micro-batch, plus the transfer. Model stage of chunk c on rank i is c·p + i.
+    backward) of the same micro-batch, plus the transfer. Chunks sit on ranks as ``rank_chunks`` places them.
     """
     orders = [rank_order(schedule, p, i, m, v) for i in range(p)]
+    placed = rank_chunks(schedule, p, v)
     done: dict[tuple[str, int, int], float] = {}
     free = [0.0] * p
     cursor = [0] * p
     out: list[Interval] = []
-    stages = p * v
+    stages = len({c for held in placed for c in held})
     while any(cursor[i] < len(orders[i]) for i in range(p)):
         progressed = False
         for i in range(p):
             if cursor[i] >= len(orders[i]):
                 continue
             kind, chunk, j = orders[i][cursor[i]]
-            stage = chunk * p + i
+            stage = placed[i][chunk]
             dep = (kind, stage - 1, j) if kind == "F" else (kind, stage + 1, j)
             first = stage == 0 if kind == "F" else stage == stages - 1
             if kind == "B" and first:
