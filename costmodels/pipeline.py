@@ -63,7 +63,7 @@ def in_flight_microbatches(schedule: str, pp: int, rank: int, m: int, v: int) ->
     - ZB-V: 2p on every rank, 1F1B's peak of p whole micro-batches (Qi et al. 2024, Sec. 6).
     - DualPipeV: 2p + 1 on every rank (DeepSeek-V3 report Table 2: PP + 1 chunks' activations with
       PP = 2p chunks; an overlapped pair's forward runs while its backward still holds its own).
-    - DualPipe: p + 1 on every rank (the same table; its peak, not simulated rank by rank).
+    - DualPipe: p + 1 on every rank (the same table with PP = p).
     ``tests/test_schedule_sim.py`` counts these on the simulated op orders."""
     if pp == 1:
         return 1
@@ -129,7 +129,8 @@ def dualpipe_bubble_s(ranks: list[PassTimes], pp: int, schedule: str, counts: li
     DualPipeV on p ranks has PP = 2p chunks of half a rank's work each: (p − 1)(F + 2B − W)/2 in rank
     times; exact against torch's order for F = B and an upper bound within 1/3 otherwise (the report's
     Figure 5 order differs from torch's). DualPipe on p ranks: PP = p, and a rank's per-micro-batch
-    times are one chunk's (each micro-batch crosses one of its two chunks), so (p/2 − 1)(F + 2B − W)."""
+    times are one chunk's (each micro-batch crosses one of its two chunks), so (p/2 − 1)(F + 2B − W),
+    with the same check against ``deepseek-ai/DualPipe``'s order."""
     terms = [r.forward_s + 2 * r.input_grad_s - r.weight_grad_s for r in ranks]
     if schedule == "dualpipe-v":
         return _spread_s([g / 2 for g in terms], counts)
@@ -142,8 +143,8 @@ def dualpipe_overlap_s(rank: PassTimes, pp: int, m: int, schedule: str) -> float
     DeepSeek-V3 report Sec. 3.2.1: in a pair, one chunk's all-to-all and PP communication run behind
     the other's compute. Each pair hides min(communication, compute) of one chunk; torch's DualPipeV
     order puts 2m − p − 2 pairs on the critical path (exact in the simulation, which gives the pair
-    the time F + B + W − hidden). DualPipe, as DualPipeV folded onto p/2 ranks with one chunk pass per
-    micro-batch: m − p/2 − 2 pairs."""
+    the time F + B + W − hidden). DualPipe runs the same phases on p/2 half-ranks with m/2 micro-batches
+    per direction: m − p/2 − 2 pairs, each hiding a rank's per-micro-batch amount (also exact)."""
     hidden = min(rank.hideable_s, rank.compute_s)
     if schedule == "dualpipe-v":
         return max(0, 2 * m - pp - 2) * hidden / 2

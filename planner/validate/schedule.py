@@ -133,15 +133,31 @@ class ChunkTimes:
 
 
 def step_orders(schedule: str, p: int, m: int, v: int) -> list[list[tuple]]:
-    """Every rank's steps (``schedule_orders``); GPipe, 1F1B and interleaved 1F1B as full backwards."""
+    """Every rank's steps (``schedule_orders``); GPipe, 1F1B and interleaved 1F1B as full backwards.
+
+    DualPipe runs DualPipeV's eight phases on p/2 half-ranks (``deepseek-ai/DualPipe``'s
+    ``dualpipe.py``: rank r uses half-rank min(r, p − 1 − r) and m/2 micro-batches per direction);
+    chunk 0 is the phase-0 direction, chunk 1 the other (``_stage_keys``)."""
     if schedule in ("zb-h1", "interleaved-zb"):
         return [zero_bubble_order(p, i, m, v) for i in range(p)]
     if schedule == "zb-v":
         return [zbv_order(p, i, m) for i in range(p)]
     if schedule == "dualpipe-v":
         return [dualpipev_order(p, i, m) for i in range(p)]
+    if schedule == "dualpipe":
+        return [dualpipev_order(p // 2, min(i, p - 1 - i), m // 2) for i in range(p)]
     return [[(Action("F" if kind == "F" else "BW", chunk, j),) for kind, chunk, j in rank_order(schedule, p, i, m, v)]
             for i in range(p)]
+
+
+def _stage_keys(schedule: str, p: int, v: int) -> tuple[list[list[tuple[int, int]]], int]:
+    """(each rank's (pipeline, stage) per local chunk, stages per pipeline). One pipeline of all chunks,
+    or DualPipe's two of p stages: down (stage r on rank r) and up (stage r on rank p − 1 − r); the first
+    half of the ranks runs the down direction as phase 0, the second half the up direction."""
+    if schedule != "dualpipe":
+        return [[(0, c) for c in held] for held in rank_chunks(schedule, p, v)], p * v
+    down, up = (lambda r: (0, r)), (lambda r: (1, p - 1 - r))
+    return [[down(r), up(r)] if r < p // 2 else [up(r), down(r)] for r in range(p)], p
 
 
 def simulate_makespan_s(schedule: str, p: int, m: int, v: int, times: list[ChunkTimes]) -> float:
@@ -150,23 +166,21 @@ def simulate_makespan_s(schedule: str, p: int, m: int, v: int, times: list[Chunk
     forward of its micro-batch, a backward (B or BW) the next chunk's backward (the last chunk: its
     own forward), a W its own B. No communication time (the closed forms assume none)."""
     orders = step_orders(schedule, p, m, v)
-    chunks = rank_chunks(schedule, p, v)
-    last = len(chunks) * len(chunks[0]) - 1
-    done: dict[tuple[str, int, int], float] = {}
+    keys, length = _stage_keys(schedule, p, v)
+    done: dict[tuple, float] = {}
     free, cursor = [0.0] * p, [0] * p
     while any(cursor[i] < len(orders[i]) for i in range(p)):
         progressed = False
         for i in range(p):
             while cursor[i] < len(orders[i]):
                 step = orders[i][cursor[i]]
-                needs = [_input_of(a, chunks[i][a.chunk], last) for a in step]
+                needs = [_input_of(a, keys[i][a.chunk], length) for a in step]
                 if any(n is not None and n not in done for n in needs):
                     break
                 start = max([free[i]] + [done[n] for n in needs if n is not None])
                 free[i] = start + times[i].of(step)
                 for a in step:
-                    stage = chunks[i][a.chunk]
-                    done[("F" if a.kind == "F" else "W" if a.kind == "W" else "B", stage, a.mb)] = free[i]
+                    done[("F" if a.kind == "F" else "W" if a.kind == "W" else "B", *keys[i][a.chunk], a.mb)] = free[i]
                 cursor[i] += 1
                 progressed = True
         if not progressed:
@@ -174,9 +188,10 @@ def simulate_makespan_s(schedule: str, p: int, m: int, v: int, times: list[Chunk
     return max(free)
 
 
-def _input_of(action: Action, stage: int, last: int) -> tuple[str, int, int] | None:
+def _input_of(action: Action, key: tuple[int, int], length: int) -> tuple | None:
+    pipe, stage = key
     if action.kind == "F":
-        return None if stage == 0 else ("F", stage - 1, action.mb)
+        return None if stage == 0 else ("F", pipe, stage - 1, action.mb)
     if action.kind == "W":
-        return ("B", stage, action.mb)
-    return ("F", stage, action.mb) if stage == last else ("B", stage + 1, action.mb)
+        return ("B", pipe, stage, action.mb)
+    return ("F", pipe, stage, action.mb) if stage == length - 1 else ("B", pipe, stage + 1, action.mb)

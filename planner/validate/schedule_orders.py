@@ -12,7 +12,9 @@ runs), written from its rules, not imported (``planner`` does not import torch):
 first i steady steps, one deferred W per step; with one chunk per rank this is ZB-H1, Qi et al.
 2023 Fig. 3), ``ScheduleZBVZeroBubble`` (Qi et al. 2024 ZB-V) and ``ScheduleDualPipeV``
 (DeepSeek-V3 report, Sec. 3.2.1, cut in half). ``tests/test_schedule_sim.py`` checks every
-order against torch's own ``_calculate_single_rank_operations``.
+order against torch's own ``_calculate_single_rank_operations``. DualPipe itself (not in torch) runs
+the DualPipeV phases on half-ranks, as ``deepseek-ai/DualPipe``'s ``dualpipe.py`` writes them
+(``schedule.step_orders``).
 """
 
 from __future__ import annotations
