@@ -1,8 +1,10 @@
 """Assembly: the step time by term, memory by rank, traffic, FLOPs and sources of one layout.
 
-The step is m·max_i t_i + bubble (``pipeline.bubble_time_s``) + the slowest rank's tail:
+The step is m·max_i t_i + bubble (``pipeline.schedule_bubble_s``) + the slowest rank's tail:
 data-parallel gradient reduction not hidden behind the last backward, parameter all-gather not
-hidden behind the first forward (ZeRO-1/2), and the optimizer step.
+hidden behind the first forward (ZeRO-1/2), and the optimizer step. DualPipe and DualPipeV hide
+EP all-to-all and PP send/recv behind their overlapped pairs (``pipeline.dualpipe_overlap_s``):
+that time comes off the exposed EP, then PP, communication.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from .breakdown import CostBreakdown, StageMemory
 from .compute import DATASHEET, merge_source
 from .flops import model_flops_per_token
 from .layout import Layout
-from .pipeline import bubble_time_s
+from .pipeline import DUALPIPE, dualpipe_overlap_s, schedule_bubble_s
 from .ranks import RankTimes
 
 if TYPE_CHECKING:
@@ -27,12 +29,14 @@ def assemble(cm: "CostModel", layout: Layout, memory: tuple[StageMemory, ...], t
     tail = times[max(range(len(times)), key=lambda i: times[i].tail_s)]
     model_flops = model_flops_per_token(cm.model, cm.training.seq_len, cm.training.is_lora) \
         * cm.training.tokens_per_step
+    hidden = overlap_hidden_s(layout, [crit])
+    ep_hidden = min(hidden, m * crit.ep_s)
     return CostBreakdown(
         layout=layout, stages=memory, memory_capacity_bytes=cm.capacity_bytes,
         compute_s=m * crit.compute_s, recompute_s=m * crit.recompute_s, tp_comm_s=m * crit.tp_s,
-        cp_comm_s=m * crit.cp_s, ep_comm_s=m * crit.ep_s,
-        dp_comm_s=m * crit.dp_mb_s + tail.dp_tail_s, pp_comm_s=m * crit.pp_s,
-        bubble_s=bubble_time_s(per_mb, layout.virtual_stages), optimizer_s=tail.optimizer_s,
+        cp_comm_s=m * crit.cp_s, ep_comm_s=m * crit.ep_s - ep_hidden,
+        dp_comm_s=m * crit.dp_mb_s + tail.dp_tail_s, pp_comm_s=m * crit.pp_s - (hidden - ep_hidden),
+        bubble_s=bubble_s(layout, times), optimizer_s=tail.optimizer_s,
         offload_s=tail.offload_s, overhead_s=cm.assumptions.step_overhead_s,
         comm_bytes_per_gpu=dict(crit.comm_bytes),
         model_flops_per_step=model_flops,
@@ -43,6 +47,18 @@ def assemble(cm: "CostModel", layout: Layout, memory: tuple[StageMemory, ...], t
         host_memory_capacity_bytes=cm.cluster.node.host_memory_bytes,
         ranks_per_node=min(cm.cluster.gpus_per_node, layout.world_size),
     )
+
+
+def bubble_s(layout: Layout, times: list[RankTimes], counts: list[int] | None = None) -> float:
+    """The schedule's bubble from each rank's F, B and W (``pipeline.schedule_bubble_s``)."""
+    return schedule_bubble_s(layout.schedule, layout.pp, layout.virtual_stages, [t.passes() for t in times], counts)
+
+
+def overlap_hidden_s(layout: Layout, times: list[RankTimes]) -> float:
+    """Communication DualPipe's overlapped pairs hide, the most over ``times`` (0 for other schedules)."""
+    if layout.schedule not in DUALPIPE or layout.pp == 1:
+        return 0.0
+    return max(dualpipe_overlap_s(t.passes(), layout.pp, layout.num_microbatches, layout.schedule) for t in times)
 
 
 def recompute_flops(cm: "CostModel", layout: Layout) -> float:

@@ -1,7 +1,8 @@
 """Layer-to-rank assignment: which layers each pipeline rank holds, and its parameter elements.
 
 Chunk c of rank i is model stage c·pp + i (Megatron-LM's interleaved assignment, Narayanan et al.
-SC'21 Sec. 2.2); each chunk holds ``Layout.stage_layers`` consecutive layers.
+SC'21 Sec. 2.2); the V schedules and DualPipe place chunks as ``stage_split.rank_chunks`` says.
+Each chunk holds ``Layout.chunk_layers`` consecutive layers.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from .memo import memoised
 from .memory import ShardedParams
 from .params import embedding_params, lora_params_per_layer, mtp_params, output_params
 from .ranks import RankLayers
+from .stage_split import V_SCHEDULES, rank_chunks
 
 if TYPE_CHECKING:
     from .estimate import CostModel
@@ -21,7 +23,7 @@ if TYPE_CHECKING:
 
 def rank_groups(cm: "CostModel", layout: Layout) -> list[tuple[RankLayers, int]]:
     """Ranks of equal signature, one representative each with its count (memoised)."""
-    key = (layout.pp, layout.virtual_stages, layout.layers_per_chunk)
+    key = (placement(layout), layout.pp, layout.virtual_stages, layout.layers_per_chunk)
     return memoised(cm.groups_memo, key, lambda: _count_rank_groups(cm, layout))
 
 
@@ -33,8 +35,8 @@ def _count_rank_groups(cm: "CostModel", layout: Layout) -> list[tuple[RankLayers
 
 
 def rank_layers(cm: "CostModel", layout: Layout) -> list[RankLayers]:
-    """Chunk c of rank i is model stage c·pp + i (Megatron's interleaved assignment)."""
-    key = (layout.pp, layout.virtual_stages, layout.layers_per_chunk)
+    """The layers of each rank's chunks (``stage_split.rank_chunks``)."""
+    key = (placement(layout), layout.pp, layout.virtual_stages, layout.layers_per_chunk)
     return memoised(cm.ranks_memo, key, lambda: _assign_rank_layers(cm, layout))
 
 
@@ -44,13 +46,20 @@ def _assign_rank_layers(cm: "CostModel", layout: Layout) -> list[RankLayers]:
     for c in counts:
         starts.append(starts[-1] + c)
     ranks = []
-    for i in range(layout.pp):
-        chunks = tuple((starts[k], starts[k + 1]) for k in range(i, len(counts), layout.pp))
+    for held in rank_chunks(layout.schedule, layout.pp, layout.virtual_stages):
+        chunks = tuple((starts[k], starts[k + 1]) for k in held)
         moe = sum(cm.prefix.moe_layers(a, b) for a, b in chunks)
         dense = sum(b - a for a, b in chunks) - moe
-        ranks.append(RankLayers(chunks=chunks, num_dense=dense, num_moe=moe, first=i == 0,
-                                last=i == layout.pp - 1))
+        ranks.append(RankLayers(chunks=chunks, num_dense=dense, num_moe=moe, first=0 in held,
+                                last=len(counts) - 1 in held))
     return ranks
+
+
+def placement(layout: Layout) -> str:
+    """How chunks sit on ranks: ``loop``, ``v`` or ``dualpipe`` (the memo key of an assignment)."""
+    if layout.schedule in V_SCHEDULES:
+        return "v"
+    return "dualpipe" if layout.schedule == "dualpipe" else "loop"
 
 
 def rank_params(cm: "CostModel", layout: Layout, rank: RankLayers) -> ShardedParams:

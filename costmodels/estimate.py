@@ -7,7 +7,7 @@ time (``rank_time``) and ``assemble``; each is a function of the job, the layout
 
 from __future__ import annotations
 
-from .assemble import assemble
+from .assemble import assemble, bubble_s, overlap_hidden_s
 from .assignment import rank_groups, rank_layers, rank_params
 from .breakdown import CostBreakdown
 from .compute import Rates
@@ -15,7 +15,6 @@ from .job import Job
 from .layer_costs import LayerCosts
 from .layout import Layout
 from .memory import ShardedParams, StateBytes, low_precision_weight_share, state_bytes
-from .pipeline import bubble_time_s
 from .rank_memory import held_states, rank_static, stage_memory
 from .rank_time import rank_core_times, rank_times
 from .ranks import LayerPrefix, RankLayers, RankStatic, RankTimes
@@ -74,13 +73,16 @@ class CostModel:
         return peak
 
     def pipeline_lower_bound_s(self, layout: Layout) -> float:
-        """m·max_i t_i + bubble without any data-parallel or optimizer time: a lower bound on the
-        step time of every layout that differs from ``layout`` only in how model states are held
-        (ZeRO stage, HSDP, offload), since those only add time. Used by the search to prune."""
+        """m·max_i t_i + bubble − overlap without any data-parallel or optimizer time: a lower bound on
+        the step time of every layout that differs from ``layout`` only in how model states are held
+        (ZeRO stage, HSDP, offload). Those only add to t_i and to its B part, and every bubble form
+        (``pipeline``) is non-decreasing in F and B; the overlap DualPipe hides depends on EP, PP
+        and compute only, and the bound takes the most any rank hides. Used by the search to prune."""
         groups = rank_groups(self, layout)
-        per_mb = [rank_core_times(self, layout, rank).per_microbatch_s for rank, _ in groups]
+        times = [rank_core_times(self, layout, rank) for rank, _ in groups]
         counts = [n for _, n in groups]
-        return layout.num_microbatches * max(per_mb) + bubble_time_s(per_mb, layout.virtual_stages, counts)
+        return (layout.num_microbatches * max(t.per_microbatch_s for t in times) + bubble_s(layout, times, counts)
+                - overlap_hidden_s(layout, times))
 
     def model_state_peak_bytes(self, layout: Layout) -> float:
         """Largest params + grads + optimizer bytes over the ranks: a memory lower bound that the

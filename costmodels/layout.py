@@ -18,9 +18,14 @@ from .model_spec import ModelSpec
 from .stage_split import balanced_split
 from .training import TrainingSpec
 
-Schedule = Literal["gpipe", "1f1b", "interleaved"]
+Schedule = Literal["gpipe", "1f1b", "interleaved", "zb-h1", "interleaved-zb", "zb-v", "dualpipe-v", "dualpipe"]
 Recompute = Literal["none", "selective", "full"]
-SCHEDULES: tuple[str, ...] = ("gpipe", "1f1b", "interleaved")
+SCHEDULES: tuple[str, ...] = ("gpipe", "1f1b", "interleaved", "zb-h1", "interleaved-zb", "zb-v", "dualpipe-v",
+                              "dualpipe")
+"""GPipe; 1F1B; interleaved 1F1B; ZB-H1 and interleaved zero bubble (Qi et al. 2023); ZB-V (Qi et al.
+2024); DualPipeV and DualPipe (DeepSeek-V3 report, Sec. 3.2.1). ``costmodels.pipeline`` costs each."""
+MULTI_CHUNK_SCHEDULES: tuple[str, ...] = ("interleaved", "interleaved-zb", "zb-v", "dualpipe-v")
+"""Schedules with v > 1 model chunks per rank (ZB-V and DualPipeV: exactly 2, in a V)."""
 RECOMPUTE_MODES: tuple[str, ...] = ("none", "selective", "full")
 
 
@@ -188,6 +193,34 @@ def _folded_expert_problems(L: Layout, model: ModelSpec) -> list[str]:
     return problems
 
 
+def schedule_problems(schedule: str, pp: int, num_microbatches: int, virtual_stages: int) -> list[str]:
+    """What each schedule asks of v and m, as torch 2.13's ``torch.distributed.pipelining`` and the
+    closed forms of ``costmodels.pipeline`` need it.
+
+    - interleaved, interleaved-zb: m a multiple of pp (Megatron's rule; it implies torch's
+      m mod max(1, m // pp) = 0); interleaved-zb needs v >= 2 (one chunk per rank is zb-h1).
+    - zb-v, dualpipe-v: exactly 2 chunks per rank (torch: "requires exactly 2 stages per rank");
+      zb-v m >= 2·pp − 1 (torch plans max(2·pp − 1, m) micro-batches and blanks the rest; the bubble
+      formula holds from there); dualpipe-v m >= 2·pp (torch: "at least as many microbatches as stages").
+    - dualpipe: pp even and m even, m >= 2·pp (``deepseek-ai/DualPipe``'s ``dualpipe.py`` asserts these);
+      one chunk per rank per direction, so v = 1.
+    """
+    s, p, m, v = schedule, pp, num_microbatches, virtual_stages
+    out = []
+    if s in ("interleaved", "interleaved-zb") and m % p:
+        out.append(f"the {s} schedule needs micro-batches ({m}) to be a multiple of pp ({p})")
+    if s == "interleaved-zb" and v < 2:
+        out.append("the interleaved-zb schedule needs --virtual-stages 2 or more (with one chunk per rank use zb-h1)")
+    if s in ("zb-v", "dualpipe-v") and v != 2:
+        out.append(f"the {s} schedule needs --virtual-stages 2 (two chunks per rank in a V), got {v}")
+    least = {"zb-v": 2 * p - 1, "dualpipe-v": 2 * p, "dualpipe": 2 * p}.get(s, 0)
+    if m < least:
+        out.append(f"the {s} schedule needs at least {least} micro-batches at pp {p}, got {m}")
+    if s == "dualpipe" and (p % 2 or m % 2):
+        out.append(f"the dualpipe schedule needs an even pp and an even micro-batch count, got pp {p}, {m} micro-batches")
+    return out
+
+
 def _batch_problems(L: Layout, training: TrainingSpec) -> list[str]:
     per_replica = L.micro_batch_size * L.num_microbatches
     if per_replica * L.dp != training.global_batch_size:
@@ -198,14 +231,12 @@ def _batch_problems(L: Layout, training: TrainingSpec) -> list[str]:
 
 def _pipeline_problems(L: Layout, model: ModelSpec) -> list[str]:
     problems = []
-    if L.virtual_stages > 1 and L.schedule != "interleaved":
-        problems.append(f"virtual stages {L.virtual_stages} need --schedule interleaved")
-    if L.schedule == "interleaved":
-        if L.pp == 1:
-            problems.append("the interleaved schedule needs pp > 1")
-        if L.num_microbatches % L.pp:
-            problems.append(f"the interleaved schedule needs micro-batches ({L.num_microbatches}) "
-                            f"to be a multiple of pp ({L.pp})")
+    if L.virtual_stages > 1 and L.schedule not in MULTI_CHUNK_SCHEDULES:
+        problems.append(f"virtual stages {L.virtual_stages} need --schedule interleaved, interleaved-zb, zb-v "
+                        "or dualpipe-v")
+    if L.schedule != "1f1b" and L.schedule != "gpipe" and L.pp == 1:
+        problems.append(f"the {L.schedule} schedule needs pp > 1")
+    problems += schedule_problems(L.schedule, L.pp, L.num_microbatches, L.virtual_stages)
     if L.layers_per_chunk:
         if len(L.layers_per_chunk) != L.num_chunks or sum(L.layers_per_chunk) != model.num_layers \
                 or min(L.layers_per_chunk) < 1:

@@ -13,7 +13,7 @@ from .layout import Layout
 from .memo import memoised
 from .memory import ShardedParams, held_state_bytes
 from .offload import host_state_bytes
-from .pipeline import in_flight_microbatches
+from .pipeline import chunks_per_rank, in_flight_microbatches
 from .precision import cached_weight_copy_bytes
 from .ranks import RankLayers, RankStatic
 
@@ -64,12 +64,12 @@ def held_states(cm: "CostModel", layout: Layout, params: ShardedParams) -> tuple
 
 def stage_memory(cm: "CostModel", layout: Layout, index: int, static: RankStatic) -> StageMemory:
     """Activations at the schedule's peak: in-flight micro-batches × what each leaves stored
-    (divided by v: one in-flight unit of the interleaved schedule is one chunk), plus the
+    (divided by the chunks a rank holds: one in-flight unit is one chunk's), plus the
     recomputation working set; overhead is the runtime reserve plus allocator fragmentation."""
     in_flight = in_flight_microbatches(layout.schedule, layout.pp, index, layout.num_microbatches,
                                        layout.virtual_stages)
     stored = static.stored_per_microbatch_bytes - static.received_per_microbatch_bytes
-    activations = in_flight * stored / layout.virtual_stages + static.working_bytes
+    activations = in_flight * stored / chunks_per_rank(layout.schedule, layout.virtual_stages) + static.working_bytes
     overhead = (cm.cluster.hardware.runtime_reserved_bytes
                 + cm.assumptions.allocator_fragmentation * (activations + static.buffers_bytes))
     return StageMemory(params_bytes=static.params_bytes, grads_bytes=static.grads_bytes,
@@ -85,7 +85,9 @@ def rank_activation_parts(cm: "CostModel", layout: Layout, rank: RankLayers) -> 
     stage adds its embedding dropout mask, the last its head input and fp32 logits.
     Memoised: every way of holding model states shares it."""
     key = (layout.micro_batch_size, layout.cp, layout.tp, layout.sequence_parallel, layout.recompute,
-           layout.recompute_num_layers, layout.virtual_stages, rank.signature, layout.dp * layout.cp == 1)
+           layout.recompute_num_layers, layout.virtual_stages, chunks_per_rank(layout.schedule, layout.virtual_stages),
+           rank.signature,
+           layout.dp * layout.cp == 1)
     return memoised(cm.activation_memo, key, lambda: _compute_activation_parts(cm, layout, rank))
 
 
@@ -113,7 +115,7 @@ def _compute_activation_parts(cm: "CostModel", layout: Layout, rank: RankLayers)
             mode_bytes = share * mode_bytes + (1 - share) * act.layer_bytes(model, x, moe_layer=kind,
                                                                             recompute="none")
         stored += n * mode_bytes
-    v = layout.virtual_stages
+    v = chunks_per_rank(layout.schedule, layout.virtual_stages)
     if rank.first:
         stored += v * act.first_stage_extra_bytes(model, x)
     if rank.last:
@@ -161,7 +163,7 @@ def _received_saved_bytes(cm: "CostModel", layout: Layout, rank: RankLayers) -> 
 
 def receiving_chunks(layout: Layout, rank: RankLayers) -> int:
     """Model chunks of this rank that receive their input from a previous stage."""
-    return 0 if layout.pp == 1 else layout.virtual_stages - (1 if rank.first else 0)
+    return 0 if layout.pp == 1 else chunks_per_rank(layout.schedule, layout.virtual_stages) - (1 if rank.first else 0)
 
 
 def _data_parallel_buffer_bytes(cm: "CostModel", layout: Layout, params: ShardedParams) -> float:

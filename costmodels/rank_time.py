@@ -22,6 +22,7 @@ from .memo import memoised
 from .memory import ShardedParams
 from .overlap import exposed_comm_s
 from .offload import cpu_adam_time_s, host_copy_time_s
+from .pipeline import chunks_per_rank
 from .rank_memory import shard_degrees, stepped_params
 from .ranks import RankLayers, RankTimes
 
@@ -32,7 +33,7 @@ if TYPE_CHECKING:
 def rank_core_times(cm: "CostModel", layout: Layout, rank: RankLayers) -> RankTimes:
     """Per-micro-batch times of one rank: everything but data-parallel sync and the optimizer,
     which depend on how model states are held. Memoised: many layouts share it."""
-    key = (layout.tp, layout.cp, layout.ep, layout.dp, layout.pp, layout.virtual_stages,
+    key = (layout.schedule == "dualpipe", layout.tp, layout.cp, layout.ep, layout.dp, layout.pp, layout.virtual_stages,
            layout.micro_batch_size, layout.num_microbatches, layout.recompute, layout.recompute_num_layers,
            layout.sequence_parallel, rank.signature)
     return memoised(cm.core_memo, key, lambda: _compute_core_times(cm, layout, rank))
@@ -57,7 +58,15 @@ def _compute_core_times(cm: "CostModel", layout: Layout, rank: RankLayers) -> Ra
     _add_ends(cm, t, layout, rank)
     t.compute_s = t.fwd_compute_s + t.bwd_compute_s
     _add_pipeline(cm, t, layout)
-    return t
+    return _one_direction(t) if layout.schedule == "dualpipe" else t
+
+
+def _one_direction(t: RankTimes) -> RankTimes:
+    """DualPipe: a rank holds two chunks, one per direction, and each micro-batch crosses one of them
+    (DeepSeek-V3 report, Sec. 3.2.1), so a micro-batch costs half of what both chunks cost."""
+    halved = {name: getattr(t, name) / 2 for name in ("compute_s", "fwd_compute_s", "bwd_compute_s", "weight_grad_s",
+                                                       "fwd_comm_s", "recompute_s", "tp_s", "cp_s", "ep_s", "pp_s")}
+    return replace(t, **halved, comm_bytes=Counter({k: v / 2 for k, v in t.comm_bytes.items()}))
 
 
 def rank_times(cm: "CostModel", layout: Layout, rank: RankLayers) -> RankTimes:
@@ -93,9 +102,11 @@ def _add_layers(cm: "CostModel", t: RankTimes, f: LayerForward, layout: Layout, 
     gradients); LoRA's frozen weights need only the input gradient, 1× forward GEMMs; a
     low-precision recipe adds the output-gradient casts (``LayerForward.cast_bwd_s``).
     Backward repeats the forward's TP/EP collectives and moves K, V and their gradients in CP."""
-    bwd_gemm = (1.0 if cm.training.is_lora else 2.0) * f.gemm_s
+    weight_grad = 0.0 if cm.training.is_lora else f.gemm_s
     t.fwd_compute_s += n * f.compute_s
-    t.bwd_compute_s += n * (bwd_gemm + f.attention_core_bwd_s + 2 * (f.memory_s + f.host_s) + f.cast_bwd_s)
+    t.bwd_compute_s += n * (f.gemm_s + weight_grad + f.attention_core_bwd_s + 2 * (f.memory_s + f.host_s) + f.cast_bwd_s)
+    t.weight_grad_s += n * weight_grad
+    t.fwd_comm_s += n * (f.tp_s + f.cp_s + f.ep_s)
     t.tp_s += n * 2 * f.tp_s
     t.cp_s += n * (f.cp_s + f.cp_bwd_s)
     t.ep_s += n * 2 * f.ep_s
@@ -127,6 +138,7 @@ def _add_ends(cm: "CostModel", t: RankTimes, layout: Layout, rank: RankLayers) -
             seconds, sent, source = cm.layers.collective(op, B * tokens * model.hidden_size, layout.tp, 1)
             merge_source(t.sources, "tp_comm", source)
             t.tp_s += seconds
+            t.fwd_comm_s += seconds
             t.comm_bytes[f"tp_{op}"] += sent * layout.num_microbatches
     if rank.last:
         head, source = cm.rates.gemm_time_and_source(logits_gemm(model, tokens, layout.tp), high_precision=True)
@@ -135,6 +147,7 @@ def _add_ends(cm: "CostModel", t: RankTimes, layout: Layout, rank: RankLayers) -
         heads = 1 + model.num_mtp_layers  # each MTP module predicts through the shared head
         t.fwd_compute_s += heads * (head + loss)
         t.bwd_compute_s += heads * (2 * head + loss)
+        t.weight_grad_s += 0.0 if cm.training.is_lora else heads * head
         if model.num_mtp_layers:
             _add_mtp_blocks(cm, t, layout, tokens)
 
@@ -149,6 +162,7 @@ def _add_mtp_blocks(cm: "CostModel", t: RankTimes, layout: Layout, tokens: int) 
     seconds, _ = cm.rates.gemm_time_and_source(proj)
     t.fwd_compute_s += model.num_mtp_layers * seconds
     t.bwd_compute_s += 2 * model.num_mtp_layers * seconds
+    t.weight_grad_s += 0.0 if cm.training.is_lora else model.num_mtp_layers * seconds
 
 
 def _add_pipeline(cm: "CostModel", t: RankTimes, layout: Layout) -> None:
@@ -162,8 +176,10 @@ def _add_pipeline(cm: "CostModel", t: RankTimes, layout: Layout) -> None:
     stride = layout.tp * layout.cp * layout.dp
     seconds, sent, source = cm.layers.collective("send_recv", size, 2, stride)
     merge_source(t.sources, "pp_comm", source)
-    t.pp_s += 2 * layout.virtual_stages * seconds
-    t.comm_bytes["pp_send_recv"] += 2 * layout.virtual_stages * sent * layout.num_microbatches
+    chunks = chunks_per_rank(layout.schedule, layout.virtual_stages)
+    t.pp_s += 2 * chunks * seconds
+    t.fwd_comm_s += chunks * seconds
+    t.comm_bytes["pp_send_recv"] += 2 * chunks * sent * layout.num_microbatches
 
 
 def _add_data_parallel(cm: "CostModel", t: RankTimes, layout: Layout, params: ShardedParams, rank: RankLayers) -> None:

@@ -7,6 +7,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from .model_spec import ModelSpec
+from .pipeline import PassTimes
 from .params import dense_layer_params, expert_params_per_layer, layer_params
 
 
@@ -17,6 +18,10 @@ class RankTimes:
     compute_s: float = 0.0
     fwd_compute_s: float = 0.0
     bwd_compute_s: float = 0.0
+    weight_grad_s: float = 0.0
+    """Of ``bwd_compute_s``, the weight-gradient GEMMs (W of the zero-bubble schedules)."""
+    fwd_comm_s: float = 0.0
+    """Of the exposed TP/CP/EP/PP communication, the forward's."""
     recompute_s: float = 0.0
     tp_s: float = 0.0
     cp_s: float = 0.0
@@ -37,6 +42,13 @@ class RankTimes:
     @property
     def tail_s(self) -> float:
         return self.dp_tail_s + self.optimizer_s + self.offload_s
+
+    def passes(self) -> PassTimes:
+        """F, B and W of one micro-batch (everything not forward or W counts as B)."""
+        forward = self.fwd_compute_s + self.fwd_comm_s
+        return PassTimes(forward_s=forward, weight_grad_s=self.weight_grad_s,
+                         input_grad_s=self.per_microbatch_s - forward - self.weight_grad_s,
+                         hideable_s=self.ep_s + self.pp_s, compute_s=self.compute_s + self.recompute_s)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -34,6 +34,25 @@ def chunk_order(pp: int, virtual_stages: int) -> list[list[int]]:
     return [list(range(i, pp * virtual_stages, pp)) for i in range(pp)]
 
 
+V_SCHEDULES: tuple[str, ...] = ("zb-v", "dualpipe-v")
+"""Schedules that place a rank's two chunks in a V: rank i holds model chunks i and 2·pp − 1 − i
+(Qi et al. 2024, ZB-V, Sec. 6; torch's ``generate_stage_to_rank_mapping(style="v")``)."""
+
+
+def rank_chunks(schedule: str, pp: int, virtual_stages: int) -> list[list[int]]:
+    """Model-chunk indices each pipeline rank holds, in its local order, by the schedule's placement.
+
+    Looped (GPipe, 1F1B, interleaved, ZB-H1, interleaved ZB): rank i holds i, i + pp, ...
+    V (ZB-V, DualPipeV): rank i holds i and 2·pp − 1 − i, so rank 0 holds the first and the last chunk.
+    DualPipe (DeepSeek-V3 report, Sec. 3.2.1): the model is cut into pp chunks and rank i holds chunk i
+    and chunk pp − 1 − i, one per direction: two copies of the parameters over the pipeline."""
+    if schedule in V_SCHEDULES:
+        return [[i, 2 * pp - 1 - i] for i in range(pp)]
+    if schedule == "dualpipe" and pp > 1:
+        return [[i, pp - 1 - i] for i in range(pp)]
+    return chunk_order(pp, virtual_stages)
+
+
 def first_last_split(num_layers: int, pp: int, virtual_stages: int, first: int | None,
                      last: int | None) -> tuple[int, ...]:
     """Megatron's uneven form as layers per chunk: ``first`` (``last``) layers on the first (last)

@@ -238,7 +238,9 @@ def plan(*, model: str | ModelSpec, hardware: str | NodeSpec, gpus: int, global_
     fixes = what_would_fit(result.closest_misses[0], cost_model, search_options) if result.closest_misses else ()
     misses = tuple(ClosestMiss(breakdown=b, suggestions=fixes) for b in result.closest_misses)
     return PlanReport(
-        inputs=replace(job.inputs, top_k=top_k, allow_cross_node_tp=allow_cross_node_tp, launchable=launchable),
+        inputs=replace(job.inputs, top_k=top_k, allow_cross_node_tp=allow_cross_node_tp, launchable=launchable,
+                       layers_per_chunk=tuple(layers_per_chunk) or None, first_stage_layers=first_stage_layers,
+                       last_stage_layers=last_stage_layers),
         best=ranked[0] if ranked else None, candidates=ranked[1:], rejected=rejected,
         closest_misses=misses, bands=job_bands(job.profile, job.inputs.profile),
         search={"solver": solver, "space_size": result.num_candidates, "evaluated": result.num_evaluated,

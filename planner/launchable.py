@@ -38,6 +38,9 @@ def runtime_problems(training: TrainingSpec, layout: Layout) -> list[str]:
     if L.pp > 1 and L.num_microbatches < L.pp:
         out.append(f"layout.num_microbatches = {L.num_microbatches}: torch.distributed.pipelining's schedules need "
                    f"at least pp = {L.pp} micro-batches; " + _or_evaluate("--micro-batch 1"))
+    if L.schedule == "dualpipe" and L.pp > 1:
+        out.append("layout.schedule = dualpipe: torch.distributed.pipelining (2.13) has no DualPipe schedule, "
+                   "so the generated job cannot run it; " + _or_evaluate("--schedule dualpipe-v --virtual-stages 2"))
     if training.lora_rank:
         out.append(f"training.lora_rank = {training.lora_rank}: LoRA is not applied by the generated job")
     if training.recipe.is_low_precision:

@@ -33,7 +33,7 @@ def layout_summary(L: Layout) -> str:
     parts.append(zero)
     parts.append(f"mb {L.micro_batch_size} x {L.num_microbatches}")
     if L.pp > 1:
-        parts.append(f"{L.schedule} v={L.virtual_stages}" if L.schedule == "interleaved" else L.schedule)
+        parts.append(f"{L.schedule} v={L.virtual_stages}" if L.virtual_stages > 1 else L.schedule)
     if L.layers_per_chunk:
         parts.append(f"layers {describe_split(L.layers_per_chunk)}")
     parts.append(f"recompute {L.recompute}")

@@ -171,7 +171,7 @@ def _groups_by_bound(cost_model: CostModel, mesh: MeshChoice, state: StateChoice
     order = {mode: i for i, mode in enumerate(("none", "selective", "full"))}
     groups: dict[tuple, list[ScheduleChoice]] = {}
     for sched in scheds:
-        family = "interleaved" if sched.schedule == "interleaved" else "flush"  # GPipe and 1F1B: same time
+        family = "flush" if sched.schedule in ("gpipe", "1f1b") else sched.schedule  # GPipe and 1F1B: same time
         key = (sched.micro_batch_size, family, sched.virtual_stages, sched.sequence_parallel)
         groups.setdefault(key, []).append(sched)
     out = []

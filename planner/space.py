@@ -3,8 +3,18 @@
 Outer choices (``MeshChoice``): a factorisation of the GPU count into dp · tp · pp · cp, with
 ep dividing dp, subject to: tp divides the attention heads and (by default) fits inside a node;
 pp is at most the number of layers (balanced split, refined by the stage DP afterwards; the
-interleaved schedule takes v among the divisors of ceil(L / pp) with pp·v <= L, its chunks balanced
-to within one layer when pp·v does not divide L); cp divides the sequence; ep divides the experts.
+interleaved schedules take v among the divisors of ceil(L / pp) with pp·v <= L, its chunks balanced
+to within one layer when pp·v does not divide L; ZB-V and DualPipeV take v = 2); cp divides the
+sequence; ep divides the experts. Each schedule's own rules on v and m are
+``costmodels.layout.schedule_problems``, the rule ``Layout`` checks.
+
+The zero-bubble and DualPipe schedules enter as schedule choices like the others, and the search
+bounds each by ``CostModel.pipeline_lower_bound_s`` in a group of its own (``search._groups_by_bound``:
+only GPipe and 1F1B share a bound, having the same time). That bound never cuts the optimum: ZeRO,
+HSDP and offload only add to a rank's per-micro-batch time and to its B part, every bubble form of
+``costmodels.pipeline`` is non-decreasing in F and B, recomputation adds to B (so the group's
+no-recomputation member bounds the rest), and DualPipe's hidden communication depends on EP, PP and
+compute only, taken at its largest over the ranks.
 Inner choices per mesh: ZeRO stage 0-3 (and HSDP for ZeRO-3 with the dp ranks of one node as
 the shard group), optimizer offload, micro-batch size (a divisor of the per-replica batch, so the
 global batch is met exactly), schedule and virtual stages, recomputation mode, sequence parallel.
@@ -16,9 +26,9 @@ import math
 from dataclasses import dataclass
 from typing import Iterator
 
-from costmodels.layout import Layout
+from costmodels.layout import MULTI_CHUNK_SCHEDULES, Layout, schedule_problems
 from costmodels.model_spec import ModelSpec
-from costmodels.stage_split import StageSplitError, first_last_split
+from costmodels.stage_split import StageSplitError, chunk_order, first_last_split, rank_chunks
 from costmodels.training import TrainingSpec
 
 from .launchable import launch_problems
@@ -32,7 +42,8 @@ class SearchOptions:
     """Let tensor-parallel groups span nodes (slow links; off by default)."""
     zero_stages: tuple[int, ...] = (0, 1, 2, 3)
     recompute_modes: tuple[str, ...] = ("none", "selective", "full")
-    schedules: tuple[str, ...] = ("1f1b", "gpipe", "interleaved")
+    schedules: tuple[str, ...] = ("1f1b", "gpipe", "interleaved", "zb-h1", "interleaved-zb", "zb-v", "dualpipe-v",
+                                  "dualpipe")
     allow_hsdp: bool = True
     launchable: bool = False
     """Only layouts ``autoplan launch`` applies: ``planner.launchable.launch_problems`` is checked
@@ -211,7 +222,7 @@ def schedule_choices(mesh: MeshChoice, model: ModelSpec, training: TrainingSpec,
     for b in divisors(per_replica):
         m = per_replica // b
         for schedule, v in _schedules(mesh, model, m, options):
-            split = _requested_split(options, model.num_layers, mesh.pp, v)
+            split = _requested_split(options, model.num_layers, mesh.pp, v, schedule)
             if split is None:
                 continue
             for recompute in options.recompute_modes:
@@ -229,25 +240,26 @@ def _schedules(mesh: MeshChoice, model: ModelSpec, m: int, options: SearchOption
         yield "1f1b", 1  # no pipeline: the schedule is moot, one canonical choice
         return
     for schedule in options.schedules:
-        if schedule != "interleaved":
-            yield schedule, 1
-            continue
-        if m % mesh.pp:
-            continue
-        for v in divisors(-(-model.num_layers // mesh.pp)):  # ceil(L / pp): the divisors when pp | L
-            if v > 1 and mesh.pp * v <= model.num_layers:
-                yield "interleaved", v
+        if schedule in ("interleaved", "interleaved-zb"):
+            # ceil(L / pp): the divisors when pp | L
+            chunks = [v for v in divisors(-(-model.num_layers // mesh.pp)) if v > 1]
+        else:
+            chunks = [2] if schedule in MULTI_CHUNK_SCHEDULES else [1]
+        for v in chunks:
+            if mesh.pp * v <= model.num_layers and not schedule_problems(schedule, mesh.pp, m, v):
+                yield schedule, v
 
 
-def _requested_split(options: SearchOptions, num_layers: int, pp: int, v: int) -> tuple[int, ...] | None:
+def _requested_split(options: SearchOptions, num_layers: int, pp: int, v: int,
+                     schedule: str) -> tuple[int, ...] | None:
     """The split ``options`` asks for at this pp and v; () = none asked; None = this pipeline cannot
     take it."""
     if not options.fixed_split:
         return ()
     if options.layers_per_chunk:
         return options.layers_per_chunk if len(options.layers_per_chunk) == pp * v else None
-    if pp == 1:
-        return None
+    if pp == 1 or rank_chunks(schedule, pp, v) != chunk_order(pp, v):
+        return None  # Megatron's first/last-rank form is for looped placements only
     try:
         return first_last_split(num_layers, pp, v, options.first_stage_layers, options.last_stage_layers)
     except StageSplitError:

@@ -34,7 +34,7 @@ def refine_stages(cost_model: CostModel, breakdown: CostBreakdown) -> CostBreakd
     layout = breakdown.layout
     if layout.pp == 1:
         return breakdown
-    if layout.virtual_stages > 1:
+    if layout.virtual_stages > 1 or layout.schedule == "dualpipe":  # chunks of a rank not contiguous
         splits = interleaved_candidates(cost_model.model.num_layers, layout.num_chunks)
     else:
         split = slice_stages(**stage_slicing_inputs(cost_model, layout))

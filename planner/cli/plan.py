@@ -11,6 +11,9 @@ from rich.console import Console
 
 from .common import EXIT_INFEASIBLE, check_places, run_command, write_atomic
 
+SCHEDULE_NAMES = ("gpipe", "1f1b", "interleaved", "zb-h1", "interleaved-zb", "zb-v", "dualpipe-v", "dualpipe")
+"""``costmodels.layout.SCHEDULES``, spelled out so the CLI loads no cost model (a test checks they agree)."""
+
 if TYPE_CHECKING:
     from ..runtime.plan_file import PlanEntry, PlanFile
 
@@ -193,7 +196,10 @@ def _why_nothing_searched(report: Any) -> str:
 @click.option("--zero", type=click.IntRange(0, 3), default=0, show_default=True)
 @click.option("--hsdp-shard", type=click.IntRange(min=0), default=0, help="HSDP shard-group size (0 = all dp).")
 @click.option("--micro-batch", type=click.IntRange(min=1), default=1, show_default=True)
-@click.option("--schedule", type=click.Choice(["gpipe", "1f1b", "interleaved"]), default="1f1b", show_default=True)
+@click.option("--schedule", type=click.Choice(SCHEDULE_NAMES), default="1f1b", show_default=True,
+              help="Pipeline schedule: zb-h1 / interleaved-zb / zb-v (zero bubble, Qi et al.), dualpipe-v and "
+                   "dualpipe (DeepSeek-V3; dualpipe is costed, not launched). zb-v and dualpipe-v need "
+                   "--virtual-stages 2, interleaved-zb 2 or more.")
 @click.option("--virtual-stages", type=click.IntRange(min=1), default=1, show_default=True)
 @click.option("--recompute", type=click.Choice(["none", "selective", "full"]), default="none", show_default=True)
 @click.option("--recompute-layers", type=click.IntRange(min=0), default=0,

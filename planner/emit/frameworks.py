@@ -174,13 +174,30 @@ def megatron_args(model: ModelSpec, training: TrainingSpec, layout: Layout, seq_
     precision_args, precision_notes = megatron_precision_args(training, L)
     args += precision_args
     notes += precision_notes
-    if L.schedule == "gpipe" and L.pp > 1:
-        notes.append("schedule gpipe: Megatron runs 1F1B (same bubble, less activation memory)")
+    if L.pp > 1 and L.schedule in MEGATRON_SCHEDULE_NOTES:
+        notes.append(f"schedule {L.schedule}: {MEGATRON_SCHEDULE_NOTES[L.schedule]}")
     if L.hsdp_shard_degree and L.hsdp_shard_degree < L.dp:
         notes.append(f"hsdp_shard_degree {L.hsdp_shard_degree}: no Megatron equivalent; states shard over all dp")
     if L.optimizer_offload:
         notes.append("optimizer_offload: use --optimizer-cpu-offload (Megatron-Core >= 0.10) by hand")
     return args, notes
+
+
+_NO_ZB = "upstream Megatron-LM has no zero-bubble schedule and runs "
+_FORK = " (sail-sg/zero-bubble-pipeline-parallelism, a Megatron-LM fork, takes "
+_NO_DUALPIPE = ("Megatron-LM has no DualPipe schedule; the layers are exported for its looped placement. For MoE "
+                "the nearest upstream option is --overlap-moe-expert-parallel-comm --delay-wgrad-compute "
+                "(EP all-to-all hidden in a merged 1F1B step)")
+MEGATRON_SCHEDULE_NOTES = {
+    "gpipe": "Megatron runs 1F1B (same bubble, less activation memory)",
+    "zb-h1": _NO_ZB + "1F1B with these arguments" + _FORK + "--enable-zero-bubble)",
+    "interleaved-zb": _NO_ZB + "interleaved 1F1B with these arguments",
+    "zb-v": _NO_ZB + "interleaved 1F1B with v = 2 here, looped, not in a V" + _FORK + "--zero-bubble-v-schedule)",
+    "dualpipe-v": _NO_DUALPIPE,
+    "dualpipe": _NO_DUALPIPE + "; DualPipe's second parameter copy has no equivalent",
+}
+"""What Megatron-LM does with each schedule it cannot run as planned (flags checked in NVIDIA/Megatron-LM
+and the sail-sg fork's README)."""
 
 
 def _megatron_stage_args(model: ModelSpec, L: Layout) -> list[str]:
@@ -286,8 +303,7 @@ def torchtitan_config(model_name: str, model: ModelSpec, training: TrainingSpec,
     parallelism = {"data_parallel_replicate_degree": replicate, "data_parallel_shard_degree": L.dp // replicate,
                    "fsdp_reshard_after_forward": "always" if L.zero_stage == 3 else "never",
                    "tensor_parallel_degree": L.tp, "pipeline_parallel_degree": L.pp,
-                   "pipeline_parallel_schedule": {"gpipe": "GPipe", "1f1b": "1F1B",
-                                                  "interleaved": "Interleaved1F1B"}[L.schedule],
+                   "pipeline_parallel_schedule": TORCHTITAN_SCHEDULES[L.schedule],
                    "pipeline_parallel_microbatch_size": L.micro_batch_size,
                    "context_parallel_degree": L.cp, "expert_parallel_degree": L.ep}
     counts = L.chunk_layers(model.num_layers)
@@ -321,7 +337,20 @@ def torchtitan_config(model_name: str, model: ModelSpec, training: TrainingSpec,
                      "reshard_after_forward 'never' is the closest")
     if L.optimizer_offload:
         notes.append("optimizer_offload: training.enable_cpu_offload offloads parameters and gradients too")
+    if L.schedule == "dualpipe":
+        notes.append("schedule dualpipe: not in torch.distributed.pipelining (2.13); 1F1B set. DualPipeV, "
+                     "the single-copy variant, is 'DualPipeV'")
+    if L.schedule == "zb-h1":
+        notes.append("schedule zb-h1: torch's InterleavedZeroBubble with one stage per rank; torchtitan builds "
+                     "pipeline_parallel_layers_per_stage so that each rank holds one")
     return config, notes
+
+
+TORCHTITAN_SCHEDULES = {"gpipe": "GPipe", "1f1b": "1F1B", "interleaved": "Interleaved1F1B",
+                        "zb-h1": "InterleavedZeroBubble", "interleaved-zb": "InterleavedZeroBubble",
+                        "zb-v": "ZBVZeroBubble", "dualpipe-v": "DualPipeV", "dualpipe": "1F1B"}
+"""torchtitan's ``parallelism.pipeline_parallel_schedule``: torch's ``get_schedule_class`` names (torchtitan
+places ZBVZeroBubble and DualPipeV stages in a V itself, two per rank)."""
 
 
 def torchtitan_model_parts(counts: tuple[int, ...]) -> list[list[str]]:

@@ -20,6 +20,7 @@ from torch import nn
 
 from costmodels.layout import Layout
 from costmodels.model_spec import ModelSpec
+from costmodels.stage_split import rank_chunks
 
 from .convention import FSDP2
 from .model import Transformer
@@ -192,8 +193,9 @@ def stage_model(model: Transformer, first: int, count: int, *, is_first: bool, i
 
 
 def stage_indices(layout: Layout, pp_rank: int) -> list[int]:
-    """Pipeline stages held by ``pp_rank``: r, r + pp, ... (looped placement of interleaving)."""
-    return [pp_rank + v * layout.pp for v in range(layout.virtual_stages)]
+    """Pipeline stages held by ``pp_rank``: r, r + pp, ... (looped placement), or r and 2·pp − 1 − r for
+    the V schedules (``costmodels.stage_split.rank_chunks``, as torch's ``style="v"`` mapping)."""
+    return rank_chunks(layout.schedule, layout.pp, layout.virtual_stages)[pp_rank]
 
 
 def build_parts(spec: ModelSpec, layout: Layout, meshes: Meshes | None, pp_rank: int) -> list[tuple[int, Transformer]]:

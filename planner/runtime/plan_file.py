@@ -95,6 +95,12 @@ class PlanInputs:
     profile_device_mismatch: tuple[str, ...] | None = None
     """How the profile differs from the cluster, when the user allowed it
     (``--profile-device-mismatch ok``); None when the profile matches or there is none."""
+    layers_per_chunk: tuple[int, ...] | None = None
+    """The split ``plan --layers-per-chunk`` forced (layers per model chunk); None when not given."""
+    first_stage_layers: int | None = None
+    """``plan --first-stage-layers`` (Megatron's form); None when not given."""
+    last_stage_layers: int | None = None
+    """``plan --last-stage-layers``; None when not given."""
 
     @classmethod
     def from_dict(cls, raw: Any, where: str = "inputs") -> "PlanInputs":
@@ -109,6 +115,9 @@ class PlanInputs:
             raise PlanFileError(f"{where}.profile_device_mismatch.problems: expected a list of strings")
         if not 0 < fraction <= 1:
             raise PlanFileError(f"{where}.memory_fraction: must be in (0, 1], got {fraction!r}")
+        split = _get(raw, "layers_per_chunk", where, list, optional=True)
+        if split is not None and not all(isinstance(n, int) and not isinstance(n, bool) and n > 0 for n in split):
+            raise PlanFileError(f"{where}.layers_per_chunk: expected a list of positive layer counts")
         for key in ("gpus", "gpus_per_node"):
             if _get(raw, key, where, int) < 1:
                 raise PlanFileError(f"{where}.{key}: must be a positive integer, got {raw[key]!r}")
@@ -124,7 +133,10 @@ class PlanInputs:
                    allow_cross_node_tp=_get(raw, "allow_cross_node_tp", where, bool, optional=True),
                    launchable=_get(raw, "launchable", where, bool, optional=True),
                    module=module, input_shape=None if shape is None else tuple(shape),
-                   profile_device_mismatch=None if problems is None else tuple(problems))
+                   profile_device_mismatch=None if problems is None else tuple(problems),
+                   layers_per_chunk=None if split is None else tuple(split),
+                   first_stage_layers=_get(raw, "first_stage_layers", where, int, optional=True),
+                   last_stage_layers=_get(raw, "last_stage_layers", where, int, optional=True))
 
     def to_dict(self) -> dict[str, Any]:
         t = self.training
@@ -137,9 +149,11 @@ class PlanInputs:
                                "hardware": self.hardware, "gpus": self.gpus, "gpus_per_node": self.gpus_per_node,
                                "training": training, "memory_fraction": self.memory_fraction,
                                "profile": self.profile}
-        for key in ("top_k", "allow_cross_node_tp", "launchable", "module"):
+        for key in ("top_k", "allow_cross_node_tp", "launchable", "module", "first_stage_layers", "last_stage_layers"):
             if getattr(self, key) is not None:
                 out[key] = getattr(self, key)
+        if self.layers_per_chunk is not None:
+            out["layers_per_chunk"] = list(self.layers_per_chunk)
         if self.input_shape is not None:
             out["input_shape"] = list(self.input_shape)
         if self.profile_device_mismatch is not None:
