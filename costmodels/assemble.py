@@ -7,11 +7,13 @@ hidden behind the first forward (ZeRO-1/2), and the optimizer step.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from .breakdown import CostBreakdown, StageMemory
 from .compute import DATASHEET, merge_source
 from .flops import model_flops_per_token
+from .goodput import goodput
 from .layout import Layout
 from .pipeline import bubble_time_s
 from .ranks import RankTimes
@@ -27,7 +29,7 @@ def assemble(cm: "CostModel", layout: Layout, memory: tuple[StageMemory, ...], t
     tail = times[max(range(len(times)), key=lambda i: times[i].tail_s)]
     model_flops = model_flops_per_token(cm.model, cm.training.seq_len, cm.training.is_lora) \
         * cm.training.tokens_per_step
-    return CostBreakdown(
+    breakdown = CostBreakdown(
         layout=layout, stages=memory, memory_capacity_bytes=cm.capacity_bytes,
         compute_s=m * crit.compute_s, recompute_s=m * crit.recompute_s, tp_comm_s=m * crit.tp_s,
         cp_comm_s=m * crit.cp_s, ep_comm_s=m * crit.ep_s,
@@ -40,6 +42,9 @@ def assemble(cm: "CostModel", layout: Layout, memory: tuple[StageMemory, ...], t
         tokens_per_step=cm.training.tokens_per_step, num_gpus=layout.world_size,
         peak_flops_per_gpu=cm.rates.mfu_peak, sources=term_sources(cm, layout, times),
     )
+    plan = goodput(cm.checkpoint_bytes, cm.cluster, num_gpus=layout.world_size,
+                   step_time_s=breakdown.step_time_s, tokens_per_s=breakdown.tokens_per_s)
+    return replace(breakdown, goodput=plan)
 
 
 def recompute_flops(cm: "CostModel", layout: Layout) -> float:

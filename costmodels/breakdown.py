@@ -7,6 +7,7 @@ from typing import Any
 
 from hardware_specs.units import GIB
 
+from .goodput import Goodput
 from .layout import Layout
 
 TIME_TERMS: tuple[str, ...] = (
@@ -80,6 +81,8 @@ class CostBreakdown:
     for a profile curve imported from SOURCE (``nccl-tests``, ``trace``; ``profiles.schema.CURVE_SOURCES``)."""
     peak_stage_index: int = -1
     """Index of the rank with the most memory; -1 = found on construction."""
+    goodput: Goodput | None = None
+    """Checkpoint interval and expected goodput after failures (``costmodels.goodput``)."""
 
     def __post_init__(self) -> None:
         if self.peak_stage_index < 0:
@@ -143,7 +146,17 @@ class CostBreakdown:
             "comm_gib_per_gpu": {k: _r(v / GIB) for k, v in sorted(self.comm_bytes_per_gpu.items())},
             "bubble_fraction": _r(self.bubble_fraction),
             "sources": dict(sorted(self.sources.items())),
+            **({} if self.goodput is None else {"goodput": goodput_dict(self.goodput)}),
         }
+
+
+def goodput_dict(g: Goodput) -> dict[str, Any]:
+    """The ``predicted.goodput`` object: checkpoint size (GiB), δ, R, M and τ (s), the interval in
+    steps, the useful share of wall time and the goodput in tokens/s."""
+    return {"checkpoint_gib": _r(g.checkpoint_bytes / GIB), "checkpoint_write_s": _r(g.checkpoint_write_s),
+            "restart_s": _r(g.restart_s), "mtbf_h": _r(g.mtbf_s / 3600.0), "interval_s": _r(g.interval_s),
+            "checkpoint_every_steps": g.interval_steps, "useful_fraction": _r(g.useful_fraction),
+            "tokens_per_s": _r(g.tokens_per_s)}
 
 
 def _r(value: float) -> float:

@@ -105,11 +105,15 @@ class NodeSpec:
     """Device-to-host bandwidth per device, per direction (bytes/s); used for optimizer offload."""
     host_memory_bandwidth_bytes_per_s: float
     """Host DRAM bandwidth available to one device's offloaded optimizer step (bytes/s)."""
+    storage_write_bandwidth_bytes_per_s: float
+    """Sustained checkpoint write (and read) bandwidth of one node to its checkpoint storage
+    (bytes/s); sizes the checkpoint interval (``costmodels.goodput``)."""
 
     def __post_init__(self) -> None:
         whole("gpus_per_node", self.gpus_per_node, high=MAX_DEVICES_PER_NODE)
         finite("host_link_bandwidth_bytes_per_s", self.host_link_bandwidth_bytes_per_s, high=MAX_RATE)
         finite("host_memory_bandwidth_bytes_per_s", self.host_memory_bandwidth_bytes_per_s, high=MAX_RATE)
+        finite("storage_write_bandwidth_bytes_per_s", self.storage_write_bandwidth_bytes_per_s, high=MAX_RATE)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -2,7 +2,8 @@
 
 ``plan --launchable`` filters the search space with it (``planner.space``) and ``launch`` refuses
 a plan with it (``planner.emit.job``), so the two cannot disagree. Each rule reads the mesh
-degrees plus at most one of: how model states are held (offload), or the micro-batch count.
+degrees plus at most one of: the training spec (LoRA), or the micro-batch count. Lifted by issue 13:
+optimizer offload (FSDP2 ``CPUOffloadPolicy``), LoRA without tp, tied embeddings under tp and pp.
 """
 
 from __future__ import annotations
@@ -29,25 +30,18 @@ def runtime_problems(training: TrainingSpec, layout: Layout) -> list[str]:
     if L.ep > 1:
         out.append(f"layout.ep = {L.ep}: expert parallelism is not applied by the generated job; "
                    + _or_evaluate("--ep 1"))
-    if L.optimizer_offload:
-        out.append("layout.optimizer_offload: optimizer offload is not applied by the generated job; "
-                   + _or_evaluate("without --offload"))
     if L.pp > 1 and L.num_microbatches < L.pp:
         out.append(f"layout.num_microbatches = {L.num_microbatches}: torch.distributed.pipelining's schedules need "
                    f"at least pp = {L.pp} micro-batches; " + _or_evaluate("--micro-batch 1"))
-    if training.lora_rank:
-        out.append(f"training.lora_rank = {training.lora_rank}: LoRA is not applied by the generated job")
+    if training.lora_rank and L.tp > 1:
+        out.append(f"training.lora_rank = {training.lora_rank} with layout.tp = {L.tp}: the generated job's LoRA "
+                   "adapters are not tensor-parallel; " + _or_evaluate("--tp 1"))
     return out
 
 
 def model_problems(model: ModelSpec, layout: Layout) -> list[str]:
     """What the generated job cannot apply to autoplan's own model of ``model``."""
     L, out = layout, []
-    if model.tied_embeddings and L.pp > 1:
-        out.append(f"layout.pp = {L.pp}: {model.name} ties input and output embeddings, which separate pipeline "
-                   "stages cannot share; " + _or_evaluate("--pp 1"))
-    if model.tied_embeddings and L.tp > 1:
-        out.append(f"layout.tp = {L.tp}: tied embeddings are not split by the generated job; " + _or_evaluate("--tp 1"))
     if model.moe is not None and L.tp > 1:
         out.append(f"layout.tp = {L.tp}: MoE layers are not tensor-parallel in the generated job; "
                    + _or_evaluate("--tp 1"))

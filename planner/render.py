@@ -51,6 +51,13 @@ def prediction_status(sources: dict[str, str]) -> str:
     return "datasheet estimates (no profile or calibration: see --profile)"
 
 
+def goodput_line(g: dict) -> str:
+    """Expected goodput beside the raw figure, with the checkpoint interval that gives it."""
+    return (f"goodput {g['tokens_per_s']:,.0f} tokens/s ({g['useful_fraction']:.1%} useful) · checkpoint every "
+            f"{g['checkpoint_every_steps']:,} steps ({g['checkpoint_gib']:,.0f} GiB in {g['checkpoint_write_s']:,.0f} s;"
+            f" MTBF {g['mtbf_h']:,.0f} h)")
+
+
 def print_plan(console: Console, plan: PlanEntry, title: str, tie_note: str = "") -> None:
     """Layout, headline figures, memory by component against capacity, time by term, traffic."""
     p = plan.predicted
@@ -60,6 +67,8 @@ def print_plan(console: Console, plan: PlanEntry, title: str, tie_note: str = ""
     console.print(f"  step {p['step_time_s']:.3f} s · {p['tokens_per_s']:,.0f} tokens/s "
                   f"({p['tokens_per_s_per_gpu']:,.0f}/GPU)")
     console.print(f"  MFU {p['mfu']:.1%} · HFU {p['hfu']:.1%} · bubble {p['bubble_fraction']:.1%}")
+    if "goodput" in p:
+        console.print(f"  {goodput_line(p['goodput'])}")
     console.print(f"  {prediction_status(p.get('sources', {}))}", style="dim")
     fits = "[green]fits[/green]" if p["fits"] else "[red]does not fit[/red]"
     console.print(f"  peak memory {p['peak_memory_gib']:.1f} / {p['memory_capacity_gib']:.1f} GiB per GPU ({fits})")
