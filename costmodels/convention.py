@@ -70,6 +70,11 @@ class RuntimeConvention:
     else one send and one receive buffer."""
     dtensor_tensor_parallel: bool
     """Tensor-parallel layers are DTensor modules, paying ``tp_layer_overhead_s`` of host time."""
+    offload_holds_all_states: bool = False
+    """Optimizer offload keeps the parameter and gradient shards in host memory too, not only the
+    optimizer states (FSDP2 ``CPUOffloadPolicy``: each all-gather copies the parameter shard to the
+    device, each reduce-scatter copies the gradient shard back). Else ZeRO-Offload's split
+    (Ren et al. 2021): optimizer states on the host, parameters and gradients on the device."""
 
     def zero(self, zero_stage: int) -> ZeroStageRule:
         return self.zero_stages[zero_stage]

@@ -204,6 +204,23 @@ def _add_optimizer(cm: "CostModel", t: RankTimes, layout: Layout, params: Sharde
         t.optimizer_s += cm.rates.memory_time_s(moved)
         return
     node = cm.cluster.node
-    t.offload_s += (sb.grad + sb.param) * stepped / node.host_link_bandwidth_bytes_per_s
+    t.offload_s += _host_link_bytes(cm, layout, params, stepped) / node.host_link_bandwidth_bytes_per_s
     t.offload_s += 2 * sb.optimizer * stepped / node.host_memory_bandwidth_bytes_per_s
+
+
+def _host_link_bytes(cm: "CostModel", layout: Layout, params: ShardedParams, stepped: float) -> float:
+    """Bytes over the host link per step with optimizer offload. ZeRO-Offload (Ren et al. 2021,
+    Sec. 4): each gradient element down once, each updated parameter up once. FSDP2's
+    ``CPUOffloadPolicy`` (``offload_holds_all_states``): every all-gather first copies the parameter
+    shard host-to-device, every reduce-scatter copies the gradient shard back, so the counts are
+    the convention's gathers and reductions per step (``dp_sync``), frozen shards gathered too."""
+    sb, m = cm.states, layout.num_microbatches
+    if not cm.convention.offload_holds_all_states:
+        return (sb.grad + sb.param) * stepped
+    z, z_e = shard_degrees(cm, layout)
+    held = params.dense / (z if layout.zero_stage else 1) + params.expert / (z_e if layout.zero_stage else 1)
+    gathers_per_mb, reduce_per_mb = cm.convention.dp_sync(layout.zero_stage, layout.pp)
+    gathers = gathers_per_mb * m if gathers_per_mb else 1
+    reduces = m if reduce_per_mb else 1
+    return gathers * sb.param * held + reduces * sb.grad * stepped
 
