@@ -2,8 +2,8 @@
 
 ``plan --launchable`` filters the search space with it (``planner.space``) and ``launch`` refuses
 a plan with it (``planner.emit.job``), so the two cannot disagree. Each rule reads the mesh
-degrees plus at most one of: the training spec (LoRA), or the micro-batch count. Lifted by issue 13:
-optimizer offload (FSDP2 ``CPUOffloadPolicy``), LoRA without tp, tied embeddings under tp and pp.
+degrees plus at most one of: how model states are held, or the micro-batch count. Lifted by
+issue 13: optimizer offload (FSDP2 ``CPUOffloadPolicy``), LoRA, tied embeddings under tp and pp.
 """
 
 from __future__ import annotations
@@ -33,9 +33,6 @@ def runtime_problems(training: TrainingSpec, layout: Layout) -> list[str]:
     if L.pp > 1 and L.num_microbatches < L.pp:
         out.append(f"layout.num_microbatches = {L.num_microbatches}: torch.distributed.pipelining's schedules need "
                    f"at least pp = {L.pp} micro-batches; " + _or_evaluate("--micro-batch 1"))
-    if training.lora_rank and L.tp > 1:
-        out.append(f"training.lora_rank = {training.lora_rank} with layout.tp = {L.tp}: the generated job's LoRA "
-                   "adapters are not tensor-parallel; " + _or_evaluate("--tp 1"))
     return out
 
 

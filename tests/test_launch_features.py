@@ -1,6 +1,6 @@
 """Loss parity of issue 13's runtime features (CPU, gloo, torchrun): tied embeddings under tp 2 x
-pp 2 and under tp 2 x dp 2 with SP, LoRA under FSDP, and FSDP2 CPU offload (sharded and
-replicated), each against a single-process run of the same model from the same seed.
+pp 2 and under tp 2 x dp 2 with SP, LoRA under FSDP (and under tp 2 with SP: column- and
+row-parallel adapters), and FSDP2 CPU offload (sharded and replicated), each against a single-process run of the same model from the same seed.
 
 All distributed cases run in one 4-process launch (``planner.runtime.case_runner``), the
 references in one plain process: a launch costs far more than the steps of a tiny model.
@@ -31,6 +31,8 @@ CASES = {  # name: (reference, layout); every layout is global batch 8 on 4 proc
     "tied-tp2-dp2-sp-zero3": ("tiny-gpt", {"tp": 2, "dp": 2, "zero_stage": 3, "sequence_parallel": True,
                                            "num_microbatches": 2, "micro_batch_size": 2}),
     "lora-dp4-zero3": ("tiny-llama-lora", {"dp": 4, "zero_stage": 3, "num_microbatches": 2, "micro_batch_size": 1}),
+    "lora-tp2-dp2-sp-zero2": ("tiny-llama-lora", {"tp": 2, "dp": 2, "zero_stage": 2, "sequence_parallel": True,
+                                                  "num_microbatches": 2, "micro_batch_size": 2}),
     "offload-dp4-zero2": ("tiny-llama", {"dp": 4, "zero_stage": 2, "optimizer_offload": True,
                                          "num_microbatches": 2, "micro_batch_size": 1}),
     "offload-dp2-tp2-zero0": ("tiny-llama", {"dp": 2, "tp": 2, "zero_stage": 0, "optimizer_offload": True,

@@ -120,7 +120,7 @@ def split_options(func: Callable) -> Callable:
 @click.option("--allow-cross-node-tp", is_flag=True, help="Let tensor parallel span nodes.")
 @click.option("--launchable", is_flag=True,
               help="Rarely needed: keep out the few layouts 'autoplan launch' still refuses (the rule launch "
-                   "checks, planner/launchable.py: fewer micro-batches than pp, LoRA with tp > 1, tp not "
+                   "checks, planner/launchable.py: fewer micro-batches than pp, tp not "
                    "dividing the kv heads, and what README 'From a plan to a running job' lists), "
                    "costed as its job runs them (--runtime torch).")
 @click.option("--solver", type=click.Choice(["search", "brute-force"]), default="search", show_default=True,

@@ -22,6 +22,7 @@ from costmodels.layout import Layout
 from costmodels.model_spec import ModelSpec
 
 from .convention import FSDP2
+from .lora import apply_lora, freeze
 from .model import Transformer
 
 
@@ -241,8 +242,9 @@ def build_parts(spec: ModelSpec, layout: Layout, meshes: Meshes | None, pp_rank:
 
 
 def parallelize(part: nn.Module, layout: Layout, meshes: Meshes | None, mp_policy,
-                tp_plan: dict[str, str] | None = None) -> None:
-    """Recomputation, then TP/SP, then data parallel, in place.
+                tp_plan: dict[str, str] | None = None, lora: tuple[int, tuple[str, ...]] = (0, ())) -> None:
+    """Recomputation, then TP/SP, then LoRA adapters (``lora`` = (rank, targets); rank 0: none),
+    then data parallel, in place.
 
     With a ``tp_plan`` ({module fqn: style}, from ``autoplan shard --attach``) TP and SP follow it
     instead of the fixed Megatron plan; modules a pipeline stage does not hold are skipped."""
@@ -255,6 +257,9 @@ def parallelize(part: nn.Module, layout: Layout, meshes: Meshes | None, mp_polic
             apply_tp_plan(part, meshes.tp, tp_plan, skip_missing=layout.num_chunks > 1)
         else:
             apply_tensor_parallel(part, meshes.tp, layout.sequence_parallel)
+    if lora[0]:
+        freeze(part)
+        apply_lora(part, lora[0], lora[1], sp=layout.sequence_parallel)
     dp_mesh = data_parallel_mesh(layout, meshes) if meshes is not None else None
     if dp_mesh is not None:
         apply_data_parallel(part, dp_mesh, layout, mp_policy)

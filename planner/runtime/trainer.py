@@ -20,7 +20,6 @@ from hardware_specs.errors import AutoplanError
 from .clip import clip_grads
 from .convention import FSDP2
 from .init import init_weights
-from .lora import apply_lora
 from .parallel import Meshes, build_meshes, build_parts, parallelize, shard_embedding_grads
 from .tied import embedding_group, sum_tied_grads, tied_weights
 from .user_model import build_user_model, layout_problems
@@ -130,9 +129,7 @@ def setup_job(spec: ModelSpec | None, layout: Layout, *, device: torch.device, s
     mp = _mp_policy(precision, device)
     parts, job.vocab_size = _meta_parts(spec, layout, meshes, module, tp_plan, seq_len)
     for index, part in parts:
-        if lora_rank:
-            apply_lora(part, lora_rank, lora_targets)
-        parallelize(part, layout, meshes, mp, tp_plan)
+        parallelize(part, layout, meshes, mp, tp_plan, lora=(lora_rank, lora_targets))
         part.to_empty(device=device)
         shard_embedding_grads(part)
         init_weights(part, seed=seed)

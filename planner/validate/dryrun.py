@@ -34,7 +34,6 @@ import torch.distributed as dist
 
 from costmodels.layout import Layout
 from planner.runtime import trainer
-from planner.runtime.lora import apply_lora
 from planner.runtime.plan_file import read_plan_file
 from planner.runtime.parallel import build_meshes, build_parts, parallelize, shard_embedding_grads
 
@@ -66,9 +65,7 @@ def build_fake_job(spec, layout: Layout, rank: int, precision: str, optimizer: s
                       dp_rank=trainer._dp_rank(meshes, layout))
     parts = build_parts(spec, layout, meshes, pp_rank)
     for _, part in parts:
-        if lora_rank:
-            apply_lora(part, lora_rank, lora_targets)
-        parallelize(part, layout, meshes, _mp_policy(precision))
+        parallelize(part, layout, meshes, _mp_policy(precision), lora=(lora_rank, lora_targets))
     mode = FakeTensorMode(allow_non_fake_inputs=True)
     with mode:
         for index, part in parts:
