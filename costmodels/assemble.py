@@ -9,11 +9,13 @@ that time comes off the exposed EP, then PP, communication.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from .breakdown import CostBreakdown, StageMemory
 from .compute import DATASHEET, merge_source
 from .flops import model_flops_per_token
+from .goodput import goodput
 from .layout import Layout
 from .pipeline import DUALPIPE, dualpipe_overlap_s, schedule_bubble_s
 from .ranks import RankTimes
@@ -31,7 +33,7 @@ def assemble(cm: "CostModel", layout: Layout, memory: tuple[StageMemory, ...], t
         * cm.training.tokens_per_step
     hidden = overlap_hidden_s(layout, [crit])
     ep_hidden = min(hidden, m * crit.ep_s)
-    return CostBreakdown(
+    breakdown = CostBreakdown(
         layout=layout, stages=memory, memory_capacity_bytes=cm.capacity_bytes,
         compute_s=m * crit.compute_s, recompute_s=m * crit.recompute_s, tp_comm_s=m * crit.tp_s,
         cp_comm_s=m * crit.cp_s, ep_comm_s=m * crit.ep_s - ep_hidden,
@@ -47,6 +49,9 @@ def assemble(cm: "CostModel", layout: Layout, memory: tuple[StageMemory, ...], t
         host_memory_capacity_bytes=cm.cluster.node.host_memory_bytes,
         ranks_per_node=min(cm.cluster.gpus_per_node, layout.world_size),
     )
+    plan = goodput(cm.checkpoint_bytes, cm.cluster, num_gpus=layout.world_size,
+                   step_time_s=breakdown.step_time_s, tokens_per_s=breakdown.tokens_per_s)
+    return replace(breakdown, goodput=plan)
 
 
 def bubble_s(layout: Layout, times: list[RankTimes], counts: list[int] | None = None) -> float:

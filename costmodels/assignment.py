@@ -13,7 +13,7 @@ from .layer_costs import LayerKey
 from .layout import Layout
 from .memo import memoised
 from .memory import ShardedParams
-from .params import embedding_params, lora_params_per_layer, mtp_params, output_params
+from .params import embedding_params, lora_params_per_layer_per_rank, mtp_params, output_params
 from .ranks import RankLayers
 from .stage_split import V_SCHEDULES, rank_chunks
 
@@ -78,14 +78,13 @@ def _count_rank_params(cm: "CostModel", layout: Layout, rank: RankLayers) -> Sha
         dense += output_params(model) + mtp_params(model)  # MTP modules follow the last layer
         if model.tied_embeddings and layout.pp > 1:
             dense += model.vocab_size * model.hidden_size  # the head keeps its own copy
-    lora = 0.0
+    lora = 0.0  # adapters on this tensor-parallel rank
     if cm.training.is_lora:
-        lora = rank.num_layers * lora_params_per_layer(model, cm.training.lora_rank,
-                                                        cm.training.lora_targets)
-        dense += lora
+        lora = rank.num_layers * lora_params_per_layer_per_rank(model, cm.training.lora_rank,
+                                                                cm.training.lora_targets, tp)
     etp = layout.etp
-    return ShardedParams(dense=dense / tp, expert=expert / (etp * layout.ep),
-                         trainable_dense=(lora if cm.training.is_lora else dense) / tp,
+    return ShardedParams(dense=dense / tp + lora, expert=expert / (etp * layout.ep),
+                         trainable_dense=lora if cm.training.is_lora else dense / tp,
                          trainable_expert=0.0 if cm.training.is_lora else expert / (etp * layout.ep))
 
 

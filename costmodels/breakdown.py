@@ -7,6 +7,7 @@ from typing import Any
 
 from hardware_specs.units import GIB
 
+from .goodput import Goodput
 from .layout import Layout
 
 TIME_TERMS: tuple[str, ...] = (
@@ -89,6 +90,8 @@ class CostBreakdown:
     """Host RAM of one node (``NodeSpec.host_memory_bytes``)."""
     ranks_per_node: int = 1
     """Ranks that share one node's host RAM."""
+    goodput: Goodput | None = None
+    """Checkpoint interval and expected goodput after failures (``costmodels.goodput``)."""
 
     def __post_init__(self) -> None:
         if self.peak_stage_index < 0:
@@ -176,12 +179,22 @@ class CostBreakdown:
             "bubble_fraction": _r(self.bubble_fraction),
             "sources": dict(sorted(self.sources.items())),
             **(self._host_dict() if self.layout.optimizer_offload else {}),
+            **({} if self.goodput is None else {"goodput": goodput_dict(self.goodput)}),
         }
 
     def _host_dict(self) -> dict[str, Any]:
         """Host RAM of an offloading layout: per node, against the node's RAM."""
         return {"host_memory_gib_per_node": _r(self.host_memory_bytes_per_node / GIB),
                 "host_memory_capacity_gib": _r(self.host_memory_capacity_bytes / GIB), "host_fits": self.host_fits}
+
+
+def goodput_dict(g: Goodput) -> dict[str, Any]:
+    """The ``predicted.goodput`` object: checkpoint size (GiB), δ, R, M and τ (s), the interval in
+    steps, the useful share of wall time and the goodput in tokens/s."""
+    return {"checkpoint_gib": _r(g.checkpoint_bytes / GIB), "checkpoint_write_s": _r(g.checkpoint_write_s),
+            "restart_s": _r(g.restart_s), "mtbf_h": _r(g.mtbf_s / 3600.0), "interval_s": _r(g.interval_s),
+            "checkpoint_every_steps": g.interval_steps, "useful_fraction": _r(g.useful_fraction),
+            "tokens_per_s": _r(g.tokens_per_s)}
 
 
 def _r(value: float) -> float:

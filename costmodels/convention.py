@@ -78,6 +78,11 @@ class RuntimeConvention:
     keeps_16bit_grads: bool = False
     """The 16-bit gradients each backward writes stay allocated beside the fp32 accumulation
     buffer (2 more bytes per parameter in bf16/fp8 training)."""
+    offload_holds_all_states: bool = False
+    """Optimizer offload keeps the parameter and gradient shards in host memory too, not only the
+    optimizer states (FSDP2 ``CPUOffloadPolicy``: each all-gather copies the parameter shard to the
+    device, each reduce-scatter copies the gradient shard back). Else ZeRO-Offload's split
+    (Ren et al. 2021): optimizer states on the host, parameters and gradients on the device."""
 
     def zero(self, zero_stage: int) -> ZeroStageRule:
         return self.zero_stages[zero_stage]

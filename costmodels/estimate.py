@@ -11,6 +11,7 @@ from .assemble import assemble, bubble_s, overlap_hidden_s
 from .assignment import rank_groups, rank_layers, rank_params
 from .breakdown import CostBreakdown
 from .compute import Rates
+from .goodput import checkpoint_state_bytes
 from .job import Job
 from .layer_costs import LayerCosts
 from .layout import Layout
@@ -40,6 +41,7 @@ class CostModel:
         """Share of the weights in low-precision GEMMs (``memory.low_precision_weight_share``)."""
         self.states: StateBytes = state_bytes(training, job.convention, low_precision_share=self.low_precision_share)
         self.capacity_bytes = job.memory_fraction * cluster.hardware.memory_bytes
+        self.checkpoint_bytes = checkpoint_state_bytes(model, training, job.convention)
         self.prefix = LayerPrefix(model)
         self.core_memo: dict[tuple, RankTimes] = {}
         self.ranks_memo: dict[tuple, list[RankLayers]] = {}

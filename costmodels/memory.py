@@ -11,7 +11,8 @@ ZeRO-1 divides the KΨ term by the shard degree N_d, ZeRO-2 also the gradients, 
 parameters. LoRA (Hu et al. 2021): frozen base weights keep only their parameter bytes.
 
 Second convention, ``RuntimeConvention.fp32_model_states`` (FSDP2, ``autoplan launch``'s job;
-``planner/runtime/convention.py``): the sharded parameters stay in their original dtype (fp32;
+``planner/runtime/convention.py``): with optimizer offload all three live on the host
+(``RuntimeConvention.offload_holds_all_states``, FSDP2's ``CPUOffloadPolicy``); otherwise the sharded parameters stay in their original dtype (fp32;
 they are the optimizer's master copy, so there is no separate one), gradients are sharded in the
 fp32 reduce dtype, and the optimizer keeps fp32 states of those shards: 4Ψ + 4Ψ + KΨ with K = 8
 (AdamW) or 4 (SGD momentum), whatever the compute precision. Which states a ZeRO stage shards is
@@ -116,6 +117,8 @@ def held_state_bytes(params: ShardedParams, training: TrainingSpec, convention: 
                      offload: bool) -> tuple[float, float, float]:
     """(params, grads, optimizer) bytes on one rank as ``convention`` holds them at ``zero_stage``:
     the ZeRO paper's stages (Megatron) or FSDP2's, where any stage ≥ 1 shards all three."""
+    if offload and convention.offload_holds_all_states:
+        return 0.0, 0.0, 0.0
     sb = state_bytes(training, convention)
     frozen_bytes = 4 if training.precision == "fp32" or convention.fp32_model_states else 2
     stage = convention.zero(zero_stage).sharded_stage

@@ -147,11 +147,27 @@ def active_params(model: ModelSpec) -> int:
     return main_model_params(model) - model.num_moe_layers * (routed_per_layer - active_routed)
 
 
-def lora_params_per_layer(model: ModelSpec, rank: int, targets: tuple[str, ...]) -> int:
-    """LoRA adapters of one layer: Σ over adapted matrices of r·(d_in + d_out) (Hu et al. 2021)."""
+COLUMN_PARALLEL_TARGETS = ("q", "k", "v", "gate", "up")
+"""LoRA targets whose projection tensor parallelism splits by output (the rest, o and down, by input)."""
+
+
+def _lora_shapes(model: ModelSpec, targets: tuple[str, ...]) -> dict[str, tuple[int, int]]:
+    """(d_in, d_out) of each adapted projection of one layer (no gate in a plain MLP)."""
     h, q, kv, f = model.hidden_size, model.q_dim, model.kv_dim, model.ffn_hidden_size
-    shapes = {"q": (h, q), "k": (h, kv), "v": (h, kv), "o": (q, h),
-              "gate": (h, f), "up": (h, f), "down": (f, h)}
+    shapes = {"q": (h, q), "k": (h, kv), "v": (h, kv), "o": (q, h), "gate": (h, f), "up": (h, f), "down": (f, h)}
     if not model.gated_mlp:
         shapes.pop("gate")
-    return sum(rank * (d_in + d_out) for name, (d_in, d_out) in shapes.items() if name in targets)
+    return {name: shape for name, shape in shapes.items() if name in targets}
+
+
+def lora_params_per_layer(model: ModelSpec, rank: int, targets: tuple[str, ...]) -> int:
+    """LoRA adapters of one layer: Σ over adapted matrices of r·(d_in + d_out) (Hu et al. 2021)."""
+    return sum(rank * (d_in + d_out) for d_in, d_out in _lora_shapes(model, targets).values())
+
+
+def lora_params_per_layer_per_rank(model: ModelSpec, rank: int, targets: tuple[str, ...], tp: int) -> float:
+    """LoRA adapter elements of one layer on one tensor-parallel rank: an adapter splits with its
+    projection (Megatron column/row split), so a column-parallel one keeps A (r·d_in) whole and
+    splits B (r·d_out / tp), a row-parallel one splits A (r·d_in / tp) and keeps B (r·d_out)."""
+    return sum(rank * (d_in + d_out / tp) if name in COLUMN_PARALLEL_TARGETS else rank * (d_in / tp + d_out)
+               for name, (d_in, d_out) in _lora_shapes(model, targets).items())

@@ -255,5 +255,25 @@ def _add_optimizer(cm: "CostModel", t: RankTimes, layout: Layout, params: Sharde
         t.optimizer_s += cm.rates.memory_time_s((2 * sb.optimizer + sb.reduced + sb.param) * stepped)  # reads the reduced gradient
         return
     node = cm.cluster.node
-    t.offload_s += host_copy_time_s(stepped, sb, node.host_link_bandwidth_bytes_per_s)
+    link = node.host_link_bandwidth_bytes_per_s
+    if cm.convention.offload_holds_all_states:
+        t.offload_s += _fsdp2_host_link_bytes(cm, layout, params, stepped) / link
+    else:
+        t.offload_s += host_copy_time_s(stepped, sb, link)
     t.offload_s += cpu_adam_time_s(stepped, node.host_memory_bandwidth_bytes_per_s)
+
+
+def _fsdp2_host_link_bytes(cm: "CostModel", layout: Layout, params: ShardedParams, stepped: float) -> float:
+    """Bytes over the host link per step under FSDP2's ``CPUOffloadPolicy``
+    (``offload_holds_all_states``): every all-gather first copies the parameter shard host-to-device,
+    every reduce-scatter copies the gradient shard back, so the counts are the convention's gathers
+    and reductions per step (``dp_sync``), frozen shards gathered too. (ZeRO-Offload's split,
+    each gradient down once and each parameter up once, is ``offload.host_copy_time_s``.)"""
+    sb, m = cm.states, layout.num_microbatches
+    z, z_e = shard_degrees(cm, layout)
+    held = params.dense / (z if layout.zero_stage else 1) + params.expert / (z_e if layout.zero_stage else 1)
+    gathers_per_mb, reduce_per_mb = cm.convention.dp_sync(layout.zero_stage, layout.pp)
+    gathers = gathers_per_mb * m if gathers_per_mb else 1
+    reduces = m if reduce_per_mb else 1
+    return gathers * sb.param * held + reduces * sb.reduced * stepped
+

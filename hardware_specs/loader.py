@@ -8,7 +8,8 @@ File layout (every number has an entry in ``[sources]`` under its dotted key)::
     device_type = "cuda"
     [device]      fp32_tflops, fp16_tflops, bf16_tflops?, fp8_tflops?, mxfp8_tflops?, nvfp4_tflops?, memory_gib,
                   memory_bandwidth_tb_per_s, runtime_reserved_gib, num_sms?, sustained_clock_mhz?
-    [node]        gpus_per_node, host_link_gb_per_s, host_memory_gb_per_s, host_memory_gib
+    [node]        gpus_per_node, host_link_gb_per_s, host_memory_gb_per_s, host_memory_gib,
+                  storage_write_gb_per_s
     [intra_node]  kind, bandwidth_gb_per_s (per device, per direction), latency_us
     [inter_node]  kind, nics_per_node, nic_gbit_per_s, latency_us
     [sources]     "device.bf16_tflops" = "NVIDIA H100 datasheet ..."
@@ -107,6 +108,7 @@ def parse_node(raw: dict[str, Any], *, origin: str) -> NodeSpec:
         host_link_bandwidth_bytes_per_s=reader.number("node.host_link_gb_per_s") * GB,
         host_memory_bandwidth_bytes_per_s=reader.number("node.host_memory_gb_per_s") * GB,
         host_memory_bytes=int(reader.number("node.host_memory_gib") * GIB),
+        storage_write_bandwidth_bytes_per_s=reader.number("node.storage_write_gb_per_s") * GB,
     )
 
 

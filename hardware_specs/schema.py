@@ -119,12 +119,16 @@ class NodeSpec:
     """Host DRAM bandwidth available to one device's offloaded optimizer step (bytes/s)."""
     host_memory_bytes: int
     """Host RAM of one node (bytes), shared by its devices; offloaded optimizer states must fit in it."""
+    storage_write_bandwidth_bytes_per_s: float
+    """Sustained checkpoint write (and read) bandwidth of one node to its checkpoint storage
+    (bytes/s); sizes the checkpoint interval (``costmodels.goodput``)."""
 
     def __post_init__(self) -> None:
         whole("gpus_per_node", self.gpus_per_node, high=MAX_DEVICES_PER_NODE)
         whole("host_memory_bytes", self.host_memory_bytes, high=MAX_DEVICES_PER_NODE * MAX_MEMORY_BYTES)
         finite("host_link_bandwidth_bytes_per_s", self.host_link_bandwidth_bytes_per_s, high=MAX_RATE)
         finite("host_memory_bandwidth_bytes_per_s", self.host_memory_bandwidth_bytes_per_s, high=MAX_RATE)
+        finite("storage_write_bandwidth_bytes_per_s", self.storage_write_bandwidth_bytes_per_s, high=MAX_RATE)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

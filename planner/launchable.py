@@ -2,7 +2,8 @@
 
 ``plan --launchable`` filters the search space with it (``planner.space``) and ``launch`` refuses
 a plan with it (``planner.emit.job``), so the two cannot disagree. Each rule reads the mesh
-degrees plus at most one of: how model states are held (offload), or the micro-batch count.
+degrees plus at most one of: how model states are held, or the micro-batch count. Lifted by
+issue 13: optimizer offload (FSDP2 ``CPUOffloadPolicy``), LoRA, tied embeddings under tp and pp.
 """
 
 from __future__ import annotations
@@ -32,17 +33,12 @@ def runtime_problems(training: TrainingSpec, layout: Layout) -> list[str]:
     if L.expert_tp and L.expert_tp != L.tp:
         out.append(f"layout.expert_tp = {L.expert_tp}: expert tensor parallelism apart from tp is not applied by the "
                    "generated job; " + _or_evaluate("without --expert-tp"))
-    if L.optimizer_offload:
-        out.append("layout.optimizer_offload: optimizer offload is not applied by the generated job; "
-                   + _or_evaluate("without --offload"))
     if L.pp > 1 and L.num_microbatches < L.pp:
         out.append(f"layout.num_microbatches = {L.num_microbatches}: torch.distributed.pipelining's schedules need "
                    f"at least pp = {L.pp} micro-batches; " + _or_evaluate("--micro-batch 1"))
     if L.schedule == "dualpipe" and L.pp > 1:
         out.append("layout.schedule = dualpipe: torch.distributed.pipelining (2.13) has no DualPipe schedule, "
                    "so the generated job cannot run it; " + _or_evaluate("--schedule dualpipe-v --virtual-stages 2"))
-    if training.lora_rank:
-        out.append(f"training.lora_rank = {training.lora_rank}: LoRA is not applied by the generated job")
     if training.recipe.is_low_precision:
         out.append(f"training.precision = {training.precision} ({training.recipe.name}): low-precision recipes are "
                    "planned and exported (Megatron-LM, torchtitan), not applied by the generated job (their GEMMs "
@@ -54,11 +50,6 @@ def runtime_problems(training: TrainingSpec, layout: Layout) -> list[str]:
 def model_problems(model: ModelSpec, layout: Layout) -> list[str]:
     """What the generated job cannot apply to autoplan's own model of ``model``."""
     L, out = layout, []
-    if model.tied_embeddings and L.pp > 1:
-        out.append(f"layout.pp = {L.pp}: {model.name} ties input and output embeddings, which separate pipeline "
-                   "stages cannot share; " + _or_evaluate("--pp 1"))
-    if model.tied_embeddings and L.tp > 1:
-        out.append(f"layout.tp = {L.tp}: tied embeddings are not split by the generated job; " + _or_evaluate("--tp 1"))
     if model.moe is not None and L.tp > 1:
         out.append(f"layout.tp = {L.tp}: MoE layers are not tensor-parallel in the generated job; "
                    + _or_evaluate("--tp 1"))

@@ -60,6 +60,13 @@ def _in_order(values: dict[str, float], order: list[str]) -> list[tuple[str, flo
     return sorted(values.items(), key=lambda kv: (rank.get(kv[0], len(order)), kv[0]))
 
 
+def goodput_line(g: dict) -> str:
+    """Expected goodput beside the raw figure, with the checkpoint interval that gives it."""
+    return (f"goodput {g['tokens_per_s']:,.0f} tokens/s ({g['useful_fraction']:.1%} useful) · checkpoint every "
+            f"{g['checkpoint_every_steps']:,} steps ({g['checkpoint_gib']:,.0f} GiB in {g['checkpoint_write_s']:,.0f} s;"
+            f" MTBF {g['mtbf_h']:,.0f} h)")
+
+
 def print_plan(console: Console, plan: PlanEntry, title: str, tie_note: str = "") -> None:
     """Layout, headline figures, memory by component against capacity, time by term, traffic."""
     p = plan.predicted
@@ -71,6 +78,8 @@ def print_plan(console: Console, plan: PlanEntry, title: str, tie_note: str = ""
                   f"({p['tokens_per_s_per_gpu']:,.0f}/GPU)")
     low = f" ({p['mfu_low_precision_peak']:.1%} of the low-precision peak)" if "mfu_low_precision_peak" in p else ""
     console.print(f"  MFU {p['mfu']:.1%}{low} · HFU {p['hfu']:.1%} · bubble {p['bubble_fraction']:.1%}")
+    if "goodput" in p:
+        console.print(f"  {goodput_line(p['goodput'])}")
     console.print(f"  {prediction_status(p.get('sources', {}))}", style="dim")
     fits = "[green]fits[/green]" if p["fits"] else "[red]does not fit[/red]"
     if p.get("host_fits") is False and p["peak_memory_gib"] <= p["memory_capacity_gib"]:

@@ -149,9 +149,7 @@ def test_megatron_args_use_known_options(job):
 @pytest.mark.parametrize("plan, field", [
     (make_plan(dp=2, cp=2), "layout.cp"),
     (make_plan(model="tiny-mixtral", dp=4, ep=2), "layout.ep"),
-    (make_plan(model="tiny-gpt", dp=2, pp=2, num_microbatches=2), "layout.pp"),
-    (make_plan(model="tiny-gpt", dp=2, tp=2), "layout.tp"),
-    (make_plan(dp=4, optimizer_offload=True), "layout.optimizer_offload"),
+    (make_plan(dp=1, pp=4, num_microbatches=2), "layout.num_microbatches"),
 ])
 def test_cli_refuses_what_it_cannot_apply(tmp_path, plan, field):
     path = tmp_path / "plan.json"
@@ -161,6 +159,18 @@ def test_cli_refuses_what_it_cannot_apply(tmp_path, plan, field):
     lines = result.output.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"error: {field}")
     assert not (tmp_path / "job").exists()
+
+
+@pytest.mark.parametrize("plan", [make_plan(model="tiny-gpt", dp=2, pp=2, num_microbatches=2),
+                                  make_plan(model="tiny-gpt", dp=2, tp=2), make_plan(dp=4, optimizer_offload=True)],
+                         ids=["tied-pp2", "tied-tp2", "offload"])
+def test_cli_launches_what_issue_13_lifted(tmp_path, plan):
+    """Tied embeddings under pp and tp and optimizer offload are applied now (test_launch_features)."""
+    path = tmp_path / "plan.json"
+    path.write_text(json.dumps(plan))
+    result = CliRunner().invoke(main, ["launch", str(path), "--out", str(tmp_path / "job")])
+    assert result.exit_code == 0, result.output
+    assert '--checkpoint-every 10 "$@"' in (tmp_path / "job" / "launch.sh").read_text()  # no goodput: default
 
 
 def test_cli_rejects_unreadable_plan(tmp_path):

@@ -8,7 +8,7 @@ import planner
 from planner.emit.job import check_plan
 
 CASES = [
-    # gpt3-1.3b ties its embeddings: the launched job splits them neither over tp nor over pp
+    # gpt3-1.3b ties its embeddings: the launched job splits them over tp and shares them across pp
     dict(model="gpt3-1.3b", hardware="a100-sxm-80gb", gpus=16, global_batch=64, seq_len=2048),
     dict(model="tiny-gpt", hardware="cpu", gpus=4, global_batch=8, seq_len=64, precision="fp32"),
     dict(model="tiny-llama", hardware="cpu", gpus=4, global_batch=8, seq_len=128, precision="fp32"),
@@ -26,10 +26,22 @@ def test_every_launchable_plan_is_accepted_by_launch(case):
         check_plan(plan.with_best(entry))  # raises PlanFileError naming the first problem
 
 
-def test_tied_embeddings_plan_keeps_to_tp_and_pp_one():
-    report = planner.plan(launchable=True, top_k=8, **CASES[0])
-    layouts = [b.layout for b in (report.best, *report.candidates)]
-    assert layouts and all(L.tp == 1 and L.pp == 1 for L in layouts)
+def test_offload_lora_and_tied_embeddings_under_tp_and_pp_are_launchable():
+    """Issue 13 lifted these refusals: the job applies FSDP2 CPU offload, LoRA (also under tp), and a
+    tied table split over tp (vocab-parallel) or shared across pp (gradient summed)."""
+    from costmodels.layout import Layout
+    from costmodels.presets import load_model
+    from costmodels.training import TrainingSpec
+    from planner.launchable import launch_problems
+
+    tied, full = load_model("tiny-gpt"), TrainingSpec(global_batch_size=8, seq_len=64)
+    lora = TrainingSpec(global_batch_size=8, seq_len=64, lora_rank=8)
+    accepted = [(tied, full, Layout(dp=1, tp=2, pp=2, num_microbatches=8)),
+                (tied, full, Layout(dp=4, zero_stage=3, optimizer_offload=True, num_microbatches=2)),
+                (tied, lora, Layout(dp=2, pp=2, num_microbatches=4))]
+    accepted.append((tied, lora, Layout(dp=1, tp=2, sequence_parallel=True, num_microbatches=8)))
+    for model, training, layout in accepted:
+        assert launch_problems(model, training, layout) == [], layout
 
 
 @pytest.mark.parametrize("case", CASES[1:], ids=[c["model"] for c in CASES[1:]])

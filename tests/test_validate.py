@@ -57,8 +57,8 @@ def test_parameter_bytes_are_exact(validated):
     psi = total_params(load_model("tiny-llama"))
     for p in report["plans"]:
         layout = Layout.from_dict(p["layout"])
-        if layout.pp > 1 or layout.tp > 1:
-            continue
+        if layout.pp > 1 or layout.tp > 1 or layout.optimizer_offload:  # offloaded: on the host, 0 on device
+            continue                                                     # (tests/test_dryrun_offload_lora.py)
         measured = next(r["measured"] for r in p["memory_bytes"] if r["component"] == "params")
         shards = layout.dp if layout.zero_stage > 0 else 1
         assert measured == pytest.approx(4 * psi / shards, rel=0.01)

@@ -148,7 +148,8 @@ def write_job(plan: PlanFile, out: str | Path, *, python: str | None = None) -> 
     _write(out / "train.py", scripts.TRAIN_PY)
     user = plan.inputs.module
     _write(out / "launch.sh", scripts.launch_sh(world_size=layout.world_size, summary=summary,
-                                                python=python or sys.executable, user_module=user), executable=True)
+                                                python=python or sys.executable, user_module=user,
+                                                every=scripts.checkpoint_every(plan.best.predicted)), executable=True)
     per_node = plan.inputs.gpus_per_node
     _write(out / "slurm.sbatch", scripts.slurm_sbatch(world_size=layout.world_size, gpus_per_node=per_node,
                                                        name=name, summary=summary, job_dir=out.resolve(),

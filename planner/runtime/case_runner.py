@@ -6,7 +6,7 @@ starting processes costs far more on a small machine than a few steps of a tiny 
     torchrun --standalone --nproc-per-node 4 -m planner.runtime.case_runner cases.json results.json
 
 ``cases.json`` is a list of {"name", "model", "layout", "seq_len", "steps", "lr", "max_norm",
-"seed"}; "model" is a preset name or a ModelSpec dict, or a case gives "module" ("pkg.mod:factory",
+"seed"} and optionally "lora_rank" and "lora_targets"; "model" is a preset name or a ModelSpec dict, or a case gives "module" ("pkg.mod:factory",
 a user's model) instead; an optional "tp_plan" ({module fqn: style}) replaces the fixed TP plan. Cases whose world size differs from the
 launch are skipped. ``results.json`` maps each name to its per-step {"loss", "grad_norm"}.
 Run without torchrun (``python -m planner.runtime.case_runner ...``) it runs the single-process
@@ -37,7 +37,8 @@ def run_case(case: dict, device: torch.device) -> list[dict]:
     spec = None if model is None else load_model(model) if isinstance(model, str) else model_from_dict(model)
     layout = Layout.from_dict(case["layout"])
     job = setup_job(spec, layout, device=device, seed=case.get("seed", 0), lr=case.get("lr", 1e-3),
-                    module=case.get("module"), tp_plan=case.get("tp_plan"), seq_len=case["seq_len"])
+                    module=case.get("module"), tp_plan=case.get("tp_plan"), seq_len=case["seq_len"],
+                    lora_rank=case.get("lora_rank", 0), lora_targets=tuple(case.get("lora_targets", ())))
     source = SyntheticTokens(job.vocab_size, case.get("seed", 0))
     return [train_step(job, source, step, seq_len=case["seq_len"], max_norm=case.get("max_norm", 1.0))
             for step in range(case["steps"])]

@@ -15,6 +15,8 @@ import math
 import torch
 import torch.distributed as dist
 
+from .tied import TIED_COPY_ATTR
+
 
 def _holders(grad: torch.Tensor, stage_ranks: int) -> int:
     """Ranks of the whole job that hold exactly this local piece of ``grad``.
@@ -50,7 +52,7 @@ def global_grad_norm(params: list[torch.nn.Parameter], *, stage_ranks: int, devi
     """L2 norm of the full model gradient, identical on every rank."""
     total = torch.zeros((), dtype=torch.float32, device=device)
     for param in params:
-        if param.grad is not None:
+        if param.grad is not None and not getattr(param, TIED_COPY_ATTR, False):  # counted on the first stage
             total += _local_square_sum(param.grad).to(device) / _holders(param.grad, stage_ranks)
     if dist.is_available() and dist.is_initialized():
         dist.all_reduce(total)

@@ -13,6 +13,8 @@ ZeRO mapping onto FSDP2 (written down in docs/launch.md):
        micro-batch; FSDP2 reshards after each backward, so parameters are gathered once per
        micro-batch;
   3 -> ``fully_shard(reshard_after_forward=True)``: gathered for forward and again for backward.
+Optimizer offload: ``CPUOffloadPolicy`` on every FSDP unit (``parallel.offload_policy``), which
+keeps the sharded parameters, their gradients and the optimizer states on the host.
 Model states: ``MixedPrecisionPolicy`` keeps the sharded parameters in their fp32 dtype (the
 optimizer's master copy) and reduces gradients in fp32. Under pipelining
 ``torch.distributed.pipelining`` turns gradient sync and the reshard after backward off for
@@ -45,6 +47,7 @@ FSDP2 = RuntimeConvention(
     receive_buffer_per_microbatch=True,
     dtensor_tensor_parallel=True,
     torchao_low_precision=True,
+    offload_holds_all_states=True,
 )
 
 CONVENTIONS: dict[str, RuntimeConvention] = {c.runtime: c for c in (MEGATRON, DEEPSPEED, FSDP2)}

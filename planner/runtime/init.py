@@ -19,16 +19,22 @@ INIT_STD = 0.02
 """Standard deviation of linear and embedding weights (GPT-2; Radford et al. 2019)."""
 
 
+TIED_COPY = "tied_output.weight"
+"""The last pipeline stage's copy of a tied embedding (``model.Transformer.tied_output``)."""
+
+
 def canonical_name(fqn: str) -> str:
-    """The parameter name as in the unwrapped model (recomputation wrappers removed)."""
-    return fqn.replace(CHECKPOINT_PREFIX, "")
+    """The parameter name as in the unwrapped model (recomputation wrappers removed); the last
+    stage's copy of a tied embedding is the input table itself, so both start equal."""
+    name = fqn.replace(CHECKPOINT_PREFIX, "")
+    return "tok_embeddings.weight" if name == TIED_COPY else name
 
 
 def _full_value(name: str, shape: torch.Size, seed: int, device: torch.device) -> torch.Tensor:
     """The global initial value of parameter ``name``: ones/zeros for norms and biases, else N(0, std)."""
     leaf = name.rsplit(".", 1)[-1]
     owner = name.rsplit(".", 2)[-2] if name.count(".") else ""
-    if leaf == "bias":
+    if leaf == "bias" or owner == "lora_b":  # LoRA's B starts at zero (Hu et al. 2021, Sec. 4.1)
         return torch.zeros(shape, device=device)
     if "norm" in owner:
         return torch.ones(shape, device=device)

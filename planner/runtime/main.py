@@ -118,7 +118,8 @@ def _setup(args):
     try:
         job = setup_job(spec, layout, device=device, seed=args.seed, lr=args.lr, weight_decay=args.weight_decay,
                         precision=training.precision, optimizer=training.optimizer, module=plan.inputs.module,
-                        tp_plan=plan.best.tp_plan, seq_len=seq_len)
+                        tp_plan=plan.best.tp_plan, seq_len=seq_len, lora_rank=training.lora_rank,
+                        lora_targets=training.lora_targets)
     except AutoplanError as err:
         if dist.get_rank() == 0:
             print(f"error: {err}", file=sys.stderr, flush=True)

@@ -8,7 +8,8 @@ multi-head latent attention ``layers.{i}.attention.{wq_a,q_norm,wq_b,wkv_a,kv_no
 ``layers.{i}.feed_forward.{w1,w2,w3}`` (w1 = gate or up, w3 = up of a gated MLP, w2 = down),
 ``layers.{i}.moe.{router,experts,shared_experts,shared_expert_gate}``, ``post_attention_norm``
 and ``post_ffn_norm`` with sandwich norms, ``norm`` and ``output`` (absent when the embeddings
-are tied). Local layers of a sliding-window model mask keys more than ``window`` - 1 positions back.
+are tied; a last pipeline stage without the input table then holds ``tied_output``, a copy whose
+gradient ``tied.py`` keeps in step). Local layers of a sliding-window model mask keys more than ``window`` - 1 positions back.
 
 Every module reads its local head count from the weight it holds, so the same code runs whole
 and split by tensor parallelism. Rotary angles are computed in the forward pass (no buffers),
@@ -262,6 +263,8 @@ class Transformer(nn.Module):
         self.layers = nn.ModuleDict({str(i): TransformerBlock(spec, i) for i in range(spec.num_layers)})
         self.norm = _norm(spec)
         self.output = None if spec.tied_embeddings else nn.Linear(spec.hidden_size, spec.vocab_size, bias=False)
+        self.tied_output: nn.Linear | None = None
+        """The last stage's copy of the tied table, when the first stage holds the table itself."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Tokens [b, s] (first stage) or hidden states (later stages) -> logits or hidden states."""
@@ -274,9 +277,28 @@ class Transformer(nn.Module):
             h = self.norm(h)
         if self.output is not None:
             return self.output(h)
+        if self.tied_output is not None:
+            return self.tied_output(h)
         if self.norm is not None:  # tied embeddings: logits from the input table
-            return F.linear(h, self.tok_embeddings.weight)
+            return tied_logits(h, self.tok_embeddings.weight)
         return h
+
+
+def tied_logits(h: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """Logits h·Eᵀ from the input table E. Under tensor parallelism E is split over the vocabulary
+    (a DTensor ``Shard(0)``, the vocab-parallel embedding), so the product is the vocab-parallel
+    head: each rank computes its vocabulary slice from the replicated h, and the slices are
+    gathered for the loss, as ``ColwiseParallel(output_layouts=Replicate())`` does for an untied head."""
+    from torch.distributed.tensor import DTensor, Replicate
+
+    if not isinstance(weight, DTensor):
+        return F.linear(h, weight)
+    mesh = weight.device_mesh
+    if isinstance(h, DTensor):
+        h = h.redistribute(mesh, [Replicate()])
+    else:
+        h = DTensor.from_local(h, mesh, [Replicate()], run_check=False)
+    return F.linear(h, weight).redistribute(mesh, [Replicate()]).to_local()
 
 
 def build_model(spec: ModelSpec, *, device: str | torch.device = "meta",

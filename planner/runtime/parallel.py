@@ -23,6 +23,7 @@ from costmodels.model_spec import ModelSpec
 from costmodels.stage_split import rank_chunks
 
 from .convention import FSDP2
+from .lora import apply_lora, freeze
 from .model import Transformer
 
 
@@ -118,8 +119,9 @@ def apply_tensor_parallel(model: Transformer, tp_mesh, sp: bool) -> None:
                                                     output_layouts=Shard(0) if sp else Replicate())
     if model.norm is not None and sp:
         top["norm"] = SequenceParallel()
-    if model.output is not None:
-        top["output"] = ColwiseParallel(input_layouts=seq, output_layouts=Replicate())
+    for head in ("output", "tied_output"):
+        if getattr(model, head) is not None:
+            top[head] = ColwiseParallel(input_layouts=seq, output_layouts=Replicate())
     if top:
         parallelize_module(model, tp_mesh, top)
     for block in model.layers.values():
@@ -134,7 +136,8 @@ def shard_embedding_grads(part: nn.Module) -> None:
 
     for name in ("tok_embeddings", "pos_embeddings"):
         table = getattr(part, name, None)
-        if table is not None and isinstance(table.weight, DTensor) and any(p.is_shard() for p in table.weight.placements):
+        if (table is not None and table.weight.requires_grad and isinstance(table.weight, DTensor)
+                and any(p.is_shard() for p in table.weight.placements)):
             keep_grad_sharded_like_param(table.weight)
 
 
@@ -160,22 +163,43 @@ def keep_grad_sharded_like_param(param: nn.Parameter) -> None:
     param.register_hook(shard)
 
 
+def offload_policy(layout: Layout, device_type: str):
+    """FSDP2's ``CPUOffloadPolicy`` when the layout offloads: sharded parameters, their gradients
+    and the optimizer states live in host memory, each all-gather copies the shard host-to-device,
+    each reduce-scatter copies the gradient shard back, and the optimizer steps on the CPU
+    (``convention.FSDP2.offload_holds_all_states``). Memory is pinned only on CUDA."""
+    from torch.distributed.fsdp import CPUOffloadPolicy, OffloadPolicy
+
+    if not layout.optimizer_offload:
+        return OffloadPolicy()
+    return CPUOffloadPolicy(pin_memory=device_type == "cuda")
+
+
 def apply_data_parallel(model: nn.Module, dp_mesh, layout: Layout, mp_policy) -> None:
     """FSDP2 per block (autoplan's model) and on the stage root, or ``replicate`` when the ZeRO
-    stage shards nothing, as ``convention.FSDP2`` maps the stage. A user's model is one FSDP unit:
-    its blocks are not known here."""
+    stage shards nothing, as ``convention.FSDP2`` maps the stage; either with the layout's
+    ``offload_policy``. A user's model is one FSDP unit: its blocks are not known here."""
     from torch.distributed._composable.replicate_with_fsdp import replicate
     from torch.distributed.fsdp import fully_shard
 
     rule = FSDP2.zero(layout.zero_stage)
+    offload = offload_policy(layout, dp_mesh.device_type)
     if rule.sharded_stage == 0:
-        replicate(model, mesh=dp_mesh, mp_policy=mp_policy)
+        replicate(model, mesh=dp_mesh, mp_policy=mp_policy, offload_policy=offload)
         return
     reshard = rule.reshard_after_forward
     blocks = model.layers.values() if isinstance(model, Transformer) else ()
     for block in blocks:
-        fully_shard(block, mesh=dp_mesh, reshard_after_forward=reshard, mp_policy=mp_policy)
-    fully_shard(model, mesh=dp_mesh, reshard_after_forward=reshard, mp_policy=mp_policy)
+        fully_shard(block, mesh=dp_mesh, reshard_after_forward=reshard, mp_policy=mp_policy, offload_policy=offload)
+    fully_shard(model, mesh=dp_mesh, reshard_after_forward=reshard, mp_policy=mp_policy, offload_policy=offload)
+
+
+def data_parallel_mesh(layout: Layout, meshes: Meshes):
+    """The mesh data parallelism wraps the model on: the dp sub-mesh, or with optimizer offload
+    and dp 1 the size-1 "dp" axis (FSDP2's offload needs an FSDP unit even with nothing to shard)."""
+    if meshes.dp is not None or not layout.optimizer_offload:
+        return meshes.dp
+    return meshes.world["dp"]
 
 
 def stage_model(model: Transformer, first: int, count: int, *, is_first: bool, is_last: bool) -> Transformer:
@@ -189,6 +213,10 @@ def stage_model(model: Transformer, first: int, count: int, *, is_first: bool, i
     if not is_last:
         model.norm = None
         model.output = None
+    elif not is_first and model.spec.tied_embeddings:
+        spec = model.spec
+        model.tied_output = nn.Linear(spec.hidden_size, spec.vocab_size, bias=False,
+                                      device=model.norm.weight.device)
     return model
 
 
@@ -216,8 +244,9 @@ def build_parts(spec: ModelSpec, layout: Layout, meshes: Meshes | None, pp_rank:
 
 
 def parallelize(part: nn.Module, layout: Layout, meshes: Meshes | None, mp_policy,
-                tp_plan: dict[str, str] | None = None) -> None:
-    """Recomputation, then TP/SP, then data parallel, in place.
+                tp_plan: dict[str, str] | None = None, lora: tuple[int, tuple[str, ...]] = (0, ())) -> None:
+    """Recomputation, then TP/SP, then LoRA adapters (``lora`` = (rank, targets); rank 0: none),
+    then data parallel, in place.
 
     With a ``tp_plan`` ({module fqn: style}, from ``autoplan shard --attach``) TP and SP follow it
     instead of the fixed Megatron plan; modules a pipeline stage does not hold are skipped."""
@@ -230,5 +259,9 @@ def parallelize(part: nn.Module, layout: Layout, meshes: Meshes | None, mp_polic
             apply_tp_plan(part, meshes.tp, tp_plan, skip_missing=layout.num_chunks > 1)
         else:
             apply_tensor_parallel(part, meshes.tp, layout.sequence_parallel)
-    if meshes is not None and meshes.dp is not None:
-        apply_data_parallel(part, meshes.dp, layout, mp_policy)
+    if lora[0]:
+        freeze(part)
+        apply_lora(part, lora[0], lora[1], sp=layout.sequence_parallel)
+    dp_mesh = data_parallel_mesh(layout, meshes) if meshes is not None else None
+    if dp_mesh is not None:
+        apply_data_parallel(part, dp_mesh, layout, mp_policy)

@@ -21,6 +21,7 @@ from .clip import clip_grads
 from .convention import FSDP2
 from .init import init_weights
 from .parallel import Meshes, build_meshes, build_parts, parallelize, shard_embedding_grads
+from .tied import embedding_group, sum_tied_grads, tied_weights
 from .user_model import build_user_model, layout_problems
 
 MIXED_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp8": torch.bfloat16}
@@ -46,6 +47,9 @@ class Job:
     autocast_dtype: torch.dtype | None = None
     vocab_size: int = 0
     """Token ids are in [0, vocab_size): the spec's, or read from a user model's logits."""
+    tied: list = field(default_factory=list)
+    """The tied embedding table or its last-stage copy on this rank (pp > 1 only, ``tied.py``)."""
+    tied_group: object | None = None
     recv_buffers: list = field(default_factory=list)
     """Stand-ins for the pipeline's receive buffers when a step is replayed without the
     schedule (the dry run); the schedule keeps its own."""
@@ -111,11 +115,13 @@ def _meta_parts(spec: ModelSpec | None, layout: Layout, meshes: Meshes | None, m
 
 def setup_job(spec: ModelSpec | None, layout: Layout, *, device: torch.device, seed: int = 0, lr: float = 3e-4,
               weight_decay: float = 0.1, precision: str = "fp32", optimizer: str = "adamw",
-              module: str | None = None, tp_plan: dict | None = None, seq_len: int = 0) -> Job:
+              module: str | None = None, tp_plan: dict | None = None, seq_len: int = 0,
+              lora_rank: int = 0, lora_targets: tuple[str, ...] = ()) -> Job:
     """Mesh, model parts (meta -> parallelise -> materialise the local shard -> init), optimizers, schedule.
 
     ``module`` ("pkg.mod:factory") trains a user's model instead of ``spec``'s (``user_model.py``;
-    ``seq_len`` is then needed to read its vocabulary); ``tp_plan`` replaces the fixed TP plan."""
+    ``seq_len`` is then needed to read its vocabulary); ``tp_plan`` replaces the fixed TP plan;
+    ``lora_rank`` > 0 trains LoRA adapters on ``lora_targets`` only (``lora.py``)."""
     distributed = layout.world_size > 1 or dist.is_initialized()
     meshes = build_meshes(layout, device.type) if distributed else None
     job = Job(spec=spec, layout=layout, device=device, meshes=meshes,
@@ -123,15 +129,17 @@ def setup_job(spec: ModelSpec | None, layout: Layout, *, device: torch.device, s
     mp = _mp_policy(precision, device)
     parts, job.vocab_size = _meta_parts(spec, layout, meshes, module, tp_plan, seq_len)
     for index, part in parts:
-        parallelize(part, layout, meshes, mp, tp_plan)
+        parallelize(part, layout, meshes, mp, tp_plan, lora=(lora_rank, lora_targets))
         part.to_empty(device=device)
         shard_embedding_grads(part)
         init_weights(part, seed=seed)
         part.train()
         job.parts.append((index, part))
-        job.optimizers.append(_optimizer(optimizer, part.parameters(), lr, weight_decay))
+        job.optimizers.append(_optimizer(optimizer, trainable(part), lr, weight_decay))
     indices = [index for index, _ in job.parts]
     job.has_first, job.has_last = 0 in indices, layout.num_chunks - 1 in indices
+    if spec is not None and spec.tied_embeddings and layout.pp > 1:
+        job.tied, job.tied_group = tied_weights(job.parts), embedding_group(meshes.world)
     if device.type == "cuda" and precision in MIXED_DTYPES and (meshes is None or meshes.dp is None):
         job.autocast_dtype = MIXED_DTYPES[precision]
     if layout.pp > 1:
@@ -139,6 +147,11 @@ def setup_job(spec: ModelSpec | None, layout: Layout, *, device: torch.device, s
 
         job.schedule = build_schedule(job, loss_fn)
     return job
+
+
+def trainable(part: torch.nn.Module) -> list[torch.nn.Parameter]:
+    """The parameters the optimizer steps: all, or under LoRA the adapters only."""
+    return [p for p in part.parameters() if p.requires_grad]
 
 
 def _optimizer(name: str, params, lr: float, weight_decay: float) -> torch.optim.Optimizer:
@@ -211,6 +224,8 @@ def train_step(job: Job, source, step: int, *, seq_len: int, max_norm: float) ->
     """One optimizer step; returns {"loss", "grad_norm"} (same values on every rank)."""
     inputs, labels = replica_batch(job, source, step, seq_len)
     loss = _forward_backward(job, inputs, labels)
+    if job.tied:
+        sum_tied_grads(job.tied, job.tied_group)
     stage_ranks = job.layout.dp * job.layout.tp * job.layout.cp
     grad_norm = clip_grads(job.params, max_norm, stage_ranks=stage_ranks, device=job.device)
     for optimizer in job.optimizers:

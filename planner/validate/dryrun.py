@@ -51,7 +51,8 @@ def _mp_policy(precision: str):
     return MixedPrecisionPolicy()
 
 
-def build_fake_job(spec, layout: Layout, rank: int, precision: str, optimizer: str):
+def build_fake_job(spec, layout: Layout, rank: int, precision: str, optimizer: str, lora_rank: int = 0,
+                   lora_targets: tuple[str, ...] = ()):
     """(job, fake mode): the rank's job with the runtime's own construction, parameters fake."""
     from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.testing._internal.distributed.fake_pg import FakeStore
@@ -64,7 +65,7 @@ def build_fake_job(spec, layout: Layout, rank: int, precision: str, optimizer: s
                       dp_rank=trainer._dp_rank(meshes, layout))
     parts = build_parts(spec, layout, meshes, pp_rank)
     for _, part in parts:
-        parallelize(part, layout, meshes, _mp_policy(precision))
+        parallelize(part, layout, meshes, _mp_policy(precision), lora=(lora_rank, lora_targets))
     mode = FakeTensorMode(allow_non_fake_inputs=True)
     with mode:
         for index, part in parts:
@@ -72,7 +73,7 @@ def build_fake_job(spec, layout: Layout, rank: int, precision: str, optimizer: s
             shard_embedding_grads(part)
             part.train()
             job.parts.append((index, part))
-            job.optimizers.append(trainer._optimizer(optimizer, part.parameters(), 3e-4, 0.1))
+            job.optimizers.append(trainer._optimizer(optimizer, trainer.trainable(part), 3e-4, 0.1))
     indices = [index for index, _ in job.parts]
     job.has_first, job.has_last = 0 in indices, layout.num_chunks - 1 in indices
     if precision in MIXED and meshes.dp is None:
@@ -145,10 +146,11 @@ def run_step(job, seq_len: int, dtype: torch.dtype) -> None:
         optimizer.zero_grad(set_to_none=True)
 
 
-def measure_rank(spec, layout: Layout, rank: int, seq_len: int, precision: str, optimizer: str) -> dict:
+def measure_rank(spec, layout: Layout, rank: int, seq_len: int, precision: str, optimizer: str,
+                 lora_rank: int = 0, lora_targets: tuple[str, ...] = ()) -> dict:
     """Probe the second step of one rank (the optimizer states exist by then)."""
     began = time.perf_counter()
-    job, mode = build_fake_job(spec, layout, rank, precision, optimizer)
+    job, mode = build_fake_job(spec, layout, rank, precision, optimizer, lora_rank, lora_targets)
     dtype = MIXED.get(precision, torch.float32)
     with mode:
         run_step(job, seq_len, dtype)
@@ -188,7 +190,8 @@ def main(argv: list[str]) -> None:
     if len(argv) > 2:
         plan = read_plan_file(plan_path)
         t = plan.inputs.training
-        result = measure_rank(plan.inputs.model_spec, plan.best.layout, int(argv[2]), t.seq_len, t.precision, t.optimizer)
+        result = measure_rank(plan.inputs.model_spec, plan.best.layout, int(argv[2]), t.seq_len, t.precision, t.optimizer,
+                              t.lora_rank, t.lora_targets)
     else:
         layout = read_plan_file(plan_path).best.layout
         result = {"plan": plan_path, "ranks": [_rank_in_subprocess(plan_path, r) for r in pipeline_ranks(layout)]}

@@ -14,7 +14,10 @@ and in the fake-tensor dry run alike).
 The result is the largest value of each component over the step; ``states``: the largest sum
 of the resident parameters, gradients and optimizer states at one sample point; ``states_peak``:
 the same with gathered copies (FSDP2 unsharded parameters and gradients) included;
-``total``: the largest ``states_peak`` + activations at one sample point.
+``total``: the largest ``states_peak`` + activations at one sample point; ``host``: the largest sum
+of the parameters, gradients and optimizer states FSDP2 keeps in host memory (``CPUOffloadPolicy``:
+its ``offload_to_cpu`` parameters), which the other components then leave out. Parameters are every
+parameter of the model parts as held between steps (the resident shards), frozen ones included.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ from typing import Any
 
 import torch
 
-COMPONENTS = ("params", "grads", "optimizer", "states", "states_peak", "activations", "total")
+COMPONENTS = ("params", "grads", "optimizer", "states", "states_peak", "activations", "total", "host")
 
 
 def _storage(t: torch.Tensor):
@@ -56,8 +59,11 @@ class MemoryProbe:
         self._live: dict[int, int] = {}
         """Storages saved for backward and still alive (ids; sizes are read when sampling)."""
         self._refs: dict[int, weakref.ref] = {}
-        self._params = [p for opt in job.optimizers for g in opt.param_groups for p in g["params"]]
+        held = [p for opt in job.optimizers for g in opt.param_groups for p in g["params"]]
+        held += [p for _, part in job.parts for p in part.parameters()]
+        self._params = list({id(p): p for p in held}.values())
         self._fsdp = self._fsdp_params()
+        self._offloaded = {id(fp.sharded_param) for fp in self._fsdp if getattr(fp, "offload_to_cpu", False)}
         unsharded = [getattr(fp, "_unsharded_param", None) for fp in self._fsdp]
         self._param_ids = {id(_storage(p)) for p in self._params + [u for u in unsharded if u is not None]}
         self._stack = ExitStack()
@@ -129,26 +135,27 @@ class MemoryProbe:
         copy (FSDP2's unsharded parameters and gradients, the modules' registered parameters)."""
         params: dict[int, int] = {}
         grads: dict[int, int] = {}
+        host: dict[int, int] = {}
         for p in self._params:
-            _add(params, p)
-            _add(grads, p.grad)
+            _add(host if id(p) in self._offloaded else params, p)
+            _add(host if id(p) in self._offloaded else grads, p.grad)
         states: dict[int, int] = {}
         for opt in self.job.optimizers:
-            for state in opt.state.values():
+            for param, state in opt.state.items():
                 for value in state.values():
                     if isinstance(value, torch.Tensor) and value.dim() > 0:
-                        _add(states, value)
+                        _add(host if id(param) in self._offloaded else states, value)
         gathered = dict(params) | grads | states
         extra = [p for _, part in self.job.parts for p in part.parameters()]
         for fp in self._fsdp:
             extra.append(getattr(fp, "_unsharded_param", None))
             _add(gathered, getattr(fp, "unsharded_accumulated_grad", None))
         for t in extra:
-            if isinstance(t, torch.Tensor):
+            if isinstance(t, torch.Tensor) and id(t) not in self._offloaded:
                 _add(gathered, t)
                 _add(gathered, t.grad)
         return {"params": sum(params.values()), "grads": sum(grads.values()), "optimizer": sum(states.values()),
-                "states_peak": sum(gathered.values())}
+                "states_peak": sum(gathered.values()), "host": sum(host.values())}
 
     def sample(self) -> None:
         """Update the per-component peaks with the current census and live activations."""
