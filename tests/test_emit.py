@@ -147,8 +147,7 @@ def test_megatron_args_use_known_options(job):
 
 
 @pytest.mark.parametrize("plan, field", [
-    (make_plan(dp=2, cp=2), "layout.cp"),
-    (make_plan(model="tiny-mixtral", dp=4, ep=2), "layout.ep"),
+    (make_plan(model="tiny-mixtral", dp=4, ep=2, hsdp_shard_degree=2), "layout.hsdp_shard_degree"),
     (make_plan(model="tiny-gpt", dp=2, pp=2, num_microbatches=2), "layout.pp"),
     (make_plan(model="tiny-gpt", dp=2, tp=2), "layout.tp"),
     (make_plan(dp=4, optimizer_offload=True), "layout.optimizer_offload"),

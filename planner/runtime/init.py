@@ -53,7 +53,11 @@ def init_weights(model: nn.Module, *, seed: int) -> None:
     """Fill every parameter of ``model`` (already materialised) with its layout-independent value."""
     from torch.distributed.tensor import DTensor
 
+    from .experts import global_shape, owned_rows
+
     for fqn, param in model.named_parameters():
         local = param.to_local() if isinstance(param, DTensor) else param
-        full = _full_value(canonical_name(fqn), param.shape, seed, local.device)
+        owner = model.get_submodule(fqn.rpartition(".")[0])
+        full = _full_value(canonical_name(fqn), global_shape(owner, param.shape), seed, local.device)
+        full = owned_rows(owner, full)  # an ep rank's experts
         local.copy_(_local_piece(param, full).to(local.dtype))

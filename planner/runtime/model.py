@@ -32,11 +32,13 @@ def _norm(spec: ModelSpec) -> nn.Module:
     return nn.LayerNorm(spec.hidden_size, eps=1e-5)
 
 
-def rotary(x: torch.Tensor) -> torch.Tensor:
-    """Rotate ``x`` of shape [b, s, heads, d] by position (RoFormer, Su et al. 2021, eq. 34)."""
+def rotary(x: torch.Tensor, positions: torch.Tensor | None = None) -> torch.Tensor:
+    """Rotate ``x`` of shape [b, s, heads, d] by position (RoFormer, Su et al. 2021, eq. 34);
+    ``positions`` (int64 [s]) are the global positions of a context-parallel shard, default 0..s-1."""
     s, d = x.shape[1], x.shape[-1]
     inv_freq = 1.0 / (ROPE_THETA ** (torch.arange(0, d, 2, device=x.device, dtype=torch.float32) / d))
-    angles = torch.outer(torch.arange(s, device=x.device, dtype=torch.float32), inv_freq)
+    pos = torch.arange(s, device=x.device) if positions is None else positions
+    angles = torch.outer(pos.to(torch.float32), inv_freq)
     cos, sin = angles.cos()[None, :, None, :], angles.sin()[None, :, None, :]
     x1, x2 = x.float()[..., 0::2], x.float()[..., 1::2]
     out = torch.stack((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1).flatten(-2)
@@ -59,12 +61,20 @@ class Attention(nn.Module):
         self.wo = nn.Linear(spec.q_dim, spec.hidden_size, bias=spec.linear_bias)
         self.recompute_core = False
         """Selective recomputation: recompute the attention core in backward (Korthikanti et al. 2022)."""
+        self.context = None
+        """Context parallelism: the ``context_parallel.ContextGroup`` of this rank, or None."""
 
     def _core(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        cp = self.context
         if self.rotary:
-            q, k = rotary(q), rotary(k)
-        q, k, v = (t.transpose(1, 2) for t in (q, k, v))
+            positions = None if cp is None else cp.positions(q.shape[1], q.device)
+            q, k = rotary(q, positions), rotary(k, positions)
         p = self.dropout_p if self.training else 0.0
+        if cp is not None and cp.variant == "all_gather":
+            from .context_parallel import gathered_attention
+
+            return gathered_attention(q, k, v, cp, dropout_p=p, enable_gqa=self.n_rep > 1)
+        q, k, v = (t.transpose(1, 2) for t in (q, k, v))
         # enable_gqa lets the kernel read each K/V head for its query group, without the
         # repeated copies of K and V that autograd would otherwise keep for backward.
         return F.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=True,
@@ -116,32 +126,34 @@ class GroupedExperts(nn.Module):
             h = h * (x @ self.w3[index].t())
         return h @ self.w2[index].t()
 
+    def forward(self, x: torch.Tensor, counts: list[int]) -> torch.Tensor:
+        """Rows of ``x`` sorted by expert, ``counts[e]`` for expert e, through their experts (a
+        module call, so FSDP gathers the weights when the experts are their own unit)."""
+        outputs = [self.expert(e, rows) for e, rows in enumerate(x.split(counts)) if rows.numel()]
+        return torch.cat(outputs) if outputs else x[:0]
+
 
 class MoE(nn.Module):
-    """Token-choice top-k routing (Mixtral: softmax over the k chosen logits), dropless."""
+    """Token-choice top-k routing with a capacity factor and the load-balancing loss (``experts.py``)."""
 
     def __init__(self, spec: ModelSpec) -> None:
         super().__init__()
         moe = spec.moe
         self.top_k = moe.top_k
+        self.capacity_factor = moe.capacity_factor
         self.router = nn.Linear(spec.hidden_size, moe.num_experts, bias=False)
         self.experts = GroupedExperts(spec)
         shared = moe.num_shared_experts * moe.expert_ffn_hidden_size
         self.shared_experts = FeedForward(spec, shared) if shared else None
+        self.ep_group = None
+        """Expert parallelism: the process group of the ep ranks (``experts`` holds E/ep of them)."""
+        self.aux_loss_scale = 0.0
+        """Weight of the load-balancing loss in the differentiated loss (set by the trainer)."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        tokens = x.reshape(-1, x.shape[-1])
-        top_logits, top_idx = self.router(tokens).topk(self.top_k, dim=-1)
-        weights = top_logits.float().softmax(dim=-1).type_as(tokens)
-        out = torch.zeros_like(tokens)
-        for e in range(self.experts.w1.shape[0]):
-            rows, slot = (top_idx == e).nonzero(as_tuple=True)
-            if rows.numel():
-                y = self.experts.expert(e, tokens[rows]) * weights[rows, slot, None]
-                out = out.index_add(0, rows, y)
-        if self.shared_experts is not None:
-            out = out + self.shared_experts(tokens)
-        return out.view_as(x)
+        from .experts import moe_forward
+
+        return moe_forward(self, x)
 
 
 class TransformerBlock(nn.Module):
@@ -176,12 +188,16 @@ class Transformer(nn.Module):
         self.layers = nn.ModuleDict({str(i): TransformerBlock(spec, i) for i in range(spec.num_layers)})
         self.norm = _norm(spec)
         self.output = None if spec.tied_embeddings else nn.Linear(spec.hidden_size, spec.vocab_size, bias=False)
+        self.context = None
+        """Context parallelism: the ``ContextGroup`` whose global positions index ``pos_embeddings``."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Tokens [b, s] (first stage) or hidden states (later stages) -> logits or hidden states."""
         h = self.tok_embeddings(x) if self.tok_embeddings is not None else x
         if self.tok_embeddings is not None and self.pos_embeddings is not None:
-            h = h + self.pos_embeddings(torch.arange(x.shape[1], device=x.device))
+            positions = (torch.arange(x.shape[1], device=x.device) if self.context is None
+                         else self.context.positions(x.shape[1], x.device))
+            h = h + self.pos_embeddings(positions)
         for layer in self.layers.values():
             h = layer(h)
         if self.norm is not None:

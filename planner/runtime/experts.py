@@ -1,0 +1,235 @@
+"""Mixture-of-experts routing, capacity and expert parallelism for ``model.MoE``.
+
+Router: token-choice top-k over softmax probabilities, the k chosen weights renormalised by a
+softmax over their logits (Mixtral, Jiang et al. 2024, Sec. 2.1). Capacity: each expert takes
+at most C = ceil(cf · k · S / E) assignments per routing group of S tokens (GShard, Lepikhin et
+al. 2020, Sec. 2.2 and Algorithm 1; Switch, Fedus et al. 2022, eq. 3); first choices are placed
+before second choices, in token order, and assignments past C are dropped (the token keeps its
+residual). A routing group is one sequence as this rank holds it, so routing does not depend on
+the micro-batch or the data-parallel split (under cp a group is the rank's share of a sequence).
+
+Auxiliary load-balancing loss (Switch eq. 4-6, GShard Sec. 2.2): α · E · Σ_i f_i · P_i per group,
+f_i the fraction of the group's k·S assignments routed to expert i, P_i the mean router
+probability of expert i; averaged over groups. Its gradient is added in backward where the MoE
+output is used (``_AuxLoss``), so neither the trainer nor a pipeline schedule has to carry it.
+
+Expert parallelism: the ep ranks of a data-parallel group (``parallel.Meshes.ep``) each hold E/ep
+consecutive experts. Kept assignments are sorted by expert, sent to the expert's rank with
+``all_to_all_single`` (dispatch), run there, and sent back the same way (combine); autograd of
+``torch.distributed.nn.functional.all_to_all_single`` carries gradients back along both.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+AUX_LOSS_COEF = 0.01
+"""α of the load-balancing loss (Switch Transformer, Fedus et al. 2022, Sec. 2.2: 10^-2)."""
+
+
+def expert_capacity(tokens: int, num_experts: int, top_k: int, capacity_factor: float) -> int:
+    """Assignments one expert takes per routing group: ceil(cf · k · S / E) (GShard Sec. 2.2)."""
+    return math.ceil(capacity_factor * top_k * tokens / num_experts)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Routing:
+    """Where each token goes: [G, S, k] expert ids, combine weights and the kept mask."""
+
+    expert: torch.Tensor
+    weight: torch.Tensor
+    keep: torch.Tensor
+    aux_loss: torch.Tensor
+    """Unscaled load-balancing loss, mean over the G groups (1.0 when perfectly balanced)."""
+
+
+def capacity_mask(expert: torch.Tensor, num_experts: int, capacity: int) -> torch.Tensor:
+    """Bool [G, S, k]: assignment kept. Within a group, an expert's slots go to first choices
+    in token order, then second choices, ... (GShard Algorithm 1); the rest are dropped."""
+    g, s, k = expert.shape
+    onehot = F.one_hot(expert, num_experts).transpose(1, 2).reshape(g, k * s, num_experts)
+    slot = (onehot.cumsum(dim=1) - 1) * onehot
+    position = slot.sum(dim=-1).reshape(g, k, s).transpose(1, 2)
+    return position < capacity
+
+
+def load_balancing_loss(probs: torch.Tensor, expert: torch.Tensor) -> torch.Tensor:
+    """E · Σ_i f_i · P_i per group (Switch eq. 4-6; f over all k choices, divided by k), mean over
+    groups. probs: [G, S, E] router probabilities; expert: [G, S, k] chosen experts."""
+    num_experts, k = probs.shape[-1], expert.shape[-1]
+    f = F.one_hot(expert, num_experts).float().sum(dim=2).mean(dim=1) / k
+    p = probs.mean(dim=1)
+    return (num_experts * (f * p).sum(dim=-1)).mean()
+
+
+def route(logits: torch.Tensor, top_k: int, capacity_factor: float) -> Routing:
+    """Top-k routing with capacity of router logits [G, S, E]."""
+    num_experts = logits.shape[-1]
+    probs = logits.float().softmax(dim=-1)
+    top_logits, expert = logits.topk(top_k, dim=-1)
+    weight = top_logits.float().softmax(dim=-1)
+    capacity = expert_capacity(logits.shape[1], num_experts, top_k, capacity_factor)
+    keep = capacity_mask(expert, num_experts, capacity)
+    return Routing(expert=expert, weight=weight, keep=keep, aux_loss=load_balancing_loss(probs, expert))
+
+
+class _AuxLoss(torch.autograd.Function):
+    """Identity on ``out``; in backward, gives ``aux`` the gradient ``scale`` (d(scale·aux)/d aux)."""
+
+    @staticmethod
+    def forward(ctx, out, aux, scale):  # noqa: D102
+        ctx.scale = scale
+        ctx.save_for_backward(aux)
+        return out.view_as(out)
+
+    @staticmethod
+    def backward(ctx, grad):  # noqa: D102
+        (aux,) = ctx.saved_tensors
+        return grad, torch.full_like(aux, ctx.scale), None
+
+
+def add_aux_loss(out: torch.Tensor, aux: torch.Tensor, scale: float) -> torch.Tensor:
+    """``out``, with ``scale · aux`` added to the loss being differentiated."""
+    if scale == 0 or not torch.is_grad_enabled():
+        return out
+    return _AuxLoss.apply(out, aux, scale)
+
+
+def _all_to_all(x: torch.Tensor, send: list[int], recv: list[int], group) -> torch.Tensor:
+    from torch.distributed.nn.functional import all_to_all_single
+
+    out = x.new_empty((sum(recv), *x.shape[1:]))
+    return all_to_all_single(out, x.contiguous(), output_split_sizes=recv, input_split_sizes=send, group=group)
+
+
+def exchange(experts, x: torch.Tensor, ids: torch.Tensor, num_experts: int, group) -> torch.Tensor:
+    """Dispatch rows ``x`` (sorted by global expert id ``ids``) to their experts' ep ranks, run
+    them, combine the results back in the same order."""
+    import torch.distributed as dist
+
+    ep = dist.get_world_size(group)
+    local = num_experts // ep
+    counts = torch.bincount(ids, minlength=num_experts)
+    recv_counts = torch.empty_like(counts)
+    dist.all_to_all_single(recv_counts, counts, group=group)  # [source rank, local expert]
+    send = counts.view(ep, local).sum(dim=1).tolist()
+    recv = recv_counts.view(ep, local).sum(dim=1).tolist()
+    received = _all_to_all(x, send, recv, group)
+    local_ids = torch.arange(local, device=x.device).repeat(ep).repeat_interleave(recv_counts)
+    order = local_ids.argsort(stable=True)
+    y = torch.empty_like(received)
+    y = y.index_copy(0, order, experts(received[order], recv_counts.view(ep, local).sum(dim=0).tolist()))
+    return _all_to_all(y, recv, send, group)
+
+
+def moe_forward(moe, x: torch.Tensor) -> torch.Tensor:
+    """The MoE layer on x [b, s, h]: route per sequence, run the kept assignments, combine."""
+    b, s, h = x.shape
+    tokens = x.reshape(-1, h)
+    num_experts = moe.router.weight.shape[0]
+    routing = route(moe.router(x), moe.top_k, moe.capacity_factor)
+    rows, slots = routing.keep.reshape(b * s, -1).nonzero(as_tuple=True)
+    ids = routing.expert.reshape(b * s, -1)[rows, slots]
+    order = ids.argsort(stable=True)
+    rows, slots, ids = rows[order], slots[order], ids[order]
+    if moe.ep_group is None:
+        y = moe.experts(tokens[rows], torch.bincount(ids, minlength=num_experts).tolist())
+    else:
+        y = exchange(moe.experts, tokens[rows], ids, num_experts, moe.ep_group)
+    weight = routing.weight.reshape(b * s, -1)[rows, slots].type_as(y)
+    out = torch.zeros_like(tokens).index_add(0, rows, y * weight[:, None])
+    if moe.shared_experts is not None:
+        out = out + moe.shared_experts(tokens)
+    return add_aux_loss(out.view_as(x), routing.aux_loss, moe.aux_loss_scale)
+
+
+def load_balance_scale(layout) -> float:
+    """The aux-loss gradient per micro-batch: α / m when the trainer divides each micro-batch loss by
+    m; α under pipelining, whose schedule divides the accumulated gradients by m (``scale_grads``)."""
+    return AUX_LOSS_COEF if layout.pp > 1 else AUX_LOSS_COEF / layout.num_microbatches
+
+
+def _moe_modules(part):
+    return [m for m in part.modules() if hasattr(m, "ep_group") and hasattr(m, "experts")]
+
+
+def configure(part, layout) -> None:
+    """Set the aux-loss weight of every MoE layer of ``part`` and tag expert parameters with the
+    expert-parallel degree (``clip.py`` counts a piece's holders with it). After ``to_empty``."""
+    for moe in _moe_modules(part):
+        moe.aux_loss_scale = load_balance_scale(layout)
+        for param in moe.experts.parameters():
+            param.expert_parallel_degree = layout.ep
+
+
+def apply_expert_parallel(part, ep_mesh) -> None:
+    """Keep this ep rank's E/ep consecutive experts (on the meta device, before sharding) and give
+    each MoE layer the ep process group. ``expert_rows`` (first, count, total) lets ``init.py``
+    draw the weights of the whole expert table and keep this rank's rows."""
+    from torch import nn
+
+    ep, rank = ep_mesh.size(), ep_mesh.get_local_rank()
+    for moe in _moe_modules(part):
+        experts = moe.experts
+        total = experts.w1.shape[0]
+        local = total // ep
+        for name, param in list(experts.named_parameters(recurse=False)):
+            setattr(experts, name, nn.Parameter(param[rank * local:(rank + 1) * local].clone()))
+        experts.expert_rows = (rank * local, local, total)
+        moe.ep_group = ep_mesh.get_group()
+
+
+def global_shape(module, shape: tuple[int, ...]) -> tuple[int, ...]:
+    """The shape of a parameter of ``module`` before experts were split over ep ranks."""
+    rows = getattr(module, "expert_rows", None)
+    return tuple(shape) if rows is None else (rows[2], *shape[1:])
+
+
+def owned_rows(module, full):
+    """The rows of a full expert table ``module`` holds (all of it without expert parallelism)."""
+    rows = getattr(module, "expert_rows", None)
+    return full if rows is None else full[rows[0]:rows[0] + rows[1]]
+
+
+def shard_expert_states(blocks, mesh, rule, mp_policy, *, divide_factor: int) -> None:
+    """FSDP2 (or ``replicate`` for ZeRO 0) on each MoE layer's experts over the expert data-parallel
+    mesh, before the block is wrapped. Gradients are divided by the dense data-parallel size
+    dp · cp, not by the mesh size: an expert's gradient already sums the ep ranks' tokens (the
+    combine all-to-all's backward), so the mean over all dp · cp ranks is sum / (dp · cp) (as
+    torchtitan sets ``set_gradient_divide_factor``)."""
+    import torch.distributed as dist
+    from torch.distributed._composable.replicate_with_fsdp import replicate
+    from torch.distributed.fsdp import fully_shard
+
+    for block in blocks:
+        moe = getattr(getattr(block, "_checkpoint_wrapped_module", block), "moe", None)
+        if moe is None:
+            continue
+        if rule.sharded_stage == 0:
+            replicate(moe.experts, mesh=mesh, mp_policy=mp_policy)
+        else:
+            fully_shard(moe.experts, mesh=mesh, reshard_after_forward=rule.reshard_after_forward, mp_policy=mp_policy)
+        moe.experts.set_gradient_divide_factor(float(divide_factor))
+        # gloo has no PREMUL_SUM: sum, then divide. Not on one rank, where torch 2.13 skips the
+        # reduce-scatter but divides by the factor both in its copy and after it (measured).
+        if mesh.size() > 1 and dist.get_backend(mesh.get_group()) == "gloo":
+            moe.experts.set_force_sum_reduction_for_comms(True)
+
+
+def moe_tp_style(sequence_parallel: bool):
+    """The MoE layer under tensor parallelism: experts and router replicated over the tp ranks
+    (each computes the same routing). With sequence parallelism its input is gathered along the
+    sequence and its output sliced back (``PrepareModuleInputOutput``), so every tp rank routes
+    whole sequences and all hold the same expert gradients; without it, nothing to prepare."""
+    if not sequence_parallel:
+        return None
+    from torch.distributed.tensor import Replicate, Shard
+    from torch.distributed.tensor.parallel import PrepareModuleInputOutput
+
+    return PrepareModuleInputOutput(input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),),
+                                    use_local_input=True, output_layouts=(Replicate(),),
+                                    desired_output_layouts=(Shard(1),), use_local_output=True)
