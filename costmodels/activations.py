@@ -56,6 +56,9 @@ class ActivationShape:
     """``RuntimeConvention.eager_activations``: count what eager PyTorch saves (else Korthikanti's count)."""
     autocast: bool = False
     """Eager only: mixed precision by ``torch.autocast`` (fp32 residual stream)."""
+    gathered_kv: int = 0
+    """All-gather context parallelism: K/V tokens per sequence gathered from the other cp ranks and
+    kept for backward, (cp - 1)·s/cp (0 for ring attention or cp = 1)."""
 
     @property
     def r(self) -> float:
@@ -182,10 +185,22 @@ def layer_bytes(model: ModelSpec, x: ActivationShape, *, moe_layer: bool, recomp
     if recompute == "full":
         return residual_bytes(x) * x.s * x.b * model.hidden_size * x.r
     if x.eager and not moe_layer:
-        return torch_dense_layer_bytes(model, x, core=recompute != "selective")
+        return torch_dense_layer_bytes(model, x, core=recompute != "selective") + gathered_kv_bytes(model, x)
     mlp = moe_block_bytes(model, x) if moe_layer else mlp_block_bytes(model, x, model.ffn_hidden_size)
     core = 0.0 if recompute == "selective" else attention_core_bytes(model, x)
-    return attention_block_bytes(model, x) + core + mlp
+    return attention_block_bytes(model, x) + core + mlp + gathered_kv_bytes(model, x)
+
+
+def gathered_kv_bytes(model: ModelSpec, x: ActivationShape) -> float:
+    """All-gather context parallelism (Llama 3, Dubey et al. 2024, Sec. 3.3.2): the attention keeps
+    K and V of the whole sequence for backward, of which the local s/cp are counted with Q, K, V
+    already; the extra is 2·B·b·((cp-1)·s/cp)·kv/t, plus the s/cp × s causal mask by global
+    position (1 byte per element, shared by the batch and the heads)."""
+    if x.gathered_kv == 0:
+        return 0.0
+    kv = 2 * x.elem_bytes * x.b * x.gathered_kv * _kv_per_rank(model, x.tp)
+    mask = MASK_BYTES * x.s * (x.s + x.gathered_kv)
+    return kv + mask
 
 
 def first_stage_extra_bytes(model: ModelSpec, x: ActivationShape) -> float:

@@ -70,15 +70,18 @@ def rank_times(cm: "CostModel", layout: Layout, rank: RankLayers) -> RankTimes:
 def _add_layers(cm: "CostModel", t: RankTimes, f: LayerForward, layout: Layout, n: float) -> None:
     """Forward + backward of ``n`` layers: backward is 2× forward compute (input and weight
     gradients); LoRA's frozen weights need only the input gradient, 1× forward GEMMs.
-    Backward repeats the forward's TP/EP collectives and moves K, V and their gradients in CP."""
+    Backward repeats the forward's TP/EP collectives; CP's backward is ``LayerForward.cp_bwd_s``
+    (ring: K, V and their gradients; all-gather: the gradients' reduce-scatter)."""
     bwd_gemm = (1.0 if cm.training.is_lora else 2.0) * f.gemm_s
     t.fwd_compute_s += n * f.compute_s
     t.bwd_compute_s += n * (bwd_gemm + f.attention_core_bwd_s + 2 * (f.memory_s + f.host_s))
     t.tp_s += n * 2 * f.tp_s
-    t.cp_s += n * (f.cp_s + max(0.0, 2 * f.cp_total_s - f.attention_core_bwd_s))
+    t.cp_s += n * (f.cp_s + f.cp_bwd_s)
     t.ep_s += n * 2 * f.ep_s
-    for name, sent in f.comm_bytes.items():
-        t.comm_bytes[name] += n * (3 if name.startswith("cp") else 2) * sent * layout.num_microbatches
+    for name in [*f.comm_bytes, *(k for k in f.bwd_comm_bytes if k not in f.comm_bytes)]:
+        sent = f.comm_bytes.get(name, 0.0)
+        sent += f.bwd_comm_bytes.get(name, sent)
+        t.comm_bytes[name] += n * sent * layout.num_microbatches
 
 
 def _add_recompute(cm: "CostModel", t: RankTimes, f: LayerForward, layout: Layout, n: float) -> None:

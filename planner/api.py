@@ -88,12 +88,22 @@ def job_as_planned(inputs: PlanInputs) -> Job:
     return Job.from_inputs(inputs, profile=profile)
 
 
+def context_attention_of(runtime: str, device_type: str) -> str:
+    """The context-parallel attention that runs a plan: the generated job (runtime torch) uses
+    torch's ring ``context_parallel`` on CUDA and the all-gather elsewhere
+    (``planner.runtime.context_parallel.variant_for``); Megatron-LM rings."""
+    return "all_gather" if runtime == "torch" and device_type != "cuda" else "ring"
+
+
 def resolve_job(*, model: str | ModelSpec, hardware: str | NodeSpec, gpus: int, global_batch: int,
                 seq_len: int, gpus_per_node: int | None = None, precision: str = "bf16",
                 optimizer: str = "adamw", lora_rank: int = 0, attention: str = "fused",
                 runtime: str = "megatron", memory_fraction: float = 0.95, profile: "str | Path | HardwareProfile | None" = None,
-                profile_device_mismatch: str = "refuse") -> Job:
+                profile_device_mismatch: str = "refuse", context_attention: str | None = None) -> Job:
     """Turn names and numbers into specs, validating each where it enters.
+
+    ``context_attention`` (``TrainingSpec.context_attention``): None costs what runs the plan, the
+    generated job's all-gather on a non-CUDA device under ``runtime`` torch, else the ring.
 
     A profile measured on other devices than ``hardware`` (``profiles.match``) is refused unless
     ``profile_device_mismatch`` is ``ok``; the plan's inputs then record the override.
@@ -117,8 +127,11 @@ def resolve_job(*, model: str | ModelSpec, hardware: str | NodeSpec, gpus: int, 
     if profile_device_mismatch not in ("refuse", "ok"):
         raise SpecError(f"profile_device_mismatch (--profile-device-mismatch) must be refuse or ok, "
                         f"got {profile_device_mismatch!r}")
+    if context_attention is None:
+        context_attention = context_attention_of(runtime, node.hardware.device_type)
     training = TrainingSpec(global_batch_size=global_batch, seq_len=seq_len, precision=precision,
-                            optimizer=optimizer, lora_rank=lora_rank, attention=attention, runtime=runtime)
+                            optimizer=optimizer, lora_rank=lora_rank, attention=attention, runtime=runtime,
+                            context_attention=context_attention)
     if training.precision not in ("fp8", "fp32") and not node.hardware.supports(training.precision):
         raise SpecError(f"--precision {precision}: {node.hardware.name} has no {precision} rate; use fp16")
     cluster = make_cluster(node, gpus, gpus_per_node)
@@ -161,7 +174,7 @@ def _check_profile(loaded: "HardwareProfile | None", given: Any, cluster: Cluste
 
 
 _RESOLVE_OPTIONS = ("gpus_per_node", "precision", "optimizer", "lora_rank", "attention", "runtime",
-                    "memory_fraction", "profile", "profile_device_mismatch")
+                    "memory_fraction", "profile", "profile_device_mismatch", "context_attention")
 """The keyword options ``plan`` and ``evaluate`` pass on to ``resolve_job``."""
 
 

@@ -32,6 +32,10 @@ JOB_OPTIONS: list[Callable] = [
                       "(ZeRO-paper states, Megatron activations; the default) or torch (autoplan launch's "
                       "job: FSDP2, PyTorch TP/SP; the default with --launchable). It changes the accounting "
                       "only; --launchable also restricts the search to what the job applies."),
+    click.option("--cp-attention", "context_attention", type=click.Choice(["ring", "all_gather"]), default=None,
+                 help="How context parallelism is costed: ring (K/V passed around the cp ranks, overlapped) or "
+                      "all_gather (Llama 3: K/V gathered, exposed). Default: what runs the plan, all_gather for "
+                      "the launched job on a non-CUDA device, else ring."),
     click.option("--memory-fraction", type=click.FloatRange(min=0, max=1, min_open=True), default=0.95,
                  show_default=True, help="Usable share of device memory."),
     click.option("--profile", type=click.Path(dir_okay=False), default=None,
@@ -57,8 +61,9 @@ def _job_kwargs(kw: dict[str, Any]) -> dict[str, Any]:
             "lora_rank", "attention", "memory_fraction", "profile", "profile_device_mismatch")
     out = {k: kw[k] for k in keys}
     out["model"], out["hardware"] = _full_names(kw["model"], kw["hardware"])
-    if kw.get("runtime") is not None:
-        out["runtime"] = kw["runtime"]
+    for key in ("runtime", "context_attention"):
+        if kw.get(key) is not None:
+            out[key] = kw[key]
     return out
 
 

@@ -88,7 +88,7 @@ def _dp_rank(meshes: Meshes, layout: Layout) -> int:
     """This rank's data-parallel replica index (its cp ranks share it)."""
     names = dp_dim_names(layout)
     coords = [meshes.world.get_local_rank(name) for name in names]
-    return coords[0] * meshes.world.size(names[1]) + coords[1] if len(coords) == 2 else coords[0]
+    return coords[0] * layout.hsdp_shard_degree + coords[1] if len(coords) == 2 else coords[0]
 
 
 def _context_group(meshes: Meshes | None, device: torch.device):
