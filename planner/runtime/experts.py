@@ -13,9 +13,11 @@ f_i the fraction of the group's k·S assignments routed to expert i, P_i the mea
 probability of expert i; averaged over groups. Its gradient is added in backward where the MoE
 output is used (``_AuxLoss``), so neither the trainer nor a pipeline schedule has to carry it.
 
+Dispatch is by capacity slots (GShard's dispatch tensor, as an index): each expert has C slots per
+sequence, and kept assignments are scattered into them, so every buffer has a fixed shape.
 Expert parallelism: the ep ranks of a data-parallel group (``parallel.Meshes.ep``) each hold E/ep
-consecutive experts. Kept assignments are sorted by expert, sent to the expert's rank with
-``all_to_all_single`` (dispatch), run there, and sent back the same way (combine); autograd of
+consecutive experts; each expert's slots go to its rank with ``all_to_all_single`` (dispatch),
+run there, and come back the same way (combine); autograd of
 ``torch.distributed.nn.functional.all_to_all_single`` carries gradients back along both.
 """
 
@@ -43,18 +45,25 @@ class Routing:
     expert: torch.Tensor
     weight: torch.Tensor
     keep: torch.Tensor
+    slot: torch.Tensor
+    """Position of each assignment in its expert's queue of the group (kept when < capacity)."""
+    capacity: int
     aux_loss: torch.Tensor
     """Unscaled load-balancing loss, mean over the G groups (1.0 when perfectly balanced)."""
 
 
-def capacity_mask(expert: torch.Tensor, num_experts: int, capacity: int) -> torch.Tensor:
-    """Bool [G, S, k]: assignment kept. Within a group, an expert's slots go to first choices
-    in token order, then second choices, ... (GShard Algorithm 1); the rest are dropped."""
+def slot_positions(expert: torch.Tensor, num_experts: int) -> torch.Tensor:
+    """Int [G, S, k]: the slot each assignment takes in its expert's queue of the group: first
+    choices in token order, then second choices, ... (GShard Algorithm 1)."""
     g, s, k = expert.shape
     onehot = F.one_hot(expert, num_experts).transpose(1, 2).reshape(g, k * s, num_experts)
     slot = (onehot.cumsum(dim=1) - 1) * onehot
-    position = slot.sum(dim=-1).reshape(g, k, s).transpose(1, 2)
-    return position < capacity
+    return slot.sum(dim=-1).reshape(g, k, s).transpose(1, 2)
+
+
+def capacity_mask(expert: torch.Tensor, num_experts: int, capacity: int) -> torch.Tensor:
+    """Bool [G, S, k]: assignment kept, its slot below the capacity; the rest are dropped."""
+    return slot_positions(expert, num_experts) < capacity
 
 
 def load_balancing_loss(probs: torch.Tensor, expert: torch.Tensor) -> torch.Tensor:
@@ -73,8 +82,9 @@ def route(logits: torch.Tensor, top_k: int, capacity_factor: float) -> Routing:
     top_logits, expert = logits.topk(top_k, dim=-1)
     weight = top_logits.float().softmax(dim=-1)
     capacity = expert_capacity(logits.shape[1], num_experts, top_k, capacity_factor)
-    keep = capacity_mask(expert, num_experts, capacity)
-    return Routing(expert=expert, weight=weight, keep=keep, aux_loss=load_balancing_loss(probs, expert))
+    slot = slot_positions(expert, num_experts)
+    return Routing(expert=expert, weight=weight, keep=slot < capacity, slot=slot, capacity=capacity,
+                   aux_loss=load_balancing_loss(probs, expert))
 
 
 class _AuxLoss(torch.autograd.Function):
@@ -99,52 +109,56 @@ def add_aux_loss(out: torch.Tensor, aux: torch.Tensor, scale: float) -> torch.Te
     return _AuxLoss.apply(out, aux, scale)
 
 
-def _all_to_all(x: torch.Tensor, send: list[int], recv: list[int], group) -> torch.Tensor:
+def _all_to_all(x: torch.Tensor, group) -> torch.Tensor:
     from torch.distributed.nn.functional import all_to_all_single
 
-    out = x.new_empty((sum(recv), *x.shape[1:]))
-    return all_to_all_single(out, x.contiguous(), output_split_sizes=recv, input_split_sizes=send, group=group)
+    return all_to_all_single(torch.empty_like(x), x.contiguous(), group=group)
 
 
-def exchange(experts, x: torch.Tensor, ids: torch.Tensor, num_experts: int, group) -> torch.Tensor:
-    """Dispatch rows ``x`` (sorted by global expert id ``ids``) to their experts' ep ranks, run
-    them, combine the results back in the same order."""
+def exchange(experts, slots: torch.Tensor, group) -> torch.Tensor:
+    """Expert parallelism on the slot buffer [E, N, h] (N slots per expert): dispatch each expert's
+    slots to the ep rank holding it, run the E/ep local experts on the slots of every rank, and
+    combine them back (two ``all_to_all_single`` of equal splits; autograd reverses each)."""
     import torch.distributed as dist
 
     ep = dist.get_world_size(group)
-    local = num_experts // ep
-    counts = torch.bincount(ids, minlength=num_experts)
-    recv_counts = torch.empty_like(counts)
-    dist.all_to_all_single(recv_counts, counts, group=group)  # [source rank, local expert]
-    send = counts.view(ep, local).sum(dim=1).tolist()
-    recv = recv_counts.view(ep, local).sum(dim=1).tolist()
-    received = _all_to_all(x, send, recv, group)
-    local_ids = torch.arange(local, device=x.device).repeat(ep).repeat_interleave(recv_counts)
-    order = local_ids.argsort(stable=True)
-    y = torch.empty_like(received)
-    y = y.index_copy(0, order, experts(received[order], recv_counts.view(ep, local).sum(dim=0).tolist()))
-    return _all_to_all(y, recv, send, group)
+    e, n, h = slots.shape
+    local = e // ep
+    received = _all_to_all(slots, group).view(ep, local, n, h)  # [source rank, local expert, slot]
+    out = experts(received.transpose(0, 1).reshape(local, ep * n, h))
+    out = out.view(local, ep, n, h).transpose(0, 1).reshape(e, n, h)
+    return _all_to_all(out, group)
+
+
+def slot_index(routing: Routing, num_experts: int) -> torch.Tensor:
+    """Int [G, S, k]: the row of each assignment in the flat slot buffer [E · G · C] (expert-major,
+    then group, then slot); a dropped assignment points at the extra row E · G · C."""
+    g, c = routing.expert.shape[0], routing.capacity
+    group = torch.arange(g, device=routing.expert.device)[:, None, None]
+    index = (routing.expert * g + group) * c + routing.slot
+    return torch.where(routing.keep, index, num_experts * g * c)
 
 
 def moe_forward(moe, x: torch.Tensor) -> torch.Tensor:
-    """The MoE layer on x [b, s, h]: route per sequence, run the kept assignments, combine."""
+    """The MoE layer on x [b, s, h]: route per sequence, scatter the kept assignments into each
+    expert's C slots per sequence (zeros where a slot is free), run the experts on their slot
+    buffer, gather each token's k outputs back and weight them. Every shape is fixed by
+    (b, s, E, C), so no step waits on counts and the buffers are those the cost model counts:
+    E·b·C ≈ cf·k·b·s token copies."""
     b, s, h = x.shape
-    tokens = x.reshape(-1, h)
     num_experts = moe.router.weight.shape[0]
     routing = route(moe.router(x), moe.top_k, moe.capacity_factor)
-    rows, slots = routing.keep.reshape(b * s, -1).nonzero(as_tuple=True)
-    ids = routing.expert.reshape(b * s, -1)[rows, slots]
-    order = ids.argsort(stable=True)
-    rows, slots, ids = rows[order], slots[order], ids[order]
-    if moe.ep_group is None:
-        y = moe.experts(tokens[rows], torch.bincount(ids, minlength=num_experts).tolist())
-    else:
-        y = exchange(moe.experts, tokens[rows], ids, num_experts, moe.ep_group)
-    weight = routing.weight.reshape(b * s, -1)[rows, slots].type_as(y)
-    out = torch.zeros_like(tokens).index_add(0, rows, y * weight[:, None])
+    index = slot_index(routing, num_experts).reshape(-1)
+    rows = num_experts * b * routing.capacity
+    copies = x.unsqueeze(2).expand(b, s, moe.top_k, h).reshape(-1, h)
+    slots = x.new_zeros(rows + 1, h).index_add(0, index, copies)[:rows].view(num_experts, -1, h)
+    y = moe.experts(slots) if moe.ep_group is None else exchange(moe.experts, slots, moe.ep_group)
+    y = torch.cat([y.reshape(rows, h), y.new_zeros(1, h)])
+    weight = (routing.weight * routing.keep).type_as(y)
+    out = (y[index].view(b, s, moe.top_k, h) * weight[..., None]).sum(dim=2)
     if moe.shared_experts is not None:
-        out = out + moe.shared_experts(tokens)
-    return add_aux_loss(out.view_as(x), routing.aux_loss, moe.aux_loss_scale)
+        out = out + moe.shared_experts(x)
+    return add_aux_loss(out, routing.aux_loss, moe.aux_loss_scale)
 
 
 def load_balance_scale(layout) -> float:

@@ -126,11 +126,13 @@ class GroupedExperts(nn.Module):
             h = h * (x @ self.w3[index].t())
         return h @ self.w2[index].t()
 
-    def forward(self, x: torch.Tensor, counts: list[int]) -> torch.Tensor:
-        """Rows of ``x`` sorted by expert, ``counts[e]`` for expert e, through their experts (a
-        module call, so FSDP gathers the weights when the experts are their own unit)."""
-        outputs = [self.expert(e, rows) for e, rows in enumerate(x.split(counts)) if rows.numel()]
-        return torch.cat(outputs) if outputs else x[:0]
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Every expert on its own rows, x [E, N, h] -> [E, N, h], as batched matmuls (a module
+        call, so FSDP gathers the weights when the experts are their own unit)."""
+        h = self.act(x @ self.w1.transpose(1, 2))
+        if self.w3 is not None:
+            h = h * (x @ self.w3.transpose(1, 2))
+        return h @ self.w2.transpose(1, 2)
 
 
 class MoE(nn.Module):
