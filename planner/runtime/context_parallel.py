@@ -9,8 +9,7 @@ variants below see the same tokens on the same rank and one data path serves bot
 Attention across the split, by device type (``variant_for``):
   ``all_gather``, every backend (gloo on CPU included): each rank all-gathers K and V of the
       whole sequence from the cp group (Llama 3 Sec. 3.3.2) and attends its own queries to them
-      under a causal mask by global position; backward reduce-scatters the K/V gradients
-      (the autograd of ``torch.distributed.nn.functional.all_gather``).
+      under a causal mask by global position; backward reduce-scatters the K/V gradients.
   ``ring``, CUDA: ``torch.distributed.tensor.experimental.context_parallel`` replaces the
       causal SDPA call with ring attention, passing K/V blocks around the cp group (Liu et al.
       2023).
@@ -81,7 +80,9 @@ class _AllGather(torch.autograd.Function):
         ctx.group = group
         n = dist.get_world_size(group)
         out = t.new_empty((n * t.shape[0], *t.shape[1:]))
-        dist.all_gather_into_tensor(out, t.contiguous(), group=group)
+        # torch 2.13 renames all_gather_into_tensor to all_gather_single
+        gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+        gather(out, t.contiguous(), group=group)
         return out.view(n, *t.shape)
 
     @staticmethod

@@ -17,14 +17,14 @@ Dispatch is by capacity slots (GShard's dispatch tensor, as an index): each expe
 sequence, and kept assignments are scattered into them, so every buffer has a fixed shape.
 Expert parallelism: the ep ranks of a data-parallel group (``parallel.Meshes.ep``) each hold E/ep
 consecutive experts; each expert's slots go to its rank with ``all_to_all_single`` (dispatch),
-run there, and come back the same way (combine); autograd of
-``torch.distributed.nn.functional.all_to_all_single`` carries gradients back along both.
+run there, and come back the same way (combine); the gradients go back by the same exchange.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import partial
 
 import torch
 import torch.nn.functional as F
@@ -109,13 +109,28 @@ def add_aux_loss(out: torch.Tensor, aux: torch.Tensor, scale: float) -> torch.Te
     return _AuxLoss.apply(out, aux, scale)
 
 
+class _AllToAll(torch.autograd.Function):
+    """``all_to_all_single`` with equal splits; its gradient goes back by the same exchange."""
+
+    @staticmethod
+    def forward(ctx, x, group):  # noqa: D102
+        import torch.distributed as dist
+
+        ctx.group = group
+        out = torch.empty_like(x)
+        dist.all_to_all_single(out, x.contiguous(), group=group)
+        return out
+
+    @staticmethod
+    def backward(ctx, grad):  # noqa: D102
+        return _AllToAll.apply(grad, ctx.group), None
+
+
 def _all_to_all(x: torch.Tensor, group) -> torch.Tensor:
-    from torch.distributed.nn.functional import all_to_all_single
-
-    return all_to_all_single(torch.empty_like(x), x.contiguous(), group=group)
+    return _AllToAll.apply(x, group)
 
 
-def exchange(experts, slots: torch.Tensor, group) -> torch.Tensor:
+def exchange(run, slots: torch.Tensor, group) -> torch.Tensor:
     """Expert parallelism on the slot buffer [E, N, h] (N slots per expert): dispatch each expert's
     slots to the ep rank holding it, run the E/ep local experts on the slots of every rank, and
     combine them back (two ``all_to_all_single`` of equal splits; autograd reverses each)."""
@@ -125,9 +140,52 @@ def exchange(experts, slots: torch.Tensor, group) -> torch.Tensor:
     e, n, h = slots.shape
     local = e // ep
     received = _all_to_all(slots, group).view(ep, local, n, h)  # [source rank, local expert, slot]
-    out = experts(received.transpose(0, 1).reshape(local, ep * n, h))
+    out = run(received.transpose(0, 1).reshape(local, ep * n, h))
     out = out.view(local, ep, n, h).transpose(0, 1).reshape(e, n, h)
     return _all_to_all(out, group)
+
+
+class _CopyToTensorParallel(torch.autograd.Function):
+    """Megatron's f: identity forward, all-reduce of the input gradient backward (Shoeybi et al. 2019, Sec. 3)."""
+
+    @staticmethod
+    def forward(ctx, x, group):  # noqa: D102
+        ctx.group = group
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx, grad):  # noqa: D102
+        import torch.distributed as dist
+
+        grad = grad.contiguous()
+        dist.all_reduce(grad, group=ctx.group)
+        return grad, None
+
+
+class _ReduceFromTensorParallel(torch.autograd.Function):
+    """Megatron's g: all-reduce of the partial outputs forward, identity backward."""
+
+    @staticmethod
+    def forward(ctx, x, group):  # noqa: D102
+        import torch.distributed as dist
+
+        x = x.contiguous()
+        dist.all_reduce(x, group=group)
+        return x
+
+    @staticmethod
+    def backward(ctx, grad):  # noqa: D102
+        return grad, None
+
+
+def run_experts(moe, slots: torch.Tensor) -> torch.Tensor:
+    """The local experts on their slots; under tensor parallelism each tp rank holds an f/tp slice
+    of every expert (w1, w3 by column, w2 by row, as Megatron splits an MLP) and the partial
+    outputs are summed over the tp group."""
+    group = moe.experts_tp_group
+    if group is None:
+        return moe.experts(slots)
+    return _ReduceFromTensorParallel.apply(moe.experts(_CopyToTensorParallel.apply(slots, group)), group)
 
 
 def slot_index(routing: Routing, num_experts: int) -> torch.Tensor:
@@ -150,9 +208,12 @@ def moe_forward(moe, x: torch.Tensor) -> torch.Tensor:
     routing = route(moe.router(x), moe.top_k, moe.capacity_factor)
     index = slot_index(routing, num_experts).reshape(-1)
     rows = num_experts * b * routing.capacity
-    copies = x.unsqueeze(2).expand(b, s, moe.top_k, h).reshape(-1, h)
-    slots = x.new_zeros(rows + 1, h).index_add(0, index, copies)[:rows].view(num_experts, -1, h)
-    y = moe.experts(slots) if moe.ep_group is None else exchange(moe.experts, slots, moe.ep_group)
+    # the token filling each slot (row b·s: a zero row for a free slot); a gather saves only indices
+    token = torch.arange(b * s, device=x.device).repeat_interleave(moe.top_k)
+    filler = torch.full((rows + 1,), b * s, device=x.device).scatter(0, index, token)[:rows]
+    slots = torch.cat([x.reshape(-1, h), x.new_zeros(1, h)])[filler].view(num_experts, -1, h)
+    run = partial(run_experts, moe)
+    y = run(slots) if moe.ep_group is None else exchange(run, slots, moe.ep_group)
     y = torch.cat([y.reshape(rows, h), y.new_zeros(1, h)])
     weight = (routing.weight * routing.keep).type_as(y)
     out = (y[index].view(b, s, moe.top_k, h) * weight[..., None]).sum(dim=2)
@@ -173,11 +234,12 @@ def _moe_modules(part):
 
 def configure(part, layout) -> None:
     """Set the aux-loss weight of every MoE layer of ``part`` and tag expert parameters with the
-    expert-parallel degree (``clip.py`` counts a piece's holders with it). After ``to_empty``."""
+    number of ranks that hold other pieces of the expert table, ep · tp (``clip.py`` counts a
+    piece's holders with it). After ``to_empty``."""
     for moe in _moe_modules(part):
         moe.aux_loss_scale = load_balance_scale(layout)
-        for param in moe.experts.parameters():
-            param.expert_parallel_degree = layout.ep
+        for param in moe.experts.parameters():  # ranks holding other pieces of the expert table
+            param.expert_parallel_degree = layout.ep * layout.tp
 
 
 def apply_expert_parallel(part, ep_mesh) -> None:
@@ -197,16 +259,47 @@ def apply_expert_parallel(part, ep_mesh) -> None:
         moe.ep_group = ep_mesh.get_group()
 
 
-def global_shape(module, shape: tuple[int, ...]) -> tuple[int, ...]:
-    """The shape of a parameter of ``module`` before experts were split over ep ranks."""
-    rows = getattr(module, "expert_rows", None)
-    return tuple(shape) if rows is None else (rows[2], *shape[1:])
+EXPERT_DIM_OF_FFN = {"w1": 1, "w3": 1, "w2": 2}
+"""The dim of each expert weight that runs over the expert FFN width (split by tensor parallelism)."""
 
 
-def owned_rows(module, full):
-    """The rows of a full expert table ``module`` holds (all of it without expert parallelism)."""
-    rows = getattr(module, "expert_rows", None)
-    return full if rows is None else full[rows[0]:rows[0] + rows[1]]
+def global_shape(module, name: str, shape: tuple[int, ...]) -> tuple[int, ...]:
+    """The shape of parameter ``name`` of ``module`` before experts were split over ep and tp ranks."""
+    shape = list(shape)
+    rows, cols = getattr(module, "expert_rows", None), getattr(module, "expert_cols", None)
+    if rows is not None:
+        shape[0] = rows[2]
+    if cols is not None:
+        shape[EXPERT_DIM_OF_FFN[name]] = cols[2]
+    return tuple(shape)
+
+
+def owned_piece(module, name: str, full):
+    """The piece of a full expert table ``module`` holds: its ep rank's experts, its tp rank's
+    FFN slice (all of it without expert or tensor parallelism)."""
+    rows, cols = getattr(module, "expert_rows", None), getattr(module, "expert_cols", None)
+    if rows is not None:
+        full = full[rows[0]:rows[0] + rows[1]]
+    if cols is not None:
+        full = full.narrow(EXPERT_DIM_OF_FFN[name], cols[0], cols[1])
+    return full
+
+
+def apply_expert_tensor_parallel(part, tp_mesh) -> None:
+    """Keep this tp rank's f/tp slice of every expert (meta device, before sharding) and give each
+    MoE layer the tp group its partial outputs are summed over (``run_experts``)."""
+    from torch import nn
+
+    tp, rank = tp_mesh.size(), tp_mesh.get_local_rank()
+    for moe in _moe_modules(part):
+        experts = moe.experts
+        f = experts.w1.shape[1]
+        local = f // tp
+        for name, param in list(experts.named_parameters(recurse=False)):
+            piece = param.narrow(EXPERT_DIM_OF_FFN[name], rank * local, local)
+            setattr(experts, name, nn.Parameter(piece.clone()))
+        experts.expert_cols = (rank * local, local, f)
+        moe.experts_tp_group = tp_mesh.get_group()
 
 
 def shard_expert_states(blocks, mesh, rule, mp_policy, *, divide_factor: int) -> None:
@@ -235,10 +328,11 @@ def shard_expert_states(blocks, mesh, rule, mp_policy, *, divide_factor: int) ->
 
 
 def moe_tp_style(sequence_parallel: bool):
-    """The MoE layer under tensor parallelism: experts and router replicated over the tp ranks
-    (each computes the same routing). With sequence parallelism its input is gathered along the
-    sequence and its output sliced back (``PrepareModuleInputOutput``), so every tp rank routes
-    whole sequences and all hold the same expert gradients; without it, nothing to prepare."""
+    """The MoE layer under tensor parallelism: the router replicated over the tp ranks (each
+    computes the same routing), the experts split by FFN width (``apply_expert_tensor_parallel``).
+    With sequence parallelism its input is gathered along the sequence and its output sliced
+    back (``PrepareModuleInputOutput``), so every tp rank routes whole sequences; without it,
+    nothing to prepare."""
     if not sequence_parallel:
         return None
     from torch.distributed.tensor import Replicate, Shard

@@ -149,6 +149,8 @@ class MoE(nn.Module):
         self.shared_experts = FeedForward(spec, shared) if shared else None
         self.ep_group = None
         """Expert parallelism: the process group of the ep ranks (``experts`` holds E/ep of them)."""
+        self.experts_tp_group = None
+        """Tensor parallelism: the tp group over which ``experts`` is split by FFN width."""
         self.aux_loss_scale = 0.0
         """Weight of the load-balancing loss in the differentiated loss (set by the trainer)."""
 

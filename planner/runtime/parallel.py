@@ -75,8 +75,8 @@ def _data_parallel_mesh(mesh, dp_names: tuple[str, ...], cp: int):
     if cp == 1:
         return mesh[dp_names]
     flat = f"{dp_names[-1]}_cp"
-    mesh[(dp_names[-1], "cp")]._flatten(flat)
-    return mesh[(*dp_names[:-1], flat)]
+    flattened = mesh[(dp_names[-1], "cp")]._flatten(flat)
+    return flattened if len(dp_names) == 1 else mesh[(*dp_names[:-1], flat)]
 
 
 def _expert_meshes(layout: Layout, device_type: str) -> tuple[object | None, object | None]:
@@ -88,8 +88,7 @@ def _expert_meshes(layout: Layout, device_type: str) -> tuple[object | None, obj
     shape = (layout.pp, layout.dp // layout.ep, layout.ep, layout.cp, layout.tp)
     mesh = init_device_mesh(device_type, shape, mesh_dim_names=("pp", "edp", "ep", "cp", "tp"))
     if layout.cp > 1:
-        mesh[("edp", "cp")]._flatten("edp_cp")
-        return mesh["ep"], mesh["edp_cp"]
+        return mesh["ep"], mesh[("edp", "cp")]._flatten("edp_cp")
     return mesh["ep"], mesh["edp"]
 
 
@@ -271,6 +270,10 @@ def parallelize(part: nn.Module, layout: Layout, meshes: Meshes | None, mp_polic
             from .experts import apply_expert_parallel
 
             apply_expert_parallel(part, meshes.ep)
+        if meshes is not None and meshes.tp is not None and tp_plan is None:
+            from .experts import apply_expert_tensor_parallel
+
+            apply_expert_tensor_parallel(part, meshes.tp)
     if meshes is not None and meshes.tp is not None:
         if tp_plan is not None:
             from .tp_styles import apply_tp_plan
