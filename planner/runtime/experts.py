@@ -242,20 +242,25 @@ def configure(part, layout) -> None:
             param.expert_parallel_degree = layout.ep * layout.tp
 
 
+def _keep_slice(experts, dims: dict[str, int], rank: int, parts: int) -> tuple[int, int, int]:
+    """Replace each weight of ``experts`` (meta device) by its ``rank``-th of ``parts`` equal slices
+    along ``dims[name]``; returns (first, count, total) along that axis, for ``init.py``."""
+    from torch import nn
+
+    total = experts.w1.shape[dims["w1"]]
+    local = total // parts
+    for name, param in list(experts.named_parameters(recurse=False)):
+        setattr(experts, name, nn.Parameter(param.narrow(dims[name], rank * local, local).clone()))
+    return rank * local, local, total
+
+
 def apply_expert_parallel(part, ep_mesh) -> None:
     """Keep this ep rank's E/ep consecutive experts (on the meta device, before sharding) and give
     each MoE layer the ep process group. ``expert_rows`` (first, count, total) lets ``init.py``
     draw the weights of the whole expert table and keep this rank's rows."""
-    from torch import nn
-
-    ep, rank = ep_mesh.size(), ep_mesh.get_local_rank()
     for moe in _moe_modules(part):
-        experts = moe.experts
-        total = experts.w1.shape[0]
-        local = total // ep
-        for name, param in list(experts.named_parameters(recurse=False)):
-            setattr(experts, name, nn.Parameter(param[rank * local:(rank + 1) * local].clone()))
-        experts.expert_rows = (rank * local, local, total)
+        moe.experts.expert_rows = _keep_slice(moe.experts, dict.fromkeys(("w1", "w2", "w3"), 0),
+                                              ep_mesh.get_local_rank(), ep_mesh.size())
         moe.ep_group = ep_mesh.get_group()
 
 
@@ -288,17 +293,8 @@ def owned_piece(module, name: str, full):
 def apply_expert_tensor_parallel(part, tp_mesh) -> None:
     """Keep this tp rank's f/tp slice of every expert (meta device, before sharding) and give each
     MoE layer the tp group its partial outputs are summed over (``run_experts``)."""
-    from torch import nn
-
-    tp, rank = tp_mesh.size(), tp_mesh.get_local_rank()
     for moe in _moe_modules(part):
-        experts = moe.experts
-        f = experts.w1.shape[1]
-        local = f // tp
-        for name, param in list(experts.named_parameters(recurse=False)):
-            piece = param.narrow(EXPERT_DIM_OF_FFN[name], rank * local, local)
-            setattr(experts, name, nn.Parameter(piece.clone()))
-        experts.expert_cols = (rank * local, local, f)
+        moe.experts.expert_cols = _keep_slice(moe.experts, EXPERT_DIM_OF_FFN, tp_mesh.get_local_rank(), tp_mesh.size())
         moe.experts_tp_group = tp_mesh.get_group()
 
 
