@@ -102,3 +102,28 @@ def test_moe_layer_drops_over_capacity_tokens():
     kept = w[:4, :1] * first[:4] + w[:4, 1:] * second[:4]
     dropped = w[4:, 1:] * second[4:]
     torch.testing.assert_close(out[0], torch.cat([kept, dropped]), rtol=1e-5, atol=1e-6)
+
+
+def test_ep_and_tp_pieces_tile_the_expert_table():
+    """E = 4 experts of f = 6 over ep 2 x tp 3: ep rank 1, tp rank 2 holds experts 2..3 and FFN
+    columns 4..5 of w1 [E, f, h] (dim 1) and of w2 [E, h, f] (dim 2); the pieces of all six ranks
+    put back together are the whole table."""
+    from torch import nn
+
+    full = {"w1": torch.randn(4, 6, 5), "w2": torch.randn(4, 5, 6)}
+
+    def piece(ep_rank, tp_rank):
+        module = nn.Module()
+        module.w1, module.w2 = (nn.Parameter(t.clone()) for t in (full["w1"], full["w2"]))
+        module.expert_rows = experts._keep_slice(module, {"w1": 0, "w2": 0}, ep_rank, 2)
+        module.expert_cols = experts._keep_slice(module, {"w1": 1, "w2": 2}, tp_rank, 3)
+        return module
+
+    m = piece(1, 2)
+    assert m.expert_rows == (2, 2, 4) and m.expert_cols == (4, 2, 6)
+    assert experts.global_shape(m, "w1", tuple(m.w1.shape)) == (4, 6, 5)
+    assert experts.global_shape(m, "w2", tuple(m.w2.shape)) == (4, 5, 6)
+    torch.testing.assert_close(m.w1.data, full["w1"][2:4, 4:6])
+    torch.testing.assert_close(experts.owned_piece(m, "w2", full["w2"]), full["w2"][2:4, :, 4:6])
+    rows = [torch.cat([piece(e, t).w1.data for t in range(3)], dim=1) for e in range(2)]
+    torch.testing.assert_close(torch.cat(rows), full["w1"])
