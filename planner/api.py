@@ -187,7 +187,7 @@ def plan(*, model: str | ModelSpec, hardware: str | NodeSpec, gpus: int, global_
 
     ``options``: gpus_per_node, precision, optimizer, lora_rank, attention, runtime, memory_fraction,
     profile, profile_device_mismatch (see ``resolve_job``). ``solver``: ``search`` (branch and bound, exact) or ``brute-force``.
-    ``launchable``: search only layouts ``autoplan launch`` applies (no cp, ep or offload), costed
+    ``launchable``: search only layouts ``autoplan launch`` applies (no offload, tied embeddings only at tp = pp = 1, ...), costed
     as its job holds memory (``runtime`` defaults to ``torch``; ``megatron`` is refused).
     ``layers_per_chunk`` or ``first_stage_layers`` / ``last_stage_layers`` (Megatron's form): search
     only pipelines that take this split, and keep it (no stage refinement).

@@ -19,9 +19,9 @@ def launch_command(plan_file: str, out_dir: str, force: bool, python: str | None
     """Write a self-contained job for PLAN_FILE; run it with DIR/launch.sh.
 
     \b
-    The job applies the plan's best layout with FSDP2, TP/SP, pipelining and recomputation,
-    on CUDA with NCCL when present, else on CPU with gloo. Plans with parts the job cannot
-    apply (context or expert parallelism, ...) are refused with a line naming the field.
+    The job applies the plan's best layout with FSDP2, TP/SP, pipelining, context and expert
+    parallelism and recomputation, on CUDA with NCCL when present, else on CPU with gloo. Plans
+    with parts the job cannot apply (optimizer offload, ...) are refused with a line naming the field.
     """
     from ..emit.job import write_job
     from ..runtime.plan_file import read_plan_file

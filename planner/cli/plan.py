@@ -124,8 +124,8 @@ def split_options(func: Callable) -> Callable:
               help="Alternatives to list (best layout of each next-best mesh).")
 @click.option("--allow-cross-node-tp", is_flag=True, help="Let tensor parallel span nodes.")
 @click.option("--launchable", is_flag=True,
-              help="Only layouts 'autoplan launch' can run (no context/expert parallelism or offload, tied "
-                   "embeddings only at tp = pp = 1; the rule launch checks), "
+              help="Only layouts 'autoplan launch' can run (no optimizer offload, tied embeddings "
+                   "only at tp = pp = 1; the rule launch checks), "
                    "costed as its job runs them (--runtime torch).")
 @click.option("--solver", type=click.Choice(["search", "brute-force"]), default="search", show_default=True,
               help="search: exact branch and bound; brute-force: evaluate every layout (slow, for checking).")
