@@ -76,3 +76,38 @@ def test_gathered_attention_equals_full_causal_attention(monkeypatch):
         held = {"k": kl}
         out = cpm.gathered_attention(ql, kl, vl, ctx, dropout_p=0.0, enable_gqa=True)
         torch.testing.assert_close(out, cpm.shard_sequence(full, cp, rank), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("seq, cp", [(16, 2), (48, 3), (64, 4)])
+def test_same_placement_as_torch_ring_load_balancer(seq, cp):
+    """The ring variant relies on torch's head-tail load balancer placing tokens as
+    ``local_positions`` does (the data is sharded once, by us): its rank-major order split in cp."""
+    balancer = pytest.importorskip("torch.distributed.tensor.experimental._context_parallel._load_balancer")
+    order = balancer._HeadTailLoadBalancer(seq, cp, "cpu")._generate_indices().view(cp, -1)
+    for rank in range(cp):
+        assert order[rank].tolist() == cpm.local_positions(seq, cp, rank).tolist()
+
+
+def test_ring_context_enters_torch_context_parallel(monkeypatch):
+    """Ring variant: the step runs inside ``context_parallel(mesh, buffers=[positions 0..s-1],
+    buffer_seq_dims=[1])``; the all-gather variant and cp = 1 enter nothing."""
+    import contextlib
+
+    import torch.distributed.tensor.experimental as experimental
+
+    calls = []
+
+    @contextlib.contextmanager
+    def fake(mesh, *, buffers, buffer_seq_dims, no_restore_buffers):
+        calls.append((mesh, buffers[0].tolist(), buffer_seq_dims, len(no_restore_buffers)))
+        yield
+
+    monkeypatch.setattr(experimental, "context_parallel", fake)
+    ring = cpm.ContextGroup(mesh="cp-mesh", rank=0, degree=2, variant="ring")
+    with cpm.ring_context(ring, 8, torch.device("cpu")):
+        pass
+    assert calls == [("cp-mesh", [list(range(8))], [1], 1)]
+    gather = cpm.ContextGroup(mesh="cp-mesh", rank=0, degree=2, variant="all_gather")
+    with cpm.ring_context(gather, 8, torch.device("cpu")), cpm.ring_context(None, 8, torch.device("cpu")):
+        pass
+    assert len(calls) == 1
