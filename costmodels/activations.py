@@ -29,6 +29,7 @@ from dataclasses import dataclass
 
 from .flops import _kv_per_rank
 from .model_spec import ModelSpec
+from .moe_costs import expert_capacity
 from .params import attention_params, mlp_params
 
 MASK_BYTES = 1
@@ -37,6 +38,8 @@ GATED_MLP_TENSORS = 4
 """f-wide tensors a gated MLP keeps per token in eager PyTorch (see ``mlp_block_bytes``)."""
 LOGITS_BYTES = 4
 FP32_BYTES = 4
+INDEX_BYTES = 8
+"""int64 indices (top-k choices, gather/scatter rows)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -59,6 +62,9 @@ class ActivationShape:
     expert_tp: int = 0
     """Tensor-parallel degree of the routed experts (Megatron ``--expert-tensor-parallel-size``);
     0 = the attention's ``tp``."""
+    gathered_kv: int = 0
+    """All-gather context parallelism: K/V tokens per sequence gathered from the other cp ranks and
+    kept for backward, (cp - 1)·s/cp (0 for ring attention or cp = 1)."""
 
     @property
     def r(self) -> float:
@@ -215,20 +221,76 @@ def layer_bytes(model: ModelSpec, x: ActivationShape, *, moe_layer: bool, recomp
     """Bytes one layer keeps for backward for one micro-batch under ``recompute``.
 
     none: everything; selective: all but the attention core (and with MLA its up-projections, as
-    DeepSeek-V3 trains); full: the layer input only (s·b·h·r elements, the checkpoint). MoE and
-    MLA layers use Korthikanti's count under both runtimes. A sliding window changes nothing here:
+    DeepSeek-V3 trains); full: the layer input only (s·b·h·r elements, the checkpoint). MLA layers use Korthikanti's count under both runtimes; eager (the torch runtime) counts what
+    autograd saves for dense and MoE layers. A sliding window changes nothing here:
     a fused kernel keeps Q, K, V, its output and the log-sum-exp whatever the window, and eager
     attention materialises the whole masked s×s score matrix.
     """
     if recompute == "full":
         return residual_bytes(x) * x.s * x.b * model.hidden_size * x.r
-    if x.eager and not moe_layer and model.mla is None:
-        return torch_dense_layer_bytes(model, x, core=recompute != "selective")
+    if x.eager and model.mla is None:
+        layer = torch_moe_layer_bytes if moe_layer else torch_dense_layer_bytes
+        return layer(model, x, core=recompute != "selective") + gathered_kv_bytes(model, x)
     mlp = moe_block_bytes(model, x) if moe_layer else mlp_block_bytes(model, x, model.ffn_hidden_size)
     core = 0.0 if recompute == "selective" else attention_core_bytes(model, x)
     if model.mla is not None:
-        return mla_block_bytes(model, x, recompute_up=recompute == "selective") + core + mlp
-    return attention_block_bytes(model, x) + core + mlp
+        return mla_block_bytes(model, x, recompute_up=recompute == "selective") + core + mlp + gathered_kv_bytes(model, x)
+    return attention_block_bytes(model, x) + core + mlp + gathered_kv_bytes(model, x)
+
+
+def gathered_kv_bytes(model: ModelSpec, x: ActivationShape) -> float:
+    """All-gather context parallelism (Llama 3, Dubey et al. 2024, Sec. 3.3.2): the attention keeps
+    K and V of the whole sequence for backward, of which the local s/cp are counted with Q, K, V
+    already; the extra is 2·B·b·((cp-1)·s/cp)·kv/t, plus the s/cp × s causal mask by global
+    position (1 byte per element, shared by the batch and the heads)."""
+    if x.gathered_kv == 0:
+        return 0.0
+    kv = 2 * x.elem_bytes * x.b * x.gathered_kv * _kv_per_rank(model, x.tp)
+    mask = MASK_BYTES * x.s * (x.s + x.gathered_kv)
+    return kv + mask
+
+
+def torch_moe_layer_bytes(model: ModelSpec, x: ActivationShape, *, core: bool) -> float:
+    """One MoE layer of the torch runtime (``planner/runtime/experts.py``), tensor by tensor: the
+    attention half as in a dense layer, the router reading the MLP's input; the router's fp32
+    probabilities and the k renormalised weights (fp32), the int64 top-k choices, slot indices
+    and the token of each slot; the slot buffer of E·b·C token copies the experts read (C = ceil(cf·k·s/E) slots
+    per sequence, GShard Sec. 2.2; whole on every tp rank), the experts' 4·f/t (gated) or 2·f/t
+    tensors per slot (experts split by FFN width over tp); the k outputs gathered back per token and their weights."""
+    moe = model.moe
+    assert moe is not None
+    B, tokens, k, e = x.elem_bytes, x.s * x.b, moe.top_k, moe.num_experts
+    dense_mlp = B * tokens * (GATED_MLP_TENSORS if model.gated_mlp else 2) * model.ffn_hidden_size / x.tp
+    slots = e * x.b * expert_capacity(x.s, e, k, moe.capacity_factor)
+    routing = FP32_BYTES * tokens * (e + k) + 2 * INDEX_BYTES * tokens * k + INDEX_BYTES * slots
+    f = moe.expert_ffn_hidden_size / x.tp
+    experts = B * slots * (model.hidden_size + (GATED_MLP_TENSORS if model.gated_mlp else 2) * f)
+    combine = B * tokens * k * (model.hidden_size + 1)
+    shared = 0.0
+    if moe.num_shared_experts:
+        f_shared = moe.shared_ffn_hidden_size / x.tp
+        shared = B * tokens * (GATED_MLP_TENSORS if model.gated_mlp else 2) * f_shared
+    layer = torch_dense_layer_bytes(model, x, core=core) - dense_mlp
+    return layer + routing + experts + combine + shared + _torch_moe_autocast_bytes(model, x, slots)
+
+
+def _torch_moe_autocast_bytes(model: ModelSpec, x: ActivationShape, slots: int) -> float:
+    """Under ``torch.autocast`` (only without data parallelism, so no ep): what an MoE layer's casts
+    keep beyond a dense layer's: each expert matmul reading the slots saves its own 16-bit copy
+    (2 gated, 1 plain; the dense count has one), the router one copy of the input (the dense count
+    has one per MLP input projection), and the 16-bit copies of the router and expert weights in
+    place of the dense MLP's."""
+    if not x.autocast:
+        return 0.0
+    moe = model.moe
+    assert moe is not None
+    B, sbh, t = x.elem_bytes, x.s * x.b * model.hidden_size, x.tp
+    reads = 2 if model.gated_mlp else 1
+    slot_copies = B * slots * model.hidden_size * (reads - 1)
+    input_copies = -B * sbh * (reads - 1)
+    weights = B * (moe.num_experts * mlp_params(model, moe.expert_ffn_hidden_size) / t
+                   + moe.num_experts * model.hidden_size - mlp_params(model, model.ffn_hidden_size) / t)
+    return slot_copies + input_copies + weights
 
 
 def first_stage_extra_bytes(model: ModelSpec, x: ActivationShape) -> float:

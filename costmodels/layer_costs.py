@@ -5,7 +5,10 @@ Communication per layer (forward): Megatron TP (Shoeybi et al. 2019, Sec. 3) all
 B·b·s·h block output twice (attention and MLP), or with sequence parallelism (Korthikanti et al.
 2022, Sec. 4.2.2) all-gathers and reduce-scatters it twice; ring attention (Liu et al. 2023)
 passes each rank's K and V blocks around the cp ring in cp - 1 steps, each overlapping one
-block of the attention core and slowing it (``overlap.ring_exposed_s``); MoE layers (GShard, Lepikhin et al. 2020) all-to-all the routed
+block of the attention core and slowing it (``overlap.ring_exposed_s``),
+while the all-gather variant (Llama 3, Dubey et al. 2024, Sec. 3.3.2;
+``TrainingSpec.context_attention``) gathers K and V of the whole sequence before the core and
+reduce-scatters their gradients after it, both exposed; MoE layers (GShard, Lepikhin et al. 2020) all-to-all the routed
 tokens twice (dispatch, combine) over the ep group.
 """
 
@@ -66,17 +69,19 @@ class LayerForward:
     """Of ``memory_s``, the eager softmax/dropout traffic (recomputed by selective recompute)."""
     tp_s: float = 0.0
     cp_s: float = 0.0
-    """Ring K/V exchange left exposed after overlapping with the forward attention core
-    (``overlap.ring_exposed_s``)."""
+    """Forward K/V exchange left exposed (ring: after overlapping with the attention core,
+    ``overlap.ring_exposed_s``; all-gather: all of it)."""
     cp_bwd_s: float = 0.0
-    """Backward ring exchange (K, V and their gradients) left exposed after overlapping with the
-    backward attention core."""
+    """Backward K/V (and K/V gradient) exchange left exposed."""
     cp_total_s: float = 0.0
     ep_s: float = 0.0
     host_s: float = 0.0
     """Host time to issue the layer (``Assumptions.layer_overhead_s``; ``tp_layer_overhead_s`` for a
     DTensor-parallel layer, ``RuntimeConvention.dtensor_tensor_parallel``)."""
     comm_bytes: dict[str, float] = field(default_factory=dict)
+    """Bytes sent per rank in forward, by collective."""
+    bwd_comm_bytes: dict[str, float] = field(default_factory=dict)
+    """Bytes sent per rank in backward where they differ from forward (absent: the same)."""
     flops: float = 0.0
     sources: dict[str, str] = field(default_factory=dict)
     """Where each term's rate came from: ``compute``, ``attention`` and ``<axis>_comm``."""
@@ -101,7 +106,9 @@ class LayerCosts:
 
     def shape(self, key: LayerKey) -> ActivationShape:
         fused = self.training.attention == "fused"
+        gathered = key.s_local * (key.cp - 1) if self.training.context_attention == "all_gather" else 0
         return ActivationShape(b=key.b, s=key.s_local, s_kv=key.s_local if fused else key.s_local * key.cp,
+                               gathered_kv=gathered,
                                tp=key.tp, sequence_parallel=key.sp, elem_bytes=self.rates.elem_bytes,
                                fused_attention=fused, eager=self.convention.eager_activations, expert_tp=key.etp)
 
@@ -261,6 +268,9 @@ class LayerCosts:
         if key.cp == 1:
             return
         block = 2 * self.rates.elem_bytes * key.b * key.s_local * _kv_per_rank(self.model, key.tp)
+        if self.training.context_attention == "all_gather":
+            self._add_cp_all_gather(out, key, block)
+            return
         step_s, step_b, out.sources["cp_comm"] = self.collective("send_recv", block, key.cp, key.tp)
         steps, a = ring_steps(self.model, key.cp, key.s_local), self.assumptions
         blocks = steps + 1  # the local block and one per ring step (fewer under a sliding window)
@@ -268,6 +278,23 @@ class LayerCosts:
         out.cp_s = ring_exposed_s(step_s, out.attention_core_s / blocks, steps, a)
         out.cp_bwd_s = ring_exposed_s(2 * step_s, out.attention_core_bwd_s / blocks, steps, a)
         out.comm_bytes["cp_send_recv"] = steps * step_b
+        out.bwd_comm_bytes["cp_send_recv"] = 2 * steps * step_b
+
+    def _add_cp_all_gather(self, out: LayerForward, key: LayerKey, block: float) -> None:
+        """Llama 3 (Dubey et al. 2024, Sec. 3.3.2): forward all-gathers the K/V blocks of all cp ranks
+        (a cp·block buffer, of which each rank sends its own block to cp - 1 peers: (cp-1)/cp of
+        the sequence), backward reduce-scatters the K/V gradients of the same size. Neither
+        overlaps the attention core, which waits for the gathered K/V (and its backward produces
+        the gradients to scatter), so both are exposed."""
+        size = key.cp * block
+        ag_s, ag_b, ag_source = self.collective("all_gather", size, key.cp, key.tp)
+        rs_s, rs_b, rs_source = self.collective("reduce_scatter", size, key.cp, key.tp)
+        merge_source(out.sources, "cp_comm", ag_source)
+        merge_source(out.sources, "cp_comm", rs_source)
+        out.cp_total_s = out.cp_s = ag_s
+        out.cp_bwd_s = rs_s
+        out.comm_bytes["cp_all_gather"] = ag_b
+        out.bwd_comm_bytes |= {"cp_all_gather": 0.0, "cp_reduce_scatter": rs_b}
 
     def _add_ep(self, out: LayerForward, key: LayerKey, tokens: int) -> None:
         moe = self.model.moe

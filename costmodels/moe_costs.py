@@ -34,3 +34,12 @@ def ring_steps(model: ModelSpec, cp: int, s_local: int) -> float:
     steps = [full if not w else min(full, math.ceil(w / s_local))
              for w in (model.attention_window(i) for i in range(model.num_layers))]
     return sum(steps) / len(steps)
+
+
+def expert_capacity(tokens: int, num_experts: int, top_k: int, capacity_factor: float) -> int:
+    """Slots one expert has per routing group of ``tokens`` tokens: ceil(cf · k · S / E) (GShard,
+    Lepikhin et al. 2020, Sec. 2.2); dropless routing (cf = 0) with fixed shapes needs S, since a
+    token picks an expert at most once."""
+    if capacity_factor == 0:
+        return tokens
+    return math.ceil(capacity_factor * top_k * tokens / num_experts)

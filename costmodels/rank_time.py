@@ -101,7 +101,8 @@ def _add_layers(cm: "CostModel", t: RankTimes, f: LayerForward, layout: Layout, 
     """Forward + backward of ``n`` layers: backward is 2× forward compute (input and weight
     gradients); LoRA's frozen weights need only the input gradient, 1× forward GEMMs; a
     low-precision recipe adds the output-gradient casts (``LayerForward.cast_bwd_s``).
-    Backward repeats the forward's TP/EP collectives and moves K, V and their gradients in CP."""
+    Backward repeats the forward's TP/EP collectives; CP's backward is ``LayerForward.cp_bwd_s``
+    (ring: K, V and their gradients; all-gather: the gradients' reduce-scatter)."""
     weight_grad = 0.0 if cm.training.is_lora else f.gemm_s
     t.fwd_compute_s += n * f.compute_s
     t.bwd_compute_s += n * (f.gemm_s + weight_grad + f.attention_core_bwd_s + 2 * (f.memory_s + f.host_s) + f.cast_bwd_s)
@@ -110,8 +111,10 @@ def _add_layers(cm: "CostModel", t: RankTimes, f: LayerForward, layout: Layout, 
     t.tp_s += n * 2 * f.tp_s
     t.cp_s += n * (f.cp_s + f.cp_bwd_s)
     t.ep_s += n * 2 * f.ep_s
-    for name, sent in f.comm_bytes.items():
-        t.comm_bytes[name] += n * (3 if name.startswith("cp") else 2) * sent * layout.num_microbatches
+    for name in [*f.comm_bytes, *(k for k in f.bwd_comm_bytes if k not in f.comm_bytes)]:
+        sent = f.comm_bytes.get(name, 0.0)
+        sent += f.bwd_comm_bytes.get(name, sent)
+        t.comm_bytes[name] += n * sent * layout.num_microbatches
 
 
 def _add_recompute(cm: "CostModel", t: RankTimes, f: LayerForward, layout: Layout, n: float) -> None:

@@ -14,11 +14,13 @@ Precision = Literal["fp32", "bf16", "fp16", "fp8", "mxfp8", "nvfp4"]
 Optimizer = Literal["adamw", "sgd"]
 AttentionImpl = Literal["fused", "eager"]
 Runtime = Literal["megatron", "deepspeed", "torch"]
+ContextAttention = Literal["ring", "all_gather"]
 
 PRECISIONS: tuple[str, ...] = ("bf16", "fp16", "fp8", "mxfp8", "nvfp4", "fp32")
 OPTIMIZERS: tuple[str, ...] = ("adamw", "sgd")
 LORA_TARGETS: tuple[str, ...] = ("q", "k", "v", "o", "gate", "up", "down")
 RUNTIMES: tuple[str, ...] = ("megatron", "deepspeed", "torch")
+CONTEXT_ATTENTIONS: tuple[str, ...] = ("ring", "all_gather")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -50,6 +52,13 @@ class TrainingSpec:
     activations as Korthikanti et al. count them (fused kernels, Megatron sequence parallelism).
     torch: ``autoplan launch``'s own job on PyTorch's APIs (FSDP2 keeps fp32 parameter and
     gradient shards, ``parallelize_module`` sequence parallelism, eager autograd)."""
+    context_attention: ContextAttention = "ring"
+    """How context parallelism (cp > 1) attends across the split sequence, which is what is costed.
+    ring: each rank's K/V block passes around the cp ranks in cp - 1 steps, hidden behind the
+    attention core (Liu et al. 2023; Megatron-LM, and the generated job on CUDA through torch's
+    ``context_parallel``). all_gather: K/V of the whole sequence gathered before attention and
+    their gradients reduce-scattered after, exposed, with the gathered K/V kept for backward (Llama 3,
+    Dubey et al. 2024, Sec. 3.3.2; the generated job on every other backend, gloo included)."""
 
     def __post_init__(self) -> None:
         for name, high in (("global_batch_size", MAX_TOKENS_PER_STEP), ("seq_len", MAX_SEQ_LEN)):
@@ -68,6 +77,7 @@ class TrainingSpec:
         _require_choice("optimizer", self.optimizer, OPTIMIZERS)
         _require_choice("attention", self.attention, ("fused", "eager"))
         _require_choice("runtime", self.runtime, RUNTIMES)
+        _require_choice("context_attention", self.context_attention, CONTEXT_ATTENTIONS)
         if not isinstance(self.lora_rank, int) or isinstance(self.lora_rank, bool) or self.lora_rank < 0:
             raise SpecError(f"lora_rank must be a non-negative integer, got {self.lora_rank!r}")
         whole("lora_rank", self.lora_rank, low=0, high=MAX_WIDTH)

@@ -89,15 +89,25 @@ def job_as_planned(inputs: PlanInputs) -> Job:
     return Job.from_inputs(inputs, profile=profile)
 
 
+def context_attention_of(runtime: str, device_type: str) -> str:
+    """The context-parallel attention that runs a plan: the generated job (runtime torch) uses
+    torch's ring ``context_parallel`` on CUDA and the all-gather elsewhere
+    (``planner.runtime.context_parallel.variant_for``); Megatron-LM rings."""
+    return "all_gather" if runtime == "torch" and device_type != "cuda" else "ring"
+
+
 def resolve_job(*, model: str | ModelSpec, hardware: str | NodeSpec, gpus: int, global_batch: int,
                 seq_len: int, gpus_per_node: int | None = None, precision: str = "bf16",
                 fp8_recipe: str | None = None, optimizer: str = "adamw", lora_rank: int = 0, attention: str = "fused",
                 runtime: str = "megatron", memory_fraction: float = 0.95, profile: "str | Path | HardwareProfile | None" = None,
-                profile_device_mismatch: str = "refuse", moe_imbalance: float | None = None) -> Job:
+                profile_device_mismatch: str = "refuse", moe_imbalance: float | None = None,
+                context_attention: str | None = None) -> Job:
     """Turn names and numbers into specs, validating each where it enters.
 
     ``moe_imbalance`` sets the model's ``MoESpec.load_imbalance`` (tokens of the busiest expert rank
     over the even share), recorded in the plan's ``model_spec``.
+    ``context_attention`` (``TrainingSpec.context_attention``): None costs what runs the plan, the
+    generated job's all-gather on a non-CUDA device under ``runtime`` torch, else the ring.
 
     A profile measured on other devices than ``hardware`` (``profiles.match``) is refused unless
     ``profile_device_mismatch`` is ``ok``; the plan's inputs then record the override.
@@ -123,8 +133,11 @@ def resolve_job(*, model: str | ModelSpec, hardware: str | NodeSpec, gpus: int, 
     if profile_device_mismatch not in ("refuse", "ok"):
         raise SpecError(f"profile_device_mismatch (--profile-device-mismatch) must be refuse or ok, "
                         f"got {profile_device_mismatch!r}")
+    if context_attention is None:
+        context_attention = context_attention_of(runtime, node.hardware.device_type)
     training = TrainingSpec(global_batch_size=global_batch, seq_len=seq_len, precision=precision,
-                            fp8_recipe=fp8_recipe, optimizer=optimizer, lora_rank=lora_rank, attention=attention, runtime=runtime)
+                            fp8_recipe=fp8_recipe, optimizer=optimizer, lora_rank=lora_rank, attention=attention, runtime=runtime,
+                            context_attention=context_attention)
     if training.recipe.is_low_precision and not node.hardware.supports(training.precision):
         needs = "block-scaled formats need Blackwell: b200, b300, gb200-nvl72, gb300-nvl72" \
             if training.precision != "fp8" else "FP8 needs Hopper, Ada, Blackwell or MI300"
@@ -182,7 +195,7 @@ def _check_profile(loaded: "HardwareProfile | None", given: Any, cluster: Cluste
 
 
 _RESOLVE_OPTIONS = ("gpus_per_node", "precision", "fp8_recipe", "optimizer", "lora_rank", "attention", "runtime",
-                    "memory_fraction", "profile", "profile_device_mismatch", "moe_imbalance")
+                    "memory_fraction", "profile", "profile_device_mismatch", "moe_imbalance", "context_attention")
 """The keyword options ``plan`` and ``evaluate`` pass on to ``resolve_job``."""
 
 
@@ -194,7 +207,7 @@ def plan(*, model: str | ModelSpec, hardware: str | NodeSpec, gpus: int, global_
     ``ranking.TIE_BAND`` of the fastest), ranked alternatives, and why others were rejected.
 
     ``options``: gpus_per_node, precision, fp8_recipe, optimizer, lora_rank, attention, runtime, memory_fraction,
-    profile, profile_device_mismatch, moe_imbalance (see ``resolve_job``). ``solver``: ``search`` (branch and bound, exact) or ``brute-force``.
+    profile, profile_device_mismatch, moe_imbalance, context_attention (see ``resolve_job``). ``solver``: ``search`` (branch and bound, exact) or ``brute-force``.
     ``launchable``: search only layouts ``autoplan launch`` applies (``planner.launchable``), costed
     as its job holds memory (``runtime`` defaults to ``torch``; ``megatron`` is refused).
     ``layers_per_chunk`` or ``first_stage_layers`` / ``last_stage_layers`` (Megatron's form): search

@@ -63,7 +63,7 @@ def what_if(plan: PlanFile) -> list[dict[str, Any]]:
         request = dict(model=job.model, hardware=node, gpus=plan.inputs.gpus, global_batch=t.global_batch_size,
                        seq_len=t.seq_len, gpus_per_node=plan.inputs.gpus_per_node, precision=t.precision, fp8_recipe=t.fp8_recipe,
                        optimizer=t.optimizer, lora_rank=t.lora_rank, attention=t.attention, runtime=t.runtime,
-                       memory_fraction=plan.inputs.memory_fraction, profile=job.profile,
+                       context_attention=t.context_attention, memory_fraction=plan.inputs.memory_fraction, profile=job.profile,
                        launchable=bool(plan.inputs.launchable))
         report = api.plan(**{**request, **change})
         if report.best is None:
@@ -96,9 +96,23 @@ def explain(plan: PlanFile) -> dict[str, Any]:
         doc["runner_up"] = {"layout": layout_summary(plan.candidates[0].layout),
                             **runner_up_differences(plan.best, plan.candidates[0]),
                             "within_step_band": within_step_band(plan.best, plan.candidates[0])}
+    if plan.best.layout.cp > 1:
+        doc["context_parallel"] = context_parallel_note(plan.inputs.training.context_attention, plan.best.layout.cp)
     if plan.inputs.module is None:
         doc["what_would_change"] = what_if(plan)
     return doc
+
+
+CONTEXT_ATTENTION_TEXT = {
+    "ring": "ring attention: K/V blocks pass around the {cp} cp ranks, hidden behind the attention core",
+    "all_gather": "all-gather attention (Llama 3): K/V of the whole sequence gathered from the {cp} cp ranks "
+                  "before the core and their gradients reduce-scattered after, exposed",
+}
+
+
+def context_parallel_note(variant: str, cp: int) -> dict[str, str]:
+    """Which context-parallel attention the plan was costed with (``TrainingSpec.context_attention``)."""
+    return {"variant": variant, "text": "context parallelism costed as " + CONTEXT_ATTENTION_TEXT[variant].format(cp=cp)}
 
 
 def explanation_lines(doc: dict[str, Any]) -> list[str]:
@@ -117,6 +131,8 @@ def explanation_lines(doc: dict[str, Any]) -> list[str]:
         elif r.get("within_step_band"):
             lines.append("  the runner-up lies inside the best plan's step-time band: the cost model cannot tell "
                          "them apart (see Error bands in the README)")
+    if "context_parallel" in doc:
+        lines.append(doc["context_parallel"]["text"])
     for case in doc.get("what_would_change", []):
         lines.append(case["text"])
     return lines

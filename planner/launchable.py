@@ -24,12 +24,13 @@ def _or_evaluate(option: str) -> str:
 def runtime_problems(training: TrainingSpec, layout: Layout) -> list[str]:
     """What the generated job applies to no model at all, one sentence each naming the field."""
     L, out = layout, []
-    if L.cp > 1:
-        out.append(f"layout.cp = {L.cp}: context parallelism is not applied by the generated job "
-                   "(torch's context_parallel is CUDA-only and experimental); " + _or_evaluate("--cp 1"))
-    if L.ep > 1:
-        out.append(f"layout.ep = {L.ep}: expert parallelism is not applied by the generated job; "
-                   + _or_evaluate("--ep 1"))
+    if L.cp > 1 and training.seq_len % (2 * L.cp):
+        out.append(f"layout.cp = {L.cp}: the job splits each sequence into 2 x cp = {2 * L.cp} load-balanced "
+                   f"chunks, which seq-len {training.seq_len} does not divide; pick a seq-len divisible by "
+                   f"{2 * L.cp}, or " + _or_evaluate(f"--cp {L.cp // 2 or 1}"))
+    if L.ep > 1 and 0 < L.hsdp_shard_degree < L.dp:
+        out.append(f"layout.hsdp_shard_degree = {L.hsdp_shard_degree}: the job shards experts over all their "
+                   f"data-parallel ranks, not in HSDP groups, with ep = {L.ep}; " + _or_evaluate("--ep 1"))
     if L.expert_tp and L.expert_tp != L.tp:
         out.append(f"layout.expert_tp = {L.expert_tp}: expert tensor parallelism apart from tp is not applied by the "
                    "generated job; " + _or_evaluate("without --expert-tp"))
@@ -50,9 +51,6 @@ def runtime_problems(training: TrainingSpec, layout: Layout) -> list[str]:
 def model_problems(model: ModelSpec, layout: Layout) -> list[str]:
     """What the generated job cannot apply to autoplan's own model of ``model``."""
     L, out = layout, []
-    if model.moe is not None and L.tp > 1:
-        out.append(f"layout.tp = {L.tp}: MoE layers are not tensor-parallel in the generated job; "
-                   + _or_evaluate("--tp 1"))
     if L.tp > 1 and (model.mla is not None or model.qk_norm or model.sandwich_norm):
         parts = [n for n, on in (("latent attention", model.mla is not None), ("q/k norms", model.qk_norm),
                                  ("sandwich norms", model.sandwich_norm)) if on]

@@ -89,7 +89,7 @@ def test_bundle_is_derived_from_the_runtime_imports(job):
     bundle = bundle_modules()
     assert {"main", "plan_file", "pipelining", "tp_styles", "user_model"} <= set(bundle["planner_runtime"])
     assert "harness" not in " ".join(bundle["planner_runtime"])  # test-only module, not imported by the job
-    assert bundle["costmodels"] == ("convention", "layout", "model_spec", "precision", "stage_split", "training")
+    assert bundle["costmodels"] == ("convention", "layout", "model_spec", "moe_costs", "precision", "stage_split", "training")
     copied = sorted(p.stem for p in (job / "runtime" / "planner_runtime").glob("*.py"))
     assert copied == sorted(bundle["planner_runtime"])
     names = ", ".join(f"planner_runtime.{m}" for m in bundle["planner_runtime"] if m != "__init__")
@@ -147,8 +147,7 @@ def test_megatron_args_use_known_options(job):
 
 
 @pytest.mark.parametrize("plan, field", [
-    (make_plan(dp=2, cp=2), "layout.cp"),
-    (make_plan(model="tiny-mixtral", dp=4, ep=2), "layout.ep"),
+    (make_plan(model="tiny-mixtral", dp=4, ep=2, hsdp_shard_degree=2), "layout.hsdp_shard_degree"),
     (make_plan(dp=1, pp=4, num_microbatches=2), "layout.num_microbatches"),
 ])
 def test_cli_refuses_what_it_cannot_apply(tmp_path, plan, field):

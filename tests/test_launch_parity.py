@@ -1,4 +1,7 @@
 """Loss parity: every layout of issue 4 trains exactly like a single process (CPU, gloo, torchrun).
+Issue 13 adds context parallelism (all-gather K/V, load-balanced chunks), expert parallelism
+(all-to-all dispatch/combine, capacity, aux loss) and MoE layers beside tensor parallelism; those
+layouts run in one recompute mode each (``ONCE``) to keep the launches short.
 
 One torchrun launch per world size runs all layouts of that size one after another in one
 process group (``planner.runtime.case_runner``); the single-process reference runs in a separate
@@ -29,6 +32,7 @@ NORM_RTOL = 1e-4
 REFERENCES = {
     "tiny-llama": {"num_microbatches": 2, "micro_batch_size": 4},
     "tiny-gpt": {"num_microbatches": 2, "micro_batch_size": 4},
+    "tiny-mixtral": {"num_microbatches": 2, "micro_batch_size": 4},
     "tiny-llama-6": {"num_microbatches": 2, "micro_batch_size": 4},
 }
 MODELS = {"tiny-llama-6": {**model_to_dict(load_model("tiny-llama")), "num_layers": 6}}
@@ -58,10 +62,25 @@ LAYOUTS = {
     **{name: ("tiny-llama-6", {"pp": 2, "num_microbatches": 4, "micro_batch_size": 2, **layout})
        for name, layout in ZERO_BUBBLE.items()},
 }
+# name: (model, layout, recompute); dp counts the ep ranks (ep2-dp4: 2 expert shards x 2 replicas).
+ONCE = {
+    "cp2-dp2": ("tiny-llama", {"dp": 2, "cp": 2, "zero_stage": 3, "num_microbatches": 2, "micro_batch_size": 2},
+                "full"),
+    "pp2-cp2": ("tiny-llama", {"pp": 2, "cp": 2, "schedule": "1f1b", "num_microbatches": 4, "micro_batch_size": 2},
+                "none"),
+    "ep2-dp2": ("tiny-mixtral", {"dp": 2, "ep": 2, "zero_stage": 3, "num_microbatches": 2, "micro_batch_size": 2},
+                "none"),
+    "ep2-dp4": ("tiny-mixtral", {"dp": 4, "ep": 2, "zero_stage": 3, "num_microbatches": 2, "micro_batch_size": 1},
+                "none"),
+    "moe-tp2-dp2": ("tiny-mixtral", {"dp": 2, "tp": 2, "zero_stage": 3, "num_microbatches": 2,
+                                     "micro_batch_size": 2}, "full"),
+    "moe-ep2-tp2-dp2-sp": ("tiny-mixtral", {"dp": 2, "ep": 2, "tp": 2, "sequence_parallel": True, "zero_stage": 1,
+                                            "num_microbatches": 2, "micro_batch_size": 2}, "none"),
+}
 
 
 def _world(layout: dict) -> int:
-    return layout.get("dp", 1) * layout.get("tp", 1) * layout.get("pp", 1)
+    return layout.get("dp", 1) * layout.get("tp", 1) * layout.get("pp", 1) * layout.get("cp", 1)
 
 
 def _cases() -> list[dict]:
@@ -72,6 +91,10 @@ def _cases() -> list[dict]:
             cases.append({"name": f"{name}-{recompute}", "model": MODELS.get(model, model),
                           "layout": {**layout, "recompute": recompute}, "seq_len": SEQ_LEN, "steps": STEPS,
                           "model_name": model})
+    for name, (model, layout, recompute) in ONCE.items():
+        cases.append({"name": f"{name}-{recompute}", "model": MODELS.get(model, model),
+                      "layout": {**layout, "recompute": recompute}, "seq_len": SEQ_LEN, "steps": STEPS,
+                      "model_name": model})
     return cases
 
 

@@ -71,7 +71,8 @@ def test_refusals_name_only_options_that_exist():
     from planner.launchable import launch_problems
 
     real = {opt for cmd in (plan_command, evaluate_command) for p in cmd.params for opt in p.opts}
-    layouts = [Layout(dp=1, cp=2, num_microbatches=8), Layout(dp=2, ep=2, num_microbatches=4),
+    layouts = [Layout(dp=1, cp=3, num_microbatches=8), Layout(dp=4, ep=2, hsdp_shard_degree=2, zero_stage=3,
+                                                               num_microbatches=2),
                Layout(dp=2, optimizer_offload=True, num_microbatches=4), Layout(dp=1, pp=2, num_microbatches=1),
                Layout(dp=1, tp=2, num_microbatches=8)]
     for model in ("tiny-gpt", "tiny-mixtral"):

@@ -33,20 +33,24 @@ def test_dry_run_fsdp_states_are_fp32_shards(tmp_path):
     assert planner is not None
 
 
-@pytest.mark.parametrize("layout_args", [
-    ["--dp", "2", "--tp", "1", "--pp", "1", "--zero", "1"],  # 2 micro-batches: unsharded grads accumulate
-    ["--dp", "2", "--tp", "1", "--pp", "1", "--zero", "2"],
-    ["--dp", "1", "--tp", "2", "--pp", "1", "--sequence-parallel"],
-    ["--dp", "1", "--tp", "1", "--pp", "2", "--recompute", "full"],
-], ids=["zero1", "zero2", "tp2-sp", "pp2-full"])
-def test_torch_runtime_predicts_each_model_state_and_activations_of_the_job(tmp_path, layout_args):
+@pytest.mark.parametrize("model, layout_args", [
+    ("tiny-llama", ["--dp", "2", "--tp", "1", "--pp", "1", "--zero", "1"]),  # 2 micro-batches: unsharded grads accumulate
+    ("tiny-llama", ["--dp", "2", "--tp", "1", "--pp", "1", "--zero", "2"]),
+    ("tiny-llama", ["--dp", "1", "--tp", "2", "--pp", "1", "--sequence-parallel"]),
+    ("tiny-llama", ["--dp", "1", "--tp", "1", "--pp", "2", "--recompute", "full"]),
+    ("tiny-llama", ["--dp", "1", "--tp", "1", "--pp", "1", "--cp", "2", "--cp-attention", "all_gather"]),
+    ("tiny-mixtral", ["--dp", "2", "--tp", "1", "--pp", "1", "--ep", "2", "--zero", "3"]),
+    ("tiny-mixtral", ["--dp", "1", "--tp", "2", "--pp", "1", "--sequence-parallel"]),
+], ids=["zero1", "zero2", "tp2-sp", "pp2-full", "cp2-all-gather", "moe-ep2-zero3", "moe-tp2-sp-autocast"])
+def test_torch_runtime_predicts_each_model_state_and_activations_of_the_job(tmp_path, model, layout_args):
     """With ``--runtime torch`` the cost model counts params, grads and optimizer states as the
     launched job holds them (FSDP2 fp32 shards for every ZeRO stage >= 1; a vocabulary-sharded
     embedding whose gradient is a shard too), each within 2% of the dry run's exact bytes, and
     the activations autograd saves (FSDP2 mixed precision, autocast without dp, PyTorch SP's
-    gathered inputs, pipeline in-flight micro-batches) within 2% on every pipeline rank."""
+    gathered inputs, pipeline in-flight micro-batches, all-gather CP's gathered K/V and mask, MoE
+    capacity slots with experts split over ep and tp) within 2% on every pipeline rank."""
     plan = tmp_path / "plan.json"
-    args = ["evaluate", "--model", "tiny-llama", "--hardware", "h100-sxm-80gb", "--gpus", "2", "--global-batch", "4",
+    args = ["evaluate", "--model", model, "--hardware", "h100-sxm-80gb", "--gpus", "2", "--global-batch", "4",
             "--seq-len", "128", "--runtime", "torch", *layout_args, "--out", str(plan)]
     result = CliRunner().invoke(main, args)
     assert result.exit_code == 0, result.output

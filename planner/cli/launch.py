@@ -22,10 +22,10 @@ def launch_command(plan_file: str, out_dir: str, force: bool, python: str | None
     """Write a self-contained job for PLAN_FILE; run it with DIR/launch.sh.
 
     \b
-    The job applies the plan's best layout with FSDP2, TP/SP, pipelining and recomputation,
-    on CUDA with NCCL when present, else on CPU with gloo. Plans with parts the job cannot
-    apply (context or expert parallelism, low-precision recipes, ...) are refused with a line
-    naming the field; --exports-only writes their framework configs without the job.
+    The job applies the plan's best layout with FSDP2, TP/SP, pipelining, context and expert
+    parallelism, recomputation, optimizer offload and LoRA, on CUDA with NCCL when present, else on
+    CPU with gloo. Plans with parts the job cannot apply (low-precision recipes, DualPipe, ...) are
+    refused with a line naming the field; --exports-only writes their framework configs without the job.
     """
     from ..emit.job import write_exports_only, write_job
     from ..runtime.plan_file import read_plan_file

@@ -45,6 +45,10 @@ JOB_OPTIONS: list[Callable] = [
     click.option("--moe-imbalance", type=click.FloatRange(min=1.0), default=None,
                  help="MoE models: tokens of the busiest expert rank over the even share (1 + MaxVio, Wang et "
                       "al. 2024; default 1.0, the force-balanced routing of vendor benchmarks)."),
+    click.option("--cp-attention", "context_attention", type=click.Choice(["ring", "all_gather"]), default=None,
+                 help="How context parallelism is costed: ring (K/V passed around the cp ranks, overlapped) or "
+                      "all_gather (Llama 3: K/V gathered, exposed). Default: what runs the plan, all_gather for "
+                      "the launched job on a non-CUDA device, else ring."),
     click.option("--memory-fraction", type=click.FloatRange(min=0, max=1, min_open=True), default=0.95,
                  show_default=True, help="Usable share of device memory."),
     click.option("--profile", type=click.Path(dir_okay=False), default=None,
@@ -70,7 +74,7 @@ def _job_kwargs(kw: dict[str, Any]) -> dict[str, Any]:
             "optimizer", "lora_rank", "attention", "memory_fraction", "profile", "profile_device_mismatch")
     out = {k: kw[k] for k in keys}
     out["model"], out["hardware"] = _full_names(kw["model"], kw["hardware"])
-    for key in ("runtime", "moe_imbalance"):
+    for key in ("runtime", "moe_imbalance", "context_attention"):
         if kw.get(key) is not None:
             out[key] = kw[key]
     return out

@@ -42,12 +42,28 @@ def _part_states(job) -> list[tuple[dict, dict]]:
             for (_, part), optimizer in zip(job.parts, job.optimizers)]
 
 
-def _merged(states: list[tuple[dict, dict]]) -> dict:
+def _expert_suffix(job) -> str:
+    """Experts split over ep (and tp) ranks are different tensors under one name, which DCP would
+    take for replicas: their keys carry this rank's piece, ``@ep<r>.tp<r>`` (resume needs the same
+    ep and tp, as it needs the same plan)."""
+    meshes = job.meshes
+    if meshes is None or (meshes.ep is None and meshes.tp is None):
+        return ""
+    ep = meshes.ep.get_local_rank() if meshes.ep is not None else 0
+    tp = meshes.tp.get_local_rank() if meshes.tp is not None else 0
+    return f"@ep{ep}.tp{tp}"
+
+
+def _key(kind: str, name: str, suffix: str) -> str:
+    return f"{kind}.{name}{suffix if suffix and 'moe.experts.' in name else ''}"
+
+
+def _merged(states: list[tuple[dict, dict]], suffix: str = "") -> dict:
     """One flat dict of every part: "model.<fqn>" and "optim.<flattened key>"."""
     merged = {}
     for model_state, optim_state in states:
-        merged.update({f"model.{k}": v for k, v in model_state.items()})
-        merged.update({f"optim.{k}": v for k, v in optim_state.items()})
+        merged.update({_key("model", k, suffix): v for k, v in model_state.items()})
+        merged.update({_key("optim", k, suffix): v for k, v in optim_state.items()})
     return merged
 
 
@@ -56,7 +72,7 @@ def save(job, root: str | Path, step: int) -> Path:
     import torch.distributed.checkpoint as dcp
 
     path = step_dir(root, step)
-    dcp.save(_merged(_part_states(job)), checkpoint_id=str(path))
+    dcp.save(_merged(_part_states(job), _expert_suffix(job)), checkpoint_id=str(path))
     if dist.is_initialized():
         dist.barrier()
     if not dist.is_initialized() or dist.get_rank() == 0:
@@ -71,13 +87,13 @@ def load(job, path: str | Path) -> int:
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.state_dict import StateDictOptions, set_state_dict
 
-    states = _part_states(job)
-    merged = _merged(states)
+    states, suffix = _part_states(job), _expert_suffix(job)
+    merged = _merged(states, suffix)
     dcp.load(merged, checkpoint_id=str(path))
     options = StateDictOptions(flatten_optimizer_state_dict=True)
     for ((_, part), optimizer), (model_state, optim_state) in zip(zip(job.parts, job.optimizers), states):
         set_state_dict(part, optimizer,
-                       model_state_dict={k: merged[f"model.{k}"] for k in model_state},
-                       optim_state_dict={k: merged[f"optim.{k}"] for k in optim_state},
+                       model_state_dict={k: merged[_key("model", k, suffix)] for k in model_state},
+                       optim_state_dict={k: merged[_key("optim", k, suffix)] for k in optim_state},
                        options=options)
     return int(json.loads((Path(path) / STATE_FILE).read_text(encoding="utf-8"))["step"])

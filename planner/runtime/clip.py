@@ -53,7 +53,9 @@ def global_grad_norm(params: list[torch.nn.Parameter], *, stage_ranks: int, devi
     total = torch.zeros((), dtype=torch.float32, device=device)
     for param in params:
         if param.grad is not None and not getattr(param, TIED_COPY_ATTR, False):  # counted on the first stage
-            total += _local_square_sum(param.grad).to(device) / _holders(param.grad, stage_ranks)
+            # an expert's piece is held by 1/ep of the ranks its mesh leaves out (experts.configure)
+            holders = _holders(param.grad, stage_ranks) // getattr(param, "expert_parallel_degree", 1)
+            total += _local_square_sum(param.grad).to(device) / holders
     if dist.is_available() and dist.is_initialized():
         dist.all_reduce(total)
     return math.sqrt(max(total.item(), 0.0))

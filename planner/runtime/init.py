@@ -59,7 +59,12 @@ def init_weights(model: nn.Module, *, seed: int) -> None:
     """Fill every parameter of ``model`` (already materialised) with its layout-independent value."""
     from torch.distributed.tensor import DTensor
 
+    from .experts import global_shape, owned_piece
+
     for fqn, param in model.named_parameters():
         local = param.to_local() if isinstance(param, DTensor) else param
-        full = _full_value(canonical_name(fqn), param.shape, seed, local.device)
+        owner_name, _, leaf = fqn.rpartition(".")
+        owner = model.get_submodule(owner_name)
+        full = _full_value(canonical_name(fqn), global_shape(owner, leaf, param.shape), seed, local.device)
+        full = owned_piece(owner, leaf, full)  # an ep rank's experts, a tp rank's slice of them
         local.copy_(_local_piece(param, full).to(local.dtype))

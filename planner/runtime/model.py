@@ -37,11 +37,13 @@ def _norm(spec: ModelSpec) -> nn.Module:
     return nn.LayerNorm(spec.hidden_size, eps=1e-5)
 
 
-def rotary(x: torch.Tensor) -> torch.Tensor:
-    """Rotate ``x`` of shape [b, s, heads, d] by position (RoFormer, Su et al. 2021, eq. 34)."""
+def rotary(x: torch.Tensor, positions: torch.Tensor | None = None) -> torch.Tensor:
+    """Rotate ``x`` of shape [b, s, heads, d] by position (RoFormer, Su et al. 2021, eq. 34);
+    ``positions`` (int64 [s]) are the global positions of a context-parallel shard, default 0..s-1."""
     s, d = x.shape[1], x.shape[-1]
     inv_freq = 1.0 / (ROPE_THETA ** (torch.arange(0, d, 2, device=x.device, dtype=torch.float32) / d))
-    angles = torch.outer(torch.arange(s, device=x.device, dtype=torch.float32), inv_freq)
+    pos = torch.arange(s, device=x.device) if positions is None else positions
+    angles = torch.outer(pos.to(torch.float32), inv_freq)
     cos, sin = angles.cos()[None, :, None, :], angles.sin()[None, :, None, :]
     x1, x2 = x.float()[..., 0::2], x.float()[..., 1::2]
     out = torch.stack((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1).flatten(-2)
@@ -87,11 +89,19 @@ class Attention(nn.Module):
         self.k_norm = nn.RMSNorm(spec.d_head, eps=1e-6) if spec.qk_norm else None
         self.recompute_core = False
         """Selective recomputation: recompute the attention core in backward (Korthikanti et al. 2022)."""
+        self.context = None
+        """Context parallelism: the ``context_parallel.ContextGroup`` of this rank, or None."""
 
     def _core(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        cp = self.context
         if self.rotary:
-            q, k = rotary(q), rotary(k)
+            positions = None if cp is None else cp.positions(q.shape[1], q.device)
+            q, k = rotary(q, positions), rotary(k, positions)
         p = self.dropout_p if self.training else 0.0
+        if cp is not None and cp.variant == "all_gather":
+            from .context_parallel import gathered_attention
+
+            return gathered_attention(q, k, v, cp, dropout_p=p, enable_gqa=self.n_rep > 1)
         return attend(q, k, v, window=self.window, dropout_p=p, gqa=self.n_rep > 1)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -189,36 +199,40 @@ class GroupedExperts(nn.Module):
             h = h * (x @ self.w3[index].t())
         return h @ self.w2[index].t()
 
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Every expert on its own rows, x [E, N, h] -> [E, N, h], as batched matmuls (a module
+        call, so FSDP gathers the weights when the experts are their own unit)."""
+        h = self.act(x @ self.w1.transpose(1, 2))
+        if self.w3 is not None:
+            h = h * (x @ self.w3.transpose(1, 2))
+        return h @ self.w2.transpose(1, 2)
+
 
 class MoE(nn.Module):
-    """Token-choice top-k routing (Mixtral: softmax over the k chosen logits), dropless."""
+    """Token-choice top-k routing with a capacity factor and the load-balancing loss (``experts.py``)."""
 
     def __init__(self, spec: ModelSpec) -> None:
         super().__init__()
         moe = spec.moe
         self.top_k = moe.top_k
+        self.capacity_factor = moe.capacity_factor
+        """Slots per expert and sequence, ceil(cf·k·s/E); 0 = dropless (``costmodels.moe_costs.expert_capacity``)."""
         self.router = nn.Linear(spec.hidden_size, moe.num_experts, bias=spec.linear_bias)
         self.experts = GroupedExperts(spec)
         shared = moe.shared_ffn_hidden_size
         self.shared_experts = FeedForward(spec, shared) if shared else None
         self.shared_expert_gate = nn.Linear(spec.hidden_size, 1, bias=False) if moe.shared_expert_gate else None
+        self.ep_group = None
+        """Expert parallelism: the process group of the ep ranks (``experts`` holds E/ep of them)."""
+        self.experts_tp_group = None
+        """Tensor parallelism: the tp group over which ``experts`` is split by FFN width."""
+        self.aux_loss_scale = 0.0
+        """Weight of the load-balancing loss in the differentiated loss (set by the trainer)."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        tokens = x.reshape(-1, x.shape[-1])
-        top_logits, top_idx = self.router(tokens).topk(self.top_k, dim=-1)
-        weights = top_logits.float().softmax(dim=-1).type_as(tokens)
-        out = torch.zeros_like(tokens)
-        for e in range(self.experts.w1.shape[0]):
-            rows, slot = (top_idx == e).nonzero(as_tuple=True)
-            if rows.numel():
-                y = self.experts.expert(e, tokens[rows]) * weights[rows, slot, None]
-                out = out.index_add(0, rows, y)
-        if self.shared_experts is not None:
-            shared = self.shared_experts(tokens)
-            if self.shared_expert_gate is not None:
-                shared = torch.sigmoid(self.shared_expert_gate(tokens)) * shared
-            out = out + shared
-        return out.view_as(x)
+        from .experts import moe_forward
+
+        return moe_forward(self, x)
 
 
 class TransformerBlock(nn.Module):
@@ -265,12 +279,16 @@ class Transformer(nn.Module):
         self.output = None if spec.tied_embeddings else nn.Linear(spec.hidden_size, spec.vocab_size, bias=False)
         self.tied_output: nn.Linear | None = None
         """The last stage's copy of the tied table, when the first stage holds the table itself."""
+        self.context = None
+        """Context parallelism: the ``ContextGroup`` whose global positions index ``pos_embeddings``."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Tokens [b, s] (first stage) or hidden states (later stages) -> logits or hidden states."""
         h = self.tok_embeddings(x) if self.tok_embeddings is not None else x
         if self.tok_embeddings is not None and self.pos_embeddings is not None:
-            h = h + self.pos_embeddings(torch.arange(x.shape[1], device=x.device))
+            positions = (torch.arange(x.shape[1], device=x.device) if self.context is None
+                         else self.context.positions(x.shape[1], x.device))
+            h = h + self.pos_embeddings(positions)
         for layer in self.layers.values():
             h = layer(h)
         if self.norm is not None:

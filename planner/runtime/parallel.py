@@ -9,6 +9,10 @@ ZeRO mapping onto FSDP2: one table, ``convention.FSDP2`` (which the cost model c
 ``replicate`` for a stage that shards nothing, else ``fully_shard`` with the stage's
 ``reshard_after_forward``; ``trainer.py`` takes when gradients reduce from the same rules.
 HSDP: a 2-D (dp_replicate, dp_shard) mesh of shape (dp / hsdp_shard_degree, hsdp_shard_degree).
+Context parallelism: a cp axis between dp and tp (rank order tp, cp, dp, pp, as ``Layout``
+says); data parallelism then runs over dp · cp ranks (the dp shard axis flattened with cp, as
+torchtitan does), since every cp rank holds the same weights. Expert parallelism: the dp axis
+split into (dp / ep, ep), ep innermost; experts are data-parallel over (dp / ep) · cp ranks.
 """
 
 from __future__ import annotations
@@ -37,6 +41,12 @@ class Meshes:
     """Data-parallel sub-mesh: ("dp",) or ("dp_replicate", "dp_shard") for HSDP."""
     tp: object | None
     pp: object | None
+    cp: object | None = None
+    """Context-parallel sub-mesh ("cp",)."""
+    ep: object | None = None
+    """Expert-parallel sub-mesh ("ep",): the ep ranks of one data-parallel group."""
+    expert_dp: object | None = None
+    """Data parallelism of the experts: the (dp / ep) · cp ranks holding the same experts."""
 
 
 def dp_dim_names(layout: Layout) -> tuple[str, ...]:
@@ -46,18 +56,42 @@ def dp_dim_names(layout: Layout) -> tuple[str, ...]:
 
 
 def build_meshes(layout: Layout, device_type: str) -> Meshes:
-    """``init_device_mesh`` over (pp, dp..., tp); rank order innermost first: tp, dp, pp."""
+    """``init_device_mesh`` over (pp, dp..., cp, tp); rank order innermost first: tp, cp, dp, pp."""
     from torch.distributed.device_mesh import init_device_mesh
 
     dp_names = dp_dim_names(layout)
     dp_shape = ((layout.dp // layout.hsdp_shard_degree, layout.hsdp_shard_degree)
                 if len(dp_names) == 2 else (layout.dp,))
-    names = ("pp", *dp_names, "tp")
-    mesh = init_device_mesh(device_type, (layout.pp, *dp_shape, layout.tp), mesh_dim_names=names)
+    names = ("pp", *dp_names, "cp", "tp")
+    mesh = init_device_mesh(device_type, (layout.pp, *dp_shape, layout.cp, layout.tp), mesh_dim_names=names)
+    ep, expert_dp = _expert_meshes(layout, device_type)
     return Meshes(world=mesh,
-                  dp=mesh[dp_names] if layout.dp > 1 else None,
+                  dp=_data_parallel_mesh(mesh, dp_names, layout.cp) if layout.dp * layout.cp > 1 else None,
                   tp=mesh["tp"] if layout.tp > 1 else None,
-                  pp=mesh["pp"] if layout.pp > 1 else None)
+                  pp=mesh["pp"] if layout.pp > 1 else None,
+                  cp=mesh["cp"] if layout.cp > 1 else None, ep=ep, expert_dp=expert_dp)
+
+
+def _data_parallel_mesh(mesh, dp_names: tuple[str, ...], cp: int):
+    """The mesh FSDP reduces over: the dp axes, the last one flattened with cp when cp > 1."""
+    if cp == 1:
+        return mesh[dp_names]
+    flat = f"{dp_names[-1]}_cp"
+    flattened = mesh[(dp_names[-1], "cp")]._flatten(flat)
+    return flattened if len(dp_names) == 1 else mesh[(*dp_names[:-1], flat)]
+
+
+def _expert_meshes(layout: Layout, device_type: str) -> tuple[object | None, object | None]:
+    """(ep mesh, expert data-parallel mesh) from a (pp, dp / ep, ep, cp, tp) view of the world."""
+    if layout.ep == 1:
+        return None, None
+    from torch.distributed.device_mesh import init_device_mesh
+
+    shape = (layout.pp, layout.dp // layout.ep, layout.ep, layout.cp, layout.tp)
+    mesh = init_device_mesh(device_type, shape, mesh_dim_names=("pp", "edp", "ep", "cp", "tp"))
+    if layout.cp > 1:
+        return mesh["ep"], mesh[("edp", "cp")]._flatten("edp_cp")
+    return mesh["ep"], mesh["edp"]
 
 
 def apply_recompute(model: Transformer, layout: Layout) -> None:
@@ -87,15 +121,21 @@ def _block_plan(block: nn.Module, sp: bool) -> dict:
 
     seq = Shard(1) if sp else Replicate()
     plan = {"attention.wq": ColwiseParallel(), "attention.wk": ColwiseParallel(),
-            "attention.wv": ColwiseParallel(), "attention.wo": RowwiseParallel(output_layouts=seq),
-            "feed_forward.w1": ColwiseParallel(), "feed_forward.w2": RowwiseParallel(output_layouts=seq)}
-    if block.feed_forward.w3 is not None:
-        plan["feed_forward.w3"] = ColwiseParallel()
+            "attention.wv": ColwiseParallel(), "attention.wo": RowwiseParallel(output_layouts=seq)}
+    if hasattr(block, "moe"):
+        from .experts import moe_tp_style
+
+        moe_style = moe_tp_style(sp)
+        plan |= {"moe": moe_style} if moe_style is not None else {}
+    else:
+        plan |= {"feed_forward.w1": ColwiseParallel(), "feed_forward.w2": RowwiseParallel(output_layouts=seq)}
+        if block.feed_forward.w3 is not None:
+            plan["feed_forward.w3"] = ColwiseParallel()
     if sp:
         plan |= {"attention_norm": SequenceParallel(), "ffn_norm": SequenceParallel(),
-                 "attention": PrepareModuleInput(input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),)),
-                 "feed_forward": PrepareModuleInput(input_layouts=(Shard(1),),
-                                                    desired_input_layouts=(Replicate(),))}
+                 "attention": PrepareModuleInput(input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),))}
+        if not hasattr(block, "moe"):
+            plan["feed_forward"] = PrepareModuleInput(input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),))
     return plan
 
 
@@ -175,20 +215,26 @@ def offload_policy(layout: Layout, device_type: str):
     return CPUOffloadPolicy(pin_memory=device_type == "cuda")
 
 
-def apply_data_parallel(model: nn.Module, dp_mesh, layout: Layout, mp_policy) -> None:
+def apply_data_parallel(model: nn.Module, dp_mesh, layout: Layout, mp_policy, expert_dp_mesh=None) -> None:
     """FSDP2 per block (autoplan's model) and on the stage root, or ``replicate`` when the ZeRO
     stage shards nothing, as ``convention.FSDP2`` maps the stage; either with the layout's
-    ``offload_policy``. A user's model is one FSDP unit: its blocks are not known here."""
+    ``offload_policy``. A user's model is one FSDP unit: its blocks are not known here. Under
+    expert parallelism the experts are their own unit on ``expert_dp_mesh``
+    (``experts.shard_expert_states``)."""
     from torch.distributed._composable.replicate_with_fsdp import replicate
     from torch.distributed.fsdp import fully_shard
 
     rule = FSDP2.zero(layout.zero_stage)
     offload = offload_policy(layout, dp_mesh.device_type)
+    blocks = model.layers.values() if isinstance(model, Transformer) else ()
+    if expert_dp_mesh is not None:
+        from .experts import shard_expert_states
+
+        shard_expert_states(blocks, expert_dp_mesh, rule, mp_policy, divide_factor=layout.dp * layout.cp)
     if rule.sharded_stage == 0:
         replicate(model, mesh=dp_mesh, mp_policy=mp_policy, offload_policy=offload)
         return
     reshard = rule.reshard_after_forward
-    blocks = model.layers.values() if isinstance(model, Transformer) else ()
     for block in blocks:
         fully_shard(block, mesh=dp_mesh, reshard_after_forward=reshard, mp_policy=mp_policy, offload_policy=offload)
     fully_shard(model, mesh=dp_mesh, reshard_after_forward=reshard, mp_policy=mp_policy, offload_policy=offload)
@@ -252,6 +298,14 @@ def parallelize(part: nn.Module, layout: Layout, meshes: Meshes | None, mp_polic
     instead of the fixed Megatron plan; modules a pipeline stage does not hold are skipped."""
     if isinstance(part, Transformer):
         apply_recompute(part, layout)
+        if meshes is not None and meshes.ep is not None:
+            from .experts import apply_expert_parallel
+
+            apply_expert_parallel(part, meshes.ep)
+        if meshes is not None and meshes.tp is not None and tp_plan is None:
+            from .experts import apply_expert_tensor_parallel
+
+            apply_expert_tensor_parallel(part, meshes.tp)
     if meshes is not None and meshes.tp is not None:
         if tp_plan is not None:
             from .tp_styles import apply_tp_plan
@@ -264,4 +318,4 @@ def parallelize(part: nn.Module, layout: Layout, meshes: Meshes | None, mp_polic
         apply_lora(part, lora[0], lora[1], sp=layout.sequence_parallel)
     dp_mesh = data_parallel_mesh(layout, meshes) if meshes is not None else None
     if dp_mesh is not None:
-        apply_data_parallel(part, dp_mesh, layout, mp_policy)
+        apply_data_parallel(part, dp_mesh, layout, mp_policy, meshes.expert_dp)

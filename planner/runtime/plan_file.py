@@ -26,7 +26,8 @@ SCHEMA_VERSION = 2
 MAX_PLAN_FILE_BYTES = 64 * 2**20
 """Plan files above this are refused unread (a real one is a few hundred KiB at most)."""
 TRAINING_KEYS = ("global_batch_size", "seq_len", "precision", "optimizer", "lora_rank", "attention", "runtime")
-"""``inputs.training`` keys a plan file always carries (``lora_targets`` and ``fp8_recipe`` only when set)."""
+"""``inputs.training`` keys a plan file always carries (``lora_targets``, ``fp8_recipe`` and
+``context_attention`` only when set or not the default)."""
 
 
 class PlanFileError(AutoplanError):
@@ -145,6 +146,8 @@ class PlanInputs:
             training["lora_targets"] = list(t.lora_targets)
         if t.fp8_recipe is not None:
             training["fp8_recipe"] = t.fp8_recipe
+        if t.context_attention != "ring":  # the default is left out, so ring plans read as before
+            training["context_attention"] = t.context_attention
         out: dict[str, Any] = {"model": self.model, "model_spec": model_to_dict(self.model_spec),
                                "hardware": self.hardware, "gpus": self.gpus, "gpus_per_node": self.gpus_per_node,
                                "training": training, "memory_fraction": self.memory_fraction,

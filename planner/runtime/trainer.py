@@ -17,10 +17,11 @@ from costmodels.layout import Layout
 from costmodels.model_spec import ModelSpec
 from hardware_specs.errors import AutoplanError
 
+from . import context_parallel, experts
 from .clip import clip_grads
 from .convention import FSDP2
 from .init import init_weights
-from .parallel import Meshes, build_meshes, build_parts, parallelize, shard_embedding_grads
+from .parallel import Meshes, build_meshes, build_parts, dp_dim_names, parallelize, shard_embedding_grads
 from .tied import embedding_group, sum_tied_grads, tied_weights
 from .user_model import build_user_model, layout_problems
 
@@ -50,6 +51,8 @@ class Job:
     tied: list = field(default_factory=list)
     """The tied embedding table or its last-stage copy on this rank (pp > 1 only, ``tied.py``)."""
     tied_group: object | None = None
+    context: object | None = None
+    """This rank's ``context_parallel.ContextGroup`` (None without context parallelism)."""
     recv_buffers: list = field(default_factory=list)
     """Stand-ins for the pipeline's receive buffers when a step is replayed without the
     schedule (the dry run); the schedule keeps its own."""
@@ -86,10 +89,17 @@ def init_distributed(device: torch.device) -> None:
 
 
 def _dp_rank(meshes: Meshes, layout: Layout) -> int:
-    if meshes.dp is None:
-        return 0
-    coords = [meshes.world.get_local_rank(name) for name in meshes.dp.mesh_dim_names]
-    return coords[0] * meshes.dp.size(1) + coords[1] if len(coords) == 2 else coords[0]
+    """This rank's data-parallel replica index (its cp ranks share it)."""
+    names = dp_dim_names(layout)
+    coords = [meshes.world.get_local_rank(name) for name in names]
+    return coords[0] * layout.hsdp_shard_degree + coords[1] if len(coords) == 2 else coords[0]
+
+
+def _context_group(meshes: Meshes | None, device: torch.device):
+    if meshes is None or meshes.cp is None:
+        return None
+    return context_parallel.ContextGroup(mesh=meshes.cp, rank=meshes.cp.get_local_rank(), degree=meshes.cp.size(),
+                                         variant=context_parallel.variant_for(device.type))
 
 
 def _mp_policy(precision: str, device: torch.device):
@@ -125,13 +135,16 @@ def setup_job(spec: ModelSpec | None, layout: Layout, *, device: torch.device, s
     distributed = layout.world_size > 1 or dist.is_initialized()
     meshes = build_meshes(layout, device.type) if distributed else None
     job = Job(spec=spec, layout=layout, device=device, meshes=meshes,
-              dp_rank=_dp_rank(meshes, layout) if meshes is not None else 0)
+              dp_rank=_dp_rank(meshes, layout) if meshes is not None else 0,
+              context=_context_group(meshes, device))
     mp = _mp_policy(precision, device)
     parts, job.vocab_size = _meta_parts(spec, layout, meshes, module, tp_plan, seq_len)
     for index, part in parts:
         parallelize(part, layout, meshes, mp, tp_plan, lora=(lora_rank, lora_targets))
         part.to_empty(device=device)
         shard_embedding_grads(part)
+        context_parallel.attach(part, job.context)
+        experts.configure(part, layout)
         init_weights(part, seed=seed)
         part.train()
         job.parts.append((index, part))
@@ -181,6 +194,12 @@ def _set_grad_sync(job: Job, sync: bool) -> None:
 
 def _forward_backward(job: Job, inputs: torch.Tensor, labels: torch.Tensor) -> torch.Tensor | None:
     """Gradient accumulation over the micro-batches; returns the mean loss (None off the last stage)."""
+    seq_len = inputs.shape[1] * job.layout.cp
+    with context_parallel.ring_context(job.context, seq_len, job.device):
+        return _accumulate(job, inputs, labels)
+
+
+def _accumulate(job: Job, inputs: torch.Tensor, labels: torch.Tensor) -> torch.Tensor | None:
     if job.schedule is not None:
         from .pipelining import pipeline_step
 
@@ -204,20 +223,27 @@ def _autocast(job: Job):
 
 
 def _global_mean(job: Job, loss: torch.Tensor | None) -> float:
-    """Mean loss over the global batch: last-stage ranks (dp · tp of them) contribute."""
+    """Mean loss over the global batch: last-stage ranks (dp · cp · tp of them) contribute; a cp
+    rank's loss is the mean over its equal share of each sequence's tokens."""
     value = torch.zeros((), device=job.device) if loss is None else loss.detach().float().clone()
     if dist.is_initialized():
         dist.all_reduce(value)
-        value /= job.layout.dp * job.layout.tp
+        value /= job.layout.dp * job.layout.tp * job.layout.cp
     return value.item()
 
 
 def replica_batch(job: Job, source, step: int, seq_len: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """This replica's (inputs, labels) of ``step``: [m·b, s] each, shifted by one token."""
+    """This replica's (inputs, labels) of ``step``: [m·b, s] each, shifted by one token; under
+    context parallelism this rank's load-balanced share of the sequence, [m·b, s / cp]."""
     first = job.dp_rank * job.replica_batch
     tokens = source.sequences(step, first, job.replica_batch, job.global_batch, seq_len + 1)
     tokens = tokens.to(job.device)
-    return tokens[:, :-1].contiguous(), tokens[:, 1:].contiguous()
+    inputs, labels = tokens[:, :-1], tokens[:, 1:]
+    if job.context is None:
+        return inputs.contiguous(), labels.contiguous()
+    cp, rank = job.context.degree, job.context.rank
+    return (context_parallel.shard_sequence(inputs, cp, rank),
+            context_parallel.shard_sequence(labels, cp, rank))
 
 
 def train_step(job: Job, source, step: int, *, seq_len: int, max_norm: float) -> dict:

@@ -38,6 +38,12 @@ def layout_problems(layout, *, has_tp_plan: bool) -> list[str]:
     if layout.recompute != "none":
         problems.append(f"layout.recompute = {layout.recompute}: the job knows no blocks of a user model "
                         "(inputs.module) to recompute; re-plan with --recompute none")
+    if layout.cp > 1:
+        problems.append(f"layout.cp = {layout.cp}: the job knows no attention modules of a user model "
+                        "(inputs.module) to split the sequence over; re-plan with --cp 1")
+    if layout.ep > 1:
+        problems.append(f"layout.ep = {layout.ep}: the job knows no experts of a user model (inputs.module); "
+                        "re-plan with --ep 1")
     if layout.tp > 1 and not has_tp_plan:
         problems.append(f"layout.tp = {layout.tp}: a user model (inputs.module) needs a tensor-parallel plan; "
                         f"attach one with 'autoplan shard --module ... --tp {layout.tp} --attach PLAN --out PLAN'")

@@ -33,7 +33,7 @@ import torch
 import torch.distributed as dist
 
 from costmodels.layout import Layout
-from planner.runtime import trainer
+from planner.runtime import context_parallel, experts, trainer
 from planner.runtime.plan_file import read_plan_file
 from planner.runtime.parallel import build_meshes, build_parts, parallelize, shard_embedding_grads
 
@@ -62,7 +62,7 @@ def build_fake_job(spec, layout: Layout, rank: int, precision: str, optimizer: s
     meshes = build_meshes(layout, "cpu")
     pp_rank = meshes.world.get_local_rank("pp")
     job = trainer.Job(spec=spec, layout=layout, device=device, meshes=meshes,
-                      dp_rank=trainer._dp_rank(meshes, layout))
+                      dp_rank=trainer._dp_rank(meshes, layout), context=trainer._context_group(meshes, device))
     parts = build_parts(spec, layout, meshes, pp_rank)
     for _, part in parts:
         parallelize(part, layout, meshes, _mp_policy(precision), lora=(lora_rank, lora_targets))
@@ -71,6 +71,8 @@ def build_fake_job(spec, layout: Layout, rank: int, precision: str, optimizer: s
         for index, part in parts:
             part.to_empty(device=device)
             shard_embedding_grads(part)
+            context_parallel.attach(part, job.context)
+            experts.configure(part, layout)
             part.train()
             job.parts.append((index, part))
             job.optimizers.append(trainer._optimizer(optimizer, trainer.trainable(part), 3e-4, 0.1))
@@ -135,8 +137,11 @@ def _autocast(job):
 
 
 def run_step(job, seq_len: int, dtype: torch.dtype) -> None:
-    """One training step (no clipping) on fake tensors."""
+    """One training step (no clipping) on fake tensors (this cp rank's share of each sequence)."""
     tokens = torch.randint(0, job.spec.vocab_size, (job.replica_batch, seq_len))
+    if job.context is not None:
+        tokens = context_parallel.shard_sequence(tokens, job.context.degree, job.context.rank)
+        seq_len //= job.context.degree
     if job.layout.pp > 1:
         pipeline_step(job, tokens, seq_len, dtype)
     else:
