@@ -46,15 +46,20 @@ def _compute_core_times(cm: "CostModel", layout: Layout, rank: RankLayers) -> Ra
         f = cm.layers.forward(layer_key(cm, layout, kind))
         for term, source in f.sources.items():
             merge_source(t.sources, term, source)
-        _add_layers(cm, t, f, layout, n)
-        _add_recompute(cm, t, f, layout, n * share)
-        if layout.recompute == "selective" and cm.training.attention != "fused":
-            # a fused core stores no scores, so selective recomputation has nothing to redo
-            t.recompute_s += n * (f.attention_core_s + f.attention_core_memory_s)
+        add_layer_kind(cm, t, f, layout, n, share)
     _add_ends(cm, t, layout, rank)
     t.compute_s = t.fwd_compute_s + t.bwd_compute_s
     _add_pipeline(cm, t, layout)
     return t
+
+
+def add_layer_kind(cm: "CostModel", t: RankTimes, f: LayerForward, layout: Layout, n: float, share: float) -> None:
+    """``n`` layers of one kind: forward, backward, and the ``share`` of them fully recomputed."""
+    _add_layers(cm, t, f, layout, n)
+    _add_recompute(cm, t, f, layout, n * share)
+    if layout.recompute == "selective" and cm.training.attention != "fused":
+        # a fused core stores no scores, so selective recomputation has nothing to redo
+        t.recompute_s += n * (f.attention_core_s + f.attention_core_memory_s)
 
 
 def rank_times(cm: "CostModel", layout: Layout, rank: RankLayers) -> RankTimes:

@@ -13,7 +13,7 @@ global batch is met exactly), schedule and virtual stages, recomputation mode, s
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import MISSING, dataclass, fields
 from typing import Iterator
 
 from costmodels.layout import Layout
@@ -272,11 +272,23 @@ def _launchable(options: SearchOptions, model: ModelSpec, training: TrainingSpec
 
 
 def make_layout(mesh: MeshChoice, state: StateChoice, sched: ScheduleChoice) -> Layout:
-    return Layout(dp=mesh.dp, tp=mesh.tp, pp=mesh.pp, cp=mesh.cp, ep=mesh.ep, zero_stage=state.zero_stage,
-                  hsdp_shard_degree=state.hsdp_shard_degree, optimizer_offload=state.optimizer_offload,
-                  micro_batch_size=sched.micro_batch_size, num_microbatches=sched.num_microbatches,
-                  schedule=sched.schedule, virtual_stages=sched.virtual_stages, recompute=sched.recompute,
+    """The layout of these choices. Choices come from this module, whose rules make every layout
+    valid (``tests/test_search.py`` checks each with ``check_layout``), so the field checks of
+    ``Layout.__post_init__`` are skipped: the search builds tens of thousands of layouts. Fields
+    no choice sets keep their defaults."""
+    values = dict(_LAYOUT_DEFAULTS, dp=mesh.dp, tp=mesh.tp, pp=mesh.pp, cp=mesh.cp, ep=mesh.ep,
+                  zero_stage=state.zero_stage, hsdp_shard_degree=state.hsdp_shard_degree,
+                  optimizer_offload=state.optimizer_offload, micro_batch_size=sched.micro_batch_size,
+                  num_microbatches=sched.num_microbatches, schedule=sched.schedule,
+                  virtual_stages=sched.virtual_stages, recompute=sched.recompute,
                   sequence_parallel=sched.sequence_parallel, layers_per_chunk=sched.layers_per_chunk)
+    layout = object.__new__(Layout)
+    for name, value in values.items():
+        object.__setattr__(layout, name, value)
+    return layout
+
+
+_LAYOUT_DEFAULTS = {f.name: f.default_factory() if f.default is MISSING else f.default for f in fields(Layout)}
 
 
 def all_layouts(model: ModelSpec, training: TrainingSpec, num_gpus: int, gpus_per_node: int,
