@@ -57,3 +57,55 @@ def test_brute_force_equals_search_under_the_tie_rule(seed):
     assert [b.layout for b in fast] == [b.layout for b in slow]
     assert fast_tied == slow_tied
 
+
+
+class _Plan:
+    """The fields of a CostBreakdown that ``MeshBand`` reads."""
+
+    def __init__(self, step_time_s, **layout):
+        from costmodels.layout import Layout
+
+        self.step_time_s, self.peak_memory_bytes, self.layout = step_time_s, 1.0, Layout(dp=8, **layout)
+
+
+def test_mesh_band_picks_the_lowest_zero_stage_within_one_percent_of_the_mesh_fastest():
+    # fastest 10.0 s (ZeRO-3): the band ends at 10.0 x 1.01 = 10.1 s, so ZeRO-1 at 10.05 s ties and
+    # ZeRO-0 at 10.2 s does not; two simplicity classes lie in the band
+    from planner.ranking import MeshBand
+
+    band = MeshBand()
+    for plan in (_Plan(10.2, zero_stage=0), _Plan(10.05, zero_stage=1), _Plan(10.0, zero_stage=3)):
+        band.offer(plan)
+    pick, classes = band.simplest()
+    assert (pick.layout.zero_stage, classes) == (1, 2)
+
+
+def test_mesh_band_drops_plans_that_a_later_faster_plan_puts_out_of_the_band():
+    # 10.05 s ties with 10.0 s, but 9.9 s arrives: the band ends at 9.999 s, so ZeRO-1 drops out
+    from planner.ranking import MeshBand
+
+    band = MeshBand()
+    for plan in (_Plan(10.0, zero_stage=3), _Plan(10.05, zero_stage=1), _Plan(9.9, zero_stage=2)):
+        band.offer(plan)
+    assert [p.layout.zero_stage for p in band.plans] == [2]
+
+
+def test_inside_a_mesh_no_fitting_simpler_layout_lies_within_the_band():
+    # llama3-8b on 8 H100 at 4k: cost every layout of the chosen mesh and check the rule directly
+    from planner.api import resolve_job
+    from planner.ranking import mesh_of
+    from planner.space import all_layouts
+
+    report = planner.plan(model="llama3-8b", hardware="h100-sxm-80gb", gpus=8, global_batch=64, seq_len=4096)
+    job = resolve_job(model="llama3-8b", hardware="h100-sxm-80gb", gpus=8, global_batch=64, seq_len=4096)
+    cost_model = job.cost_model()
+    mesh = mesh_of(report.best.layout)
+    plans = [cost_model.estimate(layout) for layout in all_layouts(job.model, job.training, 8, 8, SearchOptions())
+             if mesh_of(layout) == mesh]
+    fits = [b for b in plans if b.fits]
+    limit_s = min(b.step_time_s for b in fits) * (1 + TIE_BAND)
+    tied = [b for b in fits if b.step_time_s <= limit_s]
+    assert report.best.layout in [b.layout for b in tied]
+    assert min(simplicity_key(b.layout) for b in tied) == simplicity_key(report.best.layout)
+    # fused attention: selective recomputation costs no time here, so it ties with none, the simpler
+    assert report.best.layout.recompute == "none"
