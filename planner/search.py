@@ -104,30 +104,45 @@ def solve(cost_model: CostModel, num_gpus: int, gpus_per_node: int, options: Sea
           num_misses: int = 3) -> SolverResult:
     """The top-K meshes' plans under the cost model, found by branch and bound.
 
-    Pass 1 bounds every (schedule group, state) pair of every mesh; pass 2 visits meshes best
-    floor first, so the K-th best plan is known early and whole meshes are cut without a full
-    evaluation."""
+    Pass 1 bounds every schedule group of every mesh by its pipeline floor. Pass 2 takes meshes
+    best floor first from a heap: a mesh first comes back with its states' floors added (the least
+    bound over its (group, state) pairs), then is visited, so the K-th best plan is known early
+    and whole meshes are cut on either floor without a full evaluation (the floors of meshes that
+    are cut on their pipeline floor are never computed)."""
     model, training = cost_model.model, cost_model.training
     ranking, tally = _Ranking(top_k), _Tally(num_misses)
     total = 0
-    work = []
+    work: list[tuple] = []
     for order, mesh in enumerate(mesh_choices(model, training, num_gpus, gpus_per_node, options)):
         scheds = schedule_choices(mesh, model, training, options)
         states = state_choices(mesh, gpus_per_node, options, model, training)
         total += len(scheds) * len(states)
         if not scheds:
             continue
-        fitting = _states_that_may_fit(cost_model, mesh, states, scheds[0])
-        count(tally.rejected, "memory", (len(states) - len(fitting)) * len(scheds))
-        if not fitting:
-            tally.misses.append(cost_model.estimate(make_layout(mesh, states[0], scheds[0])))
-            continue
         kept = _undominated(cost_model, scheds)
-        count(tally.rejected, "slower", (len(scheds) - len(kept)) * len(fitting))
-        pairs = _pairs_by_bound(cost_model, mesh, fitting, kept)
-        work.append((pairs[0].bound_s, order, mesh, pairs))
-    for _, _, mesh, pairs in sorted(work, key=lambda w: (w[0], w[1])):
-        _visit_mesh(cost_model, mesh, pairs, ranking, tally)
+        groups = _schedule_groups(cost_model, mesh, states[0], kept)
+        # stage 0: pipeline floors only; a state adds at least the per-step overhead
+        floor_s = min(group.floor_s for group in groups) + cost_model.assumptions.step_overhead_s
+        heapq.heappush(work, (floor_s, order, 0, mesh, (states, len(scheds)), groups))
+    while work:
+        floor_s, order, stage, mesh, states, groups = heapq.heappop(work)
+        if stage == 0:
+            states, num_scheds = states
+        if floor_s > ranking.cutoff_s(mesh):  # the mesh's floor: no pair of it can pass
+            count(tally.rejected, "slower", (num_scheds if stage == 0 else sum(len(g.members) for g in groups))
+                  * len(states))
+        elif stage == 0:  # stage 1: with each state that may fit, its floor added
+            fitting = _states_that_may_fit(cost_model, mesh, states, groups)
+            count(tally.rejected, "memory", (len(states) - len(fitting)) * num_scheds)
+            if not fitting:
+                tally.misses.append(cost_model.estimate(make_layout(mesh, states[0], groups[0].lowest)))
+                continue
+            count(tally.rejected, "slower", (num_scheds - sum(len(g.members) for g in groups)) * len(fitting))
+            groups = _with_state_floors(cost_model, mesh, fitting, groups)
+            floor_s = min(group.bound_s(index) for group in groups for index in range(len(fitting)))
+            heapq.heappush(work, (floor_s, order, 1, mesh, fitting, groups))
+        else:
+            _visit_mesh(cost_model, mesh, _pairs_by_bound(states, groups), ranking, tally)
     ranked, tied = ranking.result()
     tally.rejected["slower"] -= len(ranked)
     return SolverResult(ranked=ranked, tied_in_mesh=tied, rejected={k: v for k, v in tally.rejected.items() if v},
@@ -211,9 +226,25 @@ def _undominated(cost_model: CostModel, scheds: list[ScheduleChoice]) -> list[Sc
     return kept
 
 
-def _pairs_by_bound(cost_model: CostModel, mesh: MeshChoice, states: list[StateChoice],
-                    scheds: list[ScheduleChoice]) -> list[_Pair]:
-    """Every (schedule group, state) pair with its bound, best bound first.
+@dataclass(frozen=True, slots=True)
+class _Group:
+    """Schedule choices one bound covers, with the state floors of the mesh's states."""
+
+    floor_s: float
+    """``pipeline_floor_s`` of the member without recomputation."""
+    lowest: ScheduleChoice
+    members: tuple[ScheduleChoice, ...]
+    state_floors: tuple[tuple[float, float], ...]
+    """``state_floor_s`` per state of the mesh, in the mesh's state order (() until needed)."""
+
+    def bound_s(self, state_index: int) -> float:
+        per_mb_s, tail_s = self.state_floors[state_index]
+        return self.floor_s + self.lowest.num_microbatches * per_mb_s + tail_s
+
+
+def _schedule_groups(cost_model: CostModel, mesh: MeshChoice, state: StateChoice,
+                     scheds: list[ScheduleChoice]) -> list[_Group]:
+    """The schedule choices in groups, each with its pipeline floor.
 
     A group holds the schedule choices that differ only in recomputation or in GPipe against 1F1B:
     recomputation only adds time (recompute and its communication are non-negative terms, and the
@@ -223,25 +254,39 @@ def _pairs_by_bound(cost_model: CostModel, mesh: MeshChoice, states: list[StateC
     bubble. Members follow in the order none, selective, full.
     """
     order = {mode: i for i, mode in enumerate(("none", "selective", "full"))}
-    groups: dict[tuple, list[ScheduleChoice]] = {}
+    members_of: dict[tuple, list[ScheduleChoice]] = {}
     for sched in scheds:
         family = "1f1b" if sched.schedule == "gpipe" else sched.schedule  # GPipe and 1F1B: same time
         key = (sched.micro_batch_size, family, sched.virtual_stages, sched.sequence_parallel, sched.layers_per_chunk)
-        groups.setdefault(key, []).append(sched)
-    state_floors: dict[tuple, tuple[float, float]] = {}
+        members_of.setdefault(key, []).append(sched)
     out = []
-    for members in groups.values():
+    for members in members_of.values():
         members.sort(key=lambda sc: (order[sc.recompute], sc.schedule))
-        lowest = replace(members[0], recompute="none")
-        floor_s = pipeline_floor_s(cost_model, make_layout(mesh, states[0], lowest))
-        for index, state in enumerate(states):
-            where = (state, lowest.virtual_stages, lowest.layers_per_chunk)
-            if where not in state_floors:
-                state_floors[where] = state_floor_s(cost_model, make_layout(mesh, state, lowest))
-            per_mb_s, tail_s = state_floors[where]
-            out.append(_Pair(bound_s=floor_s + lowest.num_microbatches * per_mb_s + tail_s,
-                             order=(_sched_key(lowest), index), floor_s=floor_s, state=state, per_microbatch_s=per_mb_s,
-                             tail_s=tail_s, members=tuple(members)))
+        lowest = members[0] if members[0].recompute == "none" else replace(members[0], recompute="none")
+        out.append(_Group(floor_s=pipeline_floor_s(cost_model, make_layout(mesh, state, lowest)), lowest=lowest,
+                          members=tuple(members), state_floors=()))
+    return out
+
+
+def _with_state_floors(cost_model: CostModel, mesh: MeshChoice, states: list[StateChoice],
+                       groups: list[_Group]) -> list[_Group]:
+    """``groups`` with ``state_floor_s`` of each state (shared by groups of one pipeline split)."""
+    floors: dict[tuple, tuple[tuple[float, float], ...]] = {}
+    out = []
+    for group in groups:
+        where = (group.lowest.virtual_stages, group.lowest.layers_per_chunk)
+        if where not in floors:
+            floors[where] = tuple(state_floor_s(cost_model, make_layout(mesh, state, group.lowest)) for state in states)
+        out.append(replace(group, state_floors=floors[where]))
+    return out
+
+
+def _pairs_by_bound(states: list[StateChoice], groups: list[_Group]) -> list[_Pair]:
+    """Every (schedule group, state) pair of a mesh with its bound, best bound first."""
+    out = [_Pair(bound_s=group.bound_s(index), order=(_sched_key(group.lowest), index), floor_s=group.floor_s,
+                 state=state, per_microbatch_s=group.state_floors[index][0], tail_s=group.state_floors[index][1],
+                 members=group.members)
+           for group in groups for index, state in enumerate(states)]
     out.sort(key=lambda pair: (pair.bound_s, pair.order))
     return out
 
@@ -251,12 +296,11 @@ def _sched_key(sched: ScheduleChoice) -> tuple:
 
 
 def _states_that_may_fit(cost_model: CostModel, mesh: MeshChoice, states: list[StateChoice],
-                         sched) -> list[StateChoice]:
-    """States whose parameters, gradients and optimizer states alone fit on every rank (a lower
-    bound on memory: activations, buffers and overhead only add)."""
-    out = []
-    for state in states:
-        layout = make_layout(mesh, state, sched)
-        if cost_model.model_state_peak_bytes(layout) <= cost_model.capacity_bytes:
-            out.append(state)
-    return out
+                         groups: list[_Group]) -> list[StateChoice]:
+    """States whose parameters, gradients and optimizer states alone fit on every rank under some
+    pipeline split of the mesh (a lower bound on memory: activations, buffers and overhead only
+    add, and the split, one per virtual stage count, decides which layers each rank holds)."""
+    splits = list({(g.lowest.virtual_stages, g.lowest.layers_per_chunk): g.lowest for g in groups}.values())
+    return [state for state in states
+            if min(cost_model.model_state_peak_bytes(make_layout(mesh, state, sched)) for sched in splits)
+            <= cost_model.capacity_bytes]

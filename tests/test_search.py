@@ -43,6 +43,7 @@ def test_search_equals_brute_force(seed):
                              cluster.gpus_per_node, options, top_k=4)
     assert [b.layout for b in fast.ranked] == [b.layout for b in slow.ranked]
     assert [b.step_time_s for b in fast.ranked] == [b.step_time_s for b in slow.ranked]
+    assert fast.tied_in_mesh == slow.tied_in_mesh  # each mesh's plan is its simplest within the tie band
     assert fast.num_candidates == slow.num_candidates
     assert sum(fast.rejected.values()) + len(fast.ranked) == fast.num_candidates
     assert bool(fast.closest_misses) == bool(slow.closest_misses)
