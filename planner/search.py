@@ -302,5 +302,5 @@ def _states_that_may_fit(cost_model: CostModel, mesh: MeshChoice, states: list[S
     add, and the split, one per virtual stage count, decides which layers each rank holds)."""
     splits = list({(g.lowest.virtual_stages, g.lowest.layers_per_chunk): g.lowest for g in groups}.values())
     return [state for state in states
-            if min(cost_model.model_state_peak_bytes(make_layout(mesh, state, sched)) for sched in splits)
-            <= cost_model.capacity_bytes]
+            if any(cost_model.model_state_peak_bytes(make_layout(mesh, state, sched)) <= cost_model.capacity_bytes
+                   for sched in splits)]

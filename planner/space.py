@@ -214,13 +214,11 @@ def schedule_choices(mesh: MeshChoice, model: ModelSpec, training: TrainingSpec,
             split = _requested_split(options, model.num_layers, mesh.pp, v)
             if split is None:
                 continue
-            for recompute in options.recompute_modes:
-                for sp in sp_values:
-                    sched = ScheduleChoice(micro_batch_size=b, num_microbatches=m, schedule=schedule,
-                                           virtual_stages=v, recompute=recompute, sequence_parallel=sp,
-                                           layers_per_chunk=split)
-                    if _launchable(options, model, training, mesh, sched=sched):
-                        out.append(sched)
+            out += [ScheduleChoice(micro_batch_size=b, num_microbatches=m, schedule=schedule, virtual_stages=v,
+                                   recompute=recompute, sequence_parallel=sp, layers_per_chunk=split)
+                    for recompute in options.recompute_modes for sp in sp_values]
+    if options.launchable:
+        out = [sched for sched in out if _launchable(options, model, training, mesh, sched=sched)]
     return out
 
 
