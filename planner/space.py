@@ -274,19 +274,22 @@ def make_layout(mesh: MeshChoice, state: StateChoice, sched: ScheduleChoice) -> 
     valid (``tests/test_search.py`` checks each with ``check_layout``), so the field checks of
     ``Layout.__post_init__`` are skipped: the search builds tens of thousands of layouts. Fields
     no choice sets keep their defaults."""
-    values = dict(_LAYOUT_DEFAULTS, dp=mesh.dp, tp=mesh.tp, pp=mesh.pp, cp=mesh.cp, ep=mesh.ep,
-                  zero_stage=state.zero_stage, hsdp_shard_degree=state.hsdp_shard_degree,
-                  optimizer_offload=state.optimizer_offload, micro_batch_size=sched.micro_batch_size,
-                  num_microbatches=sched.num_microbatches, schedule=sched.schedule,
-                  virtual_stages=sched.virtual_stages, recompute=sched.recompute,
-                  sequence_parallel=sched.sequence_parallel, layers_per_chunk=sched.layers_per_chunk)
     layout = object.__new__(Layout)
-    for name, value in values.items():
+    values = (mesh.dp, mesh.tp, mesh.pp, mesh.cp, mesh.ep, state.zero_stage, state.hsdp_shard_degree,
+              state.optimizer_offload, sched.micro_batch_size, sched.num_microbatches, sched.schedule,
+              sched.virtual_stages, sched.recompute, sched.sequence_parallel, sched.layers_per_chunk)
+    for name, value in zip(_CHOSEN_FIELDS, values):
+        object.__setattr__(layout, name, value)
+    for name, value in _UNCHOSEN_DEFAULTS:
         object.__setattr__(layout, name, value)
     return layout
 
 
-_LAYOUT_DEFAULTS = {f.name: f.default_factory() if f.default is MISSING else f.default for f in fields(Layout)}
+_CHOSEN_FIELDS = ("dp", "tp", "pp", "cp", "ep", "zero_stage", "hsdp_shard_degree", "optimizer_offload",
+                  "micro_batch_size", "num_microbatches", "schedule", "virtual_stages", "recompute",
+                  "sequence_parallel", "layers_per_chunk")
+_UNCHOSEN_DEFAULTS = tuple((f.name, f.default_factory() if f.default is MISSING else f.default)
+                           for f in fields(Layout) if f.name not in _CHOSEN_FIELDS)
 
 
 def all_layouts(model: ModelSpec, training: TrainingSpec, num_gpus: int, gpus_per_node: int,

@@ -7,7 +7,7 @@ import pytest
 
 from costmodels.estimate import CostModel
 from costmodels.job import Job
-from costmodels.layout import check_layout
+from costmodels.layout import Layout, check_layout
 from costmodels.presets import load_model
 from costmodels.training import TrainingSpec
 from hardware_specs import load_node, make_cluster
@@ -70,6 +70,7 @@ def test_every_candidate_is_valid_and_meets_the_global_batch():
     n = 0
     for layout in all_layouts(model, training, 8, 8, SearchOptions()):
         check_layout(layout, model, training, 8, 8)
+        assert Layout.from_dict(layout.to_dict()) == layout  # make_layout skips the field checks; they pass
         assert layout.dp * layout.micro_batch_size * layout.num_microbatches == 16
         n += 1
     assert n > 500
