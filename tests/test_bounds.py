@@ -39,6 +39,8 @@ def test_floors_lie_below_the_estimate_and_the_fast_step_time_equals_it(model, r
         per_mb, tail = state_floor_s(cm, layout)
         assert pipeline_floor_s(cm, layout) + layout.num_microbatches * per_mb + tail <= step * (1 + RELATIVE)
         assert step_time_s(cm, layout) == pytest.approx(step, rel=RELATIVE)
+        # the peak from the ranks holding the most and the fewest micro-batches in flight is the peak
+        assert cm.peak_memory_bytes(layout) == cm.estimate(layout).peak_memory_bytes
 
 
 def test_the_pipeline_floor_is_the_step_time_when_nothing_else_costs():
