@@ -7,7 +7,8 @@ time (``rank_time``) and ``assemble``; each is a function of the job, the layout
 
 from __future__ import annotations
 
-from .assemble import assemble, bubble_s, overlap_hidden_s
+from .assemble import assemble
+from .bounds import pipeline_floor_s
 from .assignment import rank_groups, rank_layers, rank_params
 from .breakdown import CostBreakdown
 from .compute import Rates
@@ -16,8 +17,10 @@ from .job import Job
 from .layer_costs import LayerCosts
 from .layout import Layout
 from .memory import ShardedParams, StateBytes, low_precision_weight_share, state_bytes
+from .memo import memoised
+from .pipeline import in_flight_microbatches
 from .rank_memory import held_states, rank_static, stage_memory
-from .rank_time import rank_core_times, rank_times
+from .rank_time import rank_times
 from .ranks import LayerPrefix, RankLayers, RankStatic, RankTimes
 
 
@@ -48,6 +51,8 @@ class CostModel:
         self.groups_memo: dict[tuple, list[tuple[RankLayers, int]]] = {}
         self.params_memo: dict[tuple, ShardedParams] = {}
         self.activation_memo: dict[tuple, tuple[float, float]] = {}
+        self.bound_memo: dict[tuple, object] = {}
+        self.extremes_memo: dict[tuple, list[tuple[RankLayers, tuple[int, ...]]]] = {}
 
     def estimate(self, layout: Layout) -> CostBreakdown:
         """Memory per rank, step time by term and traffic for ``layout`` (assumed valid).
@@ -65,26 +70,37 @@ class CostModel:
         return assemble(self, layout, tuple(memory), times)
 
     def peak_memory_bytes(self, layout: Layout) -> float:
-        """The ``peak_memory_bytes`` that ``estimate`` would report, without costing time."""
-        shared: dict[tuple, RankStatic] = {}
+        """The ``peak_memory_bytes`` that ``estimate`` would report, without costing time.
+
+        A rank's total is affine in its in-flight micro-batches (``rank_memory.stage_memory``), so
+        among ranks of one signature the peak is on the one holding the most or the fewest."""
         peak = 0.0
-        for index, rank in enumerate(rank_layers(self, layout)):
-            if rank.signature not in shared:
-                shared[rank.signature] = rank_static(self, layout, rank)
-            peak = max(peak, stage_memory(self, layout, index, shared[rank.signature]).total_bytes)
+        for rank, indices in self._in_flight_extremes(layout):
+            static = rank_static(self, layout, rank)
+            for index in indices:
+                peak = max(peak, stage_memory(self, layout, index, static).total_bytes)
         return peak
 
+    def _in_flight_extremes(self, layout: Layout) -> list[tuple[RankLayers, tuple[int, ...]]]:
+        """Per rank signature, one rank and the indices of its ranks with the most and the fewest
+        micro-batches in flight (memoised by what ``in_flight_microbatches`` reads)."""
+        key = (layout.schedule, layout.pp, layout.num_microbatches, layout.virtual_stages, layout.layers_per_chunk)
+
+        def compute() -> list[tuple[RankLayers, tuple[int, ...]]]:
+            found: dict[tuple, tuple[RankLayers, list[tuple[int, int]]]] = {}
+            for index, rank in enumerate(rank_layers(self, layout)):
+                flight = in_flight_microbatches(layout.schedule, layout.pp, index, layout.num_microbatches,
+                                                layout.virtual_stages)
+                found.setdefault(rank.signature, (rank, []))[1].append((flight, index))
+            return [(rank, tuple(sorted({min(ranks)[1], max(ranks)[1]}))) for rank, ranks in found.values()]
+
+        return memoised(self.extremes_memo, key, compute)
+
     def pipeline_lower_bound_s(self, layout: Layout) -> float:
-        """m·max_i t_i + bubble − overlap without any data-parallel or optimizer time: a lower bound on
-        the step time of every layout that differs from ``layout`` only in how model states are held
-        (ZeRO stage, HSDP, offload). Those only add to t_i and to its B part, and every bubble form
-        (``pipeline``) is non-decreasing in F and B; the overlap DualPipe hides depends on EP, PP
-        and compute only, and the bound takes the most any rank hides. Used by the search to prune."""
-        groups = rank_groups(self, layout)
-        times = [rank_core_times(self, layout, rank) for rank, _ in groups]
-        counts = [n for _, n in groups]
-        return (layout.num_microbatches * max(t.per_microbatch_s for t in times) + bubble_s(layout, times, counts)
-                - overlap_hidden_s(layout, times))
+        """m·max_i t_i + bubble without any data-parallel or optimizer time: a lower bound on the
+        step time of every layout that differs from ``layout`` only in how model states are held
+        (ZeRO stage, HSDP, offload), since those only add time (``bounds.pipeline_floor_s``)."""
+        return pipeline_floor_s(self, layout)
 
     def model_state_peak_bytes(self, layout: Layout) -> float:
         """Largest params + grads + optimizer bytes over the ranks: a memory lower bound that the

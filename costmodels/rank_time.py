@@ -48,13 +48,7 @@ def _compute_core_times(cm: "CostModel", layout: Layout, rank: RankLayers) -> Ra
         f = cm.layers.forward(layer_key(cm, layout, kind))
         for term, source in f.sources.items():
             merge_source(t.sources, term, source)
-        _add_layers(cm, t, f, layout, n)
-        _add_recompute(cm, t, f, layout, n * share)
-        if layout.recompute == "selective" and cm.training.attention != "fused":
-            # a fused core stores no scores, so selective recomputation has nothing to redo
-            t.recompute_s += n * (f.attention_core_s + f.attention_core_memory_s)
-        if layout.recompute == "selective":
-            t.recompute_s += n * f.mla_up_s  # MLA up-projections (activations.mla_block_bytes)
+        add_layer_kind(cm, t, f, layout, n, share)
     _add_ends(cm, t, layout, rank)
     t.compute_s = t.fwd_compute_s + t.bwd_compute_s
     _add_pipeline(cm, t, layout)
@@ -67,6 +61,17 @@ def _one_direction(t: RankTimes) -> RankTimes:
     halved = {name: getattr(t, name) / 2 for name in ("compute_s", "fwd_compute_s", "bwd_compute_s", "weight_grad_s",
                                                        "fwd_comm_s", "recompute_s", "tp_s", "cp_s", "ep_s", "pp_s")}
     return replace(t, **halved, comm_bytes=Counter({k: v / 2 for k, v in t.comm_bytes.items()}))
+
+
+def add_layer_kind(cm: "CostModel", t: RankTimes, f: LayerForward, layout: Layout, n: float, share: float) -> None:
+    """``n`` layers of one kind: forward, backward, and the ``share`` of them fully recomputed."""
+    _add_layers(cm, t, f, layout, n)
+    _add_recompute(cm, t, f, layout, n * share)
+    if layout.recompute == "selective" and cm.training.attention != "fused":
+        # a fused core stores no scores, so selective recomputation has nothing to redo
+        t.recompute_s += n * (f.attention_core_s + f.attention_core_memory_s)
+    if layout.recompute == "selective":
+        t.recompute_s += n * f.mla_up_s  # MLA up-projections (activations.mla_block_bytes)
 
 
 def rank_times(cm: "CostModel", layout: Layout, rank: RankLayers) -> RankTimes:

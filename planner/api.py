@@ -242,7 +242,7 @@ def plan(*, model: str | ModelSpec, hardware: str | NodeSpec, gpus: int, global_
     result = run(cost_model, gpus, job.cluster.gpus_per_node, search_options, max(top_k, TIE_POOL) + 1)
     refined = result.ranked if search_options.fixed_split else \
         tuple(sorted((refine_stages(cost_model, b) for b in result.ranked), key=rank_key))
-    ranked, num_tied = prefer_simplest(refined)
+    ranked, num_tied = prefer_simplest(refined, tied_in_mesh=result.tied_in_mesh)
     rejected = dict(result.rejected)
     if len(ranked) > top_k + 1:  # compared for ties, then beaten: counted as slower
         rejected["slower"] = rejected.get("slower", 0) + len(ranked) - (top_k + 1)

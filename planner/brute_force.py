@@ -1,6 +1,10 @@
 """The brute-force twin of the search: evaluate every layout of the space with the cost model.
 
-Slow and obviously correct; tests check that ``search.solve`` returns exactly what this returns.
+Slow and obviously correct: every layout's memory is costed (``CostModel.peak_memory_bytes``,
+checked equal to the estimate's in ``tests/test_bounds.py``), every layout that fits is costed in
+full, and each mesh's plans go through the same
+``ranking.MeshBand`` (the simplest plan within the band of the mesh's fastest) and ``ranking.
+ranked_plans``; tests check that ``search.solve`` returns exactly what this returns.
 """
 
 from __future__ import annotations
@@ -9,31 +13,28 @@ from collections import Counter
 
 from costmodels.estimate import CostModel
 
-from .ranking import mesh_of, rank_key
+from .ranking import MeshBand, layout_key, mesh_of, ranked_plans
 from .solver_result import SolverResult, overshoot_key
 from .space import SearchOptions, all_layouts
 
 
 def solve_brute_force(cost_model: CostModel, num_gpus: int, gpus_per_node: int, options: SearchOptions,
                       top_k: int, num_misses: int = 3) -> SolverResult:
-    best: dict[tuple, tuple] = {}
+    bands: dict[tuple, MeshBand] = {}
     rejected: Counter = Counter()
     misses = []
     total = 0
     for layout in all_layouts(cost_model.model, cost_model.training, num_gpus, gpus_per_node, options):
         total += 1
-        breakdown = cost_model.estimate(layout)
-        if not breakdown.fits:
+        overshoot_bytes = cost_model.peak_memory_bytes(layout) - cost_model.capacity_bytes
+        if overshoot_bytes > 0:  # what estimate(layout).fits would say, without costing time
             rejected["memory"] += 1
-            misses.append(breakdown)
+            misses.append((round(overshoot_bytes), layout_key(layout), layout))
             continue
-        key = rank_key(breakdown)
-        mesh = mesh_of(layout)
-        if mesh not in best or key < best[mesh][0]:
-            best[mesh] = (key, breakdown)
-    ranked = sorted(best.values(), key=lambda kb: kb[0])
-    feasible = sum(1 for _ in ranked)
-    rejected["slower"] = total - rejected["memory"] - min(top_k, feasible)
-    closest = tuple(sorted(misses, key=overshoot_key)[:num_misses]) if not ranked else ()
-    return SolverResult(ranked=tuple(b for _, b in ranked[:top_k]), rejected=dict(rejected),
-                        closest_misses=closest, num_candidates=total, num_evaluated=total)
+        bands.setdefault(mesh_of(layout), MeshBand()).offer(cost_model.estimate(layout))
+    ranked, tied = ranked_plans(bands, top_k)
+    rejected["slower"] = total - rejected["memory"] - len(ranked)
+    closest = () if ranked else \
+        tuple(sorted((cost_model.estimate(layout) for *_, layout in sorted(misses)[:num_misses]), key=overshoot_key))
+    return SolverResult(ranked=ranked, tied_in_mesh=tied, rejected=dict(rejected), closest_misses=closest,
+                        num_candidates=total, num_evaluated=total)

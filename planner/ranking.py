@@ -34,25 +34,80 @@ TIE_POOL = 8
 """How many meshes' best plans (at least) the planner compares for ties, whatever ``--top`` is."""
 
 
-def simplicity_key(layout: Layout) -> tuple:
-    """How unusual a layout is, least first, for breaking ties inside ``TIE_BAND``:
+RECOMPUTE_ORDER = {"none": 0, "selective": 1, "full": 2}
+"""Recomputation modes, simplest first."""
+
+
+def simplicity_class(layout: Layout) -> tuple:
+    """What makes one layout simpler than another, least first, for breaking ties inside ``TIE_BAND``:
 
     1. how many of context parallel, expert parallel and optimizer offload it uses (each only when needed);
     2. how many parallel axes (dp, tp, pp, cp, ep) have degree > 1;
     3. the ZeRO stage;
     4. the number of micro-batches;
-    then ``layout_key`` so the order is total and deterministic."""
+    5. recomputation: none, then selective, then full;
+    6. the virtual stages per pipeline rank (1 = a plain schedule)."""
     exotic = (layout.cp > 1) + (layout.ep > 1) + bool(layout.optimizer_offload)
     axes = sum(d > 1 for d in (layout.dp, layout.tp, layout.pp, layout.cp, layout.ep))
-    return (exotic, axes, layout.zero_stage, layout.num_microbatches, layout_key(layout))
+    return (exotic, axes, layout.zero_stage, layout.num_microbatches, RECOMPUTE_ORDER[layout.recompute],
+            layout.virtual_stages)
 
 
-def prefer_simplest(ranked: tuple[CostBreakdown, ...], band: float = TIE_BAND) -> tuple[tuple[CostBreakdown, ...], int]:
+def simplicity_key(layout: Layout) -> tuple:
+    """``simplicity_class``, then 1F1B before GPipe and sequence parallelism on before off, then
+    ``layout_key`` so the order is total and deterministic. GPipe never beats its 1F1B twin and,
+    without a measured profile, a layout never beats its sequence-parallel twin (``search.
+    _undominated``), so that twin is the simpler one too: a solver that skips the dominated twin
+    picks what a solver that costs it picks."""
+    return simplicity_class(layout) + (layout.schedule == "gpipe", not layout.sequence_parallel, layout_key(layout))
+
+
+class MeshBand:
+    """One mesh's fastest plan (by ``rank_key``) and its plans within ``band`` of it, as plans arrive."""
+
+    def __init__(self, band: float = TIE_BAND) -> None:
+        self.band = band
+        self.fastest: CostBreakdown | None = None
+        self.fastest_key: tuple = ()
+        self.plans: list[CostBreakdown] = []
+
+    def offer(self, breakdown: CostBreakdown) -> None:
+        key = rank_key(breakdown)
+        if self.fastest is None or key < self.fastest_key:
+            self.fastest, self.fastest_key = breakdown, key
+            self.plans = [b for b in self.plans if b.step_time_s <= self.limit_s()]
+        if breakdown.step_time_s <= self.limit_s():
+            self.plans.append(breakdown)
+
+    def limit_s(self) -> float:
+        assert self.fastest is not None
+        return self.fastest.step_time_s * (1 + self.band)
+
+    def simplest(self) -> tuple[CostBreakdown, int]:
+        """The simplest plan within the band, and how many simplicity classes the band holds."""
+        pick = min(self.plans, key=lambda b: simplicity_key(b.layout))
+        return pick, len({simplicity_class(b.layout) for b in self.plans})
+
+
+def prefer_simplest(ranked: tuple[CostBreakdown, ...], band: float = TIE_BAND,
+                    tied_in_mesh: dict[tuple, int] | None = None) -> tuple[tuple[CostBreakdown, ...], int]:
     """``ranked`` (fastest first) with the simplest plan within ``band`` of the fastest moved to the
-    front, and how many plans were within the band (1 when there was no tie)."""
+    front, and how many layouts were within the band: each tied plan counts the simplicity classes
+    its mesh had within the band (``tied_in_mesh``, by ``mesh_of``; 1 where not given)."""
     if not ranked:
         return ranked, 0
     limit_s = ranked[0].step_time_s * (1 + band)
     tied = [b for b in ranked if b.step_time_s <= limit_s]
     pick = min(tied, key=lambda b: simplicity_key(b.layout))
-    return (pick,) + tuple(b for b in ranked if b is not pick), len(tied)
+    counts = tied_in_mesh or {}
+    return (pick,) + tuple(b for b in ranked if b is not pick), sum(counts.get(mesh_of(b.layout), 1) for b in tied)
+
+
+def ranked_plans(bands: dict, top_k: int) -> tuple[tuple[CostBreakdown, ...], dict[tuple, int]]:
+    """The K fastest meshes (by ``rank_key`` of their fastest plan), each as its simplest plan
+    within the band, ordered by that plan's ``rank_key``; and per mesh how many simplicity classes
+    its band held. Shared by both solvers."""
+    fastest = sorted(bands.values(), key=lambda band: band.fastest_key)[:top_k]
+    picks = [band.simplest() for band in fastest]
+    ranked = tuple(sorted((plan for plan, _ in picks), key=rank_key))
+    return ranked, {mesh_of(plan.layout): n for plan, n in picks}

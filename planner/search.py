@@ -1,52 +1,82 @@
 """Exact search over the layout space by branch and bound.
 
-For each mesh (dp, tp, pp, cp, ep) and each schedule choice (micro-batch, schedule, virtual stages,
-recomputation, sequence parallel) the cost model gives the pipeline's step time without
-data-parallel sync and optimizer: ``CostModel.pipeline_lower_bound_s``. Every way of holding model
-states (ZeRO stage, HSDP, offload) only adds time to it, so it bounds the whole subtree below.
-Schedule choices are visited best bound first, grouped so that one bound (without recomputation,
-which only adds time) covers the three recomputation modes; a subtree is cut when its bound exceeds
-the smaller of the mesh's best plan so far and the K-th best mesh's plan (it can change neither). Model-state
-memory alone (no activations) bounds memory from below, cutting (mesh, ZeRO) pairs that cannot fit.
-The pruning is admissible, so the result equals ``brute_force.solve_brute_force`` exactly.
+The cost model's step time is bounded below in two parts (``costmodels.bounds``): for each mesh
+(dp, tp, pp, cp, ep) and schedule choice (micro-batch, schedule, virtual stages, recomputation,
+sequence parallel) the pipeline's time without data-parallel sync, optimizer and offload
+(``pipeline_floor_s``); for each way of holding model states (ZeRO stage, HSDP, offload) the
+data-parallel time per micro-batch and the per-step tail at their least over any compute they hide
+behind (``state_floor_s``). Their sum bounds every layout of that (schedule group, state) pair.
+
+Prunes, each of which never cuts the answer:
+- Memory: model states alone (no activations) bound memory from below, cutting (mesh, state)
+  pairs that cannot fit whatever the schedule (``_states_that_may_fit``).
+- Dominance: GPipe and layouts without sequence parallelism (datasheet rates) are never better
+  than a twin that is kept, and never simpler (``_undominated``, ``ranking.simplicity_key``).
+- Time: schedule choices are grouped so that one bound covers the group (the recomputation modes
+  only add time; GPipe and 1F1B share their step time); a (group, state) pair, and then each
+  member, is cut when its bound exceeds (1 + TIE_BAND) × the smaller of the mesh's fastest plan
+  so far and the K-th fastest mesh's: it can then be neither the mesh's fastest, nor within the
+  band of a top-K mesh's fastest (where the simplest plan is picked, ``ranking.MeshBand``).
+  Meshes are visited best floor first, so the K-th plan is known early and whole meshes are cut
+  on their floor without a full evaluation.
+Bounds sum the estimate's terms in another order, so every cut keeps a relative slack of
+``BOUND_SLACK``. The result equals ``brute_force.solve_brute_force`` exactly.
 """
 
 from __future__ import annotations
 
 import heapq
 from collections import Counter
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
+from costmodels.bounds import pipeline_floor_s, state_floor_s, step_time_s
 from costmodels.breakdown import CostBreakdown
 from costmodels.estimate import CostModel
 
-from .ranking import rank_key
+from .ranking import TIE_BAND, MeshBand, ranked_plans
 from .solver_result import SolverResult, count, overshoot_key
 from .space import (MeshChoice, ScheduleChoice, SearchOptions, StateChoice, make_layout, mesh_choices,
                     schedule_choices, state_choices)
 
+BOUND_SLACK = 1e-9
+"""Relative margin by which a bound must exceed a cutoff to cut: a bound adds the same terms as
+``estimate`` in another order, so it may lie a few units in the last place above the estimate."""
+
 
 class _Ranking:
-    """The best plan per mesh, and the bound a new mesh must beat to enter the top K."""
+    """Each mesh's band of plans (``ranking.MeshBand``), and the step time a new mesh must beat to
+    enter the top K."""
 
     def __init__(self, top_k: int) -> None:
         self.top_k = top_k
-        self.best: dict[MeshChoice, tuple] = {}
+        self.bands: dict[MeshChoice, MeshBand] = {}
         self._threshold_s = float("inf")
 
+    @property
+    def best(self) -> dict[MeshChoice, MeshBand]:
+        return self.bands
+
     def threshold_s(self) -> float:
-        """Step time of the K-th best mesh (inf while fewer than K meshes have a plan)."""
+        """Step time of the K-th fastest mesh (inf while fewer than K meshes have a plan)."""
         return self._threshold_s
 
     def offer(self, mesh: MeshChoice, breakdown: CostBreakdown) -> None:
-        key = rank_key(breakdown)
-        if mesh not in self.best or key < self.best[mesh][0]:
-            self.best[mesh] = (key, breakdown)
-            if len(self.best) >= self.top_k:
-                self._threshold_s = heapq.nsmallest(self.top_k, (k[0] for k, _ in self.best.values()))[-1]
+        band = self.bands.setdefault(mesh, MeshBand())
+        before = band.fastest
+        band.offer(breakdown)
+        if band.fastest is not before and len(self.bands) >= self.top_k:
+            self._threshold_s = heapq.nsmallest(self.top_k, (b.fastest_key[0] for b in self.bands.values()))[-1]
 
-    def ranked(self) -> tuple[CostBreakdown, ...]:
-        return tuple(b for _, b in sorted(self.best.values(), key=lambda kb: kb[0])[: self.top_k])
+    def cutoff_s(self, mesh: MeshChoice) -> float:
+        """A subtree whose bound exceeds this holds neither a faster plan for a top-K mesh nor one
+        within the band of such a mesh's fastest."""
+        band = self.bands.get(mesh)
+        mesh_best = band.fastest.step_time_s if band is not None and band.fastest is not None else float("inf")
+        return (1 + TIE_BAND) * min(mesh_best, self._threshold_s) * (1 + BOUND_SLACK)
+
+    def result(self) -> tuple[tuple[CostBreakdown, ...], dict[tuple, int]]:
+        """The simplest in-band plan of each of the K fastest meshes, and each one's tied count."""
+        return ranked_plans(self.bands, self.top_k)
 
 
 class _Tally:
@@ -72,68 +102,104 @@ class _Tally:
 
 def solve(cost_model: CostModel, num_gpus: int, gpus_per_node: int, options: SearchOptions, top_k: int,
           num_misses: int = 3) -> SolverResult:
-    """The top-K meshes' best plans under the cost model, found by branch and bound.
+    """The top-K meshes' plans under the cost model, found by branch and bound.
 
-    Pass 1 bounds every schedule group of every mesh; pass 2 visits meshes best floor first, so
-    the K-th best plan is known early and whole meshes are cut without a full evaluation."""
+    Pass 1 bounds every schedule group of every mesh by its pipeline floor. Pass 2 takes meshes
+    best floor first from a heap: a mesh first comes back with its states' floors added (the least
+    bound over its (group, state) pairs), then is visited, so the K-th best plan is known early
+    and whole meshes are cut on either floor without a full evaluation (the floors of meshes that
+    are cut on their pipeline floor are never computed)."""
     model, training = cost_model.model, cost_model.training
     ranking, tally = _Ranking(top_k), _Tally(num_misses)
     total = 0
-    work = []
+    work: list[tuple] = []
     for order, mesh in enumerate(mesh_choices(model, training, num_gpus, gpus_per_node, options)):
         scheds = schedule_choices(mesh, model, training, options)
         states = state_choices(mesh, gpus_per_node, options, model, training)
         total += len(scheds) * len(states)
         if not scheds:
             continue
-        fitting = _states_that_may_fit(cost_model, mesh, states, scheds[0])
-        count(tally.rejected, "memory", (len(states) - len(fitting)) * len(scheds))
-        if not fitting:
-            tally.misses.append(cost_model.estimate(make_layout(mesh, states[0], scheds[0])))
-            continue
         kept = _undominated(cost_model, scheds)
-        count(tally.rejected, "slower", (len(scheds) - len(kept)) * len(fitting))
-        groups = _groups_by_bound(cost_model, mesh, fitting[0], kept)
-        work.append((groups[0][0], order, mesh, fitting, groups))
-    for _, _, mesh, fitting, groups in sorted(work, key=lambda w: (w[0], w[1])):
-        _visit_mesh(cost_model, mesh, fitting, groups, ranking, tally)
-    ranked = ranking.ranked()
+        groups = _schedule_groups(cost_model, mesh, states[0], kept)
+        # stage 0: pipeline floors only; a state adds at least the per-step overhead
+        floor_s = min(group.floor_s for group in groups) + cost_model.assumptions.step_overhead_s
+        heapq.heappush(work, (floor_s, order, 0, mesh, (states, len(scheds)), groups))
+    while work:
+        floor_s, order, stage, mesh, states, groups = heapq.heappop(work)
+        if stage == 0:
+            states, num_scheds = states
+        if floor_s > ranking.cutoff_s(mesh):  # the mesh's floor: no pair of it can pass
+            count(tally.rejected, "slower", (num_scheds if stage == 0 else sum(len(g.members) for g in groups))
+                  * len(states))
+        elif stage == 0:  # stage 1: with each state that may fit, its floor added
+            fitting = _states_that_may_fit(cost_model, mesh, states, groups)
+            count(tally.rejected, "memory", (len(states) - len(fitting)) * num_scheds)
+            if not fitting:
+                tally.misses.append(cost_model.estimate(make_layout(mesh, states[0], groups[0].lowest)))
+                continue
+            count(tally.rejected, "slower", (num_scheds - sum(len(g.members) for g in groups)) * len(fitting))
+            groups = _with_state_floors(cost_model, mesh, fitting, groups)
+            floor_s = min(group.bound_s(index) for group in groups for index in range(len(fitting)))
+            heapq.heappush(work, (floor_s, order, 1, mesh, fitting, groups))
+        else:
+            _visit_mesh(cost_model, mesh, _pairs_by_bound(states, groups), ranking, tally)
+    ranked, tied = ranking.result()
     tally.rejected["slower"] -= len(ranked)
-    return SolverResult(ranked=ranked, rejected={k: v for k, v in tally.rejected.items() if v},
+    return SolverResult(ranked=ranked, tied_in_mesh=tied, rejected={k: v for k, v in tally.rejected.items() if v},
                         closest_misses=() if ranked else tally.closest(), num_candidates=total,
                         num_evaluated=tally.evaluated)
 
 
-def _visit_mesh(cost_model: CostModel, mesh: MeshChoice, fitting: list[StateChoice],
-                groups: list[tuple[float, list[ScheduleChoice]]], ranking: _Ranking, tally: _Tally) -> None:
-    """Evaluate a mesh's schedule groups best bound first until the bound passes the cutoff."""
-    for visited, (bound, members) in enumerate(groups):
-        if bound > _cutoff(ranking, mesh):
-            count(tally.rejected, "slower", sum(len(m) for _, m in groups[visited:]) * len(fitting))
+@dataclass(frozen=True, slots=True)
+class _Pair:
+    """One schedule group with one way of holding model states, and the bound that covers it."""
+
+    bound_s: float
+    order: tuple
+    floor_s: float
+    """``pipeline_floor_s`` of the group's member without recomputation."""
+    state: StateChoice
+    per_microbatch_s: float
+    """``state_floor_s``: data-parallel time per micro-batch ..."""
+    tail_s: float
+    """... and per step, at their least."""
+    members: tuple[ScheduleChoice, ...]
+
+
+def _visit_mesh(cost_model: CostModel, mesh: MeshChoice, pairs: list[_Pair], ranking: _Ranking,
+                tally: _Tally) -> None:
+    """Evaluate a mesh's (group, state) pairs best bound first until the bound passes the cutoff;
+    inside a pair, each member is bounded on its own first."""
+    floors: dict[ScheduleChoice, float] = {}
+    for visited, pair in enumerate(pairs):
+        if pair.bound_s > ranking.cutoff_s(mesh):
+            count(tally.rejected, "slower", sum(len(p.members) for p in pairs[visited:]))
             return
-        for member_index, sched in enumerate(members):
-            if member_index and cost_model.pipeline_lower_bound_s(make_layout(mesh, fitting[0], sched)) \
-                    > _cutoff(ranking, mesh):
-                count(tally.rejected, "slower", len(fitting))
+        if ranking.best and len(pair.members) > 1 and step_time_s(cost_model, make_layout(
+                mesh, pair.state, replace(pair.members[0], recompute="none"))) > ranking.cutoff_s(mesh):
+            count(tally.rejected, "slower", len(pair.members))  # the group's floor, now exact
+            continue
+        for sched in pair.members:
+            layout = make_layout(mesh, pair.state, sched)
+            if sched not in floors:
+                floors[sched] = pair.floor_s if sched.recompute == "none" else pipeline_floor_s(cost_model, layout)
+            bound_s = floors[sched] + sched.num_microbatches * pair.per_microbatch_s + pair.tail_s
+            if bound_s > ranking.cutoff_s(mesh):
+                tally.rejected["slower"] += 1
                 continue
-            for state in fitting:
-                layout = make_layout(mesh, state, sched)
-                tally.evaluated += 1
-                if ranking.best and cost_model.peak_memory_bytes(layout) > cost_model.capacity_bytes:
-                    tally.rejected["memory"] += 1  # misses matter only while nothing fits
-                    continue
-                breakdown = cost_model.estimate(layout)
-                if breakdown.fits:
-                    ranking.offer(mesh, breakdown)
-                    tally.rejected["slower"] += 1
-                else:
-                    tally.miss(breakdown, ranking)
-
-
-def _cutoff(ranking: _Ranking, mesh: MeshChoice) -> float:
-    """A subtree whose bound exceeds this can change neither the mesh's best nor the top K."""
-    mesh_best = ranking.best[mesh][0][0] if mesh in ranking.best else float("inf")
-    return min(mesh_best, ranking.threshold_s())
+            tally.evaluated += 1
+            if ranking.best and step_time_s(cost_model, layout) > ranking.cutoff_s(mesh):
+                tally.rejected["slower"] += 1  # its exact time, summed without memory and traffic
+                continue
+            if ranking.best and cost_model.peak_memory_bytes(layout) > cost_model.capacity_bytes:
+                tally.rejected["memory"] += 1  # misses matter only while nothing fits
+                continue
+            breakdown = cost_model.estimate(layout)
+            if breakdown.fits:
+                ranking.offer(mesh, breakdown)
+                tally.rejected["slower"] += 1
+            else:
+                tally.miss(breakdown, ranking)
 
 
 def _undominated(cost_model: CostModel, scheds: list[ScheduleChoice]) -> list[ScheduleChoice]:
@@ -160,26 +226,87 @@ def _undominated(cost_model: CostModel, scheds: list[ScheduleChoice]) -> list[Sc
     return kept
 
 
-def _groups_by_bound(cost_model: CostModel, mesh: MeshChoice, state: StateChoice,
-                     scheds: list[ScheduleChoice]) -> list[tuple[float, list[ScheduleChoice]]]:
-    """Schedule choices grouped by all but the recomputation mode, best bound first.
+STATE_FLOOR_SCHEDULES = frozenset({"gpipe", "1f1b"})
+"""Schedules whose bound adds the state floors (``_Group.bound_s``)."""
 
-    Recomputation only adds time (recompute and its communication are non-negative terms), and
-    GPipe and 1F1B have the same step time (they differ in memory), so the bound of the 'none'
-    member bounds its whole group; members follow in the order none, selective, full.
+
+@dataclass(frozen=True, slots=True)
+class _Group:
+    """Schedule choices one bound covers, with the state floors of the mesh's states."""
+
+    floor_s: float
+    """``pipeline_floor_s`` of the member without recomputation."""
+    lowest: ScheduleChoice
+    members: tuple[ScheduleChoice, ...]
+    state_floors: tuple[tuple[float, float], ...]
+    """``state_floor_s`` per state of the mesh, in the mesh's state order (() until needed)."""
+
+    def bound_s(self, state_index: int) -> float:
+        """Pipeline floor plus the state floors for GPipe and 1F1B; the pipeline floor alone for the
+        other schedules, whose estimate can hide part of the per-step data-parallel and optimizer
+        tail (measured: interleaved and interleaved-zb layouts below floor + tail), so adding the
+        state floors there could cut the optimum."""
+        if self.lowest.schedule not in STATE_FLOOR_SCHEDULES:
+            return self.floor_s
+        per_mb_s, tail_s = self.state_floors[state_index]
+        return self.floor_s + self.lowest.num_microbatches * per_mb_s + tail_s
+
+
+def _schedule_groups(cost_model: CostModel, mesh: MeshChoice, state: StateChoice,
+                     scheds: list[ScheduleChoice]) -> list[_Group]:
+    """The schedule choices in groups, each with its pipeline floor.
+
+    A group holds the schedule choices that differ only in recomputation or in GPipe against 1F1B:
+    recomputation only adds time (recompute and its communication are non-negative terms, and the
+    compute that data-parallel traffic hides behind is the same), and GPipe and 1F1B have the same
+    step time (they differ in memory), so the bound of the group's 'none' member bounds it all.
+    Every other schedule (interleaved, and each new one) is its own family, bounded with its own
+    bubble. Members follow in the order none, selective, full.
     """
     order = {mode: i for i, mode in enumerate(("none", "selective", "full"))}
-    groups: dict[tuple, list[ScheduleChoice]] = {}
+    members_of: dict[tuple, list[ScheduleChoice]] = {}
     for sched in scheds:
-        family = "flush" if sched.schedule in ("gpipe", "1f1b") else sched.schedule  # GPipe and 1F1B: same time
-        key = (sched.micro_batch_size, family, sched.virtual_stages, sched.sequence_parallel)
-        groups.setdefault(key, []).append(sched)
+        family = "1f1b" if sched.schedule == "gpipe" else sched.schedule  # GPipe and 1F1B: same time
+        key = (sched.micro_batch_size, family, sched.virtual_stages, sched.sequence_parallel, sched.layers_per_chunk)
+        members_of.setdefault(key, []).append(sched)
     out = []
-    for members in groups.values():
+    for members in members_of.values():
         members.sort(key=lambda sc: (order[sc.recompute], sc.schedule))
-        lowest = replace(members[0], recompute="none")
-        out.append((cost_model.pipeline_lower_bound_s(make_layout(mesh, state, lowest)), members))
-    out.sort(key=lambda item: (item[0], _sched_key(item[1][0])))
+        lowest = members[0] if members[0].recompute == "none" else replace(members[0], recompute="none")
+        out.append(_Group(floor_s=pipeline_floor_s(cost_model, make_layout(mesh, state, lowest)), lowest=lowest,
+                          members=tuple(members), state_floors=()))
+    return out
+
+
+def _with_state_floors(cost_model: CostModel, mesh: MeshChoice, states: list[StateChoice],
+                       groups: list[_Group]) -> list[_Group]:
+    """``groups`` with ``state_floor_s`` of each state (shared by groups of one pipeline split)."""
+    floors: dict[tuple, tuple[tuple[float, float], ...]] = {}
+    out = []
+    for group in groups:
+        where = (group.lowest.virtual_stages, group.lowest.layers_per_chunk, group.lowest.schedule)
+        if where not in floors:
+            floors[where] = tuple(state_floor_s(cost_model, make_layout(mesh, state, group.lowest)) for state in states)
+        out.append(replace(group, state_floors=floors[where]))
+    return out
+
+
+def _state_terms(group: _Group, index: int) -> dict[str, float]:
+    """The state floors a pair's members add to their pipeline floor (none outside
+    ``STATE_FLOOR_SCHEDULES``, as in ``_Group.bound_s``)."""
+    if group.lowest.schedule not in STATE_FLOOR_SCHEDULES:
+        return {"per_microbatch_s": 0.0, "tail_s": 0.0}
+    per_mb_s, tail_s = group.state_floors[index]
+    return {"per_microbatch_s": per_mb_s, "tail_s": tail_s}
+
+
+def _pairs_by_bound(states: list[StateChoice], groups: list[_Group]) -> list[_Pair]:
+    """Every (schedule group, state) pair of a mesh with its bound, best bound first."""
+    out = [_Pair(bound_s=group.bound_s(index), order=(_sched_key(group.lowest), index), floor_s=group.floor_s,
+                 state=state, members=group.members,
+                 **_state_terms(group, index))
+           for group in groups for index, state in enumerate(states)]
+    out.sort(key=lambda pair: (pair.bound_s, pair.order))
     return out
 
 
@@ -188,12 +315,11 @@ def _sched_key(sched: ScheduleChoice) -> tuple:
 
 
 def _states_that_may_fit(cost_model: CostModel, mesh: MeshChoice, states: list[StateChoice],
-                         sched) -> list[StateChoice]:
-    """States whose parameters, gradients and optimizer states alone fit on every rank (a lower
-    bound on memory: activations, buffers and overhead only add)."""
-    out = []
-    for state in states:
-        layout = make_layout(mesh, state, sched)
-        if cost_model.model_state_peak_bytes(layout) <= cost_model.capacity_bytes:
-            out.append(state)
-    return out
+                         groups: list[_Group]) -> list[StateChoice]:
+    """States whose parameters, gradients and optimizer states alone fit on every rank under some
+    pipeline split of the mesh (a lower bound on memory: activations, buffers and overhead only
+    add, and the split, one per virtual stage count, decides which layers each rank holds)."""
+    splits = list({(g.lowest.virtual_stages, g.lowest.layers_per_chunk): g.lowest for g in groups}.values())
+    return [state for state in states
+            if any(cost_model.model_state_peak_bytes(make_layout(mesh, state, sched)) <= cost_model.capacity_bytes
+                   for sched in splits)]

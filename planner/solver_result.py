@@ -15,7 +15,10 @@ class SolverResult:
     """Ranked feasible plans (one per distinct mesh, best first) and what was rejected."""
 
     ranked: tuple[CostBreakdown, ...]
-    """Best plan of each of the ``top_k`` best meshes, fastest first."""
+    """One plan of each of the ``top_k`` fastest meshes, fastest first: the simplest of the mesh's
+    plans within ``ranking.TIE_BAND`` of its fastest (``ranking.MeshBand``)."""
+    tied_in_mesh: dict[tuple, int] = field(default_factory=dict)
+    """Per mesh of ``ranked`` (``ranking.mesh_of``), how many simplicity classes were within the band."""
     rejected: dict[str, int] = field(default_factory=dict)
     """Candidates not chosen, by reason: ``memory`` (does not fit), ``slower`` (pruned by a time
     bound or beaten)."""

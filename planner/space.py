@@ -23,7 +23,7 @@ global batch is met exactly), schedule and virtual stages, recomputation mode, s
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import MISSING, dataclass, fields
 from typing import Iterator
 
 from costmodels.layout import MULTI_CHUNK_SCHEDULES, Layout, schedule_problems
@@ -225,13 +225,11 @@ def schedule_choices(mesh: MeshChoice, model: ModelSpec, training: TrainingSpec,
             split = _requested_split(options, model.num_layers, mesh.pp, v, schedule)
             if split is None:
                 continue
-            for recompute in options.recompute_modes:
-                for sp in sp_values:
-                    sched = ScheduleChoice(micro_batch_size=b, num_microbatches=m, schedule=schedule,
-                                           virtual_stages=v, recompute=recompute, sequence_parallel=sp,
-                                           layers_per_chunk=split)
-                    if _launchable(options, model, training, mesh, sched=sched):
-                        out.append(sched)
+            out += [ScheduleChoice(micro_batch_size=b, num_microbatches=m, schedule=schedule, virtual_stages=v,
+                                   recompute=recompute, sequence_parallel=sp, layers_per_chunk=split)
+                    for recompute in options.recompute_modes for sp in sp_values]
+    if options.launchable:
+        out = [sched for sched in out if _launchable(options, model, training, mesh, sched=sched)]
     return out
 
 
@@ -284,11 +282,26 @@ def _launchable(options: SearchOptions, model: ModelSpec, training: TrainingSpec
 
 
 def make_layout(mesh: MeshChoice, state: StateChoice, sched: ScheduleChoice) -> Layout:
-    return Layout(dp=mesh.dp, tp=mesh.tp, pp=mesh.pp, cp=mesh.cp, ep=mesh.ep, zero_stage=state.zero_stage,
-                  hsdp_shard_degree=state.hsdp_shard_degree, optimizer_offload=state.optimizer_offload,
-                  micro_batch_size=sched.micro_batch_size, num_microbatches=sched.num_microbatches,
-                  schedule=sched.schedule, virtual_stages=sched.virtual_stages, recompute=sched.recompute,
-                  sequence_parallel=sched.sequence_parallel, layers_per_chunk=sched.layers_per_chunk)
+    """The layout of these choices. Choices come from this module, whose rules make every layout
+    valid (``tests/test_search.py`` checks each with ``check_layout``), so the field checks of
+    ``Layout.__post_init__`` are skipped: the search builds tens of thousands of layouts. Fields
+    no choice sets keep their defaults."""
+    layout = object.__new__(Layout)
+    values = (mesh.dp, mesh.tp, mesh.pp, mesh.cp, mesh.ep, state.zero_stage, state.hsdp_shard_degree,
+              state.optimizer_offload, sched.micro_batch_size, sched.num_microbatches, sched.schedule,
+              sched.virtual_stages, sched.recompute, sched.sequence_parallel, sched.layers_per_chunk)
+    for name, value in zip(_CHOSEN_FIELDS, values):
+        object.__setattr__(layout, name, value)
+    for name, value in _UNCHOSEN_DEFAULTS:
+        object.__setattr__(layout, name, value)
+    return layout
+
+
+_CHOSEN_FIELDS = ("dp", "tp", "pp", "cp", "ep", "zero_stage", "hsdp_shard_degree", "optimizer_offload",
+                  "micro_batch_size", "num_microbatches", "schedule", "virtual_stages", "recompute",
+                  "sequence_parallel", "layers_per_chunk")
+_UNCHOSEN_DEFAULTS = tuple((f.name, f.default_factory() if f.default is MISSING else f.default)
+                           for f in fields(Layout) if f.name not in _CHOSEN_FIELDS)
 
 
 def all_layouts(model: ModelSpec, training: TrainingSpec, num_gpus: int, gpus_per_node: int,

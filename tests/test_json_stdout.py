@@ -53,10 +53,12 @@ def test_validate_dry_run_json_is_one_document(plan_file, tmp_path):
     assert doc["dry_run"] is True
 
 
-@pytest.mark.parametrize("tp", [2, 4, 8])
+@pytest.mark.parametrize("tp", [4, 8])
 def test_shard_json_is_one_document(tp, tmp_path):
-    """The issue's reproduction: HiGHS printed its banner before the JSON."""
-    doc = _stdout_json(["shard", "--model", "llama3-8b", "--tp", str(tp), "--format", "json"], tmp_path)
+    """The issue's reproduction (llama3-8b): HiGHS printed its banner before the JSON. The banner
+    comes with every HiGHS solve, so the 8-head tiny-llama (a trace 2x cheaper) shows it as well;
+    tp 2 is the next test's case."""
+    doc = _stdout_json(["shard", "--model", "tiny-llama", "--tp", str(tp), "--format", "json"], tmp_path)
     assert doc["mesh"]["tp"] == tp
     assert doc["solver"]["name"] == "highs"
 
@@ -66,7 +68,8 @@ def test_shard_json_to_stdout_once_and_deterministic(tmp_path):
     args = ["shard", "--model", "tiny-llama", "--tp", "2", "--format", "json", "--out", "-"]
     first = subprocess.run([AUTOPLAN, *args], capture_output=True, text=True, cwd=tmp_path, check=True).stdout
     second = subprocess.run([AUTOPLAN, *args], capture_output=True, text=True, cwd=tmp_path, check=True).stdout
-    json.loads(first)
+    doc = json.loads(first)
+    assert (doc["mesh"]["tp"], doc["solver"]["name"]) == (2, "highs")
     assert first == second
 
 

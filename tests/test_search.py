@@ -7,7 +7,7 @@ import pytest
 
 from costmodels.estimate import CostModel
 from costmodels.job import Job
-from costmodels.layout import check_layout
+from costmodels.layout import Layout, check_layout
 from costmodels.presets import load_model
 from costmodels.training import TrainingSpec
 from hardware_specs import load_node, make_cluster
@@ -43,6 +43,7 @@ def test_search_equals_brute_force(seed):
                              cluster.gpus_per_node, options, top_k=4)
     assert [b.layout for b in fast.ranked] == [b.layout for b in slow.ranked]
     assert [b.step_time_s for b in fast.ranked] == [b.step_time_s for b in slow.ranked]
+    assert fast.tied_in_mesh == slow.tied_in_mesh  # each mesh's plan is its simplest within the tie band
     assert fast.num_candidates == slow.num_candidates
     assert sum(fast.rejected.values()) + len(fast.ranked) == fast.num_candidates
     assert bool(fast.closest_misses) == bool(slow.closest_misses)
@@ -69,6 +70,7 @@ def test_every_candidate_is_valid_and_meets_the_global_batch():
     n = 0
     for layout in all_layouts(model, training, 8, 8, SearchOptions()):
         check_layout(layout, model, training, 8, 8)
+        assert Layout.from_dict(layout.to_dict()) == layout  # make_layout skips the field checks; they pass
         assert layout.dp * layout.micro_batch_size * layout.num_microbatches == 16
         n += 1
     assert n > 500

@@ -1,26 +1,24 @@
-"""Ties inside the band go to the simplest layout, deterministically, in both solvers (issue #17)."""
-
-import pytest
-
-from planner.runtime.convention import CONVENTIONS
+"""Ties inside the band go to the simplest layout, deterministically (issue #17). Both solvers
+return the same plans under the rule: ``tests/test_search.py`` compares them, tie counts included."""
 
 import planner
-from costmodels.estimate import CostModel
-from costmodels.job import Job
-from planner.brute_force import solve_brute_force
-from planner.ranking import TIE_BAND, prefer_simplest, simplicity_key
-from planner.search import solve
+from planner.ranking import TIE_BAND, simplicity_key
 from planner.space import SearchOptions
-from test_search import _case
 
 
-def test_llama3_8b_on_8_h100_picks_plain_data_parallel_over_cp_at_the_same_time():
+def test_llama3_8b_on_8_h100_takes_plain_data_parallel_whenever_it_ties():
+    """Among the best layout of each mesh, a plain data-parallel one (no cp, ep or offload) within
+    TIE_BAND of the fastest is preferred to a cp one. (With CP costed per ring step, dp 4 x cp 2
+    at ZeRO-1 now beats dp 8 at ZeRO-2 by 1.3% here, outside the band, so cp may win.)"""
     report = planner.plan(model="llama3-8b", hardware="h100-sxm-80gb", gpus=8, global_batch=64, seq_len=4096)
-    best = report.best.layout
-    assert (best.dp, best.cp, best.ep, best.optimizer_offload) == (8, 1, 1, False)
-    assert report.search["num_tied"] >= 2
-    fastest = min([report.best, *report.candidates], key=lambda b: b.step_time_s)
+    plans = [report.best, *report.candidates]
+    fastest = min(plans, key=lambda b: b.step_time_s)
     assert report.best.step_time_s <= fastest.step_time_s * (1 + TIE_BAND)
+    plain = [b for b in plans if b.layout.cp == b.layout.ep == 1 and not b.layout.optimizer_offload
+             and b.step_time_s <= fastest.step_time_s * (1 + TIE_BAND)]
+    if plain:
+        assert report.best.layout.cp == 1 and not report.best.layout.optimizer_offload
+    assert report.search["num_tied"] >= 1
 
 
 def test_the_tie_is_said_in_the_table():
@@ -44,16 +42,53 @@ def test_simplicity_key_prefers_fewer_exotic_axes_then_fewer_axes_then_lower_zer
     assert simplicity_key(plain) < simplicity_key(Layout(dp=8, zero_stage=1, num_microbatches=2))
 
 
-@pytest.mark.parametrize("seed", range(12))
-def test_brute_force_equals_search_under_the_tie_rule(seed):
-    model, training, cluster, fraction = _case(seed)
+class _Plan:
+    """The fields of a CostBreakdown that ``MeshBand`` reads."""
 
-    def run(solver):
-        cost_model = CostModel(Job(model=model, training=training, cluster=cluster, memory_fraction=fraction,
-                                   convention=CONVENTIONS[training.runtime]))
-        return prefer_simplest(solver(cost_model, cluster.num_gpus, cluster.gpus_per_node, SearchOptions(), top_k=6).ranked)
+    def __init__(self, step_time_s, **layout):
+        from costmodels.layout import Layout
 
-    (fast, fast_tied), (slow, slow_tied) = run(solve), run(solve_brute_force)
-    assert [b.layout for b in fast] == [b.layout for b in slow]
-    assert fast_tied == slow_tied
+        self.step_time_s, self.peak_memory_bytes, self.layout = step_time_s, 1.0, Layout(dp=8, **layout)
 
+
+def test_mesh_band_picks_the_lowest_zero_stage_within_one_percent_of_the_mesh_fastest():
+    # fastest 10.0 s (ZeRO-3): the band ends at 10.0 x 1.01 = 10.1 s, so ZeRO-1 at 10.05 s ties and
+    # ZeRO-0 at 10.2 s does not; two simplicity classes lie in the band
+    from planner.ranking import MeshBand
+
+    band = MeshBand()
+    for plan in (_Plan(10.2, zero_stage=0), _Plan(10.05, zero_stage=1), _Plan(10.0, zero_stage=3)):
+        band.offer(plan)
+    pick, classes = band.simplest()
+    assert (pick.layout.zero_stage, classes) == (1, 2)
+
+
+def test_mesh_band_drops_plans_that_a_later_faster_plan_puts_out_of_the_band():
+    # 10.05 s ties with 10.0 s, but 9.9 s arrives: the band ends at 9.999 s, so ZeRO-1 drops out
+    from planner.ranking import MeshBand
+
+    band = MeshBand()
+    for plan in (_Plan(10.0, zero_stage=3), _Plan(10.05, zero_stage=1), _Plan(9.9, zero_stage=2)):
+        band.offer(plan)
+    assert [p.layout.zero_stage for p in band.plans] == [2]
+
+
+def test_inside_a_mesh_no_fitting_simpler_layout_lies_within_the_band():
+    # llama3-8b on 8 H100 at 4k: cost every layout of the chosen mesh and check the rule directly
+    from planner.api import resolve_job
+    from planner.ranking import mesh_of
+    from planner.space import all_layouts
+
+    report = planner.plan(model="llama3-8b", hardware="h100-sxm-80gb", gpus=8, global_batch=64, seq_len=4096)
+    job = resolve_job(model="llama3-8b", hardware="h100-sxm-80gb", gpus=8, global_batch=64, seq_len=4096)
+    cost_model = job.cost_model()
+    mesh = mesh_of(report.best.layout)
+    plans = [cost_model.estimate(layout) for layout in all_layouts(job.model, job.training, 8, 8, SearchOptions())
+             if mesh_of(layout) == mesh]
+    fits = [b for b in plans if b.fits]
+    limit_s = min(b.step_time_s for b in fits) * (1 + TIE_BAND)
+    tied = [b for b in fits if b.step_time_s <= limit_s]
+    assert report.best.layout in [b.layout for b in tied]
+    assert min(simplicity_key(b.layout) for b in tied) == simplicity_key(report.best.layout)
+    # fused attention: selective recomputation costs no time here, so it ties with none, the simpler
+    assert report.best.layout.recompute == "none"

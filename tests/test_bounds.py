@@ -1,0 +1,68 @@
+"""The search's step-time bounds (costmodels/bounds.py) never exceed what ``estimate`` reports."""
+
+import random
+
+import pytest
+
+from costmodels.assumptions import DEFAULT_ASSUMPTIONS
+from costmodels.bounds import pipeline_floor_s, state_floor_s, step_time_s
+from costmodels.estimate import CostModel
+from costmodels.job import Job
+from costmodels.overlap import exposed_comm_s
+from costmodels.presets import load_model
+from costmodels.training import TrainingSpec
+from dataclasses import replace
+from hardware_specs import load_node, make_cluster
+from planner.runtime.convention import CONVENTIONS
+from planner.search import STATE_FLOOR_SCHEDULES
+from planner.space import SearchOptions, all_layouts
+
+RELATIVE = 1e-12
+
+
+def _sample(model_name, runtime, gpus, seed, count=150):
+    model = load_model(model_name)
+    training = TrainingSpec(global_batch_size=16, seq_len=512, runtime=runtime)
+    cluster = make_cluster(load_node("h100-sxm-80gb"), gpus, 4)
+    cm = CostModel(Job(model=model, training=training, cluster=cluster, convention=CONVENTIONS[runtime]))
+    layouts = list(all_layouts(model, training, gpus, 4, SearchOptions()))
+    return cm, random.Random(seed).sample(layouts, min(count, len(layouts)))
+
+
+@pytest.mark.parametrize("model,runtime,gpus", [("tiny-llama", "megatron", 8), ("tiny-mixtral", "torch", 8),
+                                                ("tiny-gpt", "megatron", 4)])
+def test_floors_lie_below_the_estimate_and_the_fast_step_time_equals_it(model, runtime, gpus):
+    # step >= pipeline floor + m · (least data-parallel time per micro-batch) + least tail, for
+    # every layout: facts 1 and 2 of costmodels/bounds.py; the fast step time is the same sum
+    cm, layouts = _sample(model, runtime, gpus, seed=len(model))
+    for layout in layouts:
+        step = cm.estimate(layout).step_time_s
+        per_mb, tail = state_floor_s(cm, layout)
+        states = layout.num_microbatches * per_mb + tail if layout.schedule in STATE_FLOOR_SCHEDULES else 0.0
+        assert pipeline_floor_s(cm, layout) + states <= step * (1 + RELATIVE)
+        assert step_time_s(cm, layout) == pytest.approx(step, rel=RELATIVE)
+        # the peak from the ranks holding the most and the fewest micro-batches in flight is the peak
+        assert cm.peak_memory_bytes(layout) == cm.estimate(layout).peak_memory_bytes
+
+
+def test_the_pipeline_floor_is_the_step_time_when_nothing_else_costs():
+    # one GPU, ZeRO-0, no optimizer time to speak of: with dp = 1 there is no data-parallel term,
+    # so step - floor is the optimizer step alone, which the state floor's tail is exactly
+    cm, layouts = _sample("tiny-llama", "megatron", 1, seed=3, count=40)
+    for layout in layouts:
+        step = cm.estimate(layout).step_time_s
+        per_mb, tail = state_floor_s(cm, layout)
+        assert per_mb == 0.0
+        assert pipeline_floor_s(cm, layout) + tail == pytest.approx(step, rel=RELATIVE)
+
+
+@pytest.mark.parametrize("slowdown", [0.0, 0.1, 1.0, 1.5])
+def test_exposed_communication_is_least_at_an_end_of_the_compute_range(slowdown):
+    # fact 2 of costmodels/bounds.py: piecewise linear in compute, least at C = 0 (slowdown > 1)
+    # or as C grows without bound (slowdown <= 1); pieces = 4, communication 8 s, so 2 s is never hidden
+    assumptions = replace(DEFAULT_ASSUMPTIONS, overlap_fraction=0.5, overlap_slowdown=slowdown)
+    end = 0.0 if slowdown > 1 else 1e300
+    least = exposed_comm_s(8.0, end, 4, assumptions)
+    assert least == pytest.approx(2.0 + min(1.0, slowdown) * 6.0)
+    for compute_s in (0.0, 1.0, 6.0, 12.0, 13.0, 100.0):
+        assert exposed_comm_s(8.0, compute_s, 4, assumptions) >= least
