@@ -38,19 +38,26 @@ RECOMPUTE_ORDER = {"none": 0, "selective": 1, "full": 2}
 """Recomputation modes, simplest first."""
 
 
+SCHEDULE_ORDER = {"gpipe": 0, "1f1b": 0, "interleaved": 1, "zb-h1": 2, "interleaved-zb": 2, "zb-v": 2,
+                  "dualpipe-v": 3, "dualpipe": 4}
+"""How unusual a pipeline schedule is, for ``simplicity_class`` (GPipe and 1F1B are split later)."""
+
+
 def simplicity_class(layout: Layout) -> tuple:
     """What makes one layout simpler than another, least first, for breaking ties inside ``TIE_BAND``:
 
     1. how many of context parallel, expert parallel and optimizer offload it uses (each only when needed);
     2. how many parallel axes (dp, tp, pp, cp, ep) have degree > 1;
-    3. the ZeRO stage;
-    4. the number of micro-batches;
-    5. recomputation: none, then selective, then full;
-    6. the virtual stages per pipeline rank (1 = a plain schedule)."""
+    3. the pipeline schedule: 1F1B/GPipe, interleaved, the zero-bubble family, DualPipeV, then
+       DualPipe (two parameter copies, and not in torch 2.13, so ``launch`` cannot run it);
+    4. the ZeRO stage;
+    5. the number of micro-batches;
+    6. recomputation: none, then selective, then full;
+    7. the virtual stages per pipeline rank (1 = a plain schedule)."""
     exotic = (layout.cp > 1) + (layout.ep > 1) + bool(layout.optimizer_offload)
     axes = sum(d > 1 for d in (layout.dp, layout.tp, layout.pp, layout.cp, layout.ep))
-    return (exotic, axes, layout.zero_stage, layout.num_microbatches, RECOMPUTE_ORDER[layout.recompute],
-            layout.virtual_stages)
+    return (exotic, axes, SCHEDULE_ORDER[layout.schedule], layout.zero_stage, layout.num_microbatches,
+            RECOMPUTE_ORDER[layout.recompute], layout.virtual_stages)
 
 
 def simplicity_key(layout: Layout) -> tuple:

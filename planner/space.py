@@ -42,8 +42,11 @@ class SearchOptions:
     """Let tensor-parallel groups span nodes (slow links; off by default)."""
     zero_stages: tuple[int, ...] = (0, 1, 2, 3)
     recompute_modes: tuple[str, ...] = ("none", "selective", "full")
-    schedules: tuple[str, ...] = ("1f1b", "gpipe", "interleaved", "zb-h1", "interleaved-zb", "zb-v", "dualpipe-v",
-                                  "dualpipe")
+    schedules: tuple[str, ...] = ("1f1b", "gpipe", "interleaved", "zb-h1", "interleaved-zb", "zb-v", "dualpipe-v")
+    """Schedules searched. DualPipe (``dualpipe``) is costed by ``evaluate`` but not searched by
+    default: it holds two parameter copies and neither torch 2.13's pipelining, upstream
+    Megatron-LM nor torchtitan runs it, so a plan that picked it could not be launched or exported;
+    pass it here to search it (DualPipeV, which torch ships, is searched)."""
     allow_hsdp: bool = True
     launchable: bool = False
     """Only layouts ``autoplan launch`` applies: ``planner.launchable.launch_problems`` is checked
