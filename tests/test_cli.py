@@ -135,14 +135,19 @@ def test_real_subprocess_plan_and_usage_error():
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "gpt5" in bad.stderr
 
 
-def test_launchable_plans_use_no_cp_or_ep():  # offload is launched since issue 13
+def test_launchable_plans_pass_the_launch_rule():  # cp, ep and offload are launched since issue 13
+    from costmodels.layout import Layout
+    from planner.launchable import launch_problems
+    from planner.runtime.plan_file import PlanFile
+
     result = run(["plan", "--model", "mixtral-8x7b", "--hardware", "h100-sxm-80gb", "--gpus", "32",
                   "--global-batch", "64", "--seq-len", "8192", "--launchable", "--format", "json"])
-    data = json.loads(result.stdout)
-    for plan in [data["best"], *data["candidates"]]:
-        layout = plan["layout"]
-        assert layout["cp"] == 1 and layout["ep"] == 1
-    assert data["inputs"]["training"]["runtime"] == "torch"
+    plan = PlanFile.from_json(result.stdout)
+    model, training = plan.inputs.model_spec, plan.inputs.training
+    for entry in [plan.best, *plan.candidates]:
+        assert launch_problems(model, training, entry.layout) == []
+        assert isinstance(entry.layout, Layout)
+    assert training.runtime == "torch"
 
 
 def test_launchable_refuses_the_megatron_runtime():
