@@ -149,6 +149,6 @@ def test_the_shipped_calibration_is_the_default_and_matches_its_record():
         assert getattr(A, name) == value
     residuals = doc["lofo_residuals"]
     assert residuals == sorted(residuals, key=lambda d: (d["family"], d["run_id"]))
-    for r in residuals:  # step time error = 1 / (1 + tokens/s error) - 1, each rounded to 4 places
-        assert r["step_time_error"] == pytest.approx(1 / (1 + r["tokens_per_s_error"]) - 1, abs=2e-4)
+    for r in residuals:  # step time error = 1 / (1 + tokens/s error) - 1, each rounded to 4 places (so a large error keeps 1e-3 of itself)
+        assert r["step_time_error"] == pytest.approx(1 / (1 + r["tokens_per_s_error"]) - 1, rel=1e-3, abs=2e-4)
     assert UNCALIBRATED.with_calibration({"gemm_efficiency": 0.5}).gemm_efficiency == 0.5
