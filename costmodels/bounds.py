@@ -147,7 +147,7 @@ def step_time_s(cm: "CostModel", layout: Layout) -> float:
     schedules outside ``FAST_SCHEDULES`` take the estimate's own figure."""
     if layout.schedule not in FAST_SCHEDULES or cm.convention.keeps_16bit_grads \
             or _tail_grows_with_microbatches(cm, layout):
-        return cm.estimate(layout).step_time_s
+        return _assembled_step_s(cm, layout)
     per_mb, tail, counts = [], [], []
     for rank, n in rank_groups(cm, layout):
         core = rank_core_times(cm, layout, rank)
@@ -157,6 +157,24 @@ def step_time_s(cm: "CostModel", layout: Layout) -> float:
         counts.append(n)
     return (layout.num_microbatches * max(per_mb) + bubble_time_s(per_mb, layout.virtual_stages, counts)
             + max(tail) + cm.assumptions.step_overhead_s)
+
+
+def _assembled_step_s(cm: "CostModel", layout: Layout) -> float:
+    """The step time ``assemble`` sums from every rank's times, without memory, traffic or sources:
+    m·t_crit + bubble − DualPipe's hidden communication + the slowest tail + overhead."""
+    from .assemble import bubble_s, overlap_hidden_s
+    from .assignment import rank_layers
+    from .rank_time import rank_times
+
+    shared: dict[tuple, RankTimes] = {}
+    times = []
+    for rank in rank_layers(cm, layout):
+        if rank.signature not in shared:
+            shared[rank.signature] = rank_times(cm, layout, rank)
+        times.append(shared[rank.signature])
+    crit = max(times, key=lambda t: t.per_microbatch_s)
+    return (layout.num_microbatches * crit.per_microbatch_s + bubble_s(layout, times)
+            - overlap_hidden_s(layout, [crit]) + max(t.tail_s for t in times) + cm.assumptions.step_overhead_s)
 
 
 def _layer_s(cm: "CostModel", layout: Layout, moe: bool, share: float) -> float:
