@@ -8,15 +8,11 @@ references in one plain process: a launch costs far more than the steps of a tin
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from case_launch import run_cases
 
-REPO = Path(__file__).resolve().parent.parent
 STEPS = 3
 LOSS_RTOL = 2e-5
 NORM_RTOL = 1e-4
@@ -51,14 +47,7 @@ def _all_cases() -> list[dict]:
 
 
 def _run(tmp: Path, nproc: int) -> dict:
-    cases, out = tmp / "cases.json", tmp / f"results-{nproc}.json"
-    cases.write_text(json.dumps(_all_cases()), encoding="utf-8")
-    harness = ["-m", "planner.runtime.case_runner", str(cases), str(out)]
-    launcher = [] if nproc == 1 else ["-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}"]
-    proc = subprocess.run([sys.executable, *launcher, *harness], cwd=REPO, env={**os.environ, "OMP_NUM_THREADS": "1"},
-                          capture_output=True, text=True, timeout=900)
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    return json.loads(out.read_text(encoding="utf-8"))
+    return run_cases(_all_cases(), tmp, nproc, timeout_s=900)
 
 
 @pytest.fixture(scope="module")

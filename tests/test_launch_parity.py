@@ -11,18 +11,14 @@ the global gradient norm (which also checks the clipping, engaged at every step:
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from case_launch import run_cases
 
 from costmodels.model_spec import model_to_dict
 from costmodels.presets import load_model
 
-REPO = Path(__file__).resolve().parent.parent
 STEPS = 3
 SEQ_LEN = 32
 LOSS_RTOL = 2e-5
@@ -101,17 +97,7 @@ def _cases() -> list[dict]:
 
 
 def _run(tmp: Path, nproc: int) -> dict:
-    cases, out = tmp / "cases.json", tmp / f"results-{nproc}.json"
-    cases.write_text(json.dumps(_cases()), encoding="utf-8")
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    harness = ["-m", "planner.runtime.case_runner", str(cases), str(out)]
-    if nproc == 1:
-        command = [sys.executable, *harness]
-    else:
-        command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}", *harness]
-    proc = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    return json.loads(out.read_text(encoding="utf-8"))
+    return run_cases(_cases(), tmp, nproc, timeout_s=600)
 
 
 @pytest.fixture(scope="module")

@@ -5,13 +5,10 @@ with data parallelism exactly like a single process (one 2-process launch for al
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from case_launch import run_cases
 import torch
 
 from costmodels.params import main_model_params
@@ -21,7 +18,6 @@ from costmodels.layout import Layout
 from costmodels.training import TrainingSpec
 from planner.runtime.model import attend, build_model
 
-REPO = Path(__file__).resolve().parent.parent
 STEPS, SEQ_LEN = 3, 32  # 32 > tiny-gemma's window of 16, so the window masks something
 
 
@@ -79,15 +75,7 @@ def _cases() -> list[dict]:
 
 
 def _run(tmp: Path, nproc: int) -> dict:
-    cases, out = tmp / "cases.json", tmp / f"results-{nproc}.json"
-    cases.write_text(json.dumps(_cases()), encoding="utf-8")
-    harness = ["-m", "planner.runtime.case_runner", str(cases), str(out)]
-    command = [sys.executable, *harness] if nproc == 1 else \
-        [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}", *harness]
-    proc = subprocess.run(command, cwd=REPO, env={**os.environ, "OMP_NUM_THREADS": "1"}, capture_output=True,
-                          text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    return json.loads(out.read_text(encoding="utf-8"))
+    return run_cases(_cases(), tmp, nproc, timeout_s=600)
 
 
 @pytest.fixture(scope="module")
