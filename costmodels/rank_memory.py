@@ -130,10 +130,12 @@ def activation_shape(cm: "CostModel", layout: Layout) -> act.ActivationShape:
     return replace(x, autocast=True) if autocast else x
 
 
-def layers_saved_bytes(cm: "CostModel", layout: Layout, rank: RankLayers) -> tuple[float, float]:
-    """(bytes the rank's layers save for one micro-batch before any offload, the largest layer's)."""
+def layers_saved_bytes(cm: "CostModel", layout: Layout, rank: RankLayers,
+                       x: act.ActivationShape | None = None) -> tuple[float, float]:
+    """(bytes the rank's layers save for one micro-batch before any offload, the largest layer's);
+    ``x``: the layout's ``activation_shape`` where the caller has it."""
     model = cm.model
-    x = activation_shape(cm, layout)
+    x = x or activation_shape(cm, layout)
     share = recomputed_layers(cm, layout, rank.num_layers) / max(rank.num_layers, 1)
     total = largest = 0.0
     for kind, n in ((False, rank.num_dense), (True, rank.num_moe)):
@@ -152,12 +154,12 @@ def _compute_activation_parts(cm: "CostModel", layout: Layout, rank: RankLayers)
     model = cm.model
     x = activation_shape(cm, layout)
     offloaded = activation_offload_share(layout.activation_offload_layers, rank.num_layers)
-    layers, largest = layers_saved_bytes(cm, layout, rank)
+    layers, largest = layers_saved_bytes(cm, layout, rank, x)
     stored = (1.0 - offloaded) * layers
     reloaded = largest if offloaded else 0.0
     if rank.first:  # on the first chunk only: in-flight / v of its micro-batches hold it
         stored += act.first_stage_extra_bytes(model, x)
-    working = unsaved_working_bytes(cm, layout, rank) + reloaded  # one offloaded layer back from the host
+    working = unsaved_working_bytes(cm, layout, rank, x) + reloaded  # one offloaded layer back from the host
     if rank.last:
         head = act.last_stage_extra_bytes(model, x) + act.mtp_bytes(model, x, recompute=layout.recompute)
         logits = act.last_stage_logits_bytes(model, x)
@@ -166,12 +168,14 @@ def _compute_activation_parts(cm: "CostModel", layout: Layout, rank: RankLayers)
     return stored, working
 
 
-def unsaved_working_bytes(cm: "CostModel", layout: Layout, rank: RankLayers) -> float:
+def unsaved_working_bytes(cm: "CostModel", layout: Layout, rank: RankLayers,
+                          x: act.ActivationShape | None = None) -> float:
     """What backward allocates beyond the saved activations, at its largest: one layer's recompute
     (``recompute_working_bytes``) or, on the last rank, the loss's backward
     (``activations.eager_loss_working_bytes``), which runs before any layer's, so the larger of
-    the two. Saved-tensor hooks do not see it (``planner.validate.compare``)."""
-    x = activation_shape(cm, layout)
+    the two. Saved-tensor hooks do not see it (``planner.validate.compare``). ``x``: as in
+    ``layers_saved_bytes``."""
+    x = x or activation_shape(cm, layout)
     working = recompute_working_bytes(cm, layout, x, rank.num_moe > 0)
     return max(working, act.eager_loss_working_bytes(cm.model, x)) if rank.last else working
 
