@@ -27,7 +27,7 @@ from hardware_specs.errors import AutoplanError, SpecError
 from .bands import job_bands
 from .brute_force import solve_brute_force
 from .infeasible import what_would_fit
-from .ranking import TIE_BAND, TIE_POOL, prefer_simplest, rank_key
+from .ranking import TIE_BAND, prefer_simplest, rank_key
 from .report import ClosestMiss, PlanReport
 from .runtime.convention import CONVENTIONS
 from .runtime.plan_file import PlanInputs
@@ -243,7 +243,7 @@ def plan(*, model: str | ModelSpec, hardware: str | NodeSpec, gpus: int, global_
     started = time.perf_counter()
     run = solve if solver == "search" else solve_brute_force
     cost_model = job.cost_model()
-    result = run(cost_model, gpus, job.cluster.gpus_per_node, search_options, max(top_k, TIE_POOL) + 1)
+    result = run(cost_model, gpus, job.cluster.gpus_per_node, search_options, top_k + 1)
     refined = result.ranked if search_options.fixed_split else \
         tuple(sorted((refine_stages(cost_model, b) for b in result.ranked), key=rank_key))
     ranked, num_tied = prefer_simplest(refined, tied_in_mesh=result.tied_in_mesh)

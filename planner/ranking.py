@@ -32,10 +32,6 @@ TIE_BAND = 0.01
 Among tied layouts one without memory risk, then the simplest, is picked (``tie_key``)."""
 
 
-TIE_POOL = 8
-"""How many meshes' best plans (at least) the planner compares for ties, whatever ``--top`` is."""
-
-
 RECOMPUTE_ORDER = {"none": 0, "selective": 1, "op-sac": 2, "full": 3}
 """Recomputation modes, simplest first."""
 
@@ -125,10 +121,13 @@ def prefer_simplest(ranked: tuple[CostBreakdown, ...], band: float = TIE_BAND,
 
 
 def ranked_plans(bands: dict, top_k: int) -> tuple[tuple[CostBreakdown, ...], dict[tuple, int]]:
-    """The K fastest meshes (by ``rank_key`` of their fastest plan), each as its simplest plan
-    within the band, ordered by that plan's ``rank_key``; and per mesh how many simplicity classes
-    its band held. Shared by both solvers."""
-    fastest = sorted(bands.values(), key=lambda band: band.fastest_key)[:top_k]
+    """The K fastest meshes (by ``rank_key`` of their fastest plan), and every other mesh whose
+    fastest plan is within ``TIE_BAND`` of the fastest of all (tied with it, so compared for the
+    pick whatever K is), each as its simplest plan within the band, ordered by that plan's
+    ``rank_key``; and per mesh how many simplicity classes its band held. Shared by both solvers."""
+    order = sorted(bands.values(), key=lambda band: band.fastest_key)
+    tied_s = order[0].fastest.step_time_s * (1 + TIE_BAND) if order else 0.0
+    fastest = order[:top_k] + [band for band in order[top_k:] if band.fastest.step_time_s <= tied_s]
     picks = [band.simplest() for band in fastest]
     ranked = tuple(sorted((plan for plan, _ in picks), key=rank_key))
     return ranked, {mesh_of(plan.layout): n for plan, n in picks}

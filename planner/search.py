@@ -21,8 +21,10 @@ Prunes, each of which never cuts the answer:
   only add time; GPipe and 1F1B share their step time); a mesh on its mean floor, then on its
   groups' least pipeline floor, then on its least (group, state) bound, a pair, and then each
   member, is cut when its bound exceeds (1 + TIE_BAND) × the smaller of the mesh's fastest plan
-  so far and the K-th fastest mesh's: it can then be neither the mesh's fastest, nor within the
-  band of a top-K mesh's fastest (where the simplest plan is picked, ``ranking.MeshBand``). That
+  so far and the threshold (the K-th fastest mesh's, or the tie band's edge above the fastest of
+  all where that is larger, ``_Ranking.threshold_s``): it can then be neither the mesh's fastest,
+  nor within the band of the fastest of a mesh the result holds (where the simplest plan is
+  picked, ``ranking.MeshBand``). That
   cutoff only falls while a mesh waits for its visit, so a group whose mean floor passes it keeps
   that floor (``search_groups.schedule_groups``). Meshes are taken best floor first, so the K-th
   plan is known early and whole meshes are cut on a floor without a full evaluation.
@@ -72,7 +74,9 @@ class _Ranking:
         return self.bands
 
     def threshold_s(self) -> float:
-        """Step time of the K-th fastest mesh (inf while fewer than K meshes have a plan)."""
+        """Step time past which a mesh's fastest plan is neither in the top K nor tied with the
+        fastest of all (``ranking.ranked_plans``): the larger of the K-th fastest mesh's step time
+        (inf while fewer than K meshes have a plan) and the tie band's edge above the fastest."""
         return self._threshold_s
 
     def offer(self, mesh: MeshChoice, breakdown: CostBreakdown) -> None:
@@ -80,11 +84,13 @@ class _Ranking:
         before = band.fastest
         band.offer(breakdown)
         if band.fastest is not before and len(self.bands) >= self.top_k:
-            self._threshold_s = heapq.nsmallest(self.top_k, (b.fastest_key[0] for b in self.bands.values()))[-1]
+            fastest = heapq.nsmallest(self.top_k, (b.fastest_key[0] for b in self.bands.values()))
+            self._threshold_s = max(fastest[-1], fastest[0] * (1 + TIE_BAND))
 
     def cutoff_s(self, mesh: MeshChoice) -> float:
-        """A subtree whose bound exceeds this holds neither a faster plan for a top-K mesh nor one
-        within the band of such a mesh's fastest."""
+        """A subtree whose bound exceeds this holds neither a faster plan for a mesh that
+        ``ranking.ranked_plans`` returns (a top-K mesh, or one tied with the fastest) nor one within
+        the band of such a mesh's fastest."""
         band = self.bands.get(mesh)
         mesh_best = band.fastest.step_time_s if band is not None and band.fastest is not None else float("inf")
         return (1 + TIE_BAND) * min(mesh_best, self._threshold_s) * (1 + BOUND_SLACK)

@@ -115,3 +115,28 @@ def test_inside_a_mesh_no_fitting_simpler_layout_lies_within_the_band():
     assert min(tie_key(b, band) for b in tied) == tie_key(next(b for b in tied if b.layout == report.best.layout), band)
     # fused attention: selective recomputation costs no time here, so it ties with none, the simpler
     assert report.best.layout.recompute == "none"
+
+
+def test_ranked_plans_keep_every_mesh_tied_with_the_fastest_beyond_the_top_k():
+    # meshes at 10.0, 10.05 and 10.08 s and one at 10.5 s: with K = 1 the two within 1% of the
+    # fastest are still returned (compared for the pick), the one outside the band is not
+    from costmodels.layout import Layout
+    from planner.ranking import MeshBand, ranked_plans
+
+    bands = {}
+    for dp, seconds in ((8, 10.0), (4, 10.05), (2, 10.08), (1, 10.5)):
+        plan = _Plan(seconds)
+        plan.layout = Layout(dp=dp, tp=8 // dp, zero_stage=1 if dp > 1 else 0)
+        bands[dp] = MeshBand()
+        bands[dp].offer(plan)
+    assert [p.step_time_s for p in ranked_plans(bands, top_k=1)[0]] == [10.0, 10.05, 10.08]
+    assert [p.step_time_s for p in ranked_plans(bands, top_k=4)[0]] == [10.0, 10.05, 10.08, 10.5]
+
+
+def test_the_pick_and_the_tie_count_do_not_depend_on_top():
+    # every mesh tied with the fastest is compared whatever --top asks for (ranking.ranked_plans)
+    job = dict(model="llama3-8b", hardware="h100-sxm-80gb", gpus=8, global_batch=64, seq_len=4096)
+    reports = [planner.plan(**job, top_k=k) for k in (1, 3, 10)]
+    assert len({r.best.layout for r in reports}) == 1
+    assert len({r.search["num_tied"] for r in reports}) == 1
+    assert [len(r.candidates) for r in reports][:2] == [1, 3]
