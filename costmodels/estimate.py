@@ -76,13 +76,13 @@ class CostModel:
         A rank's total is affine in its in-flight micro-batches (``rank_memory.stage_memory``), so
         among ranks of one signature the peak is on the one holding the most or the fewest."""
         peak = 0.0
-        for rank, indices in self._in_flight_extremes(layout):
+        for rank, indices in self.in_flight_extremes(layout):
             static = rank_static(self, layout, rank)
             for index in indices:
                 peak = max(peak, stage_memory(self, layout, index, static).total_bytes)
         return peak
 
-    def _in_flight_extremes(self, layout: Layout) -> list[tuple[RankLayers, tuple[int, ...]]]:
+    def in_flight_extremes(self, layout: Layout) -> list[tuple[RankLayers, tuple[int, ...]]]:
         """Per rank signature, one rank and the indices of its ranks with the most and the fewest
         micro-batches in flight (memoised by what ``in_flight_microbatches`` reads)."""
         key = (layout.schedule, layout.pp, layout.num_microbatches, layout.virtual_stages, layout.layers_per_chunk)

@@ -45,7 +45,7 @@ def rank_static(cm: "CostModel", layout: Layout, rank: RankLayers) -> RankStatic
     return RankStatic(params_bytes=p, grads_bytes=g, optimizer_bytes=o, host_bytes=host,
                        buffers_bytes=rank_buffer_bytes(cm, layout, rank, params),
                        stored_per_microbatch_bytes=stored, working_bytes=working,
-                       received_per_microbatch_bytes=_received_saved_bytes(cm, layout, rank))
+                       received_per_microbatch_bytes=received_saved_bytes(cm, layout, rank))
 
 
 def held_states(cm: "CostModel", layout: Layout, params: ShardedParams) -> tuple[float, float, float]:
@@ -74,11 +74,8 @@ def stage_memory(cm: "CostModel", layout: Layout, index: int, static: RankStatic
     """Activations at the schedule's peak: in-flight micro-batches × what each leaves stored
     (divided by the chunks a rank holds: one in-flight unit is one chunk's), plus the
     recomputation working set; overhead is the runtime reserve plus allocator fragmentation."""
-    in_flight = in_flight_microbatches(layout.schedule, layout.pp, index, layout.num_microbatches,
-                                       layout.virtual_stages)
-    chunks = chunks_per_rank(layout.schedule, layout.virtual_stages)
-    received = static.received_per_microbatch_bytes * _receiving_in_flight(layout, index, in_flight, chunks)
-    activations = in_flight * static.stored_per_microbatch_bytes / chunks - received + static.working_bytes
+    activations = stage_activation_bytes(layout, index, static.stored_per_microbatch_bytes, static.working_bytes,
+                                         static.received_per_microbatch_bytes)
     overhead = (cm.cluster.hardware.runtime_reserved_bytes
                 + cm.assumptions.allocator_fragmentation * (activations + static.buffers_bytes))
     return StageMemory(params_bytes=static.params_bytes, grads_bytes=static.grads_bytes,
@@ -86,9 +83,22 @@ def stage_memory(cm: "CostModel", layout: Layout, index: int, static: RankStatic
                        buffers_bytes=static.buffers_bytes, overhead_bytes=overhead, host_bytes=static.host_bytes)
 
 
+def stage_activation_bytes(layout: Layout, index: int, stored_bytes: float, working_bytes: float,
+                           received_bytes: float) -> float:
+    """Activation bytes of pipeline rank ``index`` at the schedule's peak: in-flight chunk-micro-batches
+    × what one leaves stored (``stored_bytes`` per micro-batch over the rank's chunks), less its
+    receive buffers (``received_bytes`` per micro-batch, counted with the buffers), plus the
+    recomputation working set (``rank_activation_parts``, ``received_saved_bytes``)."""
+    in_flight = in_flight_microbatches(layout.schedule, layout.pp, index, layout.num_microbatches,
+                                       layout.virtual_stages)
+    chunks = chunks_per_rank(layout.schedule, layout.virtual_stages)
+    received = received_bytes * _receiving_in_flight(layout, index, in_flight, chunks)
+    return in_flight * stored_bytes / chunks - received + working_bytes
+
+
 def _receiving_in_flight(layout: Layout, index: int, in_flight: int, chunks: int) -> float:
     """Micro-batches' worth of receive buffers among the in-flight chunk-micro-batches (the
-    buffers are counted as buffers, ``_received_saved_bytes``): the average share in_flight/chunks,
+    buffers are counted as buffers, ``received_saved_bytes``): the average share in_flight/chunks,
     or on rank 0, when the schedule fixes how many in-flight units are its first chunk's
     (``pipeline.first_chunk_microbatches``), the rest spread over its v − 1 receiving chunks."""
     first = first_chunk_microbatches(layout.schedule, layout.pp, index, layout.num_microbatches, in_flight)
@@ -208,7 +218,7 @@ def rank_buffer_bytes(cm: "CostModel", layout: Layout, rank: RankLayers, params:
     return buffers
 
 
-def _received_saved_bytes(cm: "CostModel", layout: Layout, rank: RankLayers) -> float:
+def received_saved_bytes(cm: "CostModel", layout: Layout, rank: RankLayers) -> float:
     """Of what one micro-batch leaves stored on this rank, the bytes that are its receive
     buffers (``receive_buffer_per_microbatch``; counted with the buffers instead), one per
     receiving chunk."""

@@ -13,7 +13,9 @@ which is at most every group's pipeline floor.
 
 Prunes, each of which never cuts the answer:
 - Memory: model states alone (no activations) bound memory from below, cutting (mesh, state)
-  pairs that cannot fit whatever the schedule (``search_groups.states_that_may_fit``).
+  pairs that cannot fit whatever the schedule (``search_groups.states_that_may_fit``); inside a
+  visit, a member whose model states and activations alone (no buffers) pass the capacity is cut
+  before its step time or peak is costed (``memory_floors``, ``costmodels.memory_bounds``).
 - Dominance: GPipe and layouts without sequence parallelism (datasheet rates) are never better
   than a twin that is kept, never simpler and never lighter in memory (``_undominated``,
   ``ranking.tie_key``).
@@ -47,6 +49,7 @@ from costmodels.breakdown import CostBreakdown
 from costmodels.estimate import CostModel
 from costmodels.pipeline import DUALPIPE
 
+from .memory_floors import MemoryFloors
 from .overlap_twins import OverlapTwins
 from .ranking import TIE_BAND, MeshBand, ranked_plans
 from .search_groups import Group, least_bound_s, pairs, schedule_groups, states_that_may_fit, with_state_floors
@@ -182,9 +185,9 @@ def solve(cost_model: CostModel, num_gpus: int, gpus_per_node: int, options: Sea
 def _visit_mesh(cost_model: CostModel, mesh: MeshChoice, states: list[StateChoice], groups: list["Group"],
                 ranking: _Ranking, tally: _Tally) -> None:
     """Evaluate a mesh's (group, state) pairs best bound first (``pairs``) until the bound passes the
-    cutoff; inside a pair, each member is bounded on its own first."""
+    cutoff; inside a pair, each member is bounded on its own first, in time and then in memory."""
     floors: dict[ScheduleChoice, float] = {}
-    twins = OverlapTwins(cost_model)
+    twins, heavy = OverlapTwins(cost_model), MemoryFloors(cost_model, mesh)
     left = sum(len(g.members) for g in groups) * len(states)  # schedule choices of the pairs not yet taken
     for pair in pairs(cost_model, mesh, states, groups):
         if pair.bound_s > ranking.cutoff_s(mesh):
@@ -206,6 +209,9 @@ def _visit_mesh(cost_model: CostModel, mesh: MeshChoice, states: list[StateChoic
                 tally.rejected["slower"] += 1
                 continue
             tally.evaluated += 1
+            if ranking.best and heavy.too_big(pair.state, sched):
+                tally.rejected["memory"] += 1  # its states and activations alone pass the capacity
+                continue
             fits = twins.fits_from_twin(layout) if ranking.best else None  # cheap where its twin was costed
             if fits is False:
                 tally.rejected["memory"] += 1  # misses matter only while nothing fits

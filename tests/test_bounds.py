@@ -11,6 +11,7 @@ from costmodels.bounds import (mean_floor_s, pipeline_floor_s, state_floor_s, st
 from costmodels.estimate import CostModel
 from costmodels.job import Job
 from costmodels.layout import SCHEDULES, Layout, LayoutError, check_layout
+from costmodels.memory_bounds import memory_floor_bytes
 from costmodels.overlap import exposed_comm_s
 from costmodels.pipeline import DUALPIPE
 from costmodels.presets import load_model
@@ -45,6 +46,7 @@ def test_floors_lie_below_the_estimate_and_the_fast_step_time_equals_it(model, r
         assert step_time_s(cm, layout) == pytest.approx(step, rel=RELATIVE)
         # the peak from the ranks holding the most and the fewest micro-batches in flight is the peak
         assert cm.peak_memory_bytes(layout) == cm.estimate(layout).peak_memory_bytes
+        _assert_memory_floor(cm, layout)
 
 
 def test_the_pipeline_floor_is_the_step_time_when_nothing_else_costs():
@@ -120,6 +122,17 @@ def _assert_bounded(cm, layout):
     for other in [layout] if layout.schedule in DUALPIPE else others:
         assert mean_floor_s(cm, other) <= floor * (1 + RELATIVE), (layout, other)
     assert step_time_s(cm, layout) == pytest.approx(step, rel=RELATIVE)
+    _assert_memory_floor(cm, layout)
+
+
+def _assert_memory_floor(cm, layout):
+    # costmodels/memory_bounds.py: the peak less what the floor leaves out, the largest rank's
+    # buffers with their fragmentation, <= floor <= peak
+    breakdown = cm.estimate(layout)
+    floor = memory_floor_bytes(cm, layout)
+    assert floor <= breakdown.peak_memory_bytes * (1 + RELATIVE), layout
+    left_out = (1 + cm.assumptions.allocator_fragmentation) * max(st.buffers_bytes for st in breakdown.stages)
+    assert floor >= (breakdown.peak_memory_bytes - left_out) * (1 - RELATIVE), layout
 
 
 def test_state_floors_of_one_virtual_stage_count_are_kept_apart_by_placement():

@@ -1,0 +1,59 @@
+"""A lower bound on a layout's peak device memory for the search (``planner.search``): cheap, never
+above what ``CostModel.peak_memory_bytes`` reports (up to float rounding, which the search's
+``BOUND_SLACK`` absorbs).
+
+A rank's total (``rank_memory.stage_memory``) is
+
+    params + grads + optimizer + A + buffers + reserve + φ·(A + buffers),
+
+with A its activations at the schedule's peak and φ = ``allocator_fragmentation`` >= 0. Buffers are
+non-negative, so leaving them (and φ on them) out bounds the total from below:
+
+    total >= S + (1 + φ)·A + reserve,
+
+where S (params, grads, optimizer: ``rank_memory.held_states``) reads how model states are held and
+which layers the rank holds, but no micro-batching, recomputation or TP-overlap field, and A reads
+those but no state field (``rank_memory.rank_activation_parts``, ``received_saved_bytes``,
+``stage_activation_bytes``). Both are taken over the ranks that can hold the peak
+(``CostModel.in_flight_extremes``), as vectors in one order, so that a caller can keep each for
+the layouts that share it.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from .assignment import rank_params
+from .layout import Layout
+from .rank_memory import held_states, rank_activation_parts, received_saved_bytes, stage_activation_bytes
+
+if TYPE_CHECKING:
+    from .estimate import CostModel
+
+
+def memory_floor_bytes(cm: "CostModel", layout: Layout) -> float:
+    """The most, over the ranks that can hold the peak, of S + (1 + φ)·A, plus the runtime reserve:
+    at most ``CostModel.peak_memory_bytes(layout)`` (module docstring)."""
+    return floor_from_vectors(cm, held_vector(cm, layout), activation_vector(cm, layout))
+
+
+def floor_from_vectors(cm: "CostModel", held: tuple[float, ...], acts: tuple[float, ...]) -> float:
+    """``memory_floor_bytes`` from a layout's ``held_vector`` and ``activation_vector``."""
+    return max(s + a for s, a in zip(held, acts)) + cm.cluster.hardware.runtime_reserved_bytes
+
+
+def held_vector(cm: "CostModel", layout: Layout) -> tuple[float, ...]:
+    """S of each (rank, index) of ``CostModel.in_flight_extremes``, in its order."""
+    return tuple(sum(held_states(cm, layout, rank_params(cm, layout, rank)))
+                 for rank, indices in cm.in_flight_extremes(layout) for _ in indices)
+
+
+def activation_vector(cm: "CostModel", layout: Layout) -> tuple[float, ...]:
+    """(1 + φ)·A of each (rank, index) of ``CostModel.in_flight_extremes``, in its order."""
+    grow = 1 + cm.assumptions.allocator_fragmentation
+    out = []
+    for rank, indices in cm.in_flight_extremes(layout):
+        stored, working = rank_activation_parts(cm, layout, rank)
+        received = received_saved_bytes(cm, layout, rank)
+        out += [grow * stage_activation_bytes(layout, index, stored, working, received) for index in indices]
+    return tuple(out)

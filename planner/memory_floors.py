@@ -1,0 +1,37 @@
+"""Memory floors of one mesh's layouts during a search visit (``planner.search._visit_mesh``):
+``costmodels.memory_bounds``' S + (1 + φ)·A + reserve, at most a layout's peak, so a layout whose
+floor passes the capacity is never a plan and is cut before its step time or its peak is costed.
+The floor's two parts are kept by the choices they read (the held states by the state and what
+picks the ranks that can hold the peak, the activations by the schedule choice), so a layout asks
+two dict lookups once its state and its schedule choice have been seen."""
+
+from __future__ import annotations
+
+from costmodels.estimate import CostModel
+from costmodels.memory_bounds import activation_vector, floor_from_vectors, held_vector
+
+from .space import MeshChoice, ScheduleChoice, StateChoice, make_layout
+
+BOUND_SLACK = 1e-9
+"""Relative margin by which the floor, summed in another order than the peak, must pass the capacity."""
+
+
+class MemoryFloors:
+    """Memory floors of the layouts of one mesh."""
+
+    def __init__(self, cost_model: CostModel, mesh: MeshChoice) -> None:
+        self.cost_model, self.mesh = cost_model, mesh
+        self.held: dict[tuple, tuple[float, ...]] = {}
+        self.acts: dict[ScheduleChoice, tuple[float, ...]] = {}
+
+    def too_big(self, state: StateChoice, sched: ScheduleChoice) -> bool:
+        """Whether the memory floor of (mesh, state, sched) passes the capacity (with ``BOUND_SLACK``)."""
+        cm = self.cost_model
+        key = (state, sched.schedule, sched.virtual_stages, sched.layers_per_chunk, sched.num_microbatches)
+        held = self.held.get(key)
+        if held is None:
+            held = self.held[key] = held_vector(cm, make_layout(self.mesh, state, sched))
+        acts = self.acts.get(sched)
+        if acts is None:
+            acts = self.acts[sched] = activation_vector(cm, make_layout(self.mesh, state, sched))
+        return floor_from_vectors(cm, held, acts) > cm.capacity_bytes * (1 + BOUND_SLACK)
