@@ -44,6 +44,17 @@ def test_last_rank_holds_its_head_for_min_p_m_micro_batches(p, v, m):
     assert last == head_microbatches(schedule, p, m) == min(p, m)
 
 
+@pytest.mark.parametrize("schedule", ["zb-v", "dualpipe-v"])
+@pytest.mark.parametrize("p,m", [(p, k * p) for p in (2, 4) for k in (2, 3, 4)])
+def test_v_schedules_hold_one_head_at_the_peak(schedule, p, m):
+    # V placement: rank 0's second local chunk is the model's last (costmodels.stage_split.rank_chunks),
+    # and at rank 0's peak it holds one micro-batch's head, as head_microbatches says (1: neither
+    # schedule is in ZERO_BUBBLE, whose last rank defers p − 1 weight passes of its head)
+    held, head = _peak_mix(step_orders(schedule, p, m, 2)[0], chunk=1)
+    assert held == in_flight_microbatches(schedule, p, 0, m, 2)
+    assert head == head_microbatches(schedule, p, m) == 1
+
+
 def test_tiny_llama_interleaved_zb_saved_bytes_hand_worked():
     """tiny-llama (h 256, f 768, 8 heads of 32, 4 kv heads, V 1024, 4 layers), fp32, s 32, b 1,
     pp 2 · v 2 (one layer a chunk), 4 micro-batches, torch runtime. One layer saves, tensor by
