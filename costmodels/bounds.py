@@ -132,7 +132,7 @@ def _ranks(cm: "CostModel", layout: Layout) -> _Ranks:
 
     def compute() -> _Ranks:
         groups = rank_groups(cm, layout)
-        cores = [_core(cm, layout, rank) for rank, _ in groups]
+        cores = [_core(_rank_vector(cm, layout, rank)) for rank, _ in groups]
         return _Ranks(ranks=[rank for rank, _ in groups], counts=[n for _, n in groups], cores=cores,
                       passes=[core.passes for core in cores], most_s=max(core.per_microbatch_s for core in cores))
 
@@ -323,8 +323,10 @@ def step_time_s(cm: "CostModel", layout: Layout) -> float:
         rank_passes = core.passes
         d_s, tail_s, g_s = _state_times(cm, layout, rank, core.fwd_compute_s, core.bwd_compute_s)
         per_mb.append(core.per_microbatch_s + d_s + g_s)
-        passes.append(replace(rank_passes, input_grad_s=rank_passes.input_grad_s + d_s + g_s,
-                              compute_s=rank_passes.compute_s + g_s) if d_s or g_s else rank_passes)
+        passes.append(PassTimes(forward_s=rank_passes.forward_s, input_grad_s=rank_passes.input_grad_s + d_s + g_s,
+                                weight_grad_s=rank_passes.weight_grad_s, hideable_s=rank_passes.hideable_s,
+                                compute_s=rank_passes.compute_s + g_s)  # not ``replace``: once per rank and pair
+                      if d_s or g_s else rank_passes)
         tails.append(tail_s)
     crit = max(range(len(per_mb)), key=per_mb.__getitem__)
     return (layout.num_microbatches * per_mb[crit]
@@ -386,18 +388,11 @@ def _hidden_s(layout: Layout, passes: PassTimes) -> float:
     return dualpipe_overlap_s(passes, layout.pp, layout.num_microbatches, layout.schedule)
 
 
-def _core(cm: "CostModel", layout: Layout, rank: RankLayers) -> Core:
-    """``rank_time.rank_core_times`` without traffic or sources: the sum of the rank's pieces."""
-    key = ("core", rank.signature, chunks_per_rank(layout.schedule, layout.virtual_stages),
-           layout.schedule == "dualpipe", _CORE_READS(layout))
-
-    def compute() -> Core:
-        v = _rank_vector(cm, layout, rank)
-        return Core(per_microbatch_s=v[0], fwd_compute_s=v[6], bwd_compute_s=v[7],
-                    passes=PassTimes(forward_s=v[1], input_grad_s=v[2], weight_grad_s=v[3], hideable_s=v[4],
-                                     compute_s=v[5]))
-
-    return memoised(cm.bound_memo, key, compute)
+def _core(v: list[float]) -> Core:
+    """``rank_time.rank_core_times`` without traffic or sources, from a rank's ``_VECTOR`` (not
+    memoised apart: ``_ranks`` holds it, and a rank's core is seldom shared by two of its keys)."""
+    passes = PassTimes(forward_s=v[1], input_grad_s=v[2], weight_grad_s=v[3], hideable_s=v[4], compute_s=v[5])
+    return Core(per_microbatch_s=v[0], fwd_compute_s=v[6], bwd_compute_s=v[7], passes=passes)
 
 
 def _rank_vector(cm: "CostModel", layout: Layout, rank: RankLayers) -> list[float]:

@@ -190,22 +190,24 @@ def _visit_mesh(cost_model: CostModel, mesh: MeshChoice, states: list[StateChoic
     twins, heavy = OverlapTwins(cost_model), MemoryFloors(cost_model, mesh)
     left = sum(len(g.members) for g in groups) * len(states)  # schedule choices of the pairs not yet taken
     for pair in pairs(cost_model, mesh, states, groups):
-        if pair.bound_s > ranking.cutoff_s(mesh):
+        cutoff_s = ranking.cutoff_s(mesh)  # it falls only when a plan is offered
+        if pair.bound_s > cutoff_s:
             count(tally.rejected, "slower", left)
             return
         left -= len(pair.members)
-        lowest_s = twins.step_s(make_layout(mesh, pair.state, pair.group.lowest), ranking.cutoff_s(mesh)) \
+        lowest_s = twins.step_s(make_layout(mesh, pair.state, pair.group.lowest), cutoff_s) \
             if ranking.best and len(pair.members) > 1 else None
-        if lowest_s is not None and lowest_s > ranking.cutoff_s(mesh):
+        if lowest_s is not None and lowest_s > cutoff_s:
             count(tally.rejected, "slower", len(pair.members))  # the group's floor, now exact
             continue
         for sched in pair.members:
+            cutoff_s = ranking.cutoff_s(mesh)
             layout = make_layout(mesh, pair.state, sched)
             if sched not in floors:
                 floors[sched] = pair.group.floor_s if sched.recompute == "none" else \
                     pipeline_floor_s(cost_model, layout)
             bound_s = floors[sched] + sched.num_microbatches * pair.per_microbatch_s + pair.tail_s
-            if bound_s > ranking.cutoff_s(mesh):
+            if bound_s > cutoff_s:
                 tally.rejected["slower"] += 1
                 continue
             tally.evaluated += 1
@@ -217,7 +219,7 @@ def _visit_mesh(cost_model: CostModel, mesh: MeshChoice, states: list[StateChoic
                 tally.rejected["memory"] += 1  # misses matter only while nothing fits
                 continue
             if ranking.best and (lowest_s if lowest_s is not None and sched == pair.group.lowest else
-                                 twins.step_s(layout, ranking.cutoff_s(mesh))) > ranking.cutoff_s(mesh):
+                                 twins.step_s(layout, cutoff_s)) > cutoff_s:
                 tally.rejected["slower"] += 1  # its exact time, summed without memory and traffic
                 continue
             if ranking.best and fits is None and not twins.fits(layout):
