@@ -197,10 +197,10 @@ def bubble_floor_s(cm: "CostModel", layout: Layout) -> float:
     The larger of that and the mean floor is returned."""
     if layout.recompute != "none":
         layout = replace(layout, recompute="none")
-    mean_s = mean_floor_s(cm, layout)
     if layout.pp == 1 or layout.schedule == "dualpipe" or _hides_ep(cm, layout):
-        return mean_s
+        return mean_floor_s(cm, layout)
     sums, m = _core_sums(cm, layout), layout.num_microbatches
+    mean_s = m * sums.total_s / layout.pp  # ``mean_floor_s`` where nothing is hidden
     if layout.schedule in ZERO_BUBBLE:
         u, linear_s = layout.virtual_stages, sums.forward_s + sums.input_grad_s - sums.weight_grad_s
     elif layout.schedule == "zb-v":
@@ -355,8 +355,8 @@ def tp_overlap_sign(cm: "CostModel", layout: Layout) -> int:
     def compute() -> int:
         signs = set()
         for moe in (False, True) if cm.model.moe is not None else (False,):
-            plain = cm.layers.forward(layer_key(cm, replace(layout, tp_comm_overlap=False), moe)).tp_s
-            overlapped = cm.layers.forward(layer_key(cm, replace(layout, tp_comm_overlap=True), moe)).tp_s
+            plain = cm.layers.tp_s(layer_key(cm, replace(layout, tp_comm_overlap=False), moe))
+            overlapped = cm.layers.tp_s(layer_key(cm, replace(layout, tp_comm_overlap=True), moe))
             signs.add(1 if overlapped >= plain else -1)
         return signs.pop() if len(signs) == 1 else 0
 
