@@ -9,7 +9,8 @@ behind (``state_floor_s``). Their sum bounds every layout of that (schedule grou
 every schedule (states only add to a rank's B pass, which every bubble form is non-decreasing in;
 ``costmodels.bounds``, facts 1-3). Before its groups are built, a mesh is bounded by its mean floor
 (``mean_floor_s``: the ranks' mean core without p2p, no bubble, DualPipe's most hidden time off),
-which is at most every group's pipeline floor.
+which is at most every group's pipeline floor; a group waits for its pipeline floor on its bubble
+floor (``bubble_floor_s``: the mean floor plus a floor on its schedule's bubble).
 
 Prunes, each of which never cuts the answer:
 - Memory: model states alone (no activations) bound memory from below, cutting (mesh, state)
@@ -27,7 +28,7 @@ Prunes, each of which never cuts the answer:
   all where that is larger, ``_Ranking.threshold_s``): it can then be neither the mesh's fastest,
   nor within the band of the fastest of a mesh the result holds (where the simplest plan is
   picked, ``ranking.MeshBand``). That
-  cutoff only falls while a mesh waits for its visit, so a group whose mean floor passes it keeps
+  cutoff only falls while a mesh waits for its visit, so a group whose bubble floor passes it keeps
   that floor (``search_groups.schedule_groups``). Meshes are taken best floor first, so the K-th
   plan is known early and whole meshes are cut on a floor without a full evaluation.
 - TP-overlap twins (a layout with overlap on and off; ``bounds.tp_overlap_sign``, proof there): the
