@@ -44,7 +44,7 @@ from typing import TYPE_CHECKING, Callable
 from .assignment import layer_key, placement, rank_groups, rank_params, recomputed_layers
 from .layout import Layout
 from .memo import memoised
-from .pipeline import DUALPIPE, PassTimes, chunks_per_rank, dualpipe_overlap_s, schedule_bubble_s
+from .pipeline import DUALPIPE, ZERO_BUBBLE, PassTimes, chunks_per_rank, dualpipe_overlap_s, schedule_bubble_s
 from .rank_memory import rank_buffer_bytes
 from .ranks import RankLayers, RankTimes
 from .rank_time import (_add_data_parallel, _add_ends, _add_grad_copy, _add_optimizer, _add_pipeline,
@@ -132,7 +132,7 @@ def _ranks(cm: "CostModel", layout: Layout) -> _Ranks:
 
     def compute() -> _Ranks:
         groups = rank_groups(cm, layout)
-        cores = [_core(cm, layout, rank) for rank, _ in groups]
+        cores = [_core(_rank_vector(cm, layout, rank)) for rank, _ in groups]
         return _Ranks(ranks=[rank for rank, _ in groups], counts=[n for _, n in groups], cores=cores,
                       passes=[core.passes for core in cores], most_s=max(core.per_microbatch_s for core in cores))
 
@@ -157,42 +157,109 @@ def mean_floor_s(cm: "CostModel", layout: Layout) -> float:
       and PP time, is at most that of the largest h_j, which L shares with ``layout``."""
     if layout.recompute != "none":
         layout = replace(layout, recompute="none")
-    if layout.schedule in DUALPIPE and (layout.ep > 1 or layout.tp > 1) and cm.model.moe is not None:
+    if _hides_ep(cm, layout):
         key = ("mean", layout.schedule, layout.layers_per_chunk, layout.num_microbatches, _CORE_READS(layout))
         return memoised(cm.bound_memo, key, lambda: _mean_floor_s(cm, layout))
-    # without EP or TP a core without p2p hides nothing under DualPipe (h_j is the time ``_add_ep``
-    # adds: the all-to-all under EP, the expert-tp collectives of a MoE block under tp)
-    halved = layout.schedule == "dualpipe"
-    key = ("core sum", halved, layout.pp if halved else 0, _LAYER_READS(layout))
-    return layout.num_microbatches * memoised(cm.bound_memo, key, lambda: _core_sum_s(cm, layout)[0]) / layout.pp
+    # otherwise a core without p2p hides nothing under DualPipe
+    return layout.num_microbatches * _core_sums(cm, layout).total_s / layout.pp
 
 
 def _mean_floor_s(cm: "CostModel", layout: Layout) -> float:
-    total_s, hideable_s = _core_sum_s(cm, layout)
-    mean_s = layout.num_microbatches * total_s / layout.pp
-    most = PassTimes(forward_s=0.0, input_grad_s=0.0, weight_grad_s=0.0, hideable_s=hideable_s, compute_s=hideable_s)
+    sums = _core_sums(cm, layout)
+    mean_s = layout.num_microbatches * sums.total_s / layout.pp
+    most = PassTimes(forward_s=0.0, input_grad_s=0.0, weight_grad_s=0.0, hideable_s=sums.hideable_s,
+                     compute_s=sums.hideable_s)
     return mean_s - _hidden_s(layout, most)
 
 
-def _core_sum_s(cm: "CostModel", layout: Layout) -> tuple[float, float]:
-    """(Σ_i c_i without p2p over the ranks, the most a rank's core without p2p may hide under
-    DualPipe) in seconds. Except under DualPipe (whose halved pieces are keyed with pp) the sum
-    reads neither dp, m, pp nor the placement: each layer is on one rank once, and the ends' terms
-    add (``_add_ends``: the embedding's on the first rank, the head's on the last, whether or not one
-    rank holds both), so ``mean_floor_s`` keys it by the layer pieces' inputs alone."""
+def bubble_floor_s(cm: "CostModel", layout: Layout) -> float:
+    """``mean_floor_s`` raised by a floor on the bubble (seconds), for every schedule but DualPipe
+    and a DualPipeV that may hide EP time (``_hides_ep``), which keep the mean floor: at most
+    ``pipeline_floor_s`` of every layout that differs from ``layout`` only in recomputation, the
+    split (``layers_per_chunk``) and GPipe against 1F1B. For such a layout L, with c_i, F_i, B_i,
+    W_i its ranks' core and passes:
+    - without p2p and recomputation each is no larger (both add only to F and B: ``mean_floor_s``),
+      and m·max_i c_i plus the bubble is non-decreasing in each rank's F and B (fact 1, and
+      c_i = F_i + B_i + W_i); the sums over the ranks of those cores, S = Σ_i c_i, ΣF, ΣB, ΣW, are
+      those of every split and placement (``_core_sums``). DualPipeV's hidden time, with no EP
+      time, is what the pairs hide of the p2p time P of a rank: at most (2m − pp − 2)/2·P <= m·P,
+      which leaving P out of every core takes off m·max_i c_i. So it suffices to bound
+      m·max_i c_i + bubble for the cores without p2p;
+    - each bubble form of ``pipeline.schedule_bubble_s`` but DualPipe's is (Σ_i g_i − max_j g_j)/u
+      (u = v for the flush and zero-bubble forms, 1 for ZB-V's and DualPipeV's), whose per-rank term
+      lies between a linear l_i and c_i: g = c for the flush forms; g = max(0, F + B − W) >=
+      F + B − W for zero bubble; g = max(B, 2(B − W))/2 >= B/2 for ZB-V (g <= B <= c where B >= 0,
+      g = B/2 < c where not); g = (F + 2B − W)/2 for DualPipeV (<= c: F, W >= 0);
+    - so with max_j g_j <= max_j c_j and m >= 1/u, the floor is at least
+      (m − 1/u)·max_j c_j + Σ_i l_i / u >= (m − 1/u)·S/pp + Σ_i l_i / u (max_j c_j >= S/pp over the
+      pp ranks), which for the flush forms is the familiar (m + (pp − 1)/v)·S/pp (Narayanan et al.
+      SC'21, eq. 2).
+    The larger of that and the mean floor is returned."""
+    if layout.recompute != "none":
+        layout = replace(layout, recompute="none")
+    if layout.pp == 1 or layout.schedule == "dualpipe" or _hides_ep(cm, layout):
+        return mean_floor_s(cm, layout)
+    sums, m = _core_sums(cm, layout), layout.num_microbatches
+    mean_s = m * sums.total_s / layout.pp  # ``mean_floor_s`` where nothing is hidden
+    if layout.schedule in ZERO_BUBBLE:
+        u, linear_s = layout.virtual_stages, sums.forward_s + sums.input_grad_s - sums.weight_grad_s
+    elif layout.schedule == "zb-v":
+        u, linear_s = 1, sums.input_grad_s / 2
+    elif layout.schedule == "dualpipe-v":
+        u, linear_s = 1, (sums.forward_s + 2 * sums.input_grad_s - sums.weight_grad_s) / 2
+    else:
+        u, linear_s = layout.virtual_stages, sums.total_s
+    return max(mean_s, (m - 1 / u) * sums.total_s / layout.pp + linear_s / u)
+
+
+def _hides_ep(cm: "CostModel", layout: Layout) -> bool:
+    """Whether ``layout`` is DualPipe('s V) and a core without p2p has EP time for it to hide (the time
+    ``layer_costs._add_ep`` adds: the all-to-all under EP, the expert-tp collectives of a MoE block under tp)."""
+    return layout.schedule in DUALPIPE and (layout.ep > 1 or layout.tp > 1) and cm.model.moe is not None
+
+
+@dataclass(frozen=True, slots=True)
+class _CoreSums:
+    """Sums over the ranks of their cores without p2p and recomputation (seconds), and the most a
+    rank's core may hide under DualPipe."""
+
+    total_s: float
+    """Σ_i c_i."""
+    forward_s: float
+    """Σ_i F_i."""
+    input_grad_s: float
+    """Σ_i B_i."""
+    weight_grad_s: float
+    """Σ_i W_i."""
+    hideable_s: float
+    """The most any rank's core may hide under DualPipe: the largest ``PassTimes.hideable_s``."""
+
+
+def _core_sums(cm: "CostModel", layout: Layout) -> _CoreSums:
+    """``_CoreSums`` of ``layout`` without recomputation. Except under DualPipe (whose halved pieces
+    are keyed with pp) the sums read neither dp, m, pp nor the placement: each layer is on one rank
+    once, and the ends' terms add (``_add_ends``: the embedding's on the first rank, the head's on
+    the last, whether or not one rank holds both), so they are keyed by the layer pieces' inputs alone."""
+    halved = layout.schedule == "dualpipe"
+    key = ("core sums", halved, layout.pp if halved else 0, _LAYER_READS(layout))
+    return memoised(cm.bound_memo, key, lambda: _sum_cores(cm, layout))
+
+
+def _sum_cores(cm: "CostModel", layout: Layout) -> _CoreSums:
     groups = rank_groups(cm, layout)
     dense = _layer_piece(cm, layout, False, 0.0) if any(rank.num_dense for rank, _ in groups) else None
     moe = _layer_piece(cm, layout, True, 0.0) if any(rank.num_moe for rank, _ in groups) else None
-    total_s = hideable_s = 0.0
-    dualpipe = layout.schedule in DUALPIPE
+    sums = [0.0] * 4  # per micro-batch, F, B, W: ``_VECTOR``'s first four
+    hideable_s = 0.0
     for rank, n in groups:
         parts = [(count, piece) for count, piece in ((rank.num_dense, dense), (rank.num_moe, moe)) if count]
         if rank.first or rank.last:
             parts.append((1, _ends_piece(cm, layout, rank)))
-        total_s += n * sum(count * piece[0] for count, piece in parts)
-        if dualpipe:
-            hideable_s = max(hideable_s, sum(count * piece[4] for count, piece in parts))
-    return total_s, hideable_s
+        for k in range(4):
+            sums[k] += n * sum(count * piece[k] for count, piece in parts)
+        hideable_s = max(hideable_s, sum(count * piece[4] for count, piece in parts))
+    return _CoreSums(total_s=sums[0], forward_s=sums[1], input_grad_s=sums[2], weight_grad_s=sums[3],
+                     hideable_s=hideable_s)
 
 
 def state_floor_s(cm: "CostModel", layout: Layout) -> tuple[float, float]:
@@ -256,8 +323,10 @@ def step_time_s(cm: "CostModel", layout: Layout) -> float:
         rank_passes = core.passes
         d_s, tail_s, g_s = _state_times(cm, layout, rank, core.fwd_compute_s, core.bwd_compute_s)
         per_mb.append(core.per_microbatch_s + d_s + g_s)
-        passes.append(replace(rank_passes, input_grad_s=rank_passes.input_grad_s + d_s + g_s,
-                              compute_s=rank_passes.compute_s + g_s) if d_s or g_s else rank_passes)
+        passes.append(PassTimes(forward_s=rank_passes.forward_s, input_grad_s=rank_passes.input_grad_s + d_s + g_s,
+                                weight_grad_s=rank_passes.weight_grad_s, hideable_s=rank_passes.hideable_s,
+                                compute_s=rank_passes.compute_s + g_s)  # not ``replace``: once per rank and pair
+                      if d_s or g_s else rank_passes)
         tails.append(tail_s)
     crit = max(range(len(per_mb)), key=per_mb.__getitem__)
     return (layout.num_microbatches * per_mb[crit]
@@ -286,8 +355,8 @@ def tp_overlap_sign(cm: "CostModel", layout: Layout) -> int:
     def compute() -> int:
         signs = set()
         for moe in (False, True) if cm.model.moe is not None else (False,):
-            plain = cm.layers.forward(layer_key(cm, replace(layout, tp_comm_overlap=False), moe)).tp_s
-            overlapped = cm.layers.forward(layer_key(cm, replace(layout, tp_comm_overlap=True), moe)).tp_s
+            plain = cm.layers.tp_s(layer_key(cm, replace(layout, tp_comm_overlap=False), moe))
+            overlapped = cm.layers.tp_s(layer_key(cm, replace(layout, tp_comm_overlap=True), moe))
             signs.add(1 if overlapped >= plain else -1)
         return signs.pop() if len(signs) == 1 else 0
 
@@ -319,18 +388,11 @@ def _hidden_s(layout: Layout, passes: PassTimes) -> float:
     return dualpipe_overlap_s(passes, layout.pp, layout.num_microbatches, layout.schedule)
 
 
-def _core(cm: "CostModel", layout: Layout, rank: RankLayers) -> Core:
-    """``rank_time.rank_core_times`` without traffic or sources: the sum of the rank's pieces."""
-    key = ("core", rank.signature, chunks_per_rank(layout.schedule, layout.virtual_stages),
-           layout.schedule == "dualpipe", _CORE_READS(layout))
-
-    def compute() -> Core:
-        v = _rank_vector(cm, layout, rank)
-        return Core(per_microbatch_s=v[0], fwd_compute_s=v[6], bwd_compute_s=v[7],
-                    passes=PassTimes(forward_s=v[1], input_grad_s=v[2], weight_grad_s=v[3], hideable_s=v[4],
-                                     compute_s=v[5]))
-
-    return memoised(cm.bound_memo, key, compute)
+def _core(v: list[float]) -> Core:
+    """``rank_time.rank_core_times`` without traffic or sources, from a rank's ``_VECTOR`` (not
+    memoised apart: ``_ranks`` holds it, and a rank's core is seldom shared by two of its keys)."""
+    passes = PassTimes(forward_s=v[1], input_grad_s=v[2], weight_grad_s=v[3], hideable_s=v[4], compute_s=v[5])
+    return Core(per_microbatch_s=v[0], fwd_compute_s=v[6], bwd_compute_s=v[7], passes=passes)
 
 
 def _rank_vector(cm: "CostModel", layout: Layout, rank: RankLayers) -> list[float]:

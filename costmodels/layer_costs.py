@@ -146,6 +146,16 @@ class LayerCosts:
             self._memo[key] = cached
         return cached
 
+    def tp_s(self, key: LayerKey) -> float:
+        """``forward(key).tp_s`` without the rest of the forward: the TP time alone (``_add_tp``
+        reads nothing else of the layer), for a caller that only compares it."""
+        cached = self._memo.get(key)
+        if cached is not None:
+            return cached.tp_s
+        out = LayerForward()
+        self._add_tp(out, key, key.b * key.s_local)
+        return out.tp_s
+
     def collective(self, op: str, size_bytes: float, degree: int, stride: int) -> tuple[float, float, str]:
         """(seconds, bytes sent per rank, source of the rate) of one collective."""
         key = (op, size_bytes, degree, stride)

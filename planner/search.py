@@ -9,7 +9,8 @@ behind (``state_floor_s``). Their sum bounds every layout of that (schedule grou
 every schedule (states only add to a rank's B pass, which every bubble form is non-decreasing in;
 ``costmodels.bounds``, facts 1-3). Before its groups are built, a mesh is bounded by its mean floor
 (``mean_floor_s``: the ranks' mean core without p2p, no bubble, DualPipe's most hidden time off),
-which is at most every group's pipeline floor.
+which is at most every group's pipeline floor; a group waits for its pipeline floor on its bubble
+floor (``bubble_floor_s``: the mean floor plus a floor on its schedule's bubble).
 
 Prunes, each of which never cuts the answer:
 - Memory: model states alone (no activations) bound memory from below, cutting (mesh, state)
@@ -27,7 +28,7 @@ Prunes, each of which never cuts the answer:
   all where that is larger, ``_Ranking.threshold_s``): it can then be neither the mesh's fastest,
   nor within the band of the fastest of a mesh the result holds (where the simplest plan is
   picked, ``ranking.MeshBand``). That
-  cutoff only falls while a mesh waits for its visit, so a group whose mean floor passes it keeps
+  cutoff only falls while a mesh waits for its visit, so a group whose bubble floor passes it keeps
   that floor (``search_groups.schedule_groups``). Meshes are taken best floor first, so the K-th
   plan is known early and whole meshes are cut on a floor without a full evaluation.
 - TP-overlap twins (a layout with overlap on and off; ``bounds.tp_overlap_sign``, proof there): the
@@ -41,8 +42,11 @@ Bounds sum the estimate's terms in another order, so every cut keeps a relative 
 
 from __future__ import annotations
 
+import gc
 import heapq
 from collections import Counter
+from contextlib import contextmanager
+from typing import Iterator
 
 from costmodels.bounds import mean_floor_s, pipeline_floor_s, tp_overlap_sign
 from costmodels.breakdown import CostBreakdown
@@ -132,7 +136,30 @@ def solve(cost_model: CostModel, num_gpus: int, gpus_per_node: int, options: Sea
     first from a heap: a mesh comes back with its schedule groups' pipeline floors, then with its
     states' floors added (the least bound over its (group, state) pairs), then is visited, so the
     K-th best plan is known early and whole meshes are cut on a floor without a full evaluation
-    (what a later stage needs is never computed for meshes cut at an earlier one)."""
+    (what a later stage needs is never computed for meshes cut at an earlier one). The cyclic
+    garbage collector is paused meanwhile (``_collector_paused``)."""
+    with _collector_paused():
+        return _solve(cost_model, num_gpus, gpus_per_node, options, top_k, num_misses)
+
+
+@contextmanager
+def _collector_paused() -> Iterator[None]:
+    """Python's cyclic garbage collector off, and back on after if it was on. The search makes
+    hundreds of thousands of short-lived objects (choices, layouts, memo keys and values) that
+    reference counting frees, and each collection walks every tracked object, the growing memos
+    among them: about 8% of the search's CPU time on ``benchmarks/search_speed.py``'s cases. A
+    reference cycle made meanwhile is collected once the collector is back."""
+    was_on = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_on:
+            gc.enable()
+
+
+def _solve(cost_model: CostModel, num_gpus: int, gpus_per_node: int, options: SearchOptions, top_k: int,
+           num_misses: int) -> SolverResult:
     model, training = cost_model.model, cost_model.training
     ranking, tally = _Ranking(top_k), _Tally(num_misses)
     total = 0
@@ -190,22 +217,24 @@ def _visit_mesh(cost_model: CostModel, mesh: MeshChoice, states: list[StateChoic
     twins, heavy = OverlapTwins(cost_model), MemoryFloors(cost_model, mesh)
     left = sum(len(g.members) for g in groups) * len(states)  # schedule choices of the pairs not yet taken
     for pair in pairs(cost_model, mesh, states, groups):
-        if pair.bound_s > ranking.cutoff_s(mesh):
+        cutoff_s = ranking.cutoff_s(mesh)  # it falls only when a plan is offered
+        if pair.bound_s > cutoff_s:
             count(tally.rejected, "slower", left)
             return
         left -= len(pair.members)
-        lowest_s = twins.step_s(make_layout(mesh, pair.state, pair.group.lowest), ranking.cutoff_s(mesh)) \
+        lowest_s = twins.step_s(make_layout(mesh, pair.state, pair.group.lowest), cutoff_s) \
             if ranking.best and len(pair.members) > 1 else None
-        if lowest_s is not None and lowest_s > ranking.cutoff_s(mesh):
+        if lowest_s is not None and lowest_s > cutoff_s:
             count(tally.rejected, "slower", len(pair.members))  # the group's floor, now exact
             continue
         for sched in pair.members:
+            cutoff_s = ranking.cutoff_s(mesh)
             layout = make_layout(mesh, pair.state, sched)
             if sched not in floors:
                 floors[sched] = pair.group.floor_s if sched.recompute == "none" else \
                     pipeline_floor_s(cost_model, layout)
             bound_s = floors[sched] + sched.num_microbatches * pair.per_microbatch_s + pair.tail_s
-            if bound_s > ranking.cutoff_s(mesh):
+            if bound_s > cutoff_s:
                 tally.rejected["slower"] += 1
                 continue
             tally.evaluated += 1
@@ -217,7 +246,7 @@ def _visit_mesh(cost_model: CostModel, mesh: MeshChoice, states: list[StateChoic
                 tally.rejected["memory"] += 1  # misses matter only while nothing fits
                 continue
             if ranking.best and (lowest_s if lowest_s is not None and sched == pair.group.lowest else
-                                 twins.step_s(layout, ranking.cutoff_s(mesh))) > ranking.cutoff_s(mesh):
+                                 twins.step_s(layout, cutoff_s)) > cutoff_s:
                 tally.rejected["slower"] += 1  # its exact time, summed without memory and traffic
                 continue
             if ranking.best and fits is None and not twins.fits(layout):

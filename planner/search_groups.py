@@ -10,10 +10,9 @@ from dataclasses import dataclass, replace
 from typing import Iterator
 
 from costmodels.assignment import schedule_placement
-from costmodels.bounds import mean_floor_s, pipeline_floor_s, state_floor_s, tp_overlap_sign
+from costmodels.bounds import bubble_floor_s, pipeline_floor_s, state_floor_s, tp_overlap_sign
 from costmodels.estimate import CostModel
 from costmodels.layout import RECOMPUTE_MODES
-from costmodels.pipeline import DUALPIPE
 
 from .space import MeshChoice, ScheduleChoice, StateChoice, make_layout
 
@@ -40,8 +39,8 @@ class Group:
     """Schedule choices one bound covers, with the state floors of the mesh's states."""
 
     floor_s: float
-    """``pipeline_floor_s`` of the member without recomputation, or its mean floor, a lower bound on
-    it (``schedule_groups``)."""
+    """``pipeline_floor_s`` of the member without recomputation, or its bubble floor, a lower bound
+    on it (``schedule_groups``)."""
     exact: bool
     """Whether ``floor_s`` is the pipeline floor."""
     lowest: ScheduleChoice
@@ -58,12 +57,16 @@ class Group:
 
 def schedule_groups(cost_model: CostModel, mesh: MeshChoice, state: StateChoice, scheds: list[ScheduleChoice],
                      cutoff_s: float) -> list[Group]:
-    """The schedule choices in groups, each with its mean floor (``mean_floor_s``), and with its
-    pipeline floor instead (``Group.exact``) in order of mean floor while that is below both the
-    least pipeline floor so far and ``cutoff_s`` (the mesh's cutoff less the overhead every state
-    adds; a mesh's cutoff only falls until the mesh is visited, so a group past it can never pass).
-    The least floor is then the least pipeline floor, as if every group had its own; a group left
-    on its mean floor takes its pipeline floor when a pair of it is visited (``pairs``).
+    """The schedule choices in groups, each with its mean floor raised by a bubble floor
+    (``bubble_floor_s``, at most the group's pipeline floor), and with its pipeline floor instead
+    (``Group.exact``) in order of that floor while it is below both the least pipeline floor so far
+    and ``cutoff_s`` (the mesh's cutoff less the overhead every state adds; a mesh's cutoff only
+    falls until the mesh is visited, so a group past it can never pass). The least floor is then
+    the least pipeline floor, as if every group had its own; a group left on its bubble floor takes
+    its pipeline floor when a pair of it is visited (``pairs``). Which groups take their pipeline
+    floor here changes no pair's bound, so neither the visit nor the answer: the bubble floor only
+    spares the pipeline floors of groups, such as those of few large micro-batches, whose mean
+    floor is low and whose bubble is large.
 
     A group holds the schedule choices that differ only in recomputation or in GPipe against 1F1B:
     recomputation only adds time (recompute and its communication are non-negative terms, and the
@@ -79,30 +82,29 @@ def schedule_groups(cost_model: CostModel, mesh: MeshChoice, state: StateChoice,
         key = (sched.micro_batch_size, family, sched.virtual_stages, sched.sequence_parallel, sched.tp_comm_overlap,
                sched.layers_per_chunk)
         members_of.setdefault(key, []).append(sched)
-    lowest_of, means, shared = {}, {}, {}
-    hides = mesh.ep > 1 and cost_model.model.moe is not None
+    lowest_of, cheap, shared = {}, {}, {}
     for key, members in members_of.items():
         members.sort(key=lambda sc: (order[sc.recompute], sc.schedule))
         lowest = members[0] if members[0].recompute == "none" else replace(members[0], recompute="none")
         lowest_of[key] = lowest
-        # what ``mean_floor_s`` reads of a choice: not its placement, nor the DualPipe schedule without EP
-        mean_key = (lowest.micro_batch_size, lowest.num_microbatches, lowest.sequence_parallel, lowest.tp_comm_overlap,
-                    lowest.schedule if hides and lowest.schedule in DUALPIPE else "")
-        if mean_key not in shared:
-            shared[mean_key] = mean_floor_s(cost_model, make_layout(mesh, state, lowest))
-        means[key] = shared[mean_key]
+        # what ``bubble_floor_s`` reads of a choice: not its split
+        floor_key = (lowest.micro_batch_size, lowest.num_microbatches, lowest.sequence_parallel,
+                     lowest.tp_comm_overlap, lowest.schedule, lowest.virtual_stages)
+        if floor_key not in shared:
+            shared[floor_key] = bubble_floor_s(cost_model, make_layout(mesh, state, lowest))
+        cheap[key] = shared[floor_key]
     floors: dict[tuple, float] = {}
     least_s = float("inf")
     slower = _slower_overlap_twins(cost_model, mesh, state, lowest_of)
-    for key in sorted(means, key=means.__getitem__):  # until no mean floor is below the least floor
-        if means[key] > cutoff_s or means[key] >= least_s:
+    for key in sorted(cheap, key=cheap.__getitem__):  # until no bubble floor is below the least floor
+        if cheap[key] > cutoff_s or cheap[key] >= least_s:
             break
         if slower.get(key) in floors:  # its faster twin's floor, at least the least floor
-            means[key] = max(means[key], floors[slower[key]])
+            cheap[key] = max(cheap[key], floors[slower[key]])
             continue
         floors[key] = pipeline_floor_s(cost_model, make_layout(mesh, state, lowest_of[key]))
         least_s = min(least_s, floors[key])
-    return [Group(floor_s=floors.get(key, means[key]), exact=key in floors, lowest=lowest_of[key],
+    return [Group(floor_s=floors.get(key, cheap[key]), exact=key in floors, lowest=lowest_of[key],
                    members=tuple(members), state_floors=()) for key, members in members_of.items()]
 
 
@@ -136,7 +138,7 @@ def with_state_floors(cost_model: CostModel, mesh: MeshChoice, states: list[Stat
 
 
 def least_bound_s(cost_model: CostModel, mesh: MeshChoice, states: list[StateChoice], groups: list[Group]) -> float:
-    """The least bound over the (group, state) pairs, each group whose pair is least on its mean floor
+    """The least bound over the (group, state) pairs, each group whose pair is least on its bubble floor
     first taking its pipeline floor (in ``groups``), so the least is that of every group's pipeline floor."""
     while True:
         bound_s, g = min((group.bound_s(index), g) for g, group in enumerate(groups) for index in range(len(states)))
@@ -153,7 +155,7 @@ def _exact(cost_model: CostModel, mesh: MeshChoice, state: StateChoice, group: G
 def pairs(cost_model: CostModel, mesh: MeshChoice, states: list[StateChoice],
            groups: list[Group]) -> Iterator[Pair]:
     """Every (schedule group, state) pair of a mesh with its bound, best bound first (a heap, so the
-    pairs past the cutoff are never sorted or built). A group on its mean floor takes its pipeline
+    pairs past the cutoff are never sorted or built). A group on its bubble floor takes its pipeline
     floor when one of its pairs comes first, and its pairs go back with their larger bounds."""
     groups = list(groups)
     heap = []

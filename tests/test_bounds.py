@@ -6,8 +6,8 @@ import random
 import pytest
 
 from costmodels.assumptions import DEFAULT_ASSUMPTIONS
-from costmodels.bounds import (mean_floor_s, pipeline_floor_s, state_floor_s, step_time_s, tp_overlap_extra_bytes,
-                               tp_overlap_sign)
+from costmodels.bounds import (bubble_floor_s, mean_floor_s, pipeline_floor_s, state_floor_s, step_time_s,
+                               tp_overlap_extra_bytes, tp_overlap_sign)
 from costmodels.estimate import CostModel
 from costmodels.job import Job
 from costmodels.layout import SCHEDULES, Layout, LayoutError, check_layout
@@ -72,12 +72,12 @@ def test_exposed_communication_is_least_at_an_end_of_the_compute_range(slowdown)
         assert exposed_comm_s(8.0, compute_s, 4, assumptions) >= least
 
 
-def _grid(schedules, runtime):
+def _grid(schedules, runtime, model_name="tiny-mixtral"):
     """Every valid layout of ``schedules`` on 4 · pp GPUs (dp 2, tp 2) over pp, v, m, ZeRO stage,
     offload, recomputation and ep, with its cost model (one per pp and m, shared by the schedules in
-    their order), for a 10-layer MoE model: 10 layers split unevenly over 2 · 2 and 4 · 2 chunks,
-    the first and last ranks holding the embedding and the head."""
-    model = replace(load_model("tiny-mixtral"), num_layers=10)
+    their order), for a 10-layer model (by default MoE): 10 layers split unevenly over 2 · 2 and
+    4 · 2 chunks, the first and last ranks holding the embedding and the head."""
+    model = replace(load_model(model_name), num_layers=10)
     for pp, m in itertools.product((2, 4), (4, 8)):
         training = TrainingSpec(global_batch_size=2 * m, seq_len=512, runtime=runtime)
         cluster = make_cluster(load_node("h100-sxm-80gb"), 4 * pp, 8)
@@ -111,6 +111,18 @@ def test_the_search_bound_lies_below_the_step_time_for_every_schedule(schedule, 
     assert n >= 48  # pp 2 and 4, and several m, states and recomputation modes for each schedule
 
 
+@pytest.mark.parametrize("schedule", SCHEDULES)
+def test_the_search_bound_lies_below_the_step_time_of_a_dense_model(schedule):
+    # without MoE no core has EP time, so DualPipeV takes the bubble floor too (bounds.bubble_floor_s);
+    # 4096-wide layers give the backward its usual two forwards' time, which the tiny models' fixed
+    # per-layer costs hide
+    n = 0
+    for cm, layout in _grid((schedule,), "megatron", "llama2-7b"):
+        _assert_bounded(cm, layout)
+        n += 1
+    assert n >= 24
+
+
 def _assert_bounded(cm, layout):
     step = cm.estimate(layout).step_time_s
     per_mb, tail = state_floor_s(cm, layout)
@@ -121,8 +133,30 @@ def _assert_bounded(cm, layout):
               for schedule, v in (("1f1b", 1), ("zb-v", 2), ("interleaved", 5))]
     for other in [layout] if layout.schedule in DUALPIPE else others:
         assert mean_floor_s(cm, other) <= floor * (1 + RELATIVE), (layout, other)
+    # a group's floor before its pipeline floor, from any member (any recomputation, GPipe for 1F1B),
+    # below the pipeline floor of any split of the layers
+    skewed = pipeline_floor_s(cm, replace(layout, recompute="none",
+                                          layers_per_chunk=_skewed(layout, cm.model.num_layers)))
+    for twin in [layout, replace(layout, schedule="gpipe")] if layout.schedule == "1f1b" else [layout]:
+        assert mean_floor_s(cm, twin) <= bubble_floor_s(cm, twin) <= min(floor, skewed) * (1 + RELATIVE), twin
     assert step_time_s(cm, layout) == pytest.approx(step, rel=RELATIVE)
     _assert_memory_floor(cm, layout)
+
+
+def _skewed(layout, num_layers):
+    """A split of the layers other than the balanced one: as many as it may on the first chunk, one on each other."""
+    chunks = layout.pp * layout.virtual_stages
+    return (num_layers - chunks + 1,) + (1,) * (chunks - 1)
+
+
+def test_the_bubble_floor_adds_the_flush_bubble_to_the_mean_floor():
+    # 1F1B on equal stages: bubble (p - 1)/m of the ideal time (Narayanan et al. SC'21, eq. 1), over
+    # the mean floor's ideal m·S/p; interleaving divides it by v
+    for cm, layout in _grid(("1f1b", "interleaved"), "megatron"):
+        if layout.recompute == "none":
+            mean = mean_floor_s(cm, layout)
+            bubble = (layout.pp - 1) / (layout.virtual_stages * layout.num_microbatches)
+            assert bubble_floor_s(cm, layout) == pytest.approx(mean * (1 + bubble), rel=RELATIVE)
 
 
 def _assert_memory_floor(cm, layout):
