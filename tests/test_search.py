@@ -98,3 +98,32 @@ def test_search_equals_brute_force_with_a_measured_profile(gpus, model):
     fast = solve(make(), gpus, cluster.gpus_per_node, SearchOptions(), top_k=3)
     slow = solve_brute_force(make(), gpus, cluster.gpus_per_node, SearchOptions(), top_k=3)
     assert [b.layout for b in fast.ranked] == [b.layout for b in slow.ranked]
+
+
+def test_search_leaves_the_garbage_collector_as_it_found_it(monkeypatch):
+    # solve pauses the cyclic collector while it searches (search._collector_paused): back on after,
+    # also when the search raises, and still off when the caller had it off
+    import gc
+
+    import planner
+    from planner import search
+
+    job = dict(model="tiny-llama", hardware="cpu", gpus=2, global_batch=8, seq_len=128)
+    assert gc.isenabled()
+    planner.plan(**job)
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        planner.plan(**job)
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
+
+    def fail(*args, **kwargs):
+        assert not gc.isenabled()
+        raise RuntimeError("stop")
+
+    monkeypatch.setattr(search, "_solve", fail)
+    with pytest.raises(RuntimeError):
+        search.solve(None, 2, 2, SearchOptions(), top_k=1)
+    assert gc.isenabled()
