@@ -28,10 +28,9 @@ class MemoryFloors:
         """Whether the memory floor of (mesh, state, sched) passes the capacity (with ``BOUND_SLACK``)."""
         cm = self.cost_model
         key = (state, sched.schedule, sched.virtual_stages, sched.layers_per_chunk, sched.num_microbatches)
-        held = self.held.get(key)
-        if held is None:
-            held = self.held[key] = held_vector(cm, make_layout(self.mesh, state, sched))
-        acts = self.acts.get(sched)
-        if acts is None:
-            acts = self.acts[sched] = activation_vector(cm, make_layout(self.mesh, state, sched))
+        held, acts = self.held.get(key), self.acts.get(sched)
+        if held is None or acts is None:
+            layout = make_layout(self.mesh, state, sched)
+            held = self.held[key] = held if held is not None else held_vector(cm, layout)
+            acts = self.acts[sched] = acts if acts is not None else activation_vector(cm, layout)
         return floor_from_vectors(cm, held, acts) > cm.capacity_bytes * (1 + BOUND_SLACK)

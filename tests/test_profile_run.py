@@ -63,14 +63,18 @@ def test_quick_profile_measured_every_planned_point(quick_run: Run) -> None:
         assert all(a <= b for a, b in zip(curve.smoothed_time_s, curve.smoothed_time_s[1:]))
 
 
-def _native_cpu_dtype(dtype: str) -> bool:
-    """Whether this CPU has instructions for ``dtype`` GEMMs (from /proc/cpuinfo's flags)."""
-    flags = {"bf16": ("avx512_bf16", "amx_bf16"), "fp16": ("avx512_fp16", "amx_fp16")}.get(dtype, ())
+def _cpu_flags() -> set[str]:
+    """This CPU's flags from /proc/cpuinfo (empty where it cannot be read)."""
     try:
-        cpuinfo = Path("/proc/cpuinfo").read_text()
+        return set(Path("/proc/cpuinfo").read_text().split())
     except OSError:
-        return False
-    return any(flag in cpuinfo.split() for flag in flags)
+        return set()
+
+
+def _native_cpu_dtype(dtype: str) -> bool:
+    """Whether this CPU has instructions for ``dtype`` GEMMs."""
+    flags = {"bf16": ("avx512_bf16", "amx_bf16"), "fp16": ("avx512_fp16", "amx_fp16")}.get(dtype, ())
+    return bool(_cpu_flags() & set(flags))
 
 
 AMX_OVER_DATASHEET = 16
@@ -82,11 +86,7 @@ Sapphire Rapids Xeons with ``amx_bf16``."""
 
 
 def _has_amx(dtype: str) -> bool:
-    flags = {"bf16": "amx_bf16", "fp16": "amx_fp16"}.get(dtype)
-    try:
-        return flags is not None and flags in Path("/proc/cpuinfo").read_text().split()
-    except OSError:
-        return False
+    return {"bf16": "amx_bf16", "fp16": "amx_fp16"}.get(dtype) in _cpu_flags()
 
 
 def test_measured_rates_are_physically_plausible(quick_run: Run) -> None:
