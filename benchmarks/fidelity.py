@@ -31,10 +31,10 @@ from costmodels.layout import Layout, layout_problems  # noqa: E402
 from costmodels.presets import load_model  # noqa: E402
 from costmodels.training import TrainingSpec  # noqa: E402
 from planner.api import resolve_job  # noqa: E402
-from planner.launchable import launch_problems  # noqa: E402
-from planner.report import PlanReport  # noqa: E402
-from planner.runtime.plan_file import PlanFile  # noqa: E402
-from planner.space import LAUNCHABLE, SearchOptions, all_layouts  # noqa: E402
+from planner.search.launchable import launch_problems  # noqa: E402
+from planner.plan.report import PlanReport  # noqa: E402
+from planner.plan.plan_file import PlanFile  # noqa: E402
+from planner.search.space import LAUNCHABLE, SearchOptions, all_layouts  # noqa: E402
 from planner.validate import runner  # noqa: E402
 from planner.validate.calibrate import Run, fit, predict_all  # noqa: E402
 from planner.validate.compare import worst_error  # noqa: E402

@@ -20,7 +20,7 @@ def _trace(model: str, batch: int, seq: int):
 
     from costmodels.presets import load_model
     from planner.alpa.trace import token_inputs, trace_module
-    from planner.runtime.model import build_model
+    from planner.launch.torchjob.model import build_model
 
     spec = load_model(model)
     start = time.perf_counter()

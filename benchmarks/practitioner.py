@@ -18,11 +18,11 @@ from typing import Any
 
 import planner
 from planner.api import layout_for_batch
-from planner.bands import job_bands
+from planner.plan.bands import job_bands
 from planner.explain import runner_up_differences
-from planner.render import layout_summary
-from planner.report import plan_entry
-from planner.runtime.plan_file import PlanEntry
+from planner.plan.render import layout_summary
+from planner.plan.report import plan_entry
+from planner.plan.plan_file import PlanEntry
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

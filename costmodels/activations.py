@@ -281,7 +281,7 @@ def gathered_kv_bytes(model: ModelSpec, x: ActivationShape) -> float:
 
 
 def torch_moe_layer_bytes(model: ModelSpec, x: ActivationShape, *, core: bool) -> float:
-    """One MoE layer of the torch runtime (``planner/runtime/experts.py``), tensor by tensor: the
+    """One MoE layer of the torch runtime (``planner/launch/torchjob/experts.py``), tensor by tensor: the
     attention half as in a dense layer, the router reading the MLP's input; the router's fp32
     probabilities and the k renormalised weights (fp32), the int64 top-k choices, slot indices
     and the token of each slot; the slot buffer of E·b·C token copies the experts read (C = ceil(cf·k·s/E) slots

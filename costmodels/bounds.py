@@ -1,4 +1,4 @@
-"""Lower bounds on step time for the search (``planner.search``): cheap, never above what
+"""Lower bounds on step time for the search (``planner.search.solve``): cheap, never above what
 ``CostModel.estimate`` reports for a layout they cover (up to float rounding, which the search's
 ``BOUND_SLACK`` absorbs).
 
@@ -146,7 +146,7 @@ def mean_floor_s(cm: "CostModel", layout: Layout) -> float:
     placement (schedule, v, split), with the same DualPipe schedule or none (or any schedule where
     no rank has EP time, which is all DualPipe may hide of a core without p2p; a MoE layer has it
     under ep > 1 or tp > 1, ``layer_costs._add_ep``). For such a layout L:
-    - recomputation only adds to each rank's core (``planner.search._schedule_groups``);
+    - recomputation only adds to each rank's core (``planner.search.solve._schedule_groups``);
     - every rank sends and receives the same (``_rank_vector``), so leaving that p2p time out of each
       c_i and each h_j below lowers m·max_i c_i by m times it and the hidden time by at most as much;
     - m·max_i c_i >= m·Σ_i c_i / pp, and without p2p Σ_i c_i is the same for every placement: each

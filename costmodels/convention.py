@@ -4,7 +4,7 @@ micro-batch or per step at each ZeRO stage, the buffers it keeps, the activation
 
 The cost model asks a convention and never branches on a runtime name. ``MEGATRON`` (the
 default) is defined here; the FSDP2 convention of ``autoplan launch``'s job lives beside the code
-that applies it (``planner/runtime/convention.py``), which reads the same table, and reaches the
+that applies it (``planner/launch/torchjob/convention.py``), which reads the same table, and reaches the
 cost model through ``costmodels.job.Job.convention``.
 """
 
@@ -115,7 +115,7 @@ class RuntimeConvention:
     moe_gathers_sequence: bool = False
     """Under tensor parallelism the MoE layer routes the whole (tp-gathered) sequence on every tp
     rank, all-to-alls it over ep groups strided by tp · cp, and sums the f/tp expert slices with an
-    all-reduce (the generated job, ``planner/runtime/experts.py``). Else Megatron-Core's
+    all-reduce (the generated job, ``planner/launch/torchjob/experts.py``). Else Megatron-Core's
     ``alltoall`` dispatcher: each rank routes its own 1/tp sequence shard over an ep group strided
     by the expert tp degree, and the expert-tp group all-gathers the received tokens
     (``moe_costs.expert_exchange``)."""

@@ -6,7 +6,7 @@ input once and writes its output once. Eager PyTorch runs every operator as its 
 reading and writing a whole tensor, some of them in fp32. The ops are those of the Llama reference
 model as torchtitan writes it (``torchtitan/models/llama3/model.py``: ``RMSNorm._norm`` on
 ``x.float()``, ``FeedForward`` as ``F.silu(w1(x)) * w3(x)``, ``apply_rotary_emb`` through
-``torch.view_as_complex``); ``autoplan launch``'s model (``planner/runtime/model.py``) runs the same
+``torch.view_as_complex``); ``autoplan launch``'s model (``planner/launch/torchjob/model.py``) runs the same
 kinds of ops, its rotary embedding with more of them.
 """
 

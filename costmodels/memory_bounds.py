@@ -1,4 +1,4 @@
-"""A lower bound on a layout's peak device memory for the search (``planner.search``): cheap, never
+"""A lower bound on a layout's peak device memory for the search (``planner.search.solve``): cheap, never
 above what ``CostModel.peak_memory_bytes`` reports (up to float rounding, which the search's
 ``BOUND_SLACK`` absorbs).
 

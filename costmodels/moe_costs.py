@@ -42,7 +42,7 @@ def expert_sort_bytes(model: ModelSpec, tokens: float, elem_bytes: int, *, local
     local experts; with more than one local expert they are sorted expert-major before the
     grouped GEMM and back before the combine: Megatron-Core's ``sort_chunks_by_idxs``
     ("Permutation 2" of ``MoEAlltoAllTokenDispatcher``), the generated job's transposes of the
-    received [ep, local, n, h] buffer (``planner/runtime/experts.exchange``). Each reads and writes
+    received [ep, local, n, h] buffer (``planner/launch/torchjob/experts.exchange``). Each reads and writes
     the k·T·h received copies: 4·B·k·T·h, k = ``copies`` (``routed_copies``); nothing without ep or
     with one local expert."""
     if ep == 1 or local_experts == 1:
@@ -70,7 +70,7 @@ def routed_copies(model: ModelSpec, group_tokens: int, *, fixed_slots: bool) -> 
     k · ``busiest_token_factor`` where the experts run the kept assignments only (Megatron-Core:
     dropless, dropping, or padded to capacity when ``pad_to_capacity``); with ``fixed_slots`` every
     expert runs all C slots it has per routing group of S = ``group_tokens`` tokens (the generated
-    job's fixed shapes, ``planner/runtime/experts.moe_forward``): E·C/S, C = ``expert_capacity``
+    job's fixed shapes, ``planner/launch/torchjob/experts.moe_forward``): E·C/S, C = ``expert_capacity``
     (GShard, Lepikhin et al. 2020, Sec. 2.2), which is S when dropless, so E copies per token."""
     moe = model.moe
     assert moe is not None
@@ -118,7 +118,7 @@ def expert_exchange(model: ModelSpec, tokens: float, elem_bytes: int, *, tp: int
     (and routes) all T tokens, so nothing is gathered and the block's all-reduce sums the partial
     outputs (``LayerCosts._moe_block_tp_collectives``; Megatron-LM requires SP for MoE with tp > 1).
 
-    ``gathers_sequence`` True (the generated job, ``planner/runtime/experts.moe_tp_style``;
+    ``gathers_sequence`` True (the generated job, ``planner/launch/torchjob/experts.moe_tp_style``;
     torchtitan's ``ExpertTensorParallel``): the MoE input is gathered over the tp group first, so
     every tp rank routes the whole sequence and all-to-alls B·T·k'·h (t copies of the same tokens
     leave a tp group); the e = t ranks of an expert each hold an f/e slice and sum their partial

@@ -24,16 +24,16 @@ from hardware_specs import ClusterSpec, NodeSpec, load_node, make_cluster
 from hardware_specs.checks import MAX_GPUS, MAX_TOKENS_PER_STEP, finite, flag, whole
 from hardware_specs.errors import AutoplanError, SpecError
 
-from .bands import job_bands
-from .brute_force import solve_brute_force
-from .infeasible import what_would_fit
-from .ranking import TIE_BAND, prefer_simplest, rank_key
-from .report import ClosestMiss, PlanReport
-from .runtime.convention import CONVENTIONS
-from .runtime.plan_file import PlanInputs
-from .search import solve
-from .space import LAUNCHABLE, SearchOptions, overlap_searched
-from .stages import refine_stages
+from planner.plan.bands import job_bands
+from planner.search.brute_force import solve_brute_force
+from planner.search.infeasible import what_would_fit
+from planner.search.ranking import TIE_BAND, prefer_simplest, rank_key
+from planner.plan.report import ClosestMiss, PlanReport
+from planner.launch.torchjob.convention import CONVENTIONS
+from planner.plan.plan_file import PlanInputs
+from planner.search.solve import solve
+from planner.search.space import LAUNCHABLE, SearchOptions, overlap_searched
+from planner.search.stages import refine_stages
 
 if TYPE_CHECKING:
     from profiles import HardwareProfile
@@ -68,7 +68,7 @@ class Job:
 
     def cost_job(self, assumptions: Assumptions = DEFAULT_ASSUMPTIONS) -> CostJob:
         """What the cost model needs of this request, with the convention of its runtime
-        (``planner.runtime.convention.CONVENTIONS``)."""
+        (``planner.launch.torchjob.convention.CONVENTIONS``)."""
         return CostJob(model=self.model, training=self.training, cluster=self.cluster, profile=self.profile,
                        assumptions=assumptions, memory_fraction=self.memory_fraction,
                        convention=CONVENTIONS[self.training.runtime])
@@ -80,7 +80,7 @@ class Job:
 
 def job_as_planned(inputs: PlanInputs) -> Job:
     """The job a plan file was made for, with the profile its inputs name (``inputs.profile``), if any."""
-    from .runtime.plan_file import PlanFileError
+    from planner.plan.plan_file import PlanFileError
 
     profile = inputs.profile
     if profile is not None and not Path(profile).is_file():
@@ -92,7 +92,7 @@ def job_as_planned(inputs: PlanInputs) -> Job:
 def context_attention_of(runtime: str, device_type: str) -> str:
     """The context-parallel attention that runs a plan: the generated job (runtime torch) uses
     torch's ring ``context_parallel`` on CUDA and the all-gather elsewhere
-    (``planner.runtime.context_parallel.variant_for``); Megatron-LM rings."""
+    (``planner.launch.torchjob.context_parallel.variant_for``); Megatron-LM rings."""
     return "all_gather" if runtime == "torch" and device_type != "cuda" else "ring"
 
 
@@ -211,7 +211,7 @@ def plan(*, model: str | ModelSpec, hardware: str | NodeSpec, gpus: int, global_
 
     ``options``: gpus_per_node, precision, fp8_recipe, optimizer, lora_rank, attention, runtime, memory_fraction,
     profile, profile_device_mismatch, moe_imbalance, context_attention (see ``resolve_job``). ``solver``: ``search`` (branch and bound, exact) or ``brute-force``.
-    ``launchable``: search only layouts ``autoplan launch`` applies (``planner.launchable``), costed
+    ``launchable``: search only layouts ``autoplan launch`` applies (``planner.search.launchable``), costed
     as its job holds memory (``runtime`` defaults to ``torch``; ``megatron`` is refused).
     ``layers_per_chunk`` or ``first_stage_layers`` / ``last_stage_layers`` (Megatron's form): search
     only pipelines that take this split, and keep it (no stage refinement).

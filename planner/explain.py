@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from .runtime.plan_file import PlanEntry, PlanFile
+from planner.plan.plan_file import PlanEntry, PlanFile
 
 MEMORY_BOUND_SHARE = 0.9
 """A plan whose peak memory is at least this share of capacity is called memory-bound."""
@@ -49,7 +49,7 @@ def runner_up_differences(best: PlanEntry, runner: PlanEntry, shown: int = 4) ->
 def what_if(plan: PlanFile) -> list[dict[str, Any]]:
     """The best plan after changing one input, each found by running the search again."""
     from . import api
-    from .render import layout_summary
+    from planner.plan.render import layout_summary
 
     job = api.job_as_planned(plan.inputs)
     node = job.cluster.node
@@ -86,7 +86,7 @@ def within_step_band(best: PlanEntry, runner: PlanEntry) -> bool | None:
 
 def explain(plan: PlanFile) -> dict[str, Any]:
     """The whole explanation of a plan file as one JSON-ready document."""
-    from .render import layout_summary
+    from planner.plan.render import layout_summary
 
     if plan.best is None:
         miss = plan.closest_misses[0] if plan.closest_misses else None
@@ -127,7 +127,7 @@ def explanation_lines(doc: dict[str, Any]) -> list[str]:
         lines += [f"  {d['term']}: {d['runner_up']:.3f} vs {d['best']:.3f} {d['unit']} ({d['difference']:+.3f})"
                   for d in r["terms"]]
         if s["runner_up"] <= s["best"] or not any(d["unit"] == "s" for d in r["terms"]):
-            lines.append("  within the tie band: the best plan has no memory risk or is the simpler layout (planner.ranking.tie_key)")
+            lines.append("  within the tie band: the best plan has no memory risk or is the simpler layout (planner.search.ranking.tie_key)")
         elif r.get("within_step_band"):
             lines.append("  the runner-up lies inside the best plan's step-time band: the cost model cannot tell "
                          "them apart (see Error bands in the README)")

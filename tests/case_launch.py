@@ -1,4 +1,4 @@
-"""Run training cases through ``planner.runtime.case_runner``: in one plain process (``nproc`` 1,
+"""Run training cases through ``planner.launch.torchjob.case_runner``: in one plain process (``nproc`` 1,
 the single-process reference) or in one ``torchrun --standalone`` launch of ``nproc`` processes.
 
 The loss-parity files do not launch their own: each lists its cases in ``launch_cases()`` and
@@ -24,7 +24,7 @@ def run_cases(cases: list[dict], tmp: Path, nproc: int, timeout_s: int = 900) ->
     """{case name: per-step results} of every case that runs at world size ``nproc``."""
     path, out = tmp / f"cases-{nproc}.json", tmp / f"results-{nproc}.json"
     path.write_text(json.dumps(cases), encoding="utf-8")
-    harness = ["-m", "planner.runtime.case_runner", str(path), str(out)]
+    harness = ["-m", "planner.launch.torchjob.case_runner", str(path), str(out)]
     launcher = [] if nproc == 1 else ["-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}"]
     proc = subprocess.run([sys.executable, *launcher, *harness], cwd=REPO, env={**os.environ, "OMP_NUM_THREADS": "1"},
                           capture_output=True, text=True, timeout=timeout_s)

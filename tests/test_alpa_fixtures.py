@@ -106,7 +106,7 @@ def tower_wide() -> nn.Module:
 def tiny_llama() -> nn.Module:
     """autoplan's own Llama-style model (the one ``launch`` trains) at the tiny-llama preset."""
     from costmodels.presets import load_model
-    from planner.runtime.model import build_model
+    from planner.launch.torchjob.model import build_model
 
     return build_model(load_model("tiny-llama"), device="cpu")
 

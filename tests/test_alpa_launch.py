@@ -3,7 +3,7 @@ trains exactly like a single process; ``shard --attach`` and ``launch`` refuse w
 
 One shared launch: ``evaluate --out`` (dp 2 x tp 2, ZeRO-3) -> ``shard --module ... --attach`` ->
 ``launch`` -> the generated ``launch.sh`` (4 processes). The reference is the parity harness's
-single-process path (``planner.runtime.case_runner.run_case``) on the same user model, same global batch.
+single-process path (``planner.launch.torchjob.case_runner.run_case``) on the same user model, same global batch.
 """
 
 from __future__ import annotations
@@ -66,7 +66,7 @@ def reference() -> dict:
     trained as the job is, once with lr 0 (weights frozen)."""
     import torch
 
-    from planner.runtime.case_runner import run_case
+    from planner.launch.torchjob.case_runner import run_case
 
     case = {"module": FACTORY, "layout": {"num_microbatches": 2, "micro_batch_size": 4}, "seq_len": SEQ_LEN,
             "steps": STEPS}
@@ -199,9 +199,9 @@ def test_plan_names_reach_modules_inside_recomputation_wrappers():
 
     from costmodels.layout import Layout
     from costmodels.presets import load_model
-    from planner.runtime.model import Transformer
-    from planner.runtime.parallel import apply_recompute
-    from planner.runtime.tp_styles import resolve_names
+    from planner.launch.torchjob.model import Transformer
+    from planner.launch.torchjob.parallel import apply_recompute
+    from planner.launch.torchjob.tp_styles import resolve_names
 
     with torch.device("meta"):
         model = Transformer(load_model("tiny-llama"))
@@ -219,7 +219,7 @@ def test_user_model_vocabulary_and_contract():
 
     import test_alpa_fixtures as fx
     from hardware_specs.errors import AutoplanError
-    from planner.runtime.user_model import contract_problems, vocab_size
+    from planner.launch.torchjob.user_model import contract_problems, vocab_size
 
     with torch.device("meta"):
         assert vocab_size(fx.Mlp(vocab=128), 16) == 128  # V from the logits' last dim

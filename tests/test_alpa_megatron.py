@@ -23,7 +23,7 @@ def _traced(preset: str, layers: int):
     import torch
 
     from planner.alpa.trace import token_inputs, trace_module
-    from planner.runtime.model import build_model
+    from planner.launch.torchjob.model import build_model
 
     spec = dataclasses.replace(load_model(preset), num_layers=layers)
     return trace_module(build_model(spec, device="meta", dtype=torch.bfloat16), token_inputs((1, 2048)))

@@ -9,7 +9,7 @@ pytest.importorskip("torch")
 from costmodels.presets import load_model  # noqa: E402
 from planner.alpa import trace  # noqa: E402
 from planner.alpa.shard import shard_graph  # noqa: E402
-from planner.runtime.model import build_model  # noqa: E402
+from planner.launch.torchjob.model import build_model  # noqa: E402
 
 
 @pytest.fixture(scope="module")

@@ -48,7 +48,7 @@ def test_big_model_traces_without_memory():
     from costmodels.presets import load_model
     from planner.alpa.graph import totals
     from planner.alpa.trace import token_inputs, trace_module
-    from planner.runtime.model import build_model
+    from planner.launch.torchjob.model import build_model
 
     spec = dataclasses.replace(load_model("llama3-70b"), num_layers=2)
     graph = trace_module(build_model(spec, device="meta", dtype=torch.bfloat16), token_inputs((8, 2048)))
@@ -116,7 +116,7 @@ def test_plan_styles_parse_and_map_to_pytorch():
     from torch.distributed.tensor.parallel import ColwiseParallel, PrepareModuleInput, RowwiseParallel
 
     from hardware_specs.errors import AutoplanError
-    from planner.runtime.tp_styles import parallel_styles, parse_style
+    from planner.launch.torchjob.tp_styles import parallel_styles, parse_style
 
     assert parse_style("colwise;input=shard(1);output=replicate") == (
         "colwise", {"input": "shard(1)", "output": "replicate"})

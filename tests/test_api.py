@@ -9,7 +9,7 @@ import pytest
 import planner
 from costmodels.presets import load_model
 from hardware_specs import load_node
-from planner.runtime.plan_file import PlanFile
+from planner.plan.plan_file import PlanFile
 
 ROOT = Path(__file__).resolve().parents[1]
 

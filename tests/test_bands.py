@@ -9,7 +9,7 @@ from click.testing import CliRunner
 
 from costmodels.bands import (Band, band_from_residuals, memory_residuals, memory_risk, profile_step_band,
                               residual_values, shipped_memory_band, shipped_step_band)
-from planner.bands import JobBands
+from planner.plan.bands import JobBands
 from planner.cli import main
 
 EVALUATE = ["evaluate", "--model", "llama3-8b", "--hardware", "h100-sxm-80gb", "--gpus", "8", "--global-batch", "64",
@@ -66,8 +66,8 @@ def test_profile_band_from_validate_calibrate_or_none():
 
 
 def test_no_step_band_is_said_in_the_json():
-    from planner.bands import NO_PROFILE_BAND
-    from planner.report import plan_entry
+    from planner.plan.bands import NO_PROFILE_BAND
+    from planner.plan.report import plan_entry
     import planner
 
     breakdown = planner.evaluate(model="llama3-8b", hardware="h100-sxm-80gb", gpus=8, global_batch=64, seq_len=4096,
@@ -93,7 +93,7 @@ def test_evaluate_shows_bands_in_table_and_json():
 def test_job_bands_follow_the_status_label():
     from types import SimpleNamespace
 
-    from planner.bands import job_bands
+    from planner.plan.bands import job_bands
 
     shipped = job_bands(None)
     assert shipped.step == shipped_step_band() and shipped.memory == shipped_memory_band()
@@ -109,7 +109,7 @@ def test_job_bands_follow_the_status_label():
 
 def test_explain_says_when_the_runner_up_is_inside_the_step_band():
     from planner.explain import within_step_band
-    from planner.runtime.plan_file import PlanEntry
+    from planner.plan.plan_file import PlanEntry
     import planner
 
     layout = planner.Layout(dp=8, num_microbatches=8)

@@ -18,8 +18,8 @@ from costmodels.presets import load_model
 from costmodels.training import TrainingSpec
 from dataclasses import replace
 from hardware_specs import load_node, make_cluster
-from planner.runtime.convention import CONVENTIONS
-from planner.space import SearchOptions, all_layouts
+from planner.launch.torchjob.convention import CONVENTIONS
+from planner.search.space import SearchOptions, all_layouts
 
 RELATIVE = 1e-12
 
@@ -97,7 +97,7 @@ def _grid(schedules, runtime, model_name="tiny-mixtral"):
 @pytest.mark.parametrize("schedule", SCHEDULES)
 @pytest.mark.parametrize("runtime", ["megatron", "deepspeed", "torch"])
 def test_the_search_bound_lies_below_the_step_time_for_every_schedule(schedule, runtime):
-    # The bound a (schedule group, state) pair gets in planner/search.py: the pipeline floor of the
+    # The bound a (schedule group, state) pair gets in planner/search/solve.py: the pipeline floor of the
     # group's member without recomputation, plus m · the least data-parallel time per micro-batch
     # and the least tail of the state; and the mean floor that bounds a mesh before its groups.
     # Facts 1-3 of costmodels/bounds.py make them lower bounds for every schedule (the

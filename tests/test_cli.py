@@ -137,8 +137,8 @@ def test_real_subprocess_plan_and_usage_error():
 
 def test_launchable_plans_pass_the_launch_rule():  # cp, ep and offload are launched since issue 13
     from costmodels.layout import Layout
-    from planner.launchable import launch_problems
-    from planner.runtime.plan_file import PlanFile
+    from planner.search.launchable import launch_problems
+    from planner.plan.plan_file import PlanFile
 
     result = run(["plan", "--model", "mixtral-8x7b", "--hardware", "h100-sxm-80gb", "--gpus", "32",
                   "--global-batch", "64", "--seq-len", "8192", "--launchable", "--format", "json"])

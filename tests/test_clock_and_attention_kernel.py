@@ -12,7 +12,7 @@ from costmodels.flops import Gemm
 from costmodels.kernel_efficiency import attention_kernel_share
 from hardware_specs import load_node
 from hardware_specs.errors import SpecError
-from planner.runtime.convention import FSDP2
+from planner.launch.torchjob.convention import FSDP2
 
 
 def test_a_500w_h100_sustains_the_cube_root_of_its_power_share_of_the_clock():
@@ -185,7 +185,7 @@ def test_torchtitan_rows_compile_where_their_table_or_command_says():
 def test_a_compiled_job_round_trips_through_its_plan_file_and_an_uncompiled_one_omits_the_key():
     from costmodels.presets import PRESETS
     from costmodels.training import TrainingSpec
-    from planner.runtime.plan_file import PlanInputs
+    from planner.plan.plan_file import PlanInputs
 
     for compiled in (True, False):
         inputs = PlanInputs(model="llama3-8b", model_spec=PRESETS["llama3-8b"], hardware="h100-sxm-80gb", gpus=8,

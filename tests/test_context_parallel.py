@@ -8,7 +8,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from planner.runtime import context_parallel as cpm
+from planner.launch.torchjob import context_parallel as cpm
 
 
 def test_chunks_pair_early_with_late():

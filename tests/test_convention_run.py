@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from planner.runtime.convention import FSDP2
+from planner.launch.torchjob.convention import FSDP2
 
 REPO = Path(__file__).resolve().parent.parent
 

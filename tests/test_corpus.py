@@ -8,7 +8,7 @@ profile (issue #10), so a layout could be labelled ``profile`` for a term whose 
 the datasheet. Everything else, including every number, must match exactly.
 
 Four plan cases (gpt3-1.3b-a100-8, llama3-8b-h100-8-lora, llama3-8b-h100-8-fp8, hf-config-a100-4)
-were re-recorded when interleaved plans gained uneven chunks (issue #12, ``planner/stages.py``):
+were re-recorded when interleaved plans gained uneven chunks (issue #12, ``planner/search/stages.py``):
 in each, only interleaved entries changed, now carrying ``layers_per_chunk`` and a shorter step;
 every entry without the new field is byte-identical to the earlier recording.
 """

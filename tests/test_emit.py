@@ -16,9 +16,9 @@ from click.testing import CliRunner
 from costmodels.model_spec import model_to_dict
 from costmodels.presets import load_model
 from planner.cli import main
-from planner.emit import frameworks
-from planner.emit.job import write_job
-from planner.runtime.plan_file import PlanFile
+from planner.launch import frameworks
+from planner.launch.job import write_job
+from planner.plan.plan_file import PlanFile
 
 NASTY = "my \"model\" $(touch PWNED) `id`; rm -rf / 'x'\nnewline"
 
@@ -73,34 +73,38 @@ def test_user_values_cannot_inject(job, tmp_path):
 
 
 def test_job_is_self_contained(job):
-    code = ("import sys; sys.path.insert(0, sys.argv[1]); import planner_runtime.main, costmodels.layout; "
-            "print(costmodels.layout.__file__); print('planner' in sys.modules)")
+    code = ("import sys; sys.path.insert(0, sys.argv[1]); import planner.launch.torchjob.main, costmodels.layout; "
+            "print(costmodels.layout.__file__); print(planner.__file__); print('planner.api' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code, str(job / "runtime")], capture_output=True, text=True,
                          check=True).stdout.split("\n")
     assert out[0].startswith(str(job / "runtime"))
-    assert out[1] == "False"
+    assert out[1].startswith(str(job / "runtime"))  # the bundle's stub package, not an installed autoplan
+    assert out[2] == "False"
 
 
 def test_bundle_is_derived_from_the_runtime_imports(job):
     """The copied runtime is what ``main`` imports (lazy imports too), and every copied module
     imports with only the bundle on the path."""
-    from planner.emit.job import bundle_modules
+    from planner.launch.job import bundle_modules
 
     bundle = bundle_modules()
-    assert {"main", "plan_file", "pipelining", "tp_styles", "user_model"} <= set(bundle["planner_runtime"])
-    assert "harness" not in " ".join(bundle["planner_runtime"])  # test-only module, not imported by the job
+    job_modules = bundle["planner.launch.torchjob"]
+    assert {"main", "pipelining", "tp_styles", "user_model"} <= set(job_modules)
+    assert bundle["planner.plan"] == ("plan_file",)
+    assert "harness" not in " ".join(job_modules)  # test-only module, not imported by the job
     assert bundle["costmodels"] == ("convention", "layout", "model_spec", "moe_costs", "precision", "stage_split", "training")
-    copied = sorted(p.stem for p in (job / "runtime" / "planner_runtime").glob("*.py"))
-    assert copied == sorted(bundle["planner_runtime"])
-    names = ", ".join(f"planner_runtime.{m}" for m in bundle["planner_runtime"] if m != "__init__")
-    code = f"import sys; sys.path.insert(0, sys.argv[1]); import {names}; print('planner' in sys.modules)"
+    copied = sorted(p.stem for p in (job / "runtime" / "planner" / "launch" / "torchjob").glob("*.py"))
+    assert copied == sorted(job_modules)
+    names = ", ".join(f"planner.launch.torchjob.{m}" for m in job_modules if m != "__init__")
+    code = (f"import sys; sys.path.insert(0, sys.argv[1]); import {names}; "
+            "print(all(m.__file__.startswith(sys.argv[1]) for n, m in sys.modules.items() if n.startswith('planner')))")
     out = subprocess.run([sys.executable, "-c", code, str(job / "runtime")], capture_output=True, text=True,
                          check=True, cwd=job).stdout.strip()
-    assert out == "False"
+    assert out == "True"
 
 
 def test_emit_does_not_import_the_cli():
-    code = "import sys, planner.emit.job; print(any(m.startswith('planner.cli') for m in sys.modules))"
+    code = "import sys, planner.launch.job; print(any(m.startswith('planner.cli') for m in sys.modules))"
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           check=True).stdout.strip() == "False"
 
@@ -194,7 +198,7 @@ def test_exports_say_what_does_not_map_with_the_frameworks_own_names():
     from costmodels.layout import Layout
     from costmodels.presets import load_model
     from costmodels.training import TrainingSpec
-    from planner.emit import frameworks
+    from planner.launch import frameworks
 
     model, training = load_model("llama3-8b"), TrainingSpec(global_batch_size=32, seq_len=4096)
     layout = Layout(dp=2, pp=2, zero_stage=3, num_microbatches=16)

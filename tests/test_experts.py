@@ -8,7 +8,7 @@ import math
 import pytest
 import torch
 
-from planner.runtime import experts
+from planner.launch.torchjob import experts
 
 
 def test_capacity_is_gshard_ceiling():
@@ -85,7 +85,7 @@ def test_moe_layer_drops_over_capacity_tokens():
     8 / 4) = 4 slots per expert, the first 4 tokens fill expert 0's slots and (first choices before
     second choices) expert 1's too, so the last 4 tokens are dropped by both and get no output."""
     from costmodels.presets import load_model
-    from planner.runtime.model import MoE
+    from planner.launch.torchjob.model import MoE
 
     torch.manual_seed(0)
     moe = MoE(load_model("tiny-mixtral"))

@@ -80,7 +80,7 @@ def test_api_writes_nothing_to_the_callers_fds(tmp_path):
         from costmodels.presets import load_model
         from planner.alpa import trace
         from planner.alpa.shard import shard_graph
-        from planner.runtime.model import build_model
+        from planner.launch.torchjob.model import build_model
 
         job = dict(model="tiny-llama", hardware="cpu", gpus=2, global_batch=8, seq_len=128)
         report = planner.plan(**job)

@@ -39,8 +39,8 @@ def _autoplan(*args: str) -> subprocess.CompletedProcess:
 
 def _launchable_plan(tmp: Path) -> Path:
     """The plan file to launch: ``plan``'s own, or its shape with cp folded into dp plus offload."""
-    from planner.runtime.plan_file import read_plan_file
-    from planner.emit.job import unsupported
+    from planner.plan.plan_file import read_plan_file
+    from planner.launch.job import unsupported
 
     plan = tmp / "plan.json"
     _autoplan("plan", *JOB, "--out", str(plan))

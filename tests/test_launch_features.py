@@ -2,7 +2,7 @@
 pp 2 and under tp 2 x dp 2 with SP, LoRA under FSDP (and under tp 2 with SP: column- and
 row-parallel adapters), and FSDP2 CPU offload (sharded and replicated), each against a single-process run of the same model from the same seed.
 
-All distributed cases run in one 4-process launch (``planner.runtime.case_runner``), the
+All distributed cases run in one 4-process launch (``planner.launch.torchjob.case_runner``), the
 references in one plain process, both shared with the other loss-parity files (``case_results``,
 tests/conftest.py): a launch costs far more than the steps of a tiny model.
 """

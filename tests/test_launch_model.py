@@ -7,8 +7,8 @@ import torch
 
 from costmodels.params import total_params
 from costmodels.presets import load_model
-from planner.runtime.init import init_weights
-from planner.runtime.model import build_model
+from planner.launch.torchjob.init import init_weights
+from planner.launch.torchjob.model import build_model
 
 
 @pytest.mark.parametrize("name", ["tiny-llama", "tiny-gpt", "tiny-mixtral", "llama3-70b", "gpt3-1.3b"])
@@ -29,7 +29,7 @@ def test_forward_and_names():
 
 
 def test_init_is_independent_of_recompute_wrappers():
-    from planner.runtime.parallel import apply_recompute
+    from planner.launch.torchjob.parallel import apply_recompute
     from costmodels.layout import Layout
 
     spec = load_model("tiny-llama")

@@ -4,7 +4,7 @@ Issue 13 adds context parallelism (all-gather K/V, load-balanced chunks), expert
 layouts run in one recompute mode each (``ONCE``) to keep the launches short.
 
 One torchrun launch per world size runs all layouts of that size one after another in one
-process group (``planner.runtime.case_runner``), shared with the other loss-parity files
+process group (``planner.launch.torchjob.case_runner``), shared with the other loss-parity files
 (``case_results``, tests/conftest.py); the single-process references run in a separate plain
 process. The layouts use two world sizes only (2 and 4): each launch costs 10-40 s. Each layout is
 checked with and without full recomputation, on the loss and on the global gradient norm (which

@@ -11,10 +11,10 @@ import torch
 
 from costmodels.params import main_model_params
 from costmodels.presets import load_model
-from planner.launchable import launch_problems
+from planner.search.launchable import launch_problems
 from costmodels.layout import Layout
 from costmodels.training import TrainingSpec
-from planner.runtime.model import attend, build_model
+from planner.launch.torchjob.model import attend, build_model
 
 STEPS, SEQ_LEN = 3, 32  # 32 > tiny-gemma's window of 16, so the window masks something
 

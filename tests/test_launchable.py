@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 import planner
-from planner.emit.job import check_plan
+from planner.launch.job import check_plan
 
 CASES = [
     # gpt3-1.3b ties its embeddings: the launched job splits them over tp and shares them across pp
@@ -32,7 +32,7 @@ def test_offload_lora_and_tied_embeddings_under_tp_and_pp_are_launchable():
     from costmodels.layout import Layout
     from costmodels.presets import load_model
     from costmodels.training import TrainingSpec
-    from planner.launchable import launch_problems
+    from planner.search.launchable import launch_problems
 
     tied, full = load_model("tiny-gpt"), TrainingSpec(global_batch_size=8, seq_len=64)
     lora = TrainingSpec(global_batch_size=8, seq_len=64, lora_rank=8)
@@ -46,11 +46,11 @@ def test_offload_lora_and_tied_embeddings_under_tp_and_pp_are_launchable():
 
 @pytest.mark.parametrize("case", CASES[1:], ids=[c["model"] for c in CASES[1:]])
 def test_launchable_space_is_the_space_filtered_by_launch_problems(case):
-    """The level-by-level filter in ``planner.space`` keeps exactly the layouts the rule accepts."""
+    """The level-by-level filter in ``planner.search.space`` keeps exactly the layouts the rule accepts."""
     from costmodels.presets import load_model
     from costmodels.training import TrainingSpec
-    from planner.launchable import launch_problems
-    from planner.space import LAUNCHABLE, SearchOptions, all_layouts
+    from planner.search.launchable import launch_problems
+    from planner.search.space import LAUNCHABLE, SearchOptions, all_layouts
 
     model = load_model(case["model"])
     training = TrainingSpec(global_batch_size=case["global_batch"], seq_len=case["seq_len"], runtime="torch")
@@ -68,7 +68,7 @@ def test_refusals_name_only_options_that_exist():
     from costmodels.presets import load_model
     from costmodels.training import TrainingSpec
     from planner.cli.plan import evaluate_command, plan_command
-    from planner.launchable import launch_problems
+    from planner.search.launchable import launch_problems
 
     real = {opt for cmd in (plan_command, evaluate_command) for p in cmd.params for opt in p.opts}
     layouts = [Layout(dp=1, cp=3, num_microbatches=8), Layout(dp=4, ep=2, hsdp_shard_degree=2, zero_stage=3,

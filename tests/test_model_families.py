@@ -130,7 +130,7 @@ def test_megatron_export_carries_mla_and_deepseek_moe():
     # 2048, one MTP layer, expert tp, and selective recomputation of the core and MLA up-projections.
     from costmodels.layout import Layout
     from costmodels.training import TrainingSpec
-    from planner.emit import frameworks
+    from planner.launch import frameworks
 
     args, _ = frameworks.megatron_args(PRESETS["deepseek-v3"], TrainingSpec(global_batch_size=64, seq_len=4096),
                                        Layout(dp=8, ep=8, expert_tp=1, recompute="selective", num_microbatches=8), 4096)

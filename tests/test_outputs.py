@@ -58,7 +58,7 @@ def test_slurm_script_names_its_job_dir_absolutely_and_asks_cpus_for_a_cpu_plan(
 def test_slurm_script_asks_gpus_for_a_gpu_plan():
     from pathlib import Path
 
-    from planner.emit.scripts import slurm_sbatch
+    from planner.launch.scripts import slurm_sbatch
 
     text = slurm_sbatch(world_size=16, gpus_per_node=8, name="x", summary="s", job_dir=Path("/jobs/x"), on_gpus=True)
     assert "#SBATCH --nodes=2" in text and "#SBATCH --gpus-per-node=8" in text and "/jobs/x" in text
@@ -80,7 +80,7 @@ def test_nothing_fits_names_the_smallest_gpu_count_that_fits_and_it_does():
 
 
 def test_predictions_say_whether_they_are_datasheet_estimates_or_measured():
-    from planner.render import prediction_status
+    from planner.plan.render import prediction_status
 
     table = _invoke(["plan", *JOB]).stdout
     assert "datasheet estimates, shipped calibration" in table

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 import planner
-from planner.runtime.plan_file import PlanFile, PlanFileError, read_plan_file
+from planner.plan.plan_file import PlanFile, PlanFileError, read_plan_file
 
 JOBS = [
     dict(model="llama3-8b", hardware="h100-sxm-80gb", gpus=16, global_batch=64, seq_len=4096),

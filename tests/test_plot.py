@@ -75,7 +75,7 @@ def test_explain_plot_without_the_plans_profile_is_one_line_exit_2(tmp_path, mon
 
 def test_schedule_plot_of_256_microbatches_is_a_small_window(tmp_path):
     from planner.api import resolve_job
-    from planner.report import PlanReport
+    from planner.plan.report import PlanReport
     from planner.validate.plot import MAX_DRAWN_MICROBATCHES, drawn_microbatches, plot_schedule
 
     assert drawn_microbatches(256, 4, 1) == MAX_DRAWN_MICROBATCHES

@@ -1,6 +1,6 @@
 """Precision recipes: cast kernels and weight copies worked by hand for one layer, moment dtype,
 low-precision all-gather, MFU against the bf16 peak, the new datasheet fields, and the export
-option names (each checked against the framework's source, ``planner/emit/precision_export.py``)."""
+option names (each checked against the framework's source, ``planner/launch/precision_export.py``)."""
 
 from __future__ import annotations
 
@@ -18,9 +18,9 @@ from costmodels.presets import load_model
 from costmodels.training import TrainingSpec
 from hardware_specs import load_node, make_cluster
 from hardware_specs.errors import SpecError
-from planner.emit import frameworks
-from planner.launchable import runtime_problems
-from planner.runtime.convention import FSDP2
+from planner.launch import frameworks
+from planner.search.launchable import runtime_problems
+from planner.launch.torchjob.convention import FSDP2
 
 # Llama 3 8B, one sequence of s = 4096 tokens, tp 1: h = 4096, q = 4096, kv = 2 x 1024, f = 14336 (gated).
 # Weight GEMMs (m x k)(k x n), m = 4096 tokens:
@@ -205,7 +205,7 @@ def test_transformer_engine_keeps_quantised_gemm_inputs_and_torchao_does_not():
     torchao (the torch runtimes) and 16-bit training keep the 2-byte input."""
     from costmodels.convention import MEGATRON
     from costmodels.precision import precision_recipe, saved_gemm_input_bytes
-    from planner.runtime.convention import FSDP2
+    from planner.launch.torchjob.convention import FSDP2
 
     assert saved_gemm_input_bytes(precision_recipe("fp8", "delayed"), MEGATRON, 2) == 1.0
     assert saved_gemm_input_bytes(precision_recipe("mxfp8"), MEGATRON, 2) == 1 + 1 / 32

@@ -174,7 +174,7 @@ def test_a_plan_file_costed_again_keeps_the_rule(tmp_path: Path) -> None:
     """validate, explain --plot and calibration rebuild the job from the plan file: a profile of
     another machine is refused there too, unless the plan recorded the override."""
     from planner.api import Job
-    from planner.runtime.plan_file import PlanFile
+    from planner.plan.plan_file import PlanFile
 
     plain = PlanFile.from_json(planner.plan(**H100_JOB, top_k=1).to_json())
     with pytest.raises(ValueError, match="profile"):

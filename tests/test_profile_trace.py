@@ -1,7 +1,7 @@
 """``autoplan profile import-trace``: a PyTorch profiler trace of one step -> rates, curves, overlap.
 
 tests/data/trace/tiny-1layer-dp2-step.json.gz was recorded on this machine by
-``torchrun --standalone --nproc-per-node 2 -m planner.runtime.trace_step --plan
+``torchrun --standalone --nproc-per-node 2 -m planner.launch.torchjob.trace_step --plan
 tests/data/trace/tiny-1layer-dp2-plan.json --out step.json`` (the generated job's own step: a
 1-layer Llama-style model of tests/data/trace/tiny-1layer.json, dp 2 with FSDP2 ZeRO-3, gloo,
 CPU activities), then gzipped. The CUDA trace is hand-made below to exercise the kernel-name paths.
@@ -158,7 +158,7 @@ def test_trace_step_records_the_generated_jobs_step_and_it_imports(tmp_path: Pat
     plan = Path(__file__).parent / "data" / "trace" / "tiny-1layer-dp2-plan.json"
     out = tmp_path / "step.json"
     proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-                           "-m", "planner.runtime.trace_step", "--plan", str(plan), "--out", str(out)],
+                           "-m", "planner.launch.torchjob.trace_step", "--plan", str(plan), "--out", str(out)],
                           capture_output=True, text=True, timeout=600, env={**os.environ, "OMP_NUM_THREADS": "1"},
                           cwd=Path(__file__).parent.parent)
     assert proc.returncode == 0, proc.stderr[-3000:]

@@ -16,8 +16,8 @@ from costmodels.presets import load_model
 from costmodels.stage_split import rank_chunks
 from costmodels.training import TrainingSpec
 from planner.cli import main
-from planner.emit import frameworks
-from planner.launchable import launch_problems
+from planner.launch import frameworks
+from planner.search.launchable import launch_problems
 
 EVAL = dict(model="llama3-8b", hardware="h100-sxm-80gb", gpus=8, global_batch=64, seq_len=4096)
 """llama3-8b, 32 layers, on one node: pp 4 × dp 2, 16 micro-batches of 2 sequences."""
@@ -140,7 +140,7 @@ def test_plan_file_records_the_forced_split():
     free = json.loads(CliRunner().invoke(main, args).output)
     assert "layers_per_chunk" not in free["inputs"] and "first_stage_layers" not in free["inputs"]
     again = planner.read_plan_file.__module__  # the reader parses the field back
-    from planner.runtime.plan_file import PlanInputs
+    from planner.plan.plan_file import PlanInputs
 
     assert PlanInputs.from_dict(forced["inputs"]).layers_per_chunk == (1, 3), again
 

@@ -11,10 +11,10 @@ from costmodels.layout import Layout, check_layout
 from costmodels.presets import load_model
 from costmodels.training import TrainingSpec
 from hardware_specs import load_node, make_cluster
-from planner.brute_force import solve_brute_force
-from planner.runtime.convention import CONVENTIONS
-from planner.search import solve
-from planner.space import SearchOptions, all_layouts
+from planner.search.brute_force import solve_brute_force
+from planner.launch.torchjob.convention import CONVENTIONS
+from planner.search.solve import solve
+from planner.search.space import SearchOptions, all_layouts
 
 
 def _case(seed):
@@ -106,7 +106,7 @@ def test_search_leaves_the_garbage_collector_as_it_found_it(monkeypatch):
     import gc
 
     import planner
-    from planner import search
+    from planner.search import solve as search
 
     job = dict(model="tiny-llama", hardware="cpu", gpus=2, global_batch=8, seq_len=128)
     assert gc.isenabled()

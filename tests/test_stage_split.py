@@ -15,8 +15,8 @@ from costmodels.stage_split import (StageSplitError, describe_split, first_last_
 from costmodels.training import TrainingSpec
 from hardware_specs import load_node, make_cluster
 from planner.cli import main
-from planner.emit import frameworks
-from planner.space import SearchOptions, all_layouts
+from planner.launch import frameworks
+from planner.search.space import SearchOptions, all_layouts
 
 
 def test_megatron_first_last_on_the_405b_layout():

@@ -11,7 +11,7 @@ from costmodels.layout import Layout
 from costmodels.presets import load_model
 from costmodels.training import TrainingSpec
 from hardware_specs import load_node, make_cluster
-from planner.stages import interleaved_candidates, refine_stages
+from planner.search.stages import interleaved_candidates, refine_stages
 
 
 def _cost_model(model="llama3-8b", gpus=8):

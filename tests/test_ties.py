@@ -2,8 +2,8 @@
 return the same plans under the rule: ``tests/test_search.py`` compares them, tie counts included."""
 
 import planner
-from planner.ranking import TIE_BAND, simplicity_key
-from planner.space import SearchOptions
+from planner.search.ranking import TIE_BAND, simplicity_key
+from planner.search.space import SearchOptions
 
 
 def test_llama3_8b_on_8_h100_takes_plain_data_parallel_whenever_it_ties():
@@ -55,7 +55,7 @@ class _Plan:
 def test_mesh_band_picks_the_lowest_zero_stage_within_one_percent_of_the_mesh_fastest():
     # fastest 10.0 s (ZeRO-3): the band ends at 10.0 x 1.01 = 10.1 s, so ZeRO-1 at 10.05 s ties and
     # ZeRO-0 at 10.2 s does not; two simplicity classes lie in the band
-    from planner.ranking import MeshBand
+    from planner.search.ranking import MeshBand
 
     band = MeshBand()
     for plan in (_Plan(10.2, zero_stage=0), _Plan(10.05, zero_stage=1), _Plan(10.0, zero_stage=3)):
@@ -69,7 +69,7 @@ def test_a_tied_plan_whose_memory_band_stays_under_the_cap_beats_a_simpler_one_w
     # 99 bytes is at risk (99 x (1 + h) > 100), ZeRO-3 at 50 bytes is not (50 x (1 + h) < 100 for h < 1),
     # so ZeRO-3 wins the tie that ZeRO-1 wins on simplicity alone
     from costmodels.bands import shipped_memory_band
-    from planner.ranking import MeshBand
+    from planner.search.ranking import MeshBand
 
     high = shipped_memory_band().high_rel
     assert 99 * (1 + high) > 100 > 50 * (1 + high)
@@ -85,7 +85,7 @@ def test_a_tied_plan_whose_memory_band_stays_under_the_cap_beats_a_simpler_one_w
 
 def test_mesh_band_drops_plans_that_a_later_faster_plan_puts_out_of_the_band():
     # 10.05 s ties with 10.0 s, but 9.9 s arrives: the band ends at 9.999 s, so ZeRO-1 drops out
-    from planner.ranking import MeshBand
+    from planner.search.ranking import MeshBand
 
     band = MeshBand()
     for plan in (_Plan(10.0, zero_stage=3), _Plan(10.05, zero_stage=1), _Plan(9.9, zero_stage=2)):
@@ -97,8 +97,8 @@ def test_inside_a_mesh_no_fitting_simpler_layout_lies_within_the_band():
     # llama3-8b on 8 H100 at 4k: cost every layout of the chosen mesh and check the rule directly
     from planner.api import resolve_job
     from costmodels.bands import shipped_memory_band
-    from planner.ranking import mesh_of, tie_key
-    from planner.space import all_layouts
+    from planner.search.ranking import mesh_of, tie_key
+    from planner.search.space import all_layouts
 
     report = planner.plan(model="llama3-8b", hardware="h100-sxm-80gb", gpus=8, global_batch=64, seq_len=4096)
     job = resolve_job(model="llama3-8b", hardware="h100-sxm-80gb", gpus=8, global_batch=64, seq_len=4096)
@@ -121,7 +121,7 @@ def test_ranked_plans_keep_every_mesh_tied_with_the_fastest_beyond_the_top_k():
     # meshes at 10.0, 10.05 and 10.08 s and one at 10.5 s: with K = 1 the two within 1% of the
     # fastest are still returned (compared for the pick), the one outside the band is not
     from costmodels.layout import Layout
-    from planner.ranking import MeshBand, ranked_plans
+    from planner.search.ranking import MeshBand, ranked_plans
 
     bands = {}
     for dp, seconds in ((8, 10.0), (4, 10.05), (2, 10.08), (1, 10.5)):

@@ -15,11 +15,11 @@ from costmodels.presets import load_model
 from costmodels.training import TrainingSpec
 from hardware_specs import load_node, make_cluster
 from hardware_specs.units import MIB
-from planner.brute_force import solve_brute_force
-from planner.emit.frameworks import megatron_args, torchtitan_config
-from planner.launchable import launch_problems
-from planner.search import solve
-from planner.space import SearchOptions
+from planner.search.brute_force import solve_brute_force
+from planner.launch.frameworks import megatron_args, torchtitan_config
+from planner.search.launchable import launch_problems
+from planner.search.solve import solve
+from planner.search.space import SearchOptions
 
 JOB = dict(model="llama3-70b", hardware="h100-sxm-80gb", gpus=64, global_batch=512, seq_len=8192)
 

@@ -18,7 +18,7 @@ from click.testing import CliRunner
 from costmodels.assumptions import DEFAULT_ASSUMPTIONS
 from planner.cli import main
 from planner.validate.calibrate import Run, predict_all
-from planner.runtime.plan_file import read_plan_file
+from planner.plan.plan_file import read_plan_file
 from planner.validate.from_log import parse_megatron, parse_torchtitan, read_table
 from planner.validate.runner import ValidateError
 from profiles import load_profile

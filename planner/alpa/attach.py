@@ -15,8 +15,8 @@ from dataclasses import replace
 from costmodels.layout import Layout
 from costmodels.model_spec import model_to_dict
 from hardware_specs.errors import AutoplanError
-from planner.runtime import user_model
-from planner.runtime.plan_file import PlanFile, read_plan_file
+from planner.launch.torchjob import user_model
+from planner.plan.plan_file import PlanFile, read_plan_file
 
 
 def read_target(path: str) -> tuple[PlanFile, Layout]:

@@ -37,8 +37,8 @@ def _losses(model, tokens, targets, steps: int, lr: float) -> list[float]:
 
 
 def _case(factory: str, input_shape: str, plan_path: str, mesh, steps: int, lr: float) -> dict:
-    from planner.runtime.tp_styles import apply_tp_plan
-    from planner.runtime.user_model import load_factory
+    from planner.launch.torchjob.tp_styles import apply_tp_plan
+    from planner.launch.torchjob.user_model import load_factory
 
     torch.manual_seed(0)
     reference = load_factory(factory)()

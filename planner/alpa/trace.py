@@ -17,7 +17,7 @@ import networkx as nx
 import torch
 
 from hardware_specs.errors import AutoplanError
-from planner.runtime.user_model import build_on_meta
+from planner.launch.torchjob.user_model import build_on_meta
 
 from . import oprules
 from .dims import numel

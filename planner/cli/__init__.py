@@ -2,7 +2,7 @@
 
 One module per verb group (``plan``: plan, evaluate, explain; ``presets``: models, hardware; ``launch``;
 ``validate``; ``profile``; ``alpa``: trace, shard), each holding option parsing and printing only;
-the work is done by ``planner.api``, ``planner.emit``, ``planner.validate`` and ``profiles``."""
+the work is done by ``planner.api``, ``planner.launch``, ``planner.validate`` and ``profiles``."""
 
 from __future__ import annotations
 

@@ -15,7 +15,7 @@ from hardware_specs.errors import AutoplanError
 from .common import check_places, run_command, write_atomic
 
 if TYPE_CHECKING:
-    from ..runtime.plan_file import PlanFile
+    from planner.plan.plan_file import PlanFile
 
 
 def parse_shape(text: str) -> tuple[int, ...]:
@@ -35,11 +35,11 @@ def parse_shape(text: str) -> tuple[int, ...]:
 
 def _module(module_path: str | None, model: str | None, input_shape: str | None, dtype: str):
     """(module on the meta device, token shape, name) from a factory path or a preset built by the project's model."""
-    from ..alpa import trace
+    from planner.alpa import trace
 
     if model is not None:
         from costmodels.presets import load_model
-        from ..runtime.model import build_model
+        from planner.launch.torchjob.model import build_model
 
         spec = load_model(model)
         shape = parse_shape(input_shape) if input_shape else (1, min(2048, spec.max_position_embeddings))
@@ -52,7 +52,7 @@ def _module(module_path: str | None, model: str | None, input_shape: str | None,
 
 def _traced(module_path: str | None, model: str | None, input_shape: str | None, dtype: str):
     """The operator graph of a factory's module or of a preset."""
-    from ..alpa import trace
+    from planner.alpa import trace
 
     module, shape, name = _module(module_path, model, input_shape, dtype)
     return trace.trace_module(module, trace.token_inputs(shape), name=name)
@@ -68,7 +68,7 @@ def trace_command(module_path: str, input_shape: str, dtype: str, out: str) -> N
     """Trace a module on the meta device into an operator graph (shapes, FLOPs, params, blocks)."""
 
     def work() -> None:
-        from ..alpa.graph import find_blocks, to_json
+        from planner.alpa.graph import find_blocks, to_json
 
         check_places(out=out)
         graph = _traced(module_path, None, input_shape, dtype)
@@ -124,7 +124,7 @@ def _attach_target(path: str, out: str | None, *, tp: int, dp: int | None, model
     from costmodels.model_spec import model_to_dict
     from costmodels.presets import load_model
 
-    from ..alpa.attach import check_degrees, check_target, read_target
+    from planner.alpa.attach import check_degrees, check_target, read_target
 
     if not out or out == "-":
         raise AutoplanError("--attach needs --out NEW_PLAN.json, the plan file to write (not '-')")
@@ -137,7 +137,7 @@ def _attach_target(path: str, out: str | None, *, tp: int, dp: int | None, model
 
 
 def _attach_write(target: _Target, report: dict, out: str, module_path: str | None, shape) -> None:
-    from ..alpa.attach import attached
+    from planner.alpa.attach import attached
 
     if report["unexpressible"]:
         raise AutoplanError(f"--attach: {len(report['unexpressible'])} layout change(s) of the ILP plan cannot be "
@@ -147,7 +147,7 @@ def _attach_write(target: _Target, report: dict, out: str, module_path: str | No
 
 
 def _check_contract(module, tp: int) -> None:
-    from ..runtime.user_model import contract_problems
+    from planner.launch.torchjob.user_model import contract_problems
 
     problems = contract_problems(module, splits_params=tp > 1)
     if problems:
@@ -184,8 +184,8 @@ def shard_command(model, module_path, input_shape, tp, dp, hardware, gpus_per_no
     with --module, inputs.module and inputs.input_shape), ready for 'autoplan launch NEW'."""
 
     def work() -> None:
-        from ..alpa import trace
-        from ..alpa.shard import shard_graph
+        from planner.alpa import trace
+        from planner.alpa.shard import shard_graph
 
         if (model is None) == (module_path is None):
             raise AutoplanError("give exactly one of --model PRESET or --module pkg.mod:factory")

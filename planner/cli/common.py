@@ -37,7 +37,7 @@ def run_command(work: Callable[[], T]) -> T:
 
 def check_places(*, out: str | None = None, plot_dir: str | None = None) -> None:
     """Refuse an unwritable ``--out`` file or ``--plot`` directory before any work starts."""
-    from ..places import check_output_dir, check_output_file
+    from .places import check_output_dir, check_output_file
 
     if out is not None:
         check_output_file(out, "--out")

@@ -27,11 +27,11 @@ def launch_command(plan_file: str, out_dir: str, force: bool, python: str | None
     CPU with gloo. Plans with parts the job cannot apply (low-precision recipes, DualPipe, ...) are
     refused with a line naming the field; --exports-only writes their framework configs without the job.
     """
-    from ..emit.job import write_exports_only, write_job
-    from ..runtime.plan_file import read_plan_file
+    from planner.launch.job import write_exports_only, write_job
+    from planner.plan.plan_file import read_plan_file
 
     def work() -> None:
-        from ..places import check_output_dir
+        from .places import check_output_dir
 
         check_output_dir(out_dir, "--out", job=True, force=force)
         if exports_only:

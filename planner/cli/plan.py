@@ -15,7 +15,7 @@ SCHEDULE_NAMES = ("gpipe", "1f1b", "interleaved", "zb-h1", "interleaved-zb", "zb
 """``costmodels.layout.SCHEDULES``, spelled out so the CLI loads no cost model (a test checks they agree)."""
 
 if TYPE_CHECKING:
-    from ..runtime.plan_file import PlanEntry, PlanFile
+    from planner.plan.plan_file import PlanEntry, PlanFile
 
 JOB_OPTIONS: list[Callable] = [
     click.option("--model", "model", required=True, help="Preset name (see 'autoplan models') or a config.json path."),
@@ -110,7 +110,7 @@ def _emit(text: str, fmt: str, out: str | None, console_view: Callable, best: "P
 
 
 def _one_line(best: "PlanEntry | None") -> str:
-    from ..render import layout_summary
+    from planner.plan.render import layout_summary
 
     if best is None:
         return "no layout fits"
@@ -141,7 +141,7 @@ def split_options(func: Callable) -> Callable:
 @click.option("--allow-cross-node-tp", is_flag=True, help="Let tensor parallel span nodes.")
 @click.option("--launchable", is_flag=True,
               help="Rarely needed: keep out the few layouts 'autoplan launch' still refuses (the rule launch "
-                   "checks, planner/launchable.py: fewer micro-batches than pp, tp not "
+                   "checks, planner/search/launchable.py: fewer micro-batches than pp, tp not "
                    "dividing the kv heads, and what README 'From a plan to a running job' lists), "
                    "costed as its job runs them (--runtime torch).")
 @click.option("--solver", type=click.Choice(["search", "brute-force"]), default="search", show_default=True,
@@ -156,7 +156,7 @@ def plan_command(fmt: str, out: str | None, top_k: int, allow_cross_node_tp: boo
     Exits 1 when no layout fits, printing the closest misses and what would make them fit.
     """
     def work() -> None:
-        from .. import api
+        from planner import api
 
         check_places(out=out, plot_dir=plot_dir)
 
@@ -184,8 +184,8 @@ def plan_command(fmt: str, out: str | None, top_k: int, allow_cross_node_tp: boo
 
 
 def _why_nothing_searched(report: Any) -> str:
-    """The reason the search space was empty (``planner.space.empty_space_reason``)."""
-    from ..space import LAUNCHABLE, SearchOptions, empty_space_reason
+    """The reason the search space was empty (``planner.search.space.empty_space_reason``)."""
+    from planner.search.space import LAUNCHABLE, SearchOptions, empty_space_reason
 
     i = report.inputs
     options = SearchOptions(allow_cross_node_tp=bool(i.allow_cross_node_tp), **(LAUNCHABLE if i.launchable else {}))
@@ -232,9 +232,9 @@ def evaluate_command(fmt: str, out: str | None, dp: int, tp: int, pp: int, cp: i
                      **kw: Any) -> None:
     """Cost one explicit layout: memory per GPU, step time by term, traffic."""
     def work() -> None:
-        from .. import api
-        from ..bands import job_bands
-        from ..report import PlanReport, plan_entry
+        from planner import api
+        from planner.plan.bands import job_bands
+        from planner.plan.report import PlanReport, plan_entry
 
         check_places(out=out)
         job_kwargs = _job_kwargs(kw)
@@ -265,13 +265,13 @@ def evaluate_command(fmt: str, out: str | None, dp: int, tp: int, pp: int, cp: i
 
 
 def print_plan_view(console: Console, single: "PlanEntry") -> None:
-    from ..render import print_plan
+    from planner.plan.render import print_plan
 
     print_plan(console, single, "layout")
 
 
 def _print(report: "PlanFile") -> None:
-    from ..render import print_report
+    from planner.plan.render import print_report
 
     print_report(Console(), report)
 
@@ -279,7 +279,7 @@ def _print(report: "PlanFile") -> None:
 def _plot(plan: "PlanFile", plot_dir: str | None) -> None:
     """``--plot DIR``: figures of the plan (planner.validate.plot), listed on stderr."""
     if plot_dir:
-        from ..validate.plot import plot_plan
+        from planner.validate.plot import plot_plan
 
         paths = plot_plan(plan, plot_dir)
         click.echo(f"wrote {len(paths)} figures to {plot_dir}", err=True)
@@ -295,8 +295,8 @@ def explain_command(plan_file: str, plot_dir: str | None, fmt: str) -> None:
     """Explain a plan file: what binds the best plan, why the runner-up lost, and what would
     change the answer (the search re-run with 2x NIC bandwidth and 2x global batch)."""
     def work() -> None:
-        from ..explain import explain, explanation_lines
-        from ..runtime.plan_file import read_plan_file
+        from planner.explain import explain, explanation_lines
+        from planner.plan.plan_file import read_plan_file
 
         check_places(plot_dir=plot_dir)
         plan = read_plan_file(plan_file)

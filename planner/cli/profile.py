@@ -97,7 +97,7 @@ def import_trace_command(trace: str, layout: str, model: str | None, spans_nodes
 
     \b
     Trace the generated job's own step:
-      torchrun --standalone --nproc-per-node N -m planner.runtime.trace_step --plan plan.json --out step.json
+      torchrun --standalone --nproc-per-node N -m planner.launch.torchjob.trace_step --plan plan.json --out step.json
     """
     from profiles.trace_import import import_trace, parse_degrees
 
@@ -192,7 +192,7 @@ def _check_devices(device: str, nproc: int) -> None:
 def _profile(device: str, nproc: int, out: Path, quick: bool, only: str | None, command: str) -> None:
     from profiles import load_profile
 
-    from ..places import check_output_file
+    from .places import check_output_file
 
     check_output_file(out, "--out")
     _check_devices(device, nproc)

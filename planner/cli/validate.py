@@ -46,8 +46,8 @@ def validate_command(plan_file: str, num_candidates: int, steps: int, warmup: in
     --calibrate --from-log TABLE: no runs; fit to step times measured elsewhere, leave-one-out.
     """
     def work() -> None:
-        from ..places import check_output_dir, check_output_file
-        from ..validate.workflow import calibrate_from_log, run_validation
+        from .places import check_output_dir, check_output_file
+        from planner.validate.workflow import calibrate_from_log, run_validation
 
         if workdir is not None:
             check_output_dir(workdir, "--workdir")

@@ -24,7 +24,7 @@ from typing import Any, Callable
 
 from costmodels.assumptions import DEFAULT_ASSUMPTIONS, Assumptions
 from costmodels.layout import Layout
-from planner.runtime.plan_file import PlanInputs
+from planner.plan.plan_file import PlanInputs
 
 from .compare import cost_model
 

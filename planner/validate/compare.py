@@ -20,7 +20,7 @@ from typing import Any
 from costmodels.assumptions import DEFAULT_ASSUMPTIONS, Assumptions
 from costmodels.breakdown import CostBreakdown
 from costmodels.estimate import CostModel
-from planner.runtime.plan_file import PlanInputs
+from planner.plan.plan_file import PlanInputs
 from costmodels import rank_memory
 from costmodels.assignment import rank_layers
 

@@ -4,7 +4,7 @@
 
 No memory is allocated and no process is started per rank: a fake process group (PyTorch's
 ``fake`` backend, its collectives return at once) stands in for the job, and the model parts
-are built exactly as the generated job builds them (``planner.runtime``: meshes, stage split,
+are built exactly as the generated job builds them (``planner.launch.torchjob``: meshes, stage split,
 recomputation wrappers, TP/SP, FSDP2) on the meta device, then materialised under
 ``FakeTensorMode``. The step runs forward, backward and the optimizer step on fake tensors
 with ``MemoryProbe`` counting parameters, gradients, optimizer states and saved activations.
@@ -33,9 +33,9 @@ import torch
 import torch.distributed as dist
 
 from costmodels.layout import Layout
-from planner.runtime import context_parallel, experts, trainer
-from planner.runtime.plan_file import read_plan_file
-from planner.runtime.parallel import build_meshes, build_parts, parallelize, shard_embedding_grads
+from planner.launch.torchjob import context_parallel, experts, trainer
+from planner.plan.plan_file import read_plan_file
+from planner.launch.torchjob.parallel import build_meshes, build_parts, parallelize, shard_embedding_grads
 
 from .probe import MemoryProbe
 from .schedule import rank_order

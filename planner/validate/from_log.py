@@ -29,7 +29,7 @@ from typing import Any
 
 from costmodels.assumptions import DEFAULT_ASSUMPTIONS
 from costmodels.layout import Layout, LayoutError
-from planner.runtime.plan_file import PlanInputs
+from planner.plan.plan_file import PlanInputs
 
 from .calibrate import Run, fit, predict_all
 from .runner import ValidateError

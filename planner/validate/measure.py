@@ -1,4 +1,4 @@
-"""Measure plans under torchrun with the generated job's own code (``planner.runtime``).
+"""Measure plans under torchrun with the generated job's own code (``planner.launch.torchjob``).
 
     torchrun --standalone --nproc-per-node P -m planner.validate.measure cases.json results.jsonl
 
@@ -26,9 +26,9 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from planner.runtime.data import SyntheticTokens
-from planner.runtime.plan_file import read_plan_file
-from planner.runtime.trainer import init_distributed, pick_device, setup_job, train_step
+from planner.launch.torchjob.data import SyntheticTokens
+from planner.plan.plan_file import read_plan_file
+from planner.launch.torchjob.trainer import init_distributed, pick_device, setup_job, train_step
 
 from .probe import MemoryProbe
 

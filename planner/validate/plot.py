@@ -19,7 +19,7 @@ from costmodels.estimate import CostModel
 from costmodels.layout import Layout
 from costmodels.rank_time import rank_core_times
 from hardware_specs.units import GIB
-from planner.runtime.plan_file import PlanFile
+from planner.plan.plan_file import PlanFile
 
 from .schedule import simulate
 
@@ -131,7 +131,7 @@ def plot_memory(plan: PlanFile, cm: CostModel, out_dir: Path) -> list[Path]:
 
 def candidate_points(plan: PlanFile, cm: CostModel) -> list[tuple[float, float, bool]]:
     """(peak GiB, step s, fits) of the layouts of the plan's search space (sampled evenly)."""
-    from planner.space import LAUNCHABLE, SearchOptions, all_layouts, overlap_searched
+    from planner.search.space import LAUNCHABLE, SearchOptions, all_layouts, overlap_searched
 
     inputs = plan.inputs
     options = SearchOptions(allow_cross_node_tp=bool(inputs.allow_cross_node_tp),

@@ -51,7 +51,7 @@ def _add(seen: dict[int, int], t: Any) -> None:
 
 
 class MemoryProbe:
-    """Install on a ``planner.runtime.trainer.Job``; read ``peak`` after a step."""
+    """Install on a ``planner.launch.torchjob.trainer.Job``; read ``peak`` after a step."""
 
     def __init__(self, job) -> None:
         self.job = job
@@ -204,7 +204,7 @@ class _patched_checkpoint:
         self.probe = probe
 
     def __enter__(self) -> None:
-        from planner.runtime import model
+        from planner.launch.torchjob import model
 
         self.original = model.checkpoint
 
@@ -215,6 +215,6 @@ class _patched_checkpoint:
         model.checkpoint = counted
 
     def __exit__(self, *exc: Any) -> None:
-        from planner.runtime import model
+        from planner.launch.torchjob import model
 
         model.checkpoint = self.original

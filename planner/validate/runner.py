@@ -19,7 +19,7 @@ from typing import Any
 
 from costmodels.layout import Layout
 from hardware_specs.errors import AutoplanError
-from planner.runtime.plan_file import PlanFile, PlanFileError
+from planner.plan.plan_file import PlanFile, PlanFileError
 
 from .compare import (MemoryRow, cost_model, error_pct, measured_by_stage, measured_step_time_s,
                       memory_rows, predicted_memory)
@@ -73,7 +73,7 @@ def single_plans(plan: PlanFile, candidates: int) -> list[tuple[str, PlanFile]]:
 
 def prepare(plans: list[tuple[str, PlanFile]], workdir: Path) -> tuple[list[dict], list[PlanResult]]:
     """Write a job per launchable plan; plans the launcher refuses come back as skipped results."""
-    from planner.emit.job import write_job
+    from planner.launch.job import write_job
 
     jobs, skipped = [], []
     for name, plan in plans:

@@ -9,7 +9,7 @@ import tempfile
 from pathlib import Path
 from typing import Any, Callable
 
-from planner.runtime.plan_file import PlanFile, read_plan_file
+from planner.plan.plan_file import PlanFile, read_plan_file
 
 from . import runner
 from .calibrate import calibrate_from_results

@@ -17,8 +17,8 @@ import torch.distributed as dist
 
 from costmodels.layout import Layout
 from costmodels.presets import load_model
-from planner.runtime import trainer
-from planner.runtime.data import SyntheticTokens
+from planner.launch.torchjob import trainer
+from planner.launch.torchjob.data import SyntheticTokens
 
 SEQ_LEN = 16
 COUNTED = ("all_gather_single", "reduce_scatter_single", "all_reduce")

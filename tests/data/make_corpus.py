@@ -131,7 +131,7 @@ def case_json(kind: str, kwargs: dict[str, Any]) -> str:
     """The JSON document ``autoplan plan --format json`` / ``autoplan evaluate --format json`` prints."""
     from costmodels.layout import Layout
     from planner import api
-    from planner.report import plan_entry
+    from planner.plan.report import plan_entry
 
     here = os.getcwd()
     os.chdir(REPO)

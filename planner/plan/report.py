@@ -10,7 +10,7 @@ from costmodels.breakdown import CostBreakdown
 from hardware_specs.units import GIB
 
 from .bands import JobBands
-from .runtime.plan_file import MissEntry, PlanEntry, PlanFile, PlanInputs, SearchStats
+from .plan_file import MissEntry, PlanEntry, PlanFile, PlanInputs, SearchStats
 
 
 def plan_entry(breakdown: CostBreakdown, bands: JobBands | None = None) -> PlanEntry:
@@ -54,7 +54,7 @@ class PlanReport:
     """How the plans were found (``SearchStats`` fields); default: one layout costed as given."""
     """Solver name, candidates in the space, candidates evaluated (and, outside plan files, seconds)."""
     bands: JobBands | None = None
-    """Error bands of the predictions (``planner.bands.job_bands``); None: the plan file has none."""
+    """Error bands of the predictions (``planner.plan.bands.job_bands``); None: the plan file has none."""
 
     @property
     def feasible(self) -> bool:

@@ -1,7 +1,7 @@
 """A mesh's schedule choices in groups, their floors, and their (group, state) pairs for the
-exact search (``planner.search``): which choices one bound covers, and in what order the visit
+exact search (``planner.search.solve``): which choices one bound covers, and in what order the visit
 takes them. Every floor here is a lower bound (``costmodels.bounds``); why each never cuts the
-answer is in ``planner.search`` and the docstrings below."""
+answer is in ``planner.search.solve`` and the docstrings below."""
 
 from __future__ import annotations
 

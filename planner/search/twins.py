@@ -1,6 +1,6 @@
 """What the search learns of a layout from its TP-overlap twin: the layout equal to it but in
 ``Layout.tp_comm_overlap`` (both with sequence parallelism and tp > 1), costed earlier in the same
-mesh visit (``planner.search._visit_mesh``).
+mesh visit (``planner.search.solve._visit_mesh``).
 
 - Memory: the twins' peaks differ by ``bounds.tp_overlap_extra_bytes`` (the userbuffers, the same on
   every rank), so one costed peak gives the other's; within ``MEMORY_MARGIN`` of the capacity, where

@@ -14,7 +14,7 @@ from collections import Counter
 from costmodels.estimate import CostModel
 
 from .ranking import MeshBand, layout_key, mesh_of, ranked_plans
-from .solver_result import SolverResult, overshoot_key
+from .result import SolverResult, overshoot_key
 from .space import SearchOptions, all_layouts
 
 

@@ -1,7 +1,7 @@
 """``launch_problems``: the one rule for what the job ``autoplan launch`` writes can apply.
 
-``plan --launchable`` filters the search space with it (``planner.space``) and ``launch`` refuses
-a plan with it (``planner.emit.job``), so the two cannot disagree. Each rule reads the mesh
+``plan --launchable`` filters the search space with it (``planner.search.space``) and ``launch`` refuses
+a plan with it (``planner.launch.job``), so the two cannot disagree. Each rule reads the mesh
 degrees plus at most one of: how model states are held, or the micro-batch count. Lifted by
 issue 13: optimizer offload (FSDP2 ``CPUOffloadPolicy``), LoRA, tied embeddings under tp and pp.
 """

@@ -20,7 +20,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE / "runtime"))
 
-from planner_runtime.main import main  # noqa: E402
+from planner.launch.torchjob.main import main  # noqa: E402
 
 if __name__ == "__main__":
     main(sys.argv[1:], job_dir=HERE)

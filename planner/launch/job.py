@@ -17,18 +17,19 @@ from costmodels.layout import Layout, layout_problems
 from costmodels.model_spec import ModelSpec
 from costmodels.training import TrainingSpec
 from hardware_specs.errors import AutoplanError
-from planner.launchable import launch_problems, runtime_problems
-from planner.runtime import user_model
-from planner.runtime.plan_file import PlanFile, PlanFileError
-from planner.runtime.tp_styles import parse_style
+from planner.search.launchable import launch_problems, runtime_problems
+from planner.launch.torchjob import user_model
+from planner.plan.plan_file import PlanFile, PlanFileError
+from planner.launch.torchjob.tp_styles import parse_style
 from profiles.io import write_text_atomic
 
 from . import frameworks, scripts
 
-RUNTIME_ENTRY = "main"
-"""The runtime module the job runs; the bundle is what it imports, followed transitively."""
-SPEC_PACKAGES = ("costmodels", "hardware_specs")
-"""Packages whose modules the runtime may import (specs only; they are copied beside it)."""
+JOB_PACKAGE = "planner.launch.torchjob"
+"""The package of the generated job; its module ``main`` is the entry the bundle starts from."""
+BUNDLED_PACKAGES = (JOB_PACKAGE, "planner.plan", "costmodels", "hardware_specs")
+"""Packages whose modules the job may import (the job itself, the plan file, the specs): the bundle
+copies the modules it imports from these, under their own dotted names, beside train.py."""
 
 
 def tp_plan_problems(tp_plan: dict[str, str] | None, layout: Layout) -> list[str]:
@@ -74,42 +75,58 @@ def check_plan(plan: PlanFile) -> tuple[ModelSpec, TrainingSpec, Layout]:
     return inputs.model_spec, inputs.training, layout
 
 
+def _source_root() -> Path:
+    return Path(__file__).resolve().parent.parent.parent
+
+
+def _bundled_package(module: str) -> tuple[str, str] | None:
+    """(package, module name) of an absolute import the bundle follows, or None."""
+    for package in BUNDLED_PACKAGES:
+        if module == package:
+            return package, "__init__"
+        if module.startswith(package + "."):
+            return package, module[len(package) + 1:].split(".")[0]
+    return None
+
+
 def bundle_modules() -> dict[str, tuple[str, ...]]:
-    """{package: module names} the generated job needs: ``planner/runtime``'s entry module and
-    every module it imports (relative imports, and ``costmodels.*`` / ``hardware_specs.*``),
-    followed transitively, read from the source with ``ast`` (nothing is imported)."""
-    root = Path(__file__).resolve().parent.parent.parent
-    dirs = {"planner_runtime": root / "planner" / "runtime", **{pkg: root / pkg for pkg in SPEC_PACKAGES}}
+    """{package: module names} the generated job needs: ``planner.launch.torchjob``'s entry module
+    ``main`` and every module it imports (relative imports, and absolute ones into
+    ``BUNDLED_PACKAGES``), followed transitively, read from the source with ``ast`` (nothing is
+    imported)."""
+    root = _source_root()
     found: dict[str, set[str]] = {}
-    todo = [("planner_runtime", RUNTIME_ENTRY), ("planner_runtime", "__init__")]
+    todo = [(JOB_PACKAGE, "main"), (JOB_PACKAGE, "__init__")]
     while todo:
         package, name = todo.pop()
         if name in found.setdefault(package, set()):
             continue
         found[package].add(name)
-        tree = ast.parse((dirs[package] / f"{name}.py").read_text(encoding="utf-8"))
-        for node in ast.walk(tree):
+        path = root.joinpath(*package.split("."), f"{name}.py")
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             if isinstance(node, ast.ImportFrom) and node.level == 1:
                 targets = [a.name for a in node.names] if node.module is None else [node.module.split(".")[0]]
                 todo += [(package, t) for t in targets]
-            elif isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] in SPEC_PACKAGES:
-                head, _, rest = node.module.partition(".")
-                todo.append((head, rest.split(".")[0] if rest else "__init__"))
+            elif isinstance(node, ast.ImportFrom) and node.module and _bundled_package(node.module):
+                todo.append(_bundled_package(node.module))
     return {package: tuple(sorted(names)) for package, names in sorted(found.items())}
 
 
 def _copy_runtime(out: Path) -> None:
-    runtime = out / "runtime"
-    root = Path(__file__).resolve().parent.parent.parent
+    """Copy the bundle into ``out/runtime/<package path>/``; a package's ``__init__`` is copied only
+    for the job's own package, every other package (and each parent) gets a one-line stub, so
+    importing a bundled module never runs a package's imports the job does not need."""
+    runtime, root = out / "runtime", _source_root()
     for package, modules in bundle_modules().items():
-        source = root / "planner" / "runtime" if package == "planner_runtime" else root / package
-        (runtime / package).mkdir(parents=True, exist_ok=True)
-        if package != "planner_runtime":
-            (runtime / package / "__init__.py").write_text('"""Copied by autoplan launch (specs only)."""\n',
-                                                          encoding="utf-8")
+        parts = package.split(".")
+        for depth in range(1, len(parts) + 1):
+            folder = runtime.joinpath(*parts[:depth])
+            folder.mkdir(parents=True, exist_ok=True)
+            if not (depth == len(parts) and package == JOB_PACKAGE):
+                (folder / "__init__.py").write_text('"""Copied by autoplan launch."""\n', encoding="utf-8")
         for name in modules:
-            if name != "__init__" or package == "planner_runtime":
-                shutil.copyfile(source / f"{name}.py", runtime / package / f"{name}.py")
+            if name != "__init__" or package == JOB_PACKAGE:
+                shutil.copyfile(root.joinpath(*parts, f"{name}.py"), runtime.joinpath(*parts, f"{name}.py"))
 
 
 def _write(path: Path, text: str, executable: bool = False) -> None:

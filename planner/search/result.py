@@ -1,5 +1,5 @@
 """``SolverResult``: what a solver (search or brute force) returns, before ``api.plan`` turns it
-into a ``PlanReport`` (planner/report.py): the best plan per mesh, counts of rejected candidates,
+into a ``PlanReport`` (planner/plan/report.py): the best plan per mesh, counts of rejected candidates,
 closest misses."""
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ from costmodels.params import total_params
 from hardware_specs import make_cluster
 from hardware_specs.units import GIB
 
-from .search import solve
+from .solve import solve
 from .space import SearchOptions
 
 MAX_SCALE_UP = 64
@@ -47,7 +47,7 @@ def smallest_fitting_gpus(cost_model: CostModel, options: SearchOptions) -> tupl
 
 def what_would_fit(miss: CostBreakdown, cost_model: CostModel, options: SearchOptions) -> tuple[str, ...]:
     """Suggestions that would make the request fit, each checked by the search."""
-    from .render import layout_summary
+    from planner.plan.render import layout_summary
 
     states = model_state_gib(cost_model)
     gpus = cost_model.cluster.num_gpus

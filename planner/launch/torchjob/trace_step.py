@@ -1,6 +1,6 @@
 """Record a PyTorch profiler trace of the generated job's own training step.
 
-    torchrun --standalone --nproc-per-node 2 -m planner.runtime.trace_step --plan plan.json --out step.json
+    torchrun --standalone --nproc-per-node 2 -m planner.launch.torchjob.trace_step --plan plan.json --out step.json
 
 Builds the job of ``plan.json`` exactly as ``train.py`` does (``trainer.setup_job``), runs
 ``--warmup`` untimed steps, then one step of ``trainer.train_step`` under ``torch.profiler`` with
@@ -22,7 +22,7 @@ from .main import _setup
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m planner.runtime.trace_step", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m planner.launch.torchjob.trace_step", description=__doc__.split("\n")[0])
     parser.add_argument("--plan", required=True, help="plan file (autoplan plan/evaluate --out)")
     parser.add_argument("--out", required=True, help="Chrome trace JSON to write (rank 0)")
     parser.add_argument("--warmup", type=int, default=1, help="untimed steps before the traced one")

@@ -3,13 +3,13 @@
 Used by the loss-parity tests: one torchrun launch per world size covers many layouts, since
 starting processes costs far more on a small machine than a few steps of a tiny model.
 
-    torchrun --standalone --nproc-per-node 4 -m planner.runtime.case_runner cases.json results.json
+    torchrun --standalone --nproc-per-node 4 -m planner.launch.torchjob.case_runner cases.json results.json
 
 ``cases.json`` is a list of {"name", "model", "layout", "seq_len", "steps", "lr", "max_norm",
 "seed"} and optionally "lora_rank" and "lora_targets"; "model" is a preset name or a ModelSpec dict, or a case gives "module" ("pkg.mod:factory",
 a user's model) instead; an optional "tp_plan" ({module fqn: style}) replaces the fixed TP plan. Cases whose world size differs from the
 launch are skipped. ``results.json`` maps each name to its per-step {"loss", "grad_norm"}.
-Run without torchrun (``python -m planner.runtime.case_runner ...``) it runs the single-process
+Run without torchrun (``python -m planner.launch.torchjob.case_runner ...``) it runs the single-process
 cases, without a process group: the reference.
 """
 

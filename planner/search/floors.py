@@ -1,4 +1,4 @@
-"""Memory floors of one mesh's layouts during a search visit (``planner.search._visit_mesh``):
+"""Memory floors of one mesh's layouts during a search visit (``planner.search.solve._visit_mesh``):
 ``costmodels.memory_bounds``' S + (1 + φ)·A + reserve, at most a layout's peak, so a layout whose
 floor passes the capacity is never a plan and is cut before its step time or its peak is costed.
 The floor's two parts are kept by the choices they read (the held states by the state and what

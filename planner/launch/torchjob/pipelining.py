@@ -4,7 +4,7 @@ GPipe and 1F1B run one stage per pp rank; interleaved 1F1B and interleaved zero 
 ``virtual_stages`` stages per rank in the looped placement (rank r holds stages r, r + pp, ...), as
 in Narayanan et al. 2021; ZB-H1 is torch's interleaved zero-bubble schedule with one stage per rank;
 ZB-V and DualPipeV run two stages per rank in a V (r and 2·pp − 1 − r). DualPipe is not in torch
-2.13 (``planner.launchable`` refuses it). Gradients are divided by the number of micro-batches
+2.13 (``planner.search.launchable`` refuses it). Gradients are divided by the number of micro-batches
 (``scale_grads``), matching the mean loss.
 """
 

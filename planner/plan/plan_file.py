@@ -231,7 +231,7 @@ class SearchStats:
     rejected: dict[str, int] = field(default_factory=dict)
     seconds: float | None = None
     tie_band: float | None = None
-    """Plans within this fraction of the fastest count as tied (``planner.ranking.TIE_BAND``)."""
+    """Plans within this fraction of the fastest count as tied (``planner.search.ranking.TIE_BAND``)."""
     num_tied: int | None = None
     """How many plans were tied with the fastest; the simplest of them is ``best``."""
 

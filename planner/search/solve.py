@@ -53,11 +53,11 @@ from costmodels.breakdown import CostBreakdown
 from costmodels.estimate import CostModel
 from costmodels.pipeline import DUALPIPE
 
-from .memory_floors import MemoryFloors
-from .overlap_twins import OverlapTwins
+from .floors import MemoryFloors
+from .twins import OverlapTwins
 from .ranking import TIE_BAND, MeshBand, ranked_plans
-from .search_groups import Group, least_bound_s, pairs, schedule_groups, states_that_may_fit, with_state_floors
-from .solver_result import SolverResult, count, overshoot_key
+from .groups import Group, least_bound_s, pairs, schedule_groups, states_that_may_fit, with_state_floors
+from .result import SolverResult, count, overshoot_key
 from .space import (MeshChoice, PipelineChoice, ScheduleChoice, SearchOptions, StateChoice, make_layout,
                     mesh_choices, num_schedule_choices, pipeline_choices, schedule_choices, sequence_parallel_values,
                     state_choices, tp_overlap_values)

@@ -54,7 +54,7 @@ class SearchOptions:
     sequence parallelism; ``planner.api.plan`` turns it off on CPU hardware (userbuffers and torch's
     symmetric memory need CUDA)."""
     launchable: bool = False
-    """Only layouts ``autoplan launch`` applies: ``planner.launchable.launch_problems`` is checked
+    """Only layouts ``autoplan launch`` applies: ``planner.search.launchable.launch_problems`` is checked
     on every mesh, state and schedule choice (see ``_launchable``)."""
     layers_per_chunk: tuple[int, ...] = ()
     """A fixed split (layers per chunk): only pipelines with pp · v chunks of that count are searched."""

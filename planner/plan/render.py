@@ -10,7 +10,7 @@ from costmodels.breakdown import MEMORY_TERMS, TIME_TERMS
 from costmodels.layout import Layout
 from costmodels.stage_split import describe_split
 
-from .runtime.plan_file import PlanEntry, PlanFile
+from .plan_file import PlanEntry, PlanFile
 
 TIME_LABELS = {"compute": "compute", "recompute": "recompute", "tp_comm": "TP comm (exposed)",
                "cp_comm": "CP comm (exposed)", "ep_comm": "EP comm (exposed)", "dp_comm": "DP comm (exposed)",

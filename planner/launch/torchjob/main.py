@@ -24,7 +24,7 @@ from hardware_specs.errors import AutoplanError
 
 from . import checkpoint
 from .data import open_source
-from .plan_file import PlanFile, PlanFileError, read_plan_file
+from planner.plan.plan_file import PlanFile, PlanFileError, read_plan_file
 from .trainer import init_distributed, pick_device, setup_job, train_step
 
 GIB = 2**30
