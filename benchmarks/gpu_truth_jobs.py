@@ -102,6 +102,8 @@ def predict_one(case: Case, common: dict, reserved_bytes: float) -> dict:
         ok, text = _call(command, common["env"])
         if not ok:
             return {**row, "status": "error", "error": f"{stage}: {text}"}
+        if stage == "plan":
+            row["model_spec"] = json.loads((base / "plan.json").read_text(encoding="utf-8"))["inputs"]["model_spec"]
         if stage.startswith("predict_"):
             row["predicted"][stage.removeprefix("predict_")] = rec.prediction(json.loads(text), reserved_bytes)
     return {**row, "status": "pending"}
