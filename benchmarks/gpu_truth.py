@@ -135,6 +135,8 @@ def run(args: argparse.Namespace) -> int:
     workdir.mkdir(parents=True, exist_ok=True)
     say(f"{len(opts['cases'])} layouts on {args.device}; budget {opts['budget_s']:.0f} s; workdir {workdir}")
     smi = env_mod.nvidia_smi() if args.device == "cuda" else None
+    if smi and smi.get("name"):  # an unknown device fails here, before the profile spends GPU time
+        device_facts(args, {}, smi)
     profile = {"status": "skipped (--no-profile)"} if args.no_profile else jobs_mod.run_profile(
         args.device, workdir, env, timeout_s=min(args.profile_timeout_s, max(1.0, deadline - time.time())), say=say)
     name, hardware = device_facts(args, profile, smi)
@@ -144,6 +146,8 @@ def run(args: argparse.Namespace) -> int:
     layouts = jobs_mod.predict_all(opts["cases"], common, reserved_bytes=_runtime_reserved_bytes(hardware), say=say)
     env_info = jobs_mod.measure_all(layouts, workdir, env, steps=opts["steps"], warmup=opts["warmup"],
                                     deadline=deadline, say=say)
+    if smi is not None:  # clocks, power and temperature after the sweep, beside those before it
+        smi = {**smi, "after": env_mod.nvidia_smi()}
     record = assemble(args, opts, layouts, profile, smi, env_info, name, hardware, notes, started)
     json_path, md_path = _out_paths(args.out_dir, hardware.split("-")[0])
     rec.write_atomic(json_path, rec.record_json(record))

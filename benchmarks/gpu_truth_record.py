@@ -131,7 +131,6 @@ def _pct(value: float | None) -> str:
 def markdown(record: dict) -> str:
     """A short summary: machine, one row per layout (measured vs both predictions), medians, notes."""
     d, s = record["device"], record["summary"]
-    peak_key = "peak_reserved" if d["type"] == "cuda" else "peak_rss"
     lines = [f"# GPU truth: {d['name']} ({record['created']})", "",
              f"- hardware preset: `{d['hardware_preset']}`; torch {record['software'].get('torch_version')}, "
              f"CUDA {record['software'].get('cuda_version')}, driver {d.get('driver_version')}",
@@ -139,7 +138,8 @@ def markdown(record: dict) -> str:
              f"- profile: {record['profile']['status']} ({record['profile'].get('wall_s', 0):.0f} s)",
              f"- layouts: {s['num_measured']} measured, {s['num_error']} failed, {s['num_skipped']} skipped; "
              f"wall {record['wall_s']:.0f} s", f"- command: `{record['command']}`", "",
-             f"errors are predicted / measured - 1; peak = {peak_key}", "",
+             "errors are predicted / measured - 1; peak: torch.cuda.max_memory_reserved on a GPU, "
+             "max RSS on CPU", "",
              "| layout | step ms | err datasheet | err profile | peak GiB | err datasheet | err profile | act err |",
              "|---|---:|---:|---:|---:|---:|---:|---:|"]
     for row in record["layouts"]:
@@ -148,7 +148,9 @@ def markdown(record: dict) -> str:
             continue
         m, e = row["measured"], row["errors"]
         ds, pr = e.get("datasheet", {}), e.get("profile", {})
-        peak = m["max_memory_reserved_bytes"] if d["type"] == "cuda" else m["peak_bytes"]
+        on_gpu = m["max_memory_reserved_bytes"] is not None
+        peak_key = "peak_reserved" if on_gpu else "peak_rss"
+        peak = m["max_memory_reserved_bytes"] if on_gpu else m["peak_bytes"]
         lines.append(f"| {row['name']} | {m['step_time_s'] * 1e3:.1f} | {_pct(ds.get('step_time'))} | "
                      f"{_pct(pr.get('step_time'))} | {peak / GIB:.2f} | {_pct(ds.get(peak_key))} | "
                      f"{_pct(pr.get(peak_key))} | {_pct(ds.get('activations'))} |")
