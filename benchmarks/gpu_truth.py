@@ -1,4 +1,4 @@
-"""Ground truth from a real GPU (issue #29): measure on one device what the cost model predicts.
+"""Ground truth from a real GPU: measure on one device what the cost model predicts.
 
     python benchmarks/gpu_truth.py --device cuda --wheels .whl --out-dir OUT     # on the GPU box
     python benchmarks/gpu_truth.py --device cpu --quick --out-dir /tmp/truth      # toy sizes, < 1 min
