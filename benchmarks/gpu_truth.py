@@ -32,6 +32,8 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+# The repo root, for the specs it reads in-process (hardware_specs): the GPU box has autoplan uninstalled.
+sys.path.insert(1, str(Path(__file__).resolve().parent.parent))
 
 import gpu_truth_env as env_mod  # noqa: E402
 import gpu_truth_jobs as jobs_mod  # noqa: E402
