@@ -1,0 +1,37 @@
+"""``launch --scheduler`` and the ``--k8s-*`` options, turned into ``K8sOptions`` (or None)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from hardware_specs.errors import AutoplanError
+
+SCHEDULERS = ("torchrun", "slurm", "kubernetes")
+"""torchrun and slurm name the files every job has (launch.sh, slurm.sbatch); kubernetes adds a manifest."""
+
+
+def kubernetes_options(plan: Any, out_dir: str, scheduler: str, given: dict[str, str | None]):
+    """``K8sOptions`` from the ``--k8s-*`` values (``given``, keyed ``k8s_kind`` ...) with their
+    defaults, or None when ``scheduler`` is not kubernetes; a ``--k8s-*`` option without
+    ``--scheduler kubernetes`` is refused rather than ignored."""
+    from planner.launch.kubernetes import (DEFAULT_CLAIM, DEFAULT_MOUNT, DEFAULT_NAMESPACE, K8sOptions, check_options,
+                                         default_image, default_name, node_shape)
+
+    if scheduler != "kubernetes":
+        named = sorted(f"--{key.replace('_', '-')}" for key, value in given.items() if value is not None)
+        if named:
+            raise AutoplanError(f"{named[0]}: only used with --scheduler kubernetes (got --scheduler {scheduler})")
+        return None
+    mount = given["k8s_mount"] if given["k8s_mount"] is not None else DEFAULT_MOUNT
+    job_dir = given["k8s_job_dir"]
+    if job_dir is None:
+        job_dir = f"{mount.rstrip('/')}/{Path(out_dir).resolve().name}"
+    options = K8sOptions(kind=given["k8s_kind"] or "jobset",
+                         name=given["k8s_name"] if given["k8s_name"] is not None else default_name(plan.inputs.model),
+                         namespace=given["k8s_namespace"] if given["k8s_namespace"] is not None else DEFAULT_NAMESPACE,
+                         image=given["k8s_image"] if given["k8s_image"] is not None else default_image(),
+                         claim_name=given["k8s_claim"] if given["k8s_claim"] is not None else DEFAULT_CLAIM,
+                         mount_path=mount, job_dir=job_dir)
+    check_options(options, node_shape(plan)[0])
+    return options

@@ -1,0 +1,243 @@
+"""``autoplan launch --scheduler kubernetes``: JobSet and PyTorchJob manifests.
+
+They validate against the published CRD schemas (tests/data/k8s/README.md names the releases),
+with unknown fields refused as ``kubectl apply --validate=strict`` would; their pod templates
+deserialize into the ``kubernetes`` client's ``V1PodTemplateSpec`` and serialize back unchanged;
+pods x processes per pod equals the plan's GPU count; bad options are one line and exit 2; and
+the container command of a 2-process CPU plan trains under torchrun on this machine.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import re
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import jsonschema
+import pytest
+import yaml
+from click.testing import CliRunner
+
+from planner.cli import main
+from planner.launch.kubernetes import MANIFEST_FILES, K8sOptions, manifest
+from planner.launch.yaml_text import yaml_text
+from planner.plan.plan_file import read_plan_file
+
+DATA = Path(__file__).resolve().parent / "data" / "k8s"
+CRDS = {"jobset": ("jobset.x-k8s.io_jobsets.yaml", "v1alpha2"), "pytorchjob": ("kubeflow.org_pytorchjobs.yaml", "v1")}
+README_PLAN = ["--model", "llama3-70b", "--hardware", "h100-sxm-80gb", "--gpus", "64", "--global-batch", "512",
+               "--seq-len", "8192"]
+"""The README's first command."""
+CPU_PLAN = ["--model", "tiny-llama", "--hardware", "cpu", "--gpus", "2", "--global-batch", "4", "--seq-len", "32",
+            "--precision", "fp32", "--launchable"]
+
+
+@functools.cache
+def crd_schema(kind: str) -> dict:
+    file, version = CRDS[kind]
+    crd = yaml.load((DATA / file).read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+    (entry,) = [v for v in crd["spec"]["versions"] if v["name"] == version]
+    return entry["schema"]["openAPIV3Schema"]
+
+
+def unknown_fields(value, schema: dict, path: str = "") -> list[str]:
+    """Keys of ``value`` the structural schema does not declare (what the API server prunes and
+    ``kubectl --validate=strict`` refuses): every object whose schema lists ``properties`` without
+    ``additionalProperties`` or ``x-kubernetes-preserve-unknown-fields``."""
+    out = []
+    if isinstance(value, dict):
+        props, extra = schema.get("properties"), schema.get("additionalProperties")
+        for key, item in value.items():
+            if props is not None and key in props:
+                out += unknown_fields(item, props[key], f"{path}.{key}")
+            elif isinstance(extra, dict):
+                out += unknown_fields(item, extra, f"{path}.{key}")
+            elif props is not None and not schema.get("x-kubernetes-preserve-unknown-fields"):
+                out.append(f"{path}.{key}")
+    elif isinstance(value, list) and "items" in schema:
+        for i, item in enumerate(value):
+            out += unknown_fields(item, schema["items"], f"{path}[{i}]")
+    return out
+
+
+def pod_templates(document: dict) -> list[dict]:
+    if document["kind"] == "JobSet":
+        return [r["template"]["spec"]["template"] for r in document["spec"]["replicatedJobs"]]
+    return [r["template"] for r in document["spec"]["pytorchReplicaSpecs"].values()]
+
+
+def pods_and_processes(document: dict) -> tuple[int, int]:
+    """(pods, processes per pod) as the controller would start them."""
+    if document["kind"] == "JobSet":
+        (rjob,) = document["spec"]["replicatedJobs"]
+        job = rjob["template"]["spec"]
+        assert job["parallelism"] == job["completions"] and job["completionMode"] == "Indexed"
+        pods = rjob["replicas"] * job["completions"]
+    else:
+        pods = sum(r["replicas"] for r in document["spec"]["pytorchReplicaSpecs"].values())
+        assert document["spec"]["nprocPerNode"] == pod_templates(document)[0]["spec"]["containers"][0]["command"][6]
+    command = pod_templates(document)[0]["spec"]["containers"][0]["command"]
+    assert int(command[command.index("--nnodes") + 1]) == pods
+    return pods, int(command[command.index("--nproc-per-node") + 1])
+
+
+def check_against_api(document: dict, kind: str) -> None:
+    """The CRD's schema, strict fields, and the core/v1 pod template through the kubernetes client."""
+    from kubernetes.client import ApiClient
+
+    schema = crd_schema(kind)
+    jsonschema.Draft7Validator(schema).validate(document)
+    assert unknown_fields(document, schema) == []
+    client = ApiClient()
+    for template in pod_templates(document):
+        model = client.deserialize(json.dumps(template), "V1PodTemplateSpec", "application/json")
+        assert client.sanitize_for_serialization(model) == template  # nothing dropped as unknown
+
+
+@pytest.fixture(scope="module")
+def readme_plan(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("readme") / "plan.json"
+    result = CliRunner().invoke(main, ["plan", *README_PLAN, "--out", str(path)])
+    assert result.exit_code == 0, result.output
+    return path
+
+
+@pytest.mark.parametrize("kind", ["jobset", "pytorchjob"])
+def test_readme_plan_renders_a_valid_manifest_of_the_plan_size(readme_plan, tmp_path, kind):
+    """``launch`` refuses this plan's job (TP overlap); --exports-only still writes the manifest."""
+    out = tmp_path / "job"
+    result = CliRunner().invoke(main, ["launch", str(readme_plan), "--out", str(out), "--exports-only",
+                                       "--scheduler", "kubernetes", "--k8s-kind", kind])
+    assert result.exit_code == 0, result.output
+    text = (out / MANIFEST_FILES[kind]).read_text()
+    document = yaml.safe_load(text)
+    check_against_api(document, kind)
+    pods, per_pod = pods_and_processes(document)
+    assert (pods, per_pod) == (8, 8) and pods * per_pod == read_plan_file(readme_plan).inputs.gpus == 64
+    container = pod_templates(document)[0]["spec"]["containers"][0]
+    assert container["resources"] == {"limits": {"nvidia.com/gpu": "8"}}
+    assert {"name": "dshm", "mountPath": "/dev/shm"} in container["volumeMounts"]
+    assert "no train.py" in text  # the header says what --exports-only left out
+
+
+def test_manifest_is_deterministic_and_reads_back_as_built(readme_plan, tmp_path):
+    texts = []
+    for name in ("a", "b"):
+        result = CliRunner().invoke(main, ["launch", str(readme_plan), "--out", str(tmp_path / name), "--exports-only",
+                                           "--scheduler", "kubernetes", "--k8s-job-dir", "/workspace/job"])
+        assert result.exit_code == 0, result.output
+        texts.append((tmp_path / name / "jobset.yaml").read_text().replace(str(tmp_path / name), "DIR"))
+    assert texts[0] == texts[1]
+    plan = read_plan_file(readme_plan)
+    options = K8sOptions(name="llama3-70b", image="pytorch/pytorch:2.13.0-cuda13.0-cudnn9-runtime",
+                         job_dir="/workspace/job")
+    assert yaml.safe_load(texts[0]) == manifest(plan, options, on_gpus=True)
+
+
+@pytest.mark.parametrize("gpus, per_node", [(1, 8), (8, 8), (16, 8), (12, 4)])
+@pytest.mark.parametrize("kind", ["jobset", "pytorchjob"])
+def test_pods_times_processes_is_the_plan_gpu_count(kind, gpus, per_node):
+    from test_emit import make_plan
+    from planner.plan.plan_file import PlanFile
+
+    raw = make_plan(gpus=gpus, dp=gpus)
+    raw["inputs"]["gpus_per_node"] = per_node
+    plan = PlanFile.from_dict(raw)
+    document = manifest(plan, K8sOptions(kind=kind, name="x", image="img", job_dir="/w/j"), on_gpus=False)
+    check_against_api(document, kind)
+    assert pods_and_processes(document) == (-(-gpus // per_node), min(gpus, per_node))
+    container = pod_templates(document)[0]["spec"]["containers"][0]
+    assert container["resources"] == {"requests": {"cpu": str(min(gpus, per_node))}}  # a CPU plan asks no GPUs
+    if kind == "pytorchjob":
+        assert ("Worker" in document["spec"]["pytorchReplicaSpecs"]) == (gpus > per_node)
+
+
+NASTY_STRINGS = ["8", "no", "on", "null", "~", "1e3", "0x1f", "1:20", "-x", "a: b", "a #b", "$(X)", "'q'", '"d"',
+                 "tab\there", "line\nbreak", "", " lead", "trail ", "ünï", "yes", "True", "- item", "*ref", "&anchor",
+                 "!tag", "%dir", "@at", "`bt`", "{a}", "[b]", "nvidia.com/gpu", "/dev/shm", "pytorch/pytorch:2.1-x"]
+
+
+def test_yaml_text_reads_back_as_the_same_values():
+    document = {"strings": NASTY_STRINGS, "keys": {s: s for s in NASTY_STRINGS}, "ints": [0, -1, 2**40],
+                "bools": [True, False], "empty": {"d": {}, "l": []}, "nested": [[1, [2]], [{"a": [{}]}]]}
+    assert yaml.safe_load(yaml_text(document, ("head\nline",))) == document
+
+
+BAD_OPTIONS = [
+    (["--k8s-kind", "mpijob"], "--k8s-kind"),
+    (["--k8s-image", ""], "--k8s-image"),
+    (["--k8s-image", "a b"], "--k8s-image"),
+    (["--k8s-namespace", "Bad_NS"], "--k8s-namespace"),
+    (["--k8s-namespace", "x" * 64], "--k8s-namespace"),
+    (["--k8s-name", "9lives"], "--k8s-name"),
+    (["--k8s-name", "n" * 50], "--k8s-name"),  # its JobSet pod names would pass 63 characters
+    (["--k8s-claim", "a/b"], "--k8s-claim"),
+    (["--k8s-mount", "relative"], "--k8s-mount"),
+]
+
+
+@pytest.mark.parametrize("args, field", BAD_OPTIONS)
+def test_bad_options_are_one_line_exit_2(readme_plan, tmp_path, args, field):
+    result = CliRunner().invoke(main, ["launch", str(readme_plan), "--out", str(tmp_path / "job"), "--exports-only",
+                                       "--scheduler", "kubernetes", *args])
+    assert result.exit_code == 2, result.output
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and field in lines[0], result.output
+    assert not (tmp_path / "job").exists()  # refused before anything was written
+
+
+def test_k8s_options_need_the_kubernetes_scheduler(readme_plan, tmp_path):
+    result = CliRunner().invoke(main, ["launch", str(readme_plan), "--out", str(tmp_path / "job"), "--exports-only",
+                                       "--k8s-namespace", "ml"])
+    assert result.exit_code == 2
+    assert result.output.strip() == ("error: --k8s-namespace: only used with --scheduler kubernetes "
+                                     "(got --scheduler torchrun)")
+
+
+def expand(arg: str, env: dict[str, str]) -> str:
+    """Kubernetes' ``$(VAR)`` expansion of container arguments (an undefined variable stays as written)."""
+    return re.sub(r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)", lambda m: env.get(m.group(1), m.group(0)), arg)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.torchrun
+def test_cpu_plan_manifest_command_trains_under_torchrun(tmp_path):
+    """The JobSet's container command, with pod 0's values for what the cluster provides (the node
+    index, pod 0's address) and this directory for the volume's job directory, trains 2 steps."""
+    plan, job = tmp_path / "plan.json", tmp_path / "job"
+    assert CliRunner().invoke(main, ["plan", *CPU_PLAN, "--out", str(plan)]).exit_code == 0
+    result = CliRunner().invoke(main, ["launch", str(plan), "--out", str(job), "--scheduler", "kubernetes",
+                                       "--k8s-job-dir", "/workspace/job"])
+    assert result.exit_code == 0, result.output
+    documents = {"jobset": yaml.safe_load((job / "jobset.yaml").read_text())}
+    assert CliRunner().invoke(main, ["launch", str(plan), "--out", str(job), "--scheduler", "kubernetes",
+                                     "--k8s-kind", "pytorchjob", "--k8s-job-dir", "/workspace/job"]).exit_code == 0
+    documents["pytorchjob"] = yaml.safe_load((job / "pytorchjob.yaml").read_text())
+    for kind, document in documents.items():
+        check_against_api(document, kind)
+        assert pods_and_processes(document) == (1, 2)
+    (container,) = pod_templates(documents["jobset"])[0]["spec"]["containers"]
+    (torch_container,) = pod_templates(documents["pytorchjob"])[0]["spec"]["containers"]
+    assert [a.replace("PET_NODE_RANK", "JOB_COMPLETION_INDEX") for a in torch_container["command"]] == \
+        container["command"]  # the same command; only the node rank's source differs
+    pod_env = {e["name"]: e["value"] for e in container["env"]}
+    pod_env.update(JOB_COMPLETION_INDEX="0", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))
+    command = [expand(a, pod_env).replace("/workspace/job", str(job)) for a in container["command"]]
+    assert command[0] == "python"
+    env = {**os.environ, **pod_env, "OMP_NUM_THREADS": "1"}
+    proc = subprocess.run([sys.executable, *command[1:], "--steps", "2"], env=env, cwd=tmp_path,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    records = [json.loads(line) for line in (job / "logs" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in records] == [1, 2] and all(r["loss"] > 0 for r in records)
+    assert (job / "checkpoints" / "step-00000002").is_dir()
