@@ -1,11 +1,12 @@
-"""Golden corpus of ``plan`` / ``evaluate`` JSON outputs, recorded before the cost-model refactor.
-
-``python tests/data/make_corpus.py`` rewrites ``tests/data/corpus/*.json`` from the current code;
-``tests/test_corpus.py`` regenerates each case in memory and compares it byte for byte. Each
-case is cheap (small GPU counts or tiny models) so the whole corpus runs in seconds.
+"""Cases of ``plan`` / ``evaluate`` that ``tests/test_behaviour_cases.py`` checks: one per feature
+(every ZeRO stage, schedule, recomputation mode, runtime, precision, a measured profile, an HF
+config, a job that does not fit). Each is cheap (small GPU counts or tiny models).
 
 Paths in inputs are relative to the repository root (the profile path is recorded in the plan's
-inputs), so run from there; ``case_json`` changes directory itself.
+inputs); ``case_json`` changes directory itself.
+
+``python tests/behaviour_cases.py NAME...`` prints the figures of the named cases, to read before
+updating ``EXPECTED`` in the test after an intended change of the cost model.
 """
 
 from __future__ import annotations
@@ -16,8 +17,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[2]
-CORPUS = Path(__file__).resolve().parent / "corpus"
+REPO = Path(__file__).resolve().parents[1]
+PLAN_BYTES = Path(__file__).resolve().parent / "data" / "plan_bytes"
 PROFILE = "profiles/data/cpu-gloo-2proc.json"
 HF_CONFIG = "tests/data/hf-small-llama/config.json"
 
@@ -147,13 +148,16 @@ def case_json(kind: str, kwargs: dict[str, Any]) -> str:
         os.chdir(here)
 
 
-def main() -> None:
-    CORPUS.mkdir(parents=True, exist_ok=True)
+def main(names: list[str]) -> None:
+    wanted = set(names)
     for name, kind, kwargs in cases():
-        (CORPUS / f"{name}.json").write_text(case_json(kind, kwargs))
-    print(f"wrote {len(cases())} cases to {CORPUS}", file=sys.stderr)
+        if not wanted or name in wanted:
+            doc = json.loads(case_json(kind, kwargs))
+            entry = doc.get("best", doc) if kind == "plan" else doc
+            print(name, json.dumps(entry and entry["predicted"] and {
+                k: entry["predicted"][k] for k in ("step_time_s", "peak_memory_gib", "mfu", "fits")}))
 
 
 if __name__ == "__main__":
     sys.path.insert(0, str(REPO))
-    main()
+    main(sys.argv[1:])
