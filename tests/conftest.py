@@ -15,3 +15,25 @@ def case_results(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPa
                if "case_results" in getattr(item, "fixturenames", ()) and getattr(item, "module", None)}
     cases = [case for module in sorted(modules, key=lambda m: m.__name__) for case in module.launch_cases()]
     return run_all(cases, tmp_path_factory.mktemp("cases"))
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Tiers and placement.
+
+    - A multi-process launch (``torchrun``) is ``slow``: ``pytest -m "not slow"`` is the fast tier.
+    - Under pytest-xdist (``-n 2 --dist loadgroup``) a session fixture runs once per worker, so every
+      test using ``case_results`` (one launch per world size, shared by several files) goes to one
+      worker, and each module with a module-scoped launch stays on one worker: no launch runs twice.
+    """
+    for item in items:
+        if item.get_closest_marker("torchrun"):
+            item.add_marker(pytest.mark.slow)
+        if "case_results" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.xdist_group("case_results"))
+        elif item.get_closest_marker("slow") and _uses_a_module_fixture(item):
+            item.add_marker(pytest.mark.xdist_group(item.module.__name__))
+
+
+def _uses_a_module_fixture(item: pytest.Item) -> bool:
+    info = getattr(item, "_fixtureinfo", None)
+    return bool(info) and any(d.scope == "module" for defs in info.name2fixturedefs.values() for d in defs)

@@ -33,6 +33,7 @@ def _predicted_and_measured(tmp_path: Path, name: str, *extra: str) -> tuple[dic
     return {k: gib[k] * 2**30 for k in STATES}, json.loads(out.read_text())
 
 
+@pytest.mark.slow
 def test_fsdp2_offload_keeps_every_model_state_on_the_host(tmp_path):
     """CPUOffloadPolicy: no parameter, gradient or optimizer byte stays on the device (the cost
     model says 0, the probe finds 0), and the host holds what the device held without offload
@@ -43,6 +44,7 @@ def test_fsdp2_offload_keeps_every_model_state_on_the_host(tmp_path):
     assert measured["host"] == pytest.approx(sum(base.values()), rel=0.02)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("layout", [DP2, TP2_DP2_SP], ids=["dp2", "tp2-dp2-sp"])
 def test_lora_holds_adapter_grads_and_states_only(tmp_path, layout):
     """LoRA rank 8 on q, k, v, o: frozen fp32 weights plus adapters as parameters; gradients

@@ -48,11 +48,13 @@ def test_explain_json_is_one_document(plan_file, tmp_path):
     assert isinstance(doc, dict) and doc
 
 
+@pytest.mark.slow
 def test_validate_dry_run_json_is_one_document(plan_file, tmp_path):
     doc = _stdout_json(["validate", str(plan_file), "--dry-run", "--format", "json"], tmp_path)
     assert doc["dry_run"] is True
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("tp", [4, 8])
 def test_shard_json_is_one_document(tp, tmp_path):
     """The issue's reproduction (llama3-8b): HiGHS printed its banner before the JSON. The banner
@@ -63,6 +65,7 @@ def test_shard_json_is_one_document(tp, tmp_path):
     assert doc["solver"]["name"] == "highs"
 
 
+@pytest.mark.slow
 def test_shard_json_to_stdout_once_and_deterministic(tmp_path):
     """``--out -`` is stdout: one document, not two; no wall-clock time in it."""
     args = ["shard", "--model", "tiny-llama", "--tp", "2", "--format", "json", "--out", "-"]
@@ -73,6 +76,7 @@ def test_shard_json_to_stdout_once_and_deterministic(tmp_path):
     assert first == second
 
 
+@pytest.mark.slow
 def test_api_writes_nothing_to_the_callers_fds(tmp_path):
     """A scheduler that plans, evaluates and shards through the API keeps its stdout and stderr."""
     script = textwrap.dedent("""

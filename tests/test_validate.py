@@ -41,6 +41,7 @@ def validated(tmp_path_factory):
     return json.loads(proc.stdout), plan_path, profile
 
 
+@pytest.mark.slow
 def test_reports_both_plans_with_step_time_error(validated):
     report, _, _ = validated
     plans = [p for p in report["plans"] if "skipped" not in p]
@@ -51,6 +52,7 @@ def test_reports_both_plans_with_step_time_error(validated):
         assert t["error_pct"] == pytest.approx(100 * (t["predicted"] - t["measured"]) / t["measured"])
 
 
+@pytest.mark.slow
 def test_parameter_bytes_are_exact(validated):
     """fp32 params: 4 bytes per element held; ZeRO-3 shards them over dp, TP splits the layers."""
     report, _, _ = validated
@@ -64,6 +66,7 @@ def test_parameter_bytes_are_exact(validated):
         assert measured == pytest.approx(4 * psi / shards, rel=0.01)
 
 
+@pytest.mark.slow
 def test_launchable_plans_predict_states_and_activations_of_the_run(validated):
     """A --launchable plan is costed as the job holds memory (torch runtime): params, grads,
     optimizer states and saved activations each within 2% of the run's exact bytes, per rank."""
@@ -76,6 +79,7 @@ def test_launchable_plans_predict_states_and_activations_of_the_run(validated):
                 assert row["predicted"] == pytest.approx(row["measured"], rel=0.02), (p["layout"], row)
 
 
+@pytest.mark.slow
 def test_step_log_written_like_the_generated_job(validated):
     report, _, _ = validated
     for p in report["plans"]:
@@ -86,6 +90,7 @@ def test_step_log_written_like_the_generated_job(validated):
         assert (Path(p["job_dir"]) / "train.py").exists()
 
 
+@pytest.mark.slow
 def test_calibration_lowers_log_error_and_is_used_by_the_planner(validated):
     report, plan_path, profile = validated
     cal = report["calibration"]
@@ -115,6 +120,7 @@ def test_other_schema_version_is_one_line_exit_2(tmp_path):
     assert "Traceback" not in result.output
 
 
+@pytest.mark.slow
 def test_failed_job_names_its_log(tmp_path):
     """A job that dies (its plan file is missing) gives one error naming the launch log."""
     from planner.validate.runner import ValidateError, launch

@@ -13,6 +13,7 @@ from costmodels.presets import load_model
 from planner.cli import main
 
 
+@pytest.mark.slow
 def test_dry_run_fsdp_states_are_fp32_shards(tmp_path):
     """FSDP2 with bf16 compute keeps fp32 sharded params (4 B) and Adam states (8 B) per element."""
     plan = tmp_path / "plan.json"
@@ -42,6 +43,7 @@ def test_dry_run_fsdp_states_are_fp32_shards(tmp_path):
     ("tiny-mixtral", ["--dp", "2", "--tp", "1", "--pp", "1", "--ep", "2", "--zero", "3"]),
     ("tiny-mixtral", ["--dp", "1", "--tp", "2", "--pp", "1", "--sequence-parallel"]),
 ], ids=["zero1", "zero2", "tp2-sp", "pp2-full", "cp2-all-gather", "moe-ep2-zero3", "moe-tp2-sp-autocast"])
+@pytest.mark.slow
 def test_torch_runtime_predicts_each_model_state_and_activations_of_the_job(tmp_path, model, layout_args):
     """With ``--runtime torch`` the cost model counts params, grads and optimizer states as the
     launched job holds them (FSDP2 fp32 shards for every ZeRO stage >= 1; a vocabulary-sharded
@@ -64,6 +66,7 @@ def test_torch_runtime_predicts_each_model_state_and_activations_of_the_job(tmp_
             assert row["predicted"] == pytest.approx(row["measured"], rel=0.02), row
 
 
+@pytest.mark.slow
 def test_validate_removes_its_temporary_directory_unless_keep(tmp_path, monkeypatch):
     import tempfile
 
@@ -82,6 +85,7 @@ def test_validate_removes_its_temporary_directory_unless_keep(tmp_path, monkeypa
     assert len(list(scratch.glob("autoplan-validate-*"))) == 1
 
 
+@pytest.mark.slow
 def test_validate_reports_progress_per_plan(tmp_path):
     from pathlib import Path
 
