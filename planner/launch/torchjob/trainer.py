@@ -168,10 +168,43 @@ def trainable(part: torch.nn.Module) -> list[torch.nn.Parameter]:
 
 
 def _optimizer(name: str, params, lr: float, weight_decay: float) -> torch.optim.Optimizer:
-    """AdamW, or SGD with momentum 0.9 (the plan's optimizer); per-tensor loops (mixed meshes)."""
+    """AdamW (the fused multi-tensor kernel where torch has one for the device), or SGD with
+    momentum 0.9 (foreach); one parameter group per device mesh (``mesh_groups``).
+
+    The fused AdamW reads parameter, gradient and both moments and writes parameter and moments
+    once per step, 28 bytes per fp32 parameter, the single memory pass ``costmodels.rank_time.
+    _add_optimizer`` costs, in a few launches (torchtitan's default ``optimizer.implementation =
+    "fused"``). The per-tensor loop (``foreach=False``) this job used before issues about ten
+    kernels per tensor, 80 bytes per parameter: on an H100 it added 50-60 ms to every step of
+    the 2026-11-26 sweep (``benchmarks/gpu_step_trace.py`` measures both)."""
+    groups = mesh_groups(list(params))
     if name == "sgd":
-        return torch.optim.SGD(params, lr=lr, momentum=0.9, weight_decay=weight_decay, foreach=False)
-    return torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay, foreach=False)
+        return torch.optim.SGD(groups, lr=lr, momentum=0.9, weight_decay=weight_decay, foreach=True)
+    return torch.optim.AdamW(groups, lr=lr, weight_decay=weight_decay, **adamw_implementation(groups))
+
+
+def adamw_implementation(groups: list[dict]) -> dict:
+    """{"fused": True} where every parameter sits on a device type with torch's fused AdamW
+    kernel, else {"foreach": True}."""
+    from torch.utils._foreach_utils import _get_fused_kernels_supported_devices
+
+    devices = {p.device.type for group in groups for p in group["params"]}
+    if devices and devices <= set(_get_fused_kernels_supported_devices()):
+        return {"fused": True}
+    return {"foreach": True}
+
+
+def mesh_groups(params: list[torch.nn.Parameter]) -> list[dict]:
+    """Parameter groups, one per device mesh (plain tensors in their own group): a multi-tensor
+    optimizer kernel takes one group's tensors at once, and DTensor refuses one op over tensors
+    of different meshes (experts on the ep mesh beside dense weights) or a mix with plain tensors."""
+    from torch.distributed.tensor import DTensor
+
+    groups: dict = {}
+    for param in params:
+        key = id(param.device_mesh) if isinstance(param, DTensor) else None
+        groups.setdefault(key, []).append(param)
+    return [{"params": members} for members in groups.values()]
 
 
 def loss_fn(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
