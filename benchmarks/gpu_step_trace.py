@@ -125,13 +125,8 @@ def main(argv: list[str] | None = None) -> int:
             traces = args.out_dir if index == 0 else None
             row = run_mod.run_case(plan, device, steps=args.steps, warmup=args.warmup, trace_dir=traces, say=say)
             rows.append({"name": case.name, "predicted": predicted, **row})
-        record = {"schema_version": 1, "device": args.device, "device_name": name, "hardware": hardware,
-                  "precision": precision, "settings": run_mod.settings(), "layouts": rows,
-                  "command": " ".join(sys.argv), "wall_s": time.monotonic() - started}
-        stem = args.out_dir / f"step-trace-{args.device}"
-        stem.with_suffix(".json").write_text(json.dumps(record, indent=1, sort_keys=True) + "\n", encoding="utf-8")
-        stem.with_suffix(".md").write_text(report.markdown(record), encoding="utf-8")
-        _shrink_traces(args.out_dir)
+            stem = _write(args, rows, name, hardware, precision, run_mod.settings(), started)
+            _shrink_traces(args.out_dir)
         shutil.rmtree(workdir, ignore_errors=True)
         run_mod.stop()
     except env_mod.TruthError as err:
@@ -139,6 +134,17 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     say(f"wrote {stem}.json and .md in {time.monotonic() - started:.0f} s")
     return 0
+
+
+def _write(args, rows: list, name: str, hardware: str, precision: str, torch_settings: dict, started: float) -> Path:
+    """The record so far (rewritten after each layout: a crash keeps the layouts done)."""
+    record = {"schema_version": 1, "device": args.device, "device_name": name, "hardware": hardware,
+              "precision": precision, "settings": torch_settings, "layouts": rows,
+              "command": " ".join(sys.argv), "wall_s": time.monotonic() - started}
+    stem = args.out_dir / f"step-trace-{args.device}"
+    stem.with_suffix(".json").write_text(json.dumps(record, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+    stem.with_suffix(".md").write_text(report.markdown(record), encoding="utf-8")
+    return stem
 
 
 def _shrink_traces(out_dir: Path) -> None:

@@ -13,8 +13,11 @@ def _variants(row: dict) -> list[str]:
              f"{row['num_param_tensors']} parameter tensors, {row['num_params'] / 1e6:.0f} M parameters; "
              f"job optimizer {row['optimizer_defaults']}", "",
              "| variant | median step ms | vs job |", "|---|---:|---:|"]
-    base = row["step_ms"]["job"]["median"]
+    base = row["step_ms"].get("job", {}).get("median", 0.0)
     for kind, t in row["step_ms"].items():
+        if "median" not in t:
+            lines.append(f"| {kind} | {t.get('error', 'error')[:60]} | |")
+            continue
         lines.append(f"| {kind} | {t['median']:.1f} | {t['median'] - base:+.1f} |")
     return lines
 

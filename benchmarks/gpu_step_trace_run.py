@@ -150,6 +150,26 @@ VARIANTS = ("job", "adamw_for_loop", "adamw_foreach", "no_clip", "fwd_bwd_only",
 foreach AdamW, the job without gradient clipping, forward + backward only, the job under the probe."""
 
 
+def _variant(job, source, seq_len: int, kind: str, out: dict, *, steps: int, warmup: int, first: int,
+             job_optimizers: list, trace_dir: Path | None, say) -> int:
+    """Time (and for two variants trace) one variant into ``out``; returns the next step number."""
+    job.optimizers = {"adamw_for_loop": lambda: _adamw(job, foreach=False),
+                      "adamw_foreach": lambda: _adamw(job, foreach=True)}.get(kind, lambda: job_optimizers)()
+    times = time_variant(job, source, seq_len, steps=steps, warmup=warmup, kind=kind, first=first)
+    first += steps + warmup
+    out["step_ms"][kind] = {"median": 1e3 * statistics.median(times), "all": [1e3 * t for t in times]}
+    say(f"  {kind}: {out['step_ms'][kind]['median']:.1f} ms")
+    if kind in ("job", "adamw_for_loop") and job.layout.pp == 1:
+        chrome = trace_dir / f"trace-{kind}.json" if trace_dir is not None else None
+        out["traces"][kind] = trace(job, source, seq_len, first=first, num_steps=2, chrome_path=chrome)
+        first += 3
+        t = out["traces"][kind]
+        say(f"  {kind} traced: wall {t['wall_ms_per_step']:.1f} ms, device busy {t['device_busy_ms_per_step']:.1f} ms, "
+            f"{t['num_kernels_per_step']:.0f} kernels")
+    job.optimizers = job_optimizers
+    return first
+
+
 def run_case(plan_file: Path, device: torch.device, *, steps: int, warmup: int, trace_dir: Path | None, say) -> dict:
     plan = read_plan_file(plan_file)
     spec, layout, training = plan.inputs.model_spec, plan.best.layout, plan.inputs.training
@@ -162,19 +182,14 @@ def run_case(plan_file: Path, device: torch.device, *, steps: int, warmup: int, 
            "step_ms": {}, "traces": {}}
     first = 0
     for kind in VARIANTS:
-        job.optimizers = {"adamw_for_loop": lambda: _adamw(job, foreach=False),
-                          "adamw_foreach": lambda: _adamw(job, foreach=True)}.get(kind, lambda: job_optimizers)()
-        times = time_variant(job, source, seq_len, steps=steps, warmup=warmup, kind=kind, first=first)
-        first += steps + warmup
-        out["step_ms"][kind] = {"median": 1e3 * statistics.median(times), "all": [1e3 * t for t in times]}
-        say(f"  {kind}: {out['step_ms'][kind]['median']:.1f} ms")
-        if kind in ("job", "adamw_for_loop") and layout.pp == 1:
-            chrome = trace_dir / f"trace-{kind}.json" if trace_dir is not None else None
-            out["traces"][kind] = trace(job, source, seq_len, first=first, num_steps=2, chrome_path=chrome)
-            first += 3
-            t = out["traces"][kind]
-            say(f"  {kind} traced: wall {t['wall_ms_per_step']:.1f} ms, device busy {t['device_busy_ms_per_step']:.1f} ms, "
-                f"{t['num_kernels_per_step']:.0f} kernels")
+        try:
+            first = _variant(job, source, seq_len, kind, out, steps=steps, warmup=warmup, first=first,
+                             job_optimizers=job_optimizers, trace_dir=trace_dir, say=say)
+        except torch.OutOfMemoryError as err:  # one variant's extra optimizer states must not lose the rest
+            out["step_ms"][kind] = {"error": " ".join(str(err).split())[:200]}
+            say(f"  {kind}: out of memory")
+            job.optimizers = job_optimizers
+            torch.cuda.empty_cache()
     job.optimizers = job_optimizers
     if device.type == "cuda":
         out["max_memory_allocated_bytes"] = torch.cuda.max_memory_allocated(device)
