@@ -3,7 +3,7 @@
     PYTHONPATH=$PWD python3 benchmarks/gpu_step_trace.py --device cuda --wheels .whl --out-dir OUT   # ~1-2 min on an H100
     PYTHONPATH=$PWD python3 benchmarks/gpu_step_trace.py --device cpu --quick --out-dir /tmp/trace    # toy model, < 1 min
 
-The 2026-11-26 H100 sweep (``benchmarks/data/gpu/h100-2026-11-26.md``) measured small layouts
+The 2026-11-26 H100 sweep (``benchmarks/data/gpu/superseded/h100-2026-11-26-loop-adamw.md``) measured small layouts
 50-60 ms per step slower than predicted. For a few of its layouts (``gpu_truth_sweep``) this plans
 the job with ``autoplan evaluate --out`` (its prediction with ``--format json``), builds it in
 this process exactly as ``planner.validate.measure.run_case`` does (``setup_job`` under a
