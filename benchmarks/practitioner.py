@@ -74,7 +74,8 @@ CASES: tuple[Case, ...] = (
     Case(name="llama3.1-405b-512gpu", kind="dense 405B (torchtitan)",
          row="torchtitan-t5-405b-512gpu-interleaved-1f1b",
          citation="torchtitan benchmarks/llama3_h100_202412_torchtitan.md Table 5: Llama 3.1 405B, 512 H100 96GB, "
-                  "FSDP 8 x tp 8 x pp 8 interleaved 1F1B, Float8, full AC"),
+                  "FSDP 8 x tp 8 x pp 8 interleaved 1F1B, Float8, full AC",
+         note="the row states no virtual-stage count, so it maps to (and is costed as) plain 1F1B"),
     Case(name="gpt3-175b", kind="GPT-3 175B", row="megatron-sc21-t2-ptdp-175b-384gpu",
          citation="Narayanan et al. SC'21 (arXiv:2104.04473) Table 2: GPT-3 175B, 384 A100, PTD-P (tp 8, pp 12, "
                   "dp 4 as Table 1), batch 1536, 153 TFLOP/s per GPU"),
