@@ -1,12 +1,15 @@
-"""autoplan's pick next to a published layout, for four jobs practitioners know (issue #11).
+"""autoplan's pick next to a published recipe, for jobs practitioners know, per runtime (issue #28).
 
-Run: ``.venv/bin/python benchmarks/practitioner.py [--case NAME ...]`` (a few seconds of CPU per
-case). For each job: the layout ``planner.plan`` picks and the published layout costed by
-``planner.evaluate`` under the same request (same model, GPUs, batch, sequence, bf16, fused
-attention), each with its predicted step time and band, MFU and peak memory; then the terms where
-the two breakdowns differ most (``planner.explain.runner_up_differences``), published minus pick:
-the largest is what decides. The published layout is costed as published (degrees, schedule,
-micro-batch, recomputation); what a case had to assume is in its ``note``.
+Run: ``.venv/bin/python benchmarks/practitioner.py [--case NAME ...] [--runtime R ...] [--all-runtimes]``
+(prints markdown; a few seconds to a minute of CPU per case and runtime; default runtimes megatron
+and torchtitan, plus the runtime each recipe ran on). For each job and runtime: the layout ``planner.plan(runtime=R)`` picks; the
+published recipe costed by ``planner.evaluate`` under the same request and runtime; the recipe's
+measured tokens/s per GPU where its source published one (only under the runtime it ran on); and
+the breakdown term that separates the two most (recipe minus pick, ``planner.explain.
+runner_up_differences``). A job taken from the development set (``benchmarks/data/
+published_runs.json``, ``row``) is costed as that row maps (``planner.published.map_row``: model,
+GPU, precision and FP8 recipe, layout and what it assumed) and its measured figure is the row's;
+the others spell out their request and layout. Sources are listed under the table.
 """
 
 from __future__ import annotations
@@ -14,134 +17,211 @@ from __future__ import annotations
 import argparse
 import sys
 from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
 from typing import Any
 
 import planner
+from hardware_specs.errors import AutoplanError
 from planner.api import layout_for_batch
-from planner.plan.bands import job_bands
 from planner.explain import runner_up_differences
+from planner.plan.bands import job_bands
+from planner.plan.plan_file import PlanEntry
 from planner.plan.render import layout_summary
 from planner.plan.report import plan_entry
-from planner.plan.plan_file import PlanEntry
+from planner.published import MappedRun, load_rows, map_row
+from planner.published.scoring import _node
+
+DATA = Path(__file__).parent / "data" / "published_runs.json"
+RUNTIMES = ("megatron", "megatron-bridge", "torchtitan", "deepspeed", "torch")
+DEFAULT_RUNTIMES = ("megatron", "torchtitan")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Case:
-    """One job, its published layout, and where that layout was published."""
+    """One job, its published recipe, and where that recipe was published."""
 
     name: str
-    request: dict[str, Any]
-    """``planner.plan`` / ``planner.evaluate`` keywords: model, hardware, gpus, global_batch, seq_len."""
-    published: dict[str, Any]
-    """``planner.api.layout_for_batch`` keywords of the published layout (dp, tp, pp, ...)."""
+    kind: str
+    """Which of the issue's job kinds it stands for (dense 8B, MoE, long context, ...)."""
     citation: str
+    row: str | None = None
+    """Id of the development-set row that is the recipe (request, layout and measurement from it)."""
+    request: dict[str, Any] = field(default_factory=dict)
+    """Without ``row``: ``planner.plan`` / ``planner.evaluate`` keywords (model, hardware, gpus, ...)."""
+    published: dict[str, Any] = field(default_factory=dict)
+    """Without ``row``: ``planner.api.layout_for_batch`` keywords of the recipe."""
+    recipe_runtime: str = "megatron"
+    """Without ``row``: the runtime the recipe ran on."""
     note: str = ""
-    plan_options: dict[str, Any] = field(default_factory=dict)
 
-
-LLAMA3_405B_CHUNKS = (3,) + (4,) * 30 + (3,)
-"""126 layers over pp 16 x v 2 chunks in model order; rank 0 holds chunks 0 and 16 (3 + 4 = 7
-layers), rank 15 chunks 15 and 31 (4 + 3 = 7), every other rank 8: one layer fewer on the first
-and the last stage (Llama 3 paper, Sec. 3.3.2)."""
 
 CASES: tuple[Case, ...] = (
-    Case(name="gpt3-175b", request=dict(model="gpt3-175b", hardware="a100-sxm-80gb", gpus=1024, global_batch=1536,
-                                        seq_len=2048),
-         published=dict(dp=8, tp=8, pp=16, schedule="interleaved", virtual_stages=2, recompute="full",
-                        micro_batch_size=1, sequence_parallel=False),
-         citation="Narayanan et al. SC'21, Table 1 (PTD-P: tp 8 inside a DGX, pp over nodes, interleaved v 2, "
-                  "micro-batch 1, full recompute, as its 145B and 310B rows)",
-         note="175B is between Table 1's rows; the 2021 runs used fp16 and eager attention, costed here as bf16, fused"),
-    Case(name="llama3-70b", request=dict(model="llama3-70b", hardware="h100-sxm-80gb", gpus=64, global_batch=128,
-                                         seq_len=8192),
-         published=dict(dp=2, tp=4, pp=4, cp=2, zero_stage=1, schedule="interleaved", virtual_stages=5,
-                        micro_batch_size=1, recompute="none", tp_comm_overlap=True),
-         citation="NVIDIA NeMo 24.07 performance summary, LLAMA3-70B pretraining on 64 DGX-H100 GPUs "
-                  "(tp 4, pp 4, cp 2, vp 5, mbs 1, gbs 128; docs/source/performance/performance_summary.md)",
-         note="published in FP8 (1,533 tokens/s/GPU), costed here in bf16; distributed optimizer (ZeRO-1) and "
-              "no recomputation as Megatron-Core defaults; TP overlap on, as NeMo's llama3_70b performance recipe "
-              "sets it (MegatronCommOverlapCallback(tp_comm_overlap=True))"),
-    Case(name="mixtral-8x7b", request=dict(model="mixtral-8x7b", hardware="h100-sxm-80gb", gpus=64, global_batch=256,
-                                           seq_len=4096),
+    Case(name="llama3.1-8b-128gpu", kind="dense 8B", row="torchtitan-t3-8b-128gpu-fsdp-torchcompile",
+         citation="torchtitan benchmarks/llama3_h100_202412_torchtitan.md Table 3 (pytorch/torchtitan@b5bcd76c): "
+                  "Llama 3.1 8B, 128 H100 96GB (500 W), FSDP 128 + torch.compile, bf16, mbs 2, op-level SAC"),
+    Case(name="llama3-8b-8gpu", kind="small scale (1 node)",
+         row="nemo-mb-25-11-nemo-container-dgx-h100-llama3-8b-8gpu-fp8-cs-tp1pp1cp1vpnoneep1-gbs128-mbs1",
+         citation="Megatron-Bridge performance summary, NeMo 25.11 container, DGX-H100: LLAMA3_8B, 8 GPUs, FP8-CS, "
+                  "tp 1 pp 1, mbs 1, gbs 128, Megatron-FSDP (docs/performance-summary.md)"),
+    Case(name="llama3-70b-64gpu", kind="dense 70B",
+         row="nemo-2407-pretraining-llama3-70b-64gpu-s8192-tp4pp4cp2vp5-gbs128",
+         citation="NVIDIA NeMo 24.07 performance summary (NVIDIA/NeMo@35029a0c docs/source/performance/"
+                  "performance_summary.md): LLAMA3-70B, 64 H100, FP8, tp 4 pp 4 cp 2 vp 5, mbs 1, gbs 128"),
+    Case(name="llama3-405b-16k", kind="dense 405B", row="llama3-405b-16384gpu-cp1",
+         citation="Llama Team, The Llama 3 Herd of Models (arXiv:2407.21783) Table 4: 16,384 H100, tp 8 pp 16 "
+                  "dp 128, seq 8192, 41% MFU (400 TFLOP/s); Sec. 3.3.2 one layer fewer on the first and last stage"),
+    Case(name="llama3.1-405b-512gpu", kind="dense 405B (torchtitan)",
+         row="torchtitan-t5-405b-512gpu-interleaved-1f1b",
+         citation="torchtitan benchmarks/llama3_h100_202412_torchtitan.md Table 5: Llama 3.1 405B, 512 H100 96GB, "
+                  "FSDP 8 x tp 8 x pp 8 interleaved 1F1B, Float8, full AC",
+         note="the row states no virtual-stage count, so it maps to (and is costed as) plain 1F1B"),
+    Case(name="gpt3-175b", kind="GPT-3 175B", row="megatron-sc21-t2-ptdp-175b-384gpu",
+         citation="Narayanan et al. SC'21 (arXiv:2104.04473) Table 2: GPT-3 175B, 384 A100, PTD-P (tp 8, pp 12, "
+                  "dp 4 as Table 1), batch 1536, 153 TFLOP/s per GPU"),
+    Case(name="mixtral-8x7b", kind="MoE", request=dict(model="mixtral-8x7b", hardware="h100-sxm-80gb", gpus=64,
+                                                       global_batch=256, seq_len=4096),
          published=dict(dp=16, tp=1, pp=4, ep=8, zero_stage=1, schedule="interleaved", virtual_stages=8,
                         micro_batch_size=1, recompute="none"),
          citation="Megatron-Core MoE README, 'Reference Best Parallel Mapping' (MCore v0.8): Mixtral 8x7B dropless, "
                   "64 H100, s 4096, tp 1, ep 8, pp 4, vp 8, mbs 1, gbs 256, bf16",
-         note="distributed optimizer as the README's example; 468 TFLOP/s per GPU quoted for MCore v0.9"),
-    Case(name="llama3-405b", request=dict(model="llama3-405b", hardware="h100-sxm-80gb", gpus=16384,
-                                          global_batch=2048, seq_len=8192),
-         published=dict(dp=128, tp=8, pp=16, zero_stage=2, schedule="interleaved", virtual_stages=2,
-                        micro_batch_size=1, recompute="none", layers_per_chunk=LLAMA3_405B_CHUNKS),
-         citation="Llama Team, The Llama 3 Herd of Models (arXiv:2407.21783), Table 4 (16,384 GPUs: tp 8, pp 16, "
-                  "dp 128, 41% MFU) and Sec. 3.3.2 (interleaved, one layer fewer on the first and last stage)",
-         note="v 2 and ZeRO-2 (FSDP sharding optimizer states and gradients) assumed; recomputation not stated"),
+         note="distributed optimizer as the README's example; the README quotes 468 TFLOP/s per GPU (MCore v0.9), "
+              "not converted here"),
+    Case(name="qwen3-30b-a3b-16gpu", kind="MoE",
+         row="nemo-mb-26-04-01-nemo-container-dgx-h100-qwen3-30b-a3b-16gpu-fp8-tp1pp1cp1vpnoneep16-gbs1024-mbs1",
+         citation="Megatron-Bridge performance summary, NeMo 26.04.01 container, DGX-H100: Qwen3-30B-A3B, 16 GPUs, "
+                  "FP8, tp 1 pp 1 ep 16, mbs 1, gbs 1024"),
+    Case(name="gpt-oss-120b-64gpu", kind="MoE",
+         row="nemo-mb-26-04-01-nemo-container-dgx-h100-gpt-oss-120b-64gpu-bf16-tp1pp4cp1vpnoneep8-gbs1280-mbs1",
+         citation="Megatron-Bridge performance summary, NeMo 26.04.01 container, DGX-H100: GPT-OSS 120B, 64 GPUs, "
+                  "BF16, tp 1 pp 4 ep 8, mbs 1, gbs 1280"),
+    Case(name="llama2-7b-128k", kind="long context (131,072 tokens)",
+         row="nemo-2407-long-input-sequences-llama2-7b-128gpu-s131072-tp4pp1cp4vp1-gbs32",
+         citation="NVIDIA NeMo 24.07 performance summary, 'Long Input Sequences': LLAMA2-7B, 128 H100, seq 131072, "
+                  "FP8, tp 4 cp 4, mbs 1, gbs 32"),
+    Case(name="gpt-neox-20b", kind="A100 40 GB", row="gpt-neox-20b",
+         citation="Black et al., GPT-NeoX-20B (arXiv:2204.06745) Sec. 2-3 and EleutherAI/gpt-neox configs/20B.yml: "
+                  "96 A100 40GB, tp 2 pp 4 dp 12, mbs 4, ZeRO-1, full recompute, ~117 TFLOP/s per GPU"),
 )
+
+
+@lru_cache(maxsize=None)
+def _rows() -> dict[str, dict]:
+    return {row["id"]: row for row in load_rows(DATA)}
+
+
+@lru_cache(maxsize=None)
+def _mapped_row(row_id: str) -> MappedRun:
+    return map_row(_rows()[row_id], _node)
+
+
+def mapped(case: Case) -> MappedRun | None:
+    """The development-set row of a row-backed case, mapped (None for a spelled-out case)."""
+    return _mapped_row(case.row) if case.row else None
+
+
+def request(case: Case) -> dict[str, Any]:
+    """``planner.plan`` keywords of the case's job (no runtime, default memory fraction)."""
+    run = mapped(case)
+    if run is None:
+        return dict(case.request)
+    return dict(model=run.model, hardware=run.node, gpus=run.num_gpus, global_batch=run.global_batch,
+                seq_len=run.seq_len, gpus_per_node=run.gpus_per_node, precision=run.precision,
+                fp8_recipe=run.fp8_recipe, compiled=run.compiled, attention=run.attention)
+
+
+def recipe_runtime(case: Case) -> str:
+    run = mapped(case)
+    return run.runtime if run is not None else case.recipe_runtime
 
 
 def published_layout(case: Case) -> planner.Layout:
     """The case's published layout, meeting its global batch exactly."""
-    return layout_for_batch(case.request["global_batch"], **case.published)
+    run = mapped(case)
+    return run.layout if run is not None else layout_for_batch(case.request["global_batch"], **case.published)
 
 
-def evaluate_published(case: Case) -> PlanEntry:
-    """The published layout costed under the case's request, with its bands."""
-    breakdown = planner.evaluate(layout=published_layout(case), **case.request)
+def measured_tokens_per_s_per_gpu(case: Case) -> float | None:
+    run = mapped(case)
+    return run.measured_tokens_per_s_per_gpu if run is not None else None
+
+
+def evaluate_published(case: Case, runtime: str | None = None) -> PlanEntry:
+    """The published layout costed under the case's request and ``runtime`` (default: its own)."""
+    breakdown = planner.evaluate(layout=published_layout(case), runtime=runtime or recipe_runtime(case),
+                                 **request(case))
     return plan_entry(breakdown, job_bands(None))
 
 
-def pick(case: Case) -> PlanEntry | None:
-    """The layout autoplan picks for the case's request, with its bands (None when nothing fits)."""
-    report = planner.plan(top_k=1, **case.request, **case.plan_options)
-    return report.to_plan_file().best
+def pick(case: Case, runtime: str) -> PlanEntry | None:
+    """The layout autoplan picks for the case's job under ``runtime`` (None when nothing fits)."""
+    return planner.plan(top_k=1, runtime=runtime, **request(case)).to_plan_file().best
 
 
-def describe(label: str, entry: PlanEntry) -> list[str]:
-    """Two lines: the layout, then step time with band, MFU and peak memory against the cap."""
-    p, band = entry.predicted, entry.predicted.get("band") or {}
-    step_band = band.get("step_time_s")
-    pm = f" ± {step_band['half_width_rel']:.0%}" if step_band else ""
-    fits = "fits" if p["fits"] else "does not fit"
-    if band.get("memory_risk"):
-        fits += ", band crosses the cap"
-    return [f"  {label:10} {layout_summary(entry.layout)}",
-            f"  {'':10} step {p['step_time_s']:.2f} s{pm} · MFU {p['mfu']:.1%} · "
-            f"peak {p['peak_memory_gib']:.1f} / {p['memory_capacity_gib']:.1f} GiB ({fits})"]
+def separating_term(chosen: PlanEntry, recipe: PlanEntry) -> str:
+    """The step-time term where the recipe's breakdown differs most from the pick's (recipe - pick)."""
+    terms = [d for d in runner_up_differences(chosen, recipe)["terms"] if d["unit"] == "s"]
+    return f"{terms[0]['term']} {terms[0]['difference']:+.2f} s" if terms else "same step-time terms"
 
 
-def deciding_terms(chosen: PlanEntry, published: PlanEntry) -> str:
-    """The terms where the published breakdown differs most from the pick's (published - pick)."""
-    diff = runner_up_differences(chosen, published)
-    parts = [f"{d['term']} {d['difference']:+.2f} {d['unit']}" for d in diff["terms"]]
-    return ", ".join(parts) if parts else "identical breakdowns"
+def _figures(entry: PlanEntry) -> str:
+    p = entry.predicted
+    fits = "" if p["fits"] else " (does not fit)"
+    return f"{p['step_time_s']:.2f} s · {p['mfu']:.0%}{fits}"
 
 
-def case_lines(case: Case) -> list[str]:
-    r = case.request
-    lines = [f"{case.name} on {r['gpus']:,} x {r['hardware']} · batch {r['global_batch']} x {r['seq_len']} tokens · bf16",
-             f"  published: {case.citation}"]
-    if case.note:
-        lines.append(f"  note: {case.note}")
-    published, chosen = evaluate_published(case), pick(case)
-    lines += describe("published", published)
+def row_cells(case: Case, runtime: str) -> list[str]:
+    """One table row: job, runtime, pick, its figures, the recipe's predicted and measured figures,
+    and the separating term."""
+    try:
+        recipe = evaluate_published(case, runtime)
+    except AutoplanError as err:
+        recipe, recipe_text = None, f"not expressible ({str(err).split(';')[0][:60]})"
+    chosen = pick(case, runtime)
+    measured = measured_tokens_per_s_per_gpu(case) if runtime == recipe_runtime(case) else None
+    if recipe is not None:
+        recipe_text = (f"{_figures(recipe)} · {recipe.predicted['tokens_per_s_per_gpu']:,.0f} tok/s/GPU"
+                       + (f" (measured {measured:,.0f})" if measured else ""))
     if chosen is None:
-        return lines + ["  autoplan   no layout fits"]
-    lines += describe("autoplan", chosen)
-    if chosen.layout == published.layout:
-        return lines + ["  same layout"]
-    ratio = published.predicted["step_time_s"] / chosen.predicted["step_time_s"]
-    lines.append(f"  published / pick step time {ratio:.2f}; published minus pick: {deciding_terms(chosen, published)}")
+        return [case.name, runtime, "nothing fits", "-", recipe_text, "-"]
+    if recipe is None:
+        term = "-"
+    elif recipe.layout == chosen.layout:
+        term = "same layout"
+    else:
+        term = separating_term(chosen, recipe)
+    return [case.name, runtime, layout_summary(chosen.layout), _figures(chosen), recipe_text, term]
+
+
+def table(cases: list[Case], runtimes: tuple[str, ...]) -> list[str]:
+    """The markdown table, then each recipe's layout and source."""
+    head = ["job", "runtime", "autoplan pick", "pick: step · MFU", "recipe predicted (measured)",
+            "separating term (recipe - pick)"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for case in cases:
+        own = recipe_runtime(case)
+        for runtime in runtimes + ((own,) if own not in runtimes else ()):
+            lines.append("| " + " | ".join(row_cells(case, runtime)) + " |")
+    lines += ["", "Recipes:"]
+    for case in cases:
+        r = request(case)
+        model = r["model"] if isinstance(r["model"], str) else r["model"].name
+        lines.append(f"- {case.name} ({case.kind}; {model}, {r['gpus']:,} GPUs, batch {r['global_batch']} x "
+                     f"{r['seq_len']}, {r.get('precision', 'bf16')}, ran on {recipe_runtime(case)}): "
+                     f"{layout_summary(published_layout(case))}. Source: {case.citation}."
+                     + (f" Note: {case.note}." if case.note else ""))
     return lines
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    names = [c.name for c in CASES]
-    parser.add_argument("--case", action="append", choices=names, help="run only this case (repeatable)")
+    parser.add_argument("--case", action="append", choices=[c.name for c in CASES], help="only this case (repeatable)")
+    parser.add_argument("--runtime", action="append", choices=RUNTIMES, help="only this runtime (repeatable)")
+    parser.add_argument("--all-runtimes", action="store_true", help=f"every runtime: {', '.join(RUNTIMES)}")
     args = parser.parse_args(argv)
-    for i, case in enumerate(c for c in CASES if not args.case or c.name in args.case):
-        if i:
-            print()
-        print("\n".join(case_lines(case)))
+    runtimes = RUNTIMES if args.all_runtimes else tuple(args.runtime or DEFAULT_RUNTIMES)
+    cases = [c for c in CASES if not args.case or c.name in args.case]
+    print("\n".join(table(cases, runtimes)))
     return 0
 
 

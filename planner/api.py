@@ -27,7 +27,7 @@ from hardware_specs.errors import AutoplanError, SpecError
 from planner.plan.bands import job_bands
 from planner.search.brute_force import solve_brute_force
 from planner.search.infeasible import what_would_fit
-from planner.search.ranking import TIE_BAND, prefer_simplest, rank_key
+from planner.search.ranking import prefer_simplest, rank_key, tie_band
 from planner.plan.report import ClosestMiss, PlanReport
 from planner.launch.torchjob.convention import CONVENTIONS
 from planner.plan.plan_file import PlanInputs
@@ -205,9 +205,9 @@ def plan(*, model: str | ModelSpec, hardware: str | NodeSpec, gpus: int, global_
          top_k: int = 5, solver: str = "search", allow_cross_node_tp: bool = False,
          launchable: bool = False, layers_per_chunk: tuple[int, ...] = (), first_stage_layers: int | None = None,
          last_stage_layers: int | None = None, **options: Any) -> PlanReport:
-    """The fastest layout that fits (of the plans within ``ranking.TIE_BAND`` of the fastest, one
-    without memory risk, then the simplest: ``ranking.tie_key``), ranked alternatives, and why others
-    were rejected.
+    """The fastest layout that fits (of the plans within the measured tie band of the fastest,
+    ``ranking.tie_band``, the least risky: no memory risk, then the fewest uncertain mechanisms, then
+    the simplest, ``ranking.tie_key``), ranked alternatives, and why others were rejected.
 
     ``options``: gpus_per_node, precision, fp8_recipe, optimizer, lora_rank, attention, runtime, memory_fraction,
     profile, profile_device_mismatch, moe_imbalance, context_attention (see ``resolve_job``). ``solver``: ``search`` (branch and bound, exact) or ``brute-force``.
@@ -243,10 +243,11 @@ def plan(*, model: str | ModelSpec, hardware: str | NodeSpec, gpus: int, global_
     started = time.perf_counter()
     run = solve if solver == "search" else solve_brute_force
     cost_model = job.cost_model()
-    result = run(cost_model, gpus, job.cluster.gpus_per_node, search_options, top_k + 1)
+    band = tie_band()
+    result = run(cost_model, gpus, job.cluster.gpus_per_node, search_options, top_k + 1, band=band)
     refined = result.ranked if search_options.fixed_split else \
         tuple(sorted((refine_stages(cost_model, b) for b in result.ranked), key=rank_key))
-    ranked, num_tied = prefer_simplest(refined, tied_in_mesh=result.tied_in_mesh)
+    ranked, num_tied, reason = prefer_simplest(refined, band, tied_in_mesh=result.tied_in_mesh)
     rejected = dict(result.rejected)
     if len(ranked) > top_k + 1:  # compared for ties, then beaten: counted as slower
         rejected["slower"] = rejected.get("slower", 0) + len(ranked) - (top_k + 1)
@@ -261,7 +262,8 @@ def plan(*, model: str | ModelSpec, hardware: str | NodeSpec, gpus: int, global_
         best=ranked[0] if ranked else None, candidates=ranked[1:], rejected=rejected,
         closest_misses=misses, bands=job_bands(job.profile, job.inputs.profile),
         search={"solver": solver, "space_size": result.num_candidates, "evaluated": result.num_evaluated,
-                "tie_band": TIE_BAND, "num_tied": num_tied, "seconds": round(seconds, 4)},
+                "tie_band": band.band_rel, "tie_band_source": band.source, "num_tied": num_tied,
+                "tie_reason": reason or None, "seconds": round(seconds, 4)},
     )
 
 

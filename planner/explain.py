@@ -84,6 +84,22 @@ def within_step_band(best: PlanEntry, runner: PlanEntry) -> bool | None:
     return None if not band else runner.predicted["step_time_s"] <= band["high"]
 
 
+def ties(plan: PlanFile) -> dict[str, Any]:
+    """How many layouts the model could not tell apart from the best, within which band and from
+    where, and why the best won (the plan file's search record)."""
+    s = plan.search
+    count = s.num_tied or 1
+    if s.tie_band is None:
+        text = "this plan file records no tie band"
+    else:
+        source = f" ({s.tie_band_source})" if s.tie_band_source else ""
+        text = f"{count} layout{'s' if count != 1 else ''} indistinguishable within the {s.tie_band:.1%} tie band{source}"
+        if s.tie_reason:
+            text += f"; picked for {s.tie_reason}"
+    return {"num_indistinguishable": count, "band_rel": s.tie_band, "source": s.tie_band_source,
+            "reason": s.tie_reason, "text": text}
+
+
 def explain(plan: PlanFile) -> dict[str, Any]:
     """The whole explanation of a plan file as one JSON-ready document."""
     from planner.plan.render import layout_summary
@@ -91,7 +107,8 @@ def explain(plan: PlanFile) -> dict[str, Any]:
     if plan.best is None:
         miss = plan.closest_misses[0] if plan.closest_misses else None
         return {"best": None, "why": list(miss.suggestions) if miss else []}
-    doc: dict[str, Any] = {"best": layout_summary(plan.best.layout), "binding": binding_constraint(plan.best)}
+    doc: dict[str, Any] = {"best": layout_summary(plan.best.layout), "binding": binding_constraint(plan.best),
+                           "ties": ties(plan)}
     if plan.candidates:
         doc["runner_up"] = {"layout": layout_summary(plan.candidates[0].layout),
                             **runner_up_differences(plan.best, plan.candidates[0]),
@@ -119,7 +136,7 @@ def explanation_lines(doc: dict[str, Any]) -> list[str]:
     """``explain``'s document as lines for the terminal."""
     if doc["best"] is None:
         return ["nothing fits:", *(f"  {why}" for why in doc["why"])]
-    lines = [f"why this plan: {doc['binding']['text']}"]
+    lines = [f"why this plan: {doc['binding']['text']}", doc["ties"]["text"]]
     if "runner_up" in doc:
         r = doc["runner_up"]
         s = r["step_time_s"]
@@ -127,7 +144,8 @@ def explanation_lines(doc: dict[str, Any]) -> list[str]:
         lines += [f"  {d['term']}: {d['runner_up']:.3f} vs {d['best']:.3f} {d['unit']} ({d['difference']:+.3f})"
                   for d in r["terms"]]
         if s["runner_up"] <= s["best"] or not any(d["unit"] == "s" for d in r["terms"]):
-            lines.append("  within the tie band: the best plan has no memory risk or is the simpler layout (planner.search.ranking.tie_key)")
+            lines.append("  within the tie band: the best plan won the tie (planner.search.ranking.tie_key: memory band "
+                         "under the cap, then fewest uncertain mechanisms, then the simplest)")
         elif r.get("within_step_band"):
             lines.append("  the runner-up lies inside the best plan's step-time band: the cost model cannot tell "
                          "them apart (see Error bands in the README)")

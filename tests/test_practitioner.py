@@ -1,5 +1,6 @@
-"""benchmarks/practitioner.py: every published layout is a valid layout of its job and evaluates;
-the script prints the pick, the published layout and the terms that decide."""
+"""benchmarks/practitioner.py: at least ten jobs of the kinds issue #28 asks for, every published
+recipe a valid layout of its job that evaluates, and the script prints a markdown table with the
+pick, the recipe's predicted and measured figures and the separating term (one small case, so fast)."""
 
 import sys
 from pathlib import Path
@@ -11,27 +12,38 @@ sys.path.insert(0, str(Path(__file__).parents[1] / "benchmarks"))
 import practitioner  # noqa: E402
 
 
+def test_the_table_has_ten_jobs_of_the_kinds_asked_for():
+    kinds = " | ".join(c.kind for c in practitioner.CASES)
+    assert len(practitioner.CASES) >= 10 and len({c.name for c in practitioner.CASES}) == len(practitioner.CASES)
+    for kind in ("dense 8B", "dense 70B", "dense 405B", "GPT-3 175B", "long context", "A100 40 GB", "small scale"):
+        assert kind in kinds
+    assert sum(c.kind == "MoE" for c in practitioner.CASES) >= 2
+    assert all(c.citation for c in practitioner.CASES)
+
+
 @pytest.mark.parametrize("case", practitioner.CASES, ids=lambda c: c.name)
-def test_each_published_layout_evaluates(case):
+def test_each_published_recipe_evaluates(case):
     entry = practitioner.evaluate_published(case)
-    L, r = entry.layout, case.request
+    L, r = entry.layout, practitioner.request(case)
     assert L.dp * L.tp * L.pp * L.cp == r["gpus"]
     assert L.dp * L.micro_batch_size * L.num_microbatches == r["global_batch"]
     p = entry.predicted
     assert p["step_time_s"] > 0 and 0 < p["mfu"] < 1
     assert p["band"]["step_time_s"]["low"] <= p["step_time_s"] <= p["band"]["step_time_s"]["high"]
+    measured = practitioner.measured_tokens_per_s_per_gpu(case)
+    assert (measured is not None and measured > 0) == (case.row is not None)
 
 
 def test_llama3_405b_split_is_one_layer_fewer_on_the_first_and_last_stage():
-    L = practitioner.published_layout(next(c for c in practitioner.CASES if c.name == "llama3-405b"))
-    per_rank = [sum(L.layers_per_chunk[c * L.pp + i] for c in range(L.virtual_stages)) for i in range(L.pp)]
-    assert per_rank == [7] + [8] * 14 + [7] and sum(per_rank) == 126
+    L = practitioner.published_layout(next(c for c in practitioner.CASES if c.name == "llama3-405b-16k"))
+    per_stage = [sum(L.layers_per_chunk[c * L.pp + i] for c in range(L.virtual_stages)) for i in range(L.pp)]
+    assert per_stage == [7] + [8] * 14 + [7] and sum(per_stage) == 126
 
 
-def test_script_prints_pick_published_and_deciding_terms(capsys):
-    assert practitioner.main(["--case", "mixtral-8x7b"]) == 0
+def test_script_prints_a_markdown_row_per_runtime_with_the_measured_figure(capsys):
+    assert practitioner.main(["--case", "llama3-8b-8gpu", "--runtime", "megatron-bridge"]) == 0
     out = capsys.readouterr().out
-    assert out.startswith("mixtral-8x7b on 64 x h100-sxm-80gb")
-    assert "  published  dp 16 · tp 1 · pp 4 · ep 8" in out
-    assert "  autoplan   " in out
-    assert "published minus pick:" in out or "same layout" in out
+    assert out.startswith("| job | runtime | autoplan pick |")
+    row = next(line for line in out.splitlines() if line.startswith("| llama3-8b-8gpu | megatron-bridge |"))
+    assert "(measured 14,451)" in row and len(row.strip("|").split(" | ")) == 6
+    assert "Source: Megatron-Bridge performance summary" in out

@@ -1,14 +1,22 @@
-"""Ties inside the band go to the simplest layout, deterministically (issue #17). Both solvers
-return the same plans under the rule: ``tests/test_search.py`` compares them, tie counts included."""
+"""Ties inside the measured band go to the least risky layout, deterministically (issues #17, #28).
+Both solvers return the same plans under the rule: ``tests/test_search.py`` compares them, tie
+counts included."""
+
+from costmodels.tie_band import MECHANISMS_IN_USE, TieBand
 
 import planner
-from planner.search.ranking import TIE_BAND, simplicity_key
+from planner.search.ranking import simplicity_key, tie_band
 from planner.search.space import SearchOptions
+
+ONE_PERCENT = TieBand(band_rel=0.01, source="test: 1%, every mechanism measured",
+                      mechanism_error_rel={m: 0.0 for m in MECHANISMS_IN_USE})
+"""A hand-set band for the unit cases below (the shipped one is measured: ``test_tie_band.py``)."""
+TIE_BAND = tie_band().band_rel
 
 
 def test_llama3_8b_on_8_h100_takes_plain_data_parallel_whenever_it_ties():
     """Among the best layout of each mesh, a plain data-parallel one (no cp, ep or offload) within
-    TIE_BAND of the fastest is preferred to a cp one. (With CP costed per ring step, dp 4 x cp 2
+    the shipped tie band of the fastest is preferred to a cp one. (With CP costed per ring step, dp 4 x cp 2
     at ZeRO-1 now beats dp 8 at ZeRO-2 by 1.3% here, outside the band, so cp may win.)"""
     report = planner.plan(model="llama3-8b", hardware="h100-sxm-80gb", gpus=8, global_batch=64, seq_len=4096)
     plans = [report.best, *report.candidates]
@@ -29,7 +37,9 @@ def test_the_tie_is_said_in_the_table():
     result = CliRunner().invoke(main, ["plan", "--model", "llama3-8b", "--hardware", "h100-sxm-80gb", "--gpus", "8",
                                        "--global-batch", "64", "--seq-len", "4096"])
     assert result.exit_code == 0, result.output
-    assert "layouts within 1%: picked the simplest without memory risk" in result.output
+    band = tie_band()
+    assert f"layouts indistinguishable (within the {band.band_rel:.1%} tie band): picked for" in " ".join(result.output.split())
+    assert f"tie band {band.band_rel:.1%}: {band.source}" in " ".join(result.output.split())
 
 
 def test_simplicity_key_prefers_fewer_exotic_axes_then_fewer_axes_then_lower_zero_then_fewer_microbatches():
@@ -57,7 +67,7 @@ def test_mesh_band_picks_the_lowest_zero_stage_within_one_percent_of_the_mesh_fa
     # ZeRO-0 at 10.2 s does not; two simplicity classes lie in the band
     from planner.search.ranking import MeshBand
 
-    band = MeshBand()
+    band = MeshBand(ONE_PERCENT)
     for plan in (_Plan(10.2, zero_stage=0), _Plan(10.05, zero_stage=1), _Plan(10.0, zero_stage=3)):
         band.offer(plan)
     pick, classes = band.simplest()
@@ -73,11 +83,11 @@ def test_a_tied_plan_whose_memory_band_stays_under_the_cap_beats_a_simpler_one_w
 
     high = shipped_memory_band().high_rel
     assert 99 * (1 + high) > 100 > 50 * (1 + high)
-    band = MeshBand()
+    band = MeshBand(ONE_PERCENT)
     for plan in (_Plan(10.05, 99.0, zero_stage=1), _Plan(10.0, 50.0, zero_stage=3)):
         band.offer(plan)
     assert band.simplest()[0].layout.zero_stage == 3
-    band = MeshBand()
+    band = MeshBand(ONE_PERCENT)
     for plan in (_Plan(10.05, 40.0, zero_stage=1), _Plan(10.0, 50.0, zero_stage=3)):
         band.offer(plan)
     assert band.simplest()[0].layout.zero_stage == 1
@@ -87,7 +97,7 @@ def test_mesh_band_drops_plans_that_a_later_faster_plan_puts_out_of_the_band():
     # 10.05 s ties with 10.0 s, but 9.9 s arrives: the band ends at 9.999 s, so ZeRO-1 drops out
     from planner.search.ranking import MeshBand
 
-    band = MeshBand()
+    band = MeshBand(ONE_PERCENT)
     for plan in (_Plan(10.0, zero_stage=3), _Plan(10.05, zero_stage=1), _Plan(9.9, zero_stage=2)):
         band.offer(plan)
     assert [p.layout.zero_stage for p in band.plans] == [2]
@@ -110,9 +120,10 @@ def test_inside_a_mesh_no_fitting_simpler_layout_lies_within_the_band():
     limit_s = min(b.step_time_s for b in fits) * (1 + TIE_BAND)
     tied = [b for b in fits if b.step_time_s <= limit_s]
     assert report.best.layout in [b.layout for b in tied]
-    # the rule: no memory risk first, then the simplest (ranking.tie_key)
-    band = shipped_memory_band()
-    assert min(tie_key(b, band) for b in tied) == tie_key(next(b for b in tied if b.layout == report.best.layout), band)
+    # the rule: no memory risk first, then the fewest uncertain mechanisms, then the simplest (ranking.tie_key)
+    band, ties = shipped_memory_band(), tie_band()
+    best = next(b for b in tied if b.layout == report.best.layout)
+    assert min(tie_key(b, band, ties) for b in tied) == tie_key(best, band, ties)
     # fused attention: selective recomputation costs no time here, so it ties with none, the simpler
     assert report.best.layout.recompute == "none"
 
@@ -127,10 +138,10 @@ def test_ranked_plans_keep_every_mesh_tied_with_the_fastest_beyond_the_top_k():
     for dp, seconds in ((8, 10.0), (4, 10.05), (2, 10.08), (1, 10.5)):
         plan = _Plan(seconds)
         plan.layout = Layout(dp=dp, tp=8 // dp, zero_stage=1 if dp > 1 else 0)
-        bands[dp] = MeshBand()
+        bands[dp] = MeshBand(ONE_PERCENT)
         bands[dp].offer(plan)
-    assert [p.step_time_s for p in ranked_plans(bands, top_k=1)[0]] == [10.0, 10.05, 10.08]
-    assert [p.step_time_s for p in ranked_plans(bands, top_k=4)[0]] == [10.0, 10.05, 10.08, 10.5]
+    assert [p.step_time_s for p in ranked_plans(bands, 1, ONE_PERCENT)[0]] == [10.0, 10.05, 10.08]
+    assert [p.step_time_s for p in ranked_plans(bands, 4, ONE_PERCENT)[0]] == [10.0, 10.05, 10.08, 10.5]
 
 
 def test_the_pick_and_the_tie_count_do_not_depend_on_top():

@@ -231,9 +231,14 @@ class SearchStats:
     rejected: dict[str, int] = field(default_factory=dict)
     seconds: float | None = None
     tie_band: float | None = None
-    """Plans within this fraction of the fastest count as tied (``planner.search.ranking.TIE_BAND``)."""
+    """Plans within this fraction of the fastest count as tied: the cost model cannot tell them apart
+    (``planner.search.ranking.tie_band``)."""
     num_tied: int | None = None
-    """How many plans were tied with the fastest; the simplest of them is ``best``."""
+    """How many plans were tied with the fastest; the least risky of them is ``best``."""
+    tie_band_source: str | None = None
+    """Where ``tie_band`` comes from (``costmodels.tie_band.TieBand.source``)."""
+    tie_reason: str | None = None
+    """Why ``best`` won among the tied plans (``planner.search.ranking.tie_reason``)."""
 
     @classmethod
     def from_dict(cls, raw: Any, where: str = "search") -> "SearchStats":
@@ -253,12 +258,14 @@ class SearchStats:
             raise PlanFileError(f"{where}.num_tied: must be a non-negative integer, got {tied!r}")
         return cls(solver=_get(raw, "solver", where, str), rejected=rejected,
                    seconds=_get(raw, "seconds", where, (int, float), optional=True),
-                   tie_band=_get(raw, "tie_band", where, (int, float), optional=True), num_tied=tied, **counts)
+                   tie_band=_get(raw, "tie_band", where, (int, float), optional=True), num_tied=tied,
+                   tie_band_source=_get(raw, "tie_band_source", where, str, optional=True),
+                   tie_reason=_get(raw, "tie_reason", where, str, optional=True), **counts)
 
     def to_dict(self) -> dict[str, Any]:
         out = {"solver": self.solver, "space_size": self.space_size, "evaluated": self.evaluated,
                "rejected": dict(sorted(self.rejected.items()))}
-        for key in ("seconds", "tie_band", "num_tied"):
+        for key in ("seconds", "tie_band", "tie_band_source", "num_tied", "tie_reason"):
             if getattr(self, key) is not None:
                 out[key] = getattr(self, key)
         return out

@@ -10,7 +10,7 @@ from costmodels.breakdown import MEMORY_TERMS, TIME_TERMS
 from costmodels.layout import Layout
 from costmodels.stage_split import describe_split
 
-from .plan_file import PlanEntry, PlanFile
+from .plan_file import PlanEntry, PlanFile, SearchStats
 
 TIME_LABELS = {"compute": "compute", "recompute": "recompute", "tp_comm": "TP comm (exposed)",
                "cp_comm": "CP comm (exposed)", "ep_comm": "EP comm (exposed)", "dp_comm": "DP comm (exposed)",
@@ -159,6 +159,25 @@ def print_tp_plan(console: Console, tp_plan: dict[str, str] | None, shown: int =
         console.print(f"    ... and {len(tp_plan) - shown} more (see the plan file)")
 
 
+def tie_note(search: SearchStats) -> str:
+    """The best plan's headline on ties: how many layouts the model could not tell apart, within
+    which band, and why the pick won (``planner.search.ranking.tie_reason``, which says whether
+    the pick's memory band crosses the cap). Empty when nothing was tied."""
+    tied = search.num_tied or 0
+    if tied <= 1 or search.tie_band is None:
+        return ""
+    why = f": picked for {search.tie_reason}" if search.tie_reason else ""
+    return f"{tied} layouts indistinguishable (within the {search.tie_band:.1%} tie band){why}"
+
+
+def tie_band_line(search: SearchStats) -> str:
+    """Which tie band the search used and where it comes from (empty for a file without one)."""
+    if search.tie_band is None:
+        return ""
+    source = f": {search.tie_band_source}" if search.tie_band_source else ""
+    return f"tie band {search.tie_band:.1%}{source}"
+
+
 def print_report(console: Console, report: PlanFile) -> None:
     """A whole plan file: inputs, best plan, alternatives, search statistics, or the closest misses."""
     i, t = report.inputs, report.inputs.training
@@ -169,9 +188,7 @@ def print_report(console: Console, report: PlanFile) -> None:
         shape = list(i.input_shape) if i.input_shape is not None else None
         console.print(f"user model {i.module} (input shape {shape})")
     if report.best is not None:
-        tied = report.search.num_tied or 0
-        note = f"{tied} layouts within {report.search.tie_band:.0%}: picked the simplest without memory risk" if tied > 1 else ""
-        print_plan(console, report.best, "best", note)
+        print_plan(console, report.best, "best", tie_note(report.search))
         print_tp_plan(console, report.best.tp_plan)
         print_candidates(console, report.candidates)
     for miss in report.closest_misses:
@@ -183,3 +200,5 @@ def print_report(console: Console, report: PlanFile) -> None:
     timing = f" in {s.seconds:.2f} s" if s.seconds is not None else ""
     console.print(f"searched {s.space_size:,} layouts ({s.evaluated:,} evaluated in full){timing}; "
                   f"rejected: {rejected or 'none'}", style="dim")
+    if tie_band_line(s):
+        console.print(tie_band_line(s), style="dim")

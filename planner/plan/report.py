@@ -66,7 +66,9 @@ class PlanReport:
         search = SearchStats(solver=self.search["solver"], space_size=self.search["space_size"],
                              evaluated=self.search["evaluated"], rejected=dict(self.rejected),
                              seconds=self.search.get("seconds") if with_timing else None,
-                             tie_band=self.search.get("tie_band"), num_tied=self.search.get("num_tied"))
+                             tie_band=self.search.get("tie_band"), num_tied=self.search.get("num_tied"),
+                             tie_band_source=self.search.get("tie_band_source"),
+                             tie_reason=self.search.get("tie_reason"))
         misses = tuple(MissEntry(entry=plan_entry(m.breakdown, self.bands), needed_gib=round(m.needed_gib, 3),
                                  available_gib=round(m.available_gib, 3), suggestions=m.suggestions)
                        for m in self.closest_misses)

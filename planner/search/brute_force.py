@@ -13,13 +13,16 @@ from collections import Counter
 
 from costmodels.estimate import CostModel
 
-from .ranking import MeshBand, layout_key, mesh_of, ranked_plans
+from costmodels.tie_band import TieBand
+
+from .ranking import MeshBand, layout_key, mesh_of, ranked_plans, tie_band
 from .result import SolverResult, overshoot_key
 from .space import SearchOptions, all_layouts
 
 
 def solve_brute_force(cost_model: CostModel, num_gpus: int, gpus_per_node: int, options: SearchOptions,
-                      top_k: int, num_misses: int = 3) -> SolverResult:
+                      top_k: int, num_misses: int = 3, band: TieBand | None = None) -> SolverResult:
+    band = band or tie_band()
     bands: dict[tuple, MeshBand] = {}
     rejected: Counter = Counter()
     misses = []
@@ -31,8 +34,8 @@ def solve_brute_force(cost_model: CostModel, num_gpus: int, gpus_per_node: int, 
             rejected["memory"] += 1
             misses.append((round(overshoot_bytes), layout_key(layout), layout))
             continue
-        bands.setdefault(mesh_of(layout), MeshBand()).offer(cost_model.estimate(layout))
-    ranked, tied = ranked_plans(bands, top_k)
+        bands.setdefault(mesh_of(layout), MeshBand(band)).offer(cost_model.estimate(layout))
+    ranked, tied = ranked_plans(bands, top_k, band)
     rejected["slower"] = total - rejected["memory"] - len(ranked)
     closest = () if ranked else \
         tuple(sorted((cost_model.estimate(layout) for *_, layout in sorted(misses)[:num_misses]), key=overshoot_key))

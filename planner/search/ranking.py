@@ -1,11 +1,14 @@
 """How candidates are ordered: one total order shared by every solver, so results are exact and
-deterministic (ties in step time go to less memory, then to the layout's fields in order)."""
+deterministic (ties in step time go to less memory, then to the layout's fields in order); and
+which plans the model cannot tell apart (within the measured tie band, ``costmodels.tie_band``)
+and which of them is picked (``tie_key``)."""
 
 from __future__ import annotations
 
 from costmodels.bands import Band, memory_risk, shipped_memory_band
 from costmodels.breakdown import CostBreakdown
 from costmodels.layout import Layout
+from costmodels.tie_band import TieBand, num_uncertain, shipped_tie_band
 
 
 _FIELDS = tuple(Layout.__dataclass_fields__)
@@ -26,10 +29,11 @@ def mesh_of(layout: Layout) -> tuple[int, int, int, int, int]:
     return (layout.dp, layout.tp, layout.pp, layout.cp, layout.ep)
 
 
-TIE_BAND = 0.01
-"""Relative step-time band within which layouts count as tied: the error band of the cost model
-(``costmodels.bands``) measures it across families, not between two layouts of one job, so 1%.
-Among tied layouts one without memory risk, then the simplest, is picked (``tie_key``)."""
+def tie_band() -> TieBand:
+    """The relative step-time band within which layouts count as tied: the cost model's measured
+    between-layout error (``costmodels.tie_band``, read once on first use). Among tied layouts the
+    least risky is picked (``tie_key``)."""
+    return shipped_tie_band()
 
 
 RECOMPUTE_ORDER = {"none": 0, "selective": 1, "op-sac": 2, "full": 3}
@@ -42,7 +46,7 @@ SCHEDULE_ORDER = {"gpipe": 0, "1f1b": 0, "interleaved": 1, "zb-h1": 2, "interlea
 
 
 def simplicity_class(layout: Layout) -> tuple:
-    """What makes one layout simpler than another, least first, for breaking ties inside ``TIE_BAND``:
+    """What makes one layout simpler than another, least first, for breaking ties inside the band:
 
     1. how many of context parallel, expert parallel and optimizer offload it uses (each only when needed);
     2. how many parallel axes (dp, tp, pp, cp, ep) have degree > 1;
@@ -68,20 +72,46 @@ def simplicity_key(layout: Layout) -> tuple:
     return simplicity_class(layout) + (layout.schedule == "gpipe", not layout.sequence_parallel, layout_key(layout))
 
 
-def tie_key(breakdown: CostBreakdown, memory_band: Band | None) -> tuple:
-    """How tied plans are ordered: a plan whose memory band stays under the cap before one whose band
-    crosses it (``costmodels.bands.memory_risk``; callers pass ``shipped_memory_band()``, read once
-    per ranking: an out-of-memory crash costs more than the 1% a tie may give up), then
-    ``simplicity_key``."""
+def tie_key(breakdown: CostBreakdown, memory_band: Band | None, band: TieBand) -> tuple:
+    """How tied plans are ordered, least risky first: a plan whose memory band stays under the cap
+    before one whose band crosses it (``costmodels.bands.memory_risk``; callers pass
+    ``shipped_memory_band()``, read once per ranking: an out-of-memory crash costs more than a tie
+    may give up); then fewer mechanisms in use whose between-layout error is large or unmeasured
+    (``costmodels.tie_band.num_uncertain``: the model's word on them is weakest); then
+    ``simplicity_key``. Twins a solver skips (GPipe, no sequence parallelism) use the same
+    mechanisms as the twin it keeps, so the order between them is still ``simplicity_key``'s."""
     risky = memory_risk(breakdown.peak_memory_bytes, breakdown.memory_capacity_bytes, memory_band)
-    return (risky,) + simplicity_key(breakdown.layout)
+    return (risky, num_uncertain(breakdown.layout, band)) + simplicity_key(breakdown.layout)
+
+
+TIE_REASONS = ("memory band under the cap", "fewest uncertain mechanisms", "simplest layout")
+"""Why the pick won its tie, by the first ``tie_key`` part where it beats the runner-up."""
+
+
+def tie_reason(pick: CostBreakdown, tied: list[CostBreakdown], memory_band: Band | None, band: TieBand) -> str:
+    """One line on why ``pick`` won among ``tied``: the ``tie_key`` part that separates it from the
+    next in that order, and whether its own memory band crosses the cap."""
+    risky = memory_risk(pick.peak_memory_bytes, pick.memory_capacity_bytes, memory_band)
+    risk = "its memory band crosses the cap (every tied layout's does)" if risky else "no memory risk"
+    others = [b for b in tied if b is not pick]
+    if not others:
+        return f"no other layout within the band; {risk}"
+    key = tie_key(pick, memory_band, band)
+    runner = min((tie_key(b, memory_band, band) for b in others))
+    part = next(i for i, (a, b) in enumerate(zip(key, runner)) if a != b)
+    if part == 1:
+        why = f"fewest uncertain mechanisms ({key[1]} against {runner[1]})"
+    else:
+        why = TIE_REASONS[min(part, 2)]
+    return f"{why}; {risk}"
 
 
 class MeshBand:
     """One mesh's fastest plan (by ``rank_key``) and its plans within ``band`` of it, as plans arrive."""
 
-    def __init__(self, band: float = TIE_BAND) -> None:
-        self.band = band
+    def __init__(self, band: TieBand) -> None:
+        self.tie_band = band
+        self.band = band.band_rel
         self.fastest: CostBreakdown | None = None
         self.fastest_key: tuple = ()
         self.plans: list[CostBreakdown] = []
@@ -100,33 +130,35 @@ class MeshBand:
 
     def simplest(self) -> tuple[CostBreakdown, int]:
         """The simplest plan within the band, and how many simplicity classes the band holds."""
-        band = shipped_memory_band()
-        pick = min(self.plans, key=lambda b: tie_key(b, band))
+        memory_band = shipped_memory_band()
+        pick = min(self.plans, key=lambda b: tie_key(b, memory_band, self.tie_band))
         return pick, len({simplicity_class(b.layout) for b in self.plans})
 
 
-def prefer_simplest(ranked: tuple[CostBreakdown, ...], band: float = TIE_BAND,
-                    tied_in_mesh: dict[tuple, int] | None = None) -> tuple[tuple[CostBreakdown, ...], int]:
-    """``ranked`` (fastest first) with the simplest plan within ``band`` of the fastest moved to the
-    front, and how many layouts were within the band: each tied plan counts the simplicity classes
-    its mesh had within the band (``tied_in_mesh``, by ``mesh_of``; 1 where not given)."""
+def prefer_simplest(ranked: tuple[CostBreakdown, ...], band: TieBand,
+                    tied_in_mesh: dict[tuple, int] | None = None) -> tuple[tuple[CostBreakdown, ...], int, str]:
+    """``ranked`` (fastest first) with the least risky plan within ``band`` of the fastest
+    (``tie_key``) moved to the front; how many layouts were within the band (each tied plan counts
+    the simplicity classes its mesh had within the band: ``tied_in_mesh``, by ``mesh_of``; 1 where
+    not given); and why the pick won (``tie_reason``)."""
     if not ranked:
-        return ranked, 0
-    limit_s = ranked[0].step_time_s * (1 + band)
+        return ranked, 0, ""
+    limit_s = ranked[0].step_time_s * (1 + band.band_rel)
     tied = [b for b in ranked if b.step_time_s <= limit_s]
     memory_band = shipped_memory_band()
-    pick = min(tied, key=lambda b: tie_key(b, memory_band))
+    pick = min(tied, key=lambda b: tie_key(b, memory_band, band))
     counts = tied_in_mesh or {}
-    return (pick,) + tuple(b for b in ranked if b is not pick), sum(counts.get(mesh_of(b.layout), 1) for b in tied)
+    num_tied = sum(counts.get(mesh_of(b.layout), 1) for b in tied)
+    return (pick,) + tuple(b for b in ranked if b is not pick), num_tied, tie_reason(pick, tied, memory_band, band)
 
 
-def ranked_plans(bands: dict, top_k: int) -> tuple[tuple[CostBreakdown, ...], dict[tuple, int]]:
+def ranked_plans(bands: dict, top_k: int, band: TieBand) -> tuple[tuple[CostBreakdown, ...], dict[tuple, int]]:
     """The K fastest meshes (by ``rank_key`` of their fastest plan), and every other mesh whose
-    fastest plan is within ``TIE_BAND`` of the fastest of all (tied with it, so compared for the
+    fastest plan is within ``band`` of the fastest of all (tied with it, so compared for the
     pick whatever K is), each as its simplest plan within the band, ordered by that plan's
     ``rank_key``; and per mesh how many simplicity classes its band held. Shared by both solvers."""
     order = sorted(bands.values(), key=lambda band: band.fastest_key)
-    tied_s = order[0].fastest.step_time_s * (1 + TIE_BAND) if order else 0.0
+    tied_s = order[0].fastest.step_time_s * (1 + band.band_rel) if order else 0.0
     fastest = order[:top_k] + [band for band in order[top_k:] if band.fastest.step_time_s <= tied_s]
     picks = [band.simplest() for band in fastest]
     ranked = tuple(sorted((plan for plan, _ in picks), key=rank_key))

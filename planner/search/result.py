@@ -16,7 +16,7 @@ class SolverResult:
 
     ranked: tuple[CostBreakdown, ...]
     """One plan of each of the ``top_k`` fastest meshes, fastest first: the simplest of the mesh's
-    plans within ``ranking.TIE_BAND`` of its fastest (``ranking.MeshBand``)."""
+    plans within the tie band (``ranking.tie_band``) of its fastest (``ranking.MeshBand``)."""
     tied_in_mesh: dict[tuple, int] = field(default_factory=dict)
     """Per mesh of ``ranked`` (``ranking.mesh_of``), how many simplicity classes were within the band."""
     rejected: dict[str, int] = field(default_factory=dict)

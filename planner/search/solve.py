@@ -23,7 +23,7 @@ Prunes, each of which never cuts the answer:
 - Time: schedule choices are grouped so that one bound covers the group (the recomputation modes
   only add time; GPipe and 1F1B share their step time); a mesh on its mean floor, then on its
   groups' least pipeline floor, then on its least (group, state) bound, a pair, and then each
-  member, is cut when its bound exceeds (1 + TIE_BAND) × the smaller of the mesh's fastest plan
+  member, is cut when its bound exceeds (1 + band) × the smaller of the mesh's fastest plan
   so far and the threshold (the K-th fastest mesh's, or the tie band's edge above the fastest of
   all where that is larger, ``_Ranking.threshold_s``): it can then be neither the mesh's fastest,
   nor within the band of the fastest of a mesh the result holds (where the simplest plan is
@@ -55,7 +55,9 @@ from costmodels.pipeline import DUALPIPE
 
 from .floors import MemoryFloors
 from .twins import OverlapTwins
-from .ranking import TIE_BAND, MeshBand, ranked_plans
+from costmodels.tie_band import TieBand
+
+from .ranking import MeshBand, ranked_plans, tie_band
 from .groups import Group, least_bound_s, pairs, schedule_groups, states_that_may_fit, with_state_floors
 from .result import SolverResult, count, overshoot_key
 from .space import (MeshChoice, PipelineChoice, ScheduleChoice, SearchOptions, StateChoice, make_layout,
@@ -71,8 +73,10 @@ class _Ranking:
     """Each mesh's band of plans (``ranking.MeshBand``), and the step time a new mesh must beat to
     enter the top K."""
 
-    def __init__(self, top_k: int) -> None:
+    def __init__(self, top_k: int, band: TieBand) -> None:
         self.top_k = top_k
+        self.tie_band = band
+        self.band_rel = band.band_rel
         self.bands: dict[MeshChoice, MeshBand] = {}
         self._threshold_s = float("inf")
 
@@ -87,12 +91,12 @@ class _Ranking:
         return self._threshold_s
 
     def offer(self, mesh: MeshChoice, breakdown: CostBreakdown) -> None:
-        band = self.bands.setdefault(mesh, MeshBand())
+        band = self.bands.setdefault(mesh, MeshBand(self.tie_band))
         before = band.fastest
         band.offer(breakdown)
         if band.fastest is not before and len(self.bands) >= self.top_k:
             fastest = heapq.nsmallest(self.top_k, (b.fastest_key[0] for b in self.bands.values()))
-            self._threshold_s = max(fastest[-1], fastest[0] * (1 + TIE_BAND))
+            self._threshold_s = max(fastest[-1], fastest[0] * (1 + self.band_rel))
 
     def cutoff_s(self, mesh: MeshChoice) -> float:
         """A subtree whose bound exceeds this holds neither a faster plan for a mesh that
@@ -100,11 +104,11 @@ class _Ranking:
         the band of such a mesh's fastest."""
         band = self.bands.get(mesh)
         mesh_best = band.fastest.step_time_s if band is not None and band.fastest is not None else float("inf")
-        return (1 + TIE_BAND) * min(mesh_best, self._threshold_s) * (1 + BOUND_SLACK)
+        return (1 + self.band_rel) * min(mesh_best, self._threshold_s) * (1 + BOUND_SLACK)
 
     def result(self) -> tuple[tuple[CostBreakdown, ...], dict[tuple, int]]:
         """The simplest in-band plan of each of the K fastest meshes, and each one's tied count."""
-        return ranked_plans(self.bands, self.top_k)
+        return ranked_plans(self.bands, self.top_k, self.tie_band)
 
 
 class _Tally:
@@ -129,7 +133,7 @@ class _Tally:
 
 
 def solve(cost_model: CostModel, num_gpus: int, gpus_per_node: int, options: SearchOptions, top_k: int,
-          num_misses: int = 3) -> SolverResult:
+          num_misses: int = 3, band: TieBand | None = None) -> SolverResult:
     """The top-K meshes' plans under the cost model, found by branch and bound.
 
     Pass 1 bounds every mesh by its mean floor (``_mesh_floor_s``). Pass 2 takes meshes best floor
@@ -137,9 +141,10 @@ def solve(cost_model: CostModel, num_gpus: int, gpus_per_node: int, options: Sea
     states' floors added (the least bound over its (group, state) pairs), then is visited, so the
     K-th best plan is known early and whole meshes are cut on a floor without a full evaluation
     (what a later stage needs is never computed for meshes cut at an earlier one). The cyclic
-    garbage collector is paused meanwhile (``_collector_paused``)."""
+    garbage collector is paused meanwhile (``_collector_paused``). ``band``: the tie band
+    (default: the shipped, measured one, ``ranking.tie_band``)."""
     with _collector_paused():
-        return _solve(cost_model, num_gpus, gpus_per_node, options, top_k, num_misses)
+        return _solve(cost_model, num_gpus, gpus_per_node, options, top_k, num_misses, band or tie_band())
 
 
 @contextmanager
@@ -159,9 +164,9 @@ def _collector_paused() -> Iterator[None]:
 
 
 def _solve(cost_model: CostModel, num_gpus: int, gpus_per_node: int, options: SearchOptions, top_k: int,
-           num_misses: int) -> SolverResult:
+           num_misses: int, band: TieBand) -> SolverResult:
     model, training = cost_model.model, cost_model.training
-    ranking, tally = _Ranking(top_k), _Tally(num_misses)
+    ranking, tally = _Ranking(top_k, band), _Tally(num_misses)
     total = 0
     work: list[tuple] = []
     pipes_of: dict[tuple[int, int], list[PipelineChoice]] = {}  # they read the mesh's dp and pp only
