@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 from planner.published import cross_validate_by_family, default_evaluate, load_rows, score
-from planner.published.scoring import FamilyScore, overall_median
+from planner.published.scoring import FamilyScore, assumption_counts, map_rows, overall_median
 
 DATA = Path(__file__).parent / "data" / "published_runs.json"
 
@@ -49,6 +49,13 @@ def print_table(scores: list[FamilyScore]) -> None:
         if s.not_expressible:
             reasons = ", ".join(f"{k} {v}" for k, v in sorted(s.not_expressible.items(), key=lambda kv: -kv[1]))
             print(f"  {s.family}: {reasons}")
+
+
+def print_assumptions(rows: list[dict]) -> None:
+    mapped, _ = map_rows(rows)
+    print(f"\nassumed where the row is silent (rows of {len(mapped)} mapped that depend on it, families):")
+    for key, (count, families) in assumption_counts(rows).items():
+        print(f"  {key:40} {count:4} rows  {families:2} families")
 
 
 def print_worst(scores: list[FamilyScore], count: int) -> None:
@@ -91,6 +98,7 @@ def main(argv: list[str] | None = None) -> int:
                           "median_over_families_abs_error": overall_median(scores)}, indent=1, sort_keys=True))
         return 0
     print_table(scores)
+    print_assumptions(rows)
     if args.worst:
         print_worst(scores, args.worst)
     return 0

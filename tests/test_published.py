@@ -246,10 +246,10 @@ def test_gb200_row_uses_the_nvl72_rack_as_node(rows):
                   _node)
     assert run.hardware_name == "gb200-nvl72" and run.precision == "fp8"
     assert run.gpus_per_node == 72  # 64 GPUs fit one rack; make_cluster trims the node to the job
-    from planner.published.runs import _gpus_per_node
-    notes: list[str] = []
+    from planner.published.runs import Notes, _gpus_per_node
+    notes = Notes()
     assert _gpus_per_node({"hardware": {"gpus_per_node": None}}, run.node, 256, notes) == 64  # 256 % 72 != 0
-    assert notes and "64" in notes[0]
+    assert notes.text and "64" in notes.text[0] and notes.assumed == ["nvlink_domain=64"]
 
 
 def test_nemo_405b_rows_count_the_embedding_and_loss_in_the_pipeline_split(rows):
@@ -258,3 +258,44 @@ def test_nemo_405b_rows_count_the_embedding_and_loss_in_the_pipeline_split(rows)
     run = map_row(rows["nemo-mb-25-11-nemo-container-dgx-gb200-llama3-1-405b-256gpu-fp8-cs-tp4pp16cp1vp4ep1-"
                        "gbs1536-mbs1"], _node)
     assert run.layout.layers_per_chunk == (1,) + (2,) * 62 + (1,)
+
+
+def _row(rows, row_id):
+    return rows[row_id]
+
+
+def test_the_mapping_reads_no_measured_figure(rows):
+    """Blanking every measured figure of a row changes nothing of what is costed."""
+    import copy
+    from planner.published.scoring import _node
+    for row_id in ("mtnlg-530b-2240gpu", "torchtitan-t5-405b-512gpu-1f1b", "bloom-prequel-001"):
+        row = _row(rows, row_id)
+        blank = copy.deepcopy(row)
+        blank["throughput"] = {k: None for k in row["throughput"]} | {"tokens_per_sec_per_gpu": 1.0}
+        blank["memory"] = {k: None for k in row["memory"]}
+        a, b = map_row(row, _node), map_row(blank, _node)
+        assert (a.layout, a.precision, a.assumed) == (b.layout, b.precision, b.assumed)
+
+
+def test_the_interleaved_torchtitan_row_runs_interleaved(rows):
+    """torchtitan Table 5's two 405B rows differ in pp_schedule only; the interleaved one runs 2 stages
+    per rank and pp·v micro-batches (torchtitan's defaults), and is predicted differently."""
+    from planner.published.scoring import _node
+    plain = map_row(_row(rows, "torchtitan-t5-405b-512gpu-1f1b"), _node)
+    looped = map_row(_row(rows, "torchtitan-t5-405b-512gpu-interleaved-1f1b"), _node)
+    assert (plain.layout.virtual_stages, plain.layout.micro_batch_size, plain.layout.num_microbatches) == (1, 4, 8)
+    assert (looped.layout.virtual_stages, looped.layout.micro_batch_size, looped.layout.num_microbatches) == (2, 2, 16)
+    assert looped.layout.schedule == "interleaved"
+    assert "virtual_stages=2 (torchtitan default)" in looped.assumed
+    scores = score([_row(rows, "torchtitan-t5-405b-512gpu-1f1b"), _row(rows, "torchtitan-t5-405b-512gpu-interleaved-1f1b")])
+    predicted = {r.row_ids[0]: r.predicted_tokens_per_s_per_gpu for r in scores[0].results}
+    assert len(set(predicted.values())) == 2
+
+
+def test_silent_fields_are_recorded_and_counted(rows):
+    from planner.published.scoring import assumption_counts
+    from planner.published.scoring import _node
+    mt = map_row(_row(rows, "mtnlg-530b-2240gpu"), _node)
+    assert {"micro_batch_size=1", "virtual_stages=1", "recompute=full (family)"} <= set(mt.assumed)
+    counts = assumption_counts(list(rows.values()))
+    assert counts["micro_batch_size=1"][0] >= 3 and counts["virtual_stages=1"][0] >= 3

@@ -2,7 +2,10 @@
 
 Rows follow the development set's schema (``benchmarks/data/published_runs.json``, copied from
 ``shared/published_runs/runs.json``; its README lists the fields). Every default filled in for a
-field the source left out is written to ``MappedRun.assumptions``; a run the cost model cannot
+field the source left out is written to ``MappedRun.assumptions`` (prose) and ``MappedRun.assumed``
+(one short ``field=value`` key each, counted by ``benchmarks/published.py``). Nothing measured
+(throughput, MFU, memory) decides the mapping: the measured figures are only converted, through
+the mapped layout, into the rate that is scored. A run the cost model cannot
 express yet (an unknown GPU, MLA, a block-scaled FP8 recipe, uneven stages, a missing shape) is an
 ``Unexpressible`` with a short ``reason`` that the benchmark counts.
 """
@@ -117,6 +120,8 @@ class MappedRun:
     sweep_key: tuple
     """Runs with equal keys are one sweep: same model, GPU and GPU count, varying the layout."""
     assumptions: tuple[str, ...] = field(default_factory=tuple)
+    assumed: tuple[str, ...] = field(default_factory=tuple)
+    """One ``field=value`` key per default filled in for a field the row leaves out (``Notes.assume``)."""
     compiled: bool = False
     """The run used ``torch.compile`` (``TrainingSpec.compiled``; ``_compiled``)."""
 
@@ -126,6 +131,24 @@ class MappedRun:
                     seq_len=self.seq_len, gpus_per_node=self.gpus_per_node, precision=self.precision,
                     fp8_recipe=self.fp8_recipe, compiled=self.compiled,
                     attention=self.attention, runtime=self.runtime, memory_fraction=1.0, layout=self.layout)
+
+
+@dataclass(slots=True)
+class Notes:
+    """What the mapping of one row wrote down: prose ``text`` and, for each default filled in for a
+    field the row leaves out, a short ``field=value`` key in ``assumed``."""
+
+    text: list[str] = field(default_factory=list)
+    assumed: list[str] = field(default_factory=list)
+
+    def append(self, line: str) -> None:
+        """A note that assumes nothing (the row, or a cited source, states it)."""
+        self.text.append(line)
+
+    def assume(self, key: str, line: str) -> None:
+        """A default for a field the row leaves out: ``key`` is counted, ``line`` explains it."""
+        self.assumed.append(key)
+        self.text.append(line)
 
 
 def load_rows(path: str | Path) -> list[dict]:
@@ -144,7 +167,7 @@ def map_row(row: dict, load_node) -> MappedRun:
     family, par, status = row["source_family"], row["parallel"], row["status"]
     if status not in ("ok", "oom"):
         raise Unexpressible("no measurement", f"status {status}")
-    notes: list[str] = []
+    notes = Notes()
     preset = _gpu_preset(row["hardware"]["gpu"])
     node = load_node(preset)
     try:
@@ -156,9 +179,9 @@ def map_row(row: dict, load_node) -> MappedRun:
     if shape_preset is not None:
         notes.append(f"shape from preset {shape_preset} (shapes.PRESET_SHAPES; its released config.json)")
     elif not row["model"]["vocab"]:
-        notes.append(f"vocab not given: {model.vocab_size} (shapes.VOCAB_FILLS)")
+        notes.assume("vocab=fill", f"vocab not given: {model.vocab_size} (shapes.VOCAB_FILLS)")
     if shape_preset is None and not row["model"]["ffn_hidden"]:
-        notes.append("ffn not given: 4h (GPT-style)")
+        notes.assume("ffn_hidden=4h", "ffn not given: 4h (GPT-style)")
     num_gpus = row["num_gpus"]
     if not num_gpus:
         raise Unexpressible("missing layout", "no GPU count")
@@ -178,7 +201,7 @@ def map_row(row: dict, load_node) -> MappedRun:
     offload = NEMO_ACTIVATION_OFFLOAD.get((row["model"]["name"], preset, precision)) if par["fsdp"] else None
     if family == "nemo_megatron_bridge_perf" and offload and layout.pp == 1:
         layout = replace(layout, activation_offload_layers=offload)
-        notes.append(f"activation offload not given: {offload} layers (Megatron-Bridge's Megatron-FSDP preset, "
+        notes.assume("activation_offload=NeMo preset", f"activation offload not given: {offload} layers (Megatron-Bridge's Megatron-FSDP preset, "
                      "runs.NEMO_ACTIVATION_OFFLOAD)")
     L = layout
     config = (row["model"]["name"], preset, num_gpus, precision, seq_len, global_batch, L.dp, L.tp, L.pp, L.cp,
@@ -192,25 +215,17 @@ def map_row(row: dict, load_node) -> MappedRun:
         measured_tokens_per_s_per_gpu=measured, measured_basis=basis,
         measured_peak_memory_gib=row["memory"]["peak_mem_gb"], config_key=config,
         sweep_key=(family, row["model"]["name"], preset, num_gpus, seq_len, precision, fp8_recipe),
-        assumptions=tuple(notes), compiled=_compiled(row))
+        assumptions=tuple(notes.text), assumed=tuple(notes.assumed), compiled=_compiled(row))
 
 
-def _gpus_per_node(row: dict, node: NodeSpec, num_gpus: int, notes: list[str]) -> int:
+def _gpus_per_node(row: dict, node: NodeSpec, num_gpus: int, notes: Notes) -> int:
     """GPUs per NVLink domain: the row's figure, else the node type's; an NVL72 job whose GPU count
     is not a multiple of 72 is taken to use 64 GPUs of each rack (a power of two that divides it)."""
     per_node = row["hardware"]["gpus_per_node"] or node.gpus_per_node
     if per_node == 72 and num_gpus > 72 and num_gpus % 72:
-        notes.append(f"{num_gpus} GPUs on NVL72 racks: NVLink domains of 64")
+        notes.assume("nvlink_domain=64", f"{num_gpus} GPUs on NVL72 racks: NVLink domains of 64")
         return 64
     return per_node
-
-
-def _hardware_to_model_flops(throughput: dict) -> float | None:
-    """Reported TFLOP/s over MFU x peak: about 4/3 when the TFLOP/s count full recomputation."""
-    t = throughput
-    if t.get("tflops_per_gpu") and t.get("mfu_pct") and t.get("peak_tflops_assumed"):
-        return t["tflops_per_gpu"] / (t["mfu_pct"] / 100 * t["peak_tflops_assumed"])
-    return None
 
 
 def _compiled(row: dict) -> bool:
@@ -246,16 +261,19 @@ def _gpu_preset(gpu: str | None) -> str:
     raise Unexpressible("unknown GPU", str(gpu))
 
 
-def _precision(row: dict, node: NodeSpec, notes: list[str]) -> tuple[str, str | None]:
-    """(precision, fp8 recipe) of a row; raise ``Unexpressible`` when the hardware lacks its rate."""
+def _precision(row: dict, node: NodeSpec, notes: Notes) -> tuple[str, str | None]:
+    """(precision, fp8 recipe) of a row; raise ``Unexpressible`` when the hardware lacks its rate.
+
+    NeMo's performance tables run every configuration in BF16 and in FP8 (the rows beside an
+    unlabelled one state both), and their 25.09 archive writes "n/a" for some: such a row is
+    either, and the two predictions differ by up to 2x, so it is not scored rather than guessed.
+    Other families' unlabelled rows are the 16-bit type of their GPU (they predate FP8 training)."""
     text = row["precision"]
     if text is None and row["source_family"] == "nemo_megatron_bridge_perf":
-        # These tables mix BF16 and FP8 runs; unlabelled rows report up to 74% of the bf16 peak in model
-        # FLOPs (LLAMA3_70B on H100: 727 TFLOP/s), which only FP8 reaches.
-        raise Unexpressible("precision not stated", "NeMo row without a precision")
+        raise Unexpressible("precision not stated", "NeMo row without a precision (its tables run BF16 and FP8)")
     sixteen = "bf16" if node.hardware.supports("bf16") else "fp16"
     if text is None:
-        notes.append("precision not stated: bf16" if sixteen == "bf16" else "precision: fp16")
+        notes.assume(f"precision={sixteen}", f"precision not stated: {sixteen}")
         return sixteen, None
     for pattern, precision, recipe in PRECISION_RECIPES:
         if re.search(pattern, text, re.IGNORECASE):
@@ -282,7 +300,7 @@ def _global_batch(par: dict, seq_len: int) -> int:
     raise Unexpressible("missing layout", f"global batch {tokens!r} tokens")
 
 
-def _layout(row: dict, model: ModelSpec, num_gpus: int, global_batch: int, notes: list[str]) -> Layout:
+def _layout(row: dict, model: ModelSpec, num_gpus: int, global_batch: int, notes: Notes) -> Layout:
     family, par = row["source_family"], row["parallel"]
     schedule_text = par["pp_schedule"] or ""
     if "DualPipe" in schedule_text:
@@ -292,18 +310,15 @@ def _layout(row: dict, model: ModelSpec, num_gpus: int, global_batch: int, notes
         # PTD-P rows give dp only. SC'21 runs tp 8 inside each DGX A100 for every model above 18B
         # (Table 1); pp is what remains of the GPUs (175B: 384 / (4 x 8) = 12; 530B: 560 / (2 x 8) = 35).
         tp, pp = 8, num_gpus // (par["dp"] * 8 * cp)
-        notes.append(f"tp, pp not given: tp 8 (one DGX, as in SC'21 Table 1), pp {pp} = GPUs / (dp x tp)")
+        notes.assume("tp,pp=SC'21 rule", f"tp, pp not given: tp 8 (one DGX, as in SC'21 Table 1), pp {pp} = GPUs / (dp x tp)")
     elif par["tp"] is None or par["pp"] is None:
         raise Unexpressible("missing layout", "tp or pp not given")
     dp = par["dp"] or num_gpus // (tp * pp * cp)
     if dp * tp * pp * cp != num_gpus:
         raise Unexpressible("missing layout", f"dp {dp} x tp {tp} x pp {pp} x cp {cp} != {num_gpus} GPUs")
-    vpp = par["vpp"] or 1
+    vpp = _virtual_stages(par, family, pp, notes)
     split = _stage_split(family, model.num_layers, pp, vpp, notes, row["model"]["name"] or "")
-    micro = par["micro_batch_size"]
-    if micro is None:
-        micro = 1
-        notes.append("micro-batch not given: 1")
+    micro = par["micro_batch_size"] or _micro_batch(family, global_batch // dp, pp, vpp, notes)
     if global_batch % (dp * micro):
         raise Unexpressible("batch not divisible", f"global batch {global_batch} over dp {dp} x micro-batch {micro}")
     microbatches = global_batch // (dp * micro)
@@ -313,17 +328,51 @@ def _layout(row: dict, model: ModelSpec, num_gpus: int, global_batch: int, notes
     expert_tp = 0
     if dp % ep and (tp * cp * dp) % ep == 0:
         expert_tp = max(e for e in range(1, tp + 1) if tp % e == 0 and (tp * cp * dp) % (ep * e) == 0)
-        notes.append(f"ep {ep} exceeds dp {dp}: experts folded into tp x cp x dp with expert tp {expert_tp} "
+        notes.assume("expert_tp=largest", f"ep {ep} exceeds dp {dp}: experts folded into tp x cp x dp with expert tp {expert_tp} "
                      "(Megatron --expert-tensor-parallel-size; not given, the largest that fits)")
     sp = _sequence_parallel(par, family, tp, notes)
     return Layout(dp=dp, tp=tp, pp=pp, cp=cp, ep=ep, expert_tp=expert_tp, zero_stage=_zero_stage(par, family, notes),
                   sequence_parallel=sp, tp_comm_overlap=sp and _tp_comm_overlap(row, notes), micro_batch_size=micro,
                   num_microbatches=microbatches, schedule="interleaved" if vpp > 1 else "1f1b",
                   virtual_stages=vpp, layers_per_chunk=split,
-                  recompute=_recompute(par["recompute"], row["throughput"], family, notes, model))
+                  recompute=_recompute(par["recompute"], family, notes, model))
 
 
-def _stage_split(family: str, num_layers: int, pp: int, vpp: int, notes: list[str], name: str) -> tuple[int, ...]:
+def _virtual_stages(par: dict, family: str, pp: int, notes: Notes) -> int:
+    """Virtual stages per rank: the row's ``vpp``; else what its ``pp_schedule`` text names (an
+    interleaved schedule under torchtitan: 2 stages per rank, ``generate_split_points`` in
+    pytorch/torchtitan ``torchtitan/parallelisms/pipelining_utils.py`` @680647378f15, "the default
+    if no pipeline split is specified"); else, with pp > 1, 1 (recorded as assumed)."""
+    if par["vpp"]:
+        return int(par["vpp"])
+    text = (par["pp_schedule"] or "").lower()
+    if pp > 1 and "interleaved" in text:
+        if family != "torchtitan":
+            raise Unexpressible("missing layout", f"{par['pp_schedule']!r} without virtual stages")
+        notes.assume("virtual_stages=2 (torchtitan default)", f"pp schedule {par['pp_schedule']!r}, virtual stages "
+                     "not given: 2 per rank (torchtitan's default split for a multi-stage schedule)")
+        return 2
+    if pp > 1 and not text:
+        notes.assume("virtual_stages=1", "pipeline schedule not given: 1F1B without interleaving")
+    return 1
+
+
+def _micro_batch(family: str, local_batch: int, pp: int, vpp: int, notes: Notes) -> int:
+    """Micro-batch size where the row gives none: torchtitan's pipeline default, as many
+    micro-batches as stages (``build_pipeline_schedule``: ``n_microbatches = pp x stages per rank``
+    when ``pipeline_parallel_microbatches`` is unset, same file), so the local batch over pp·v;
+    else 1 (recorded as assumed)."""
+    stages = pp * vpp
+    if family == "torchtitan" and pp > 1 and local_batch % stages == 0:
+        micro = local_batch // stages
+        notes.assume("micro_batch_size=torchtitan default", f"micro-batch not given: {micro} = local batch "
+                     f"{local_batch} / {stages} stages (torchtitan's default micro-batch count)")
+        return micro
+    notes.assume("micro_batch_size=1", "micro-batch not given: 1")
+    return 1
+
+
+def _stage_split(family: str, num_layers: int, pp: int, vpp: int, notes: Notes, name: str) -> tuple[int, ...]:
     """Layers per chunk when pp x vpp does not divide the layers: Llama 3's published rule, NeMo's
     embedding/loss accounting where its recipe sets it, else the balanced default (the source
     does not state the split)."""
@@ -333,7 +382,7 @@ def _stage_split(family: str, num_layers: int, pp: int, vpp: int, notes: list[st
     per = (num_layers + 2) // chunks
     if family == "nemo_megatron_bridge_perf" and name in NEMO_EMBEDDING_LOSS_SPLIT and \
             (num_layers + 2) % chunks == 0 and per >= 2:
-        notes.append(f"{num_layers} layers over pp {pp} x vpp {vpp}: the embedding and the loss count as one layer "
+        notes.assume("stage_split=NeMo recipe", f"{num_layers} layers over pp {pp} x vpp {vpp}: the embedding and the loss count as one layer "
                      f"each (NeMo's recipe), {per - 1} layers on the first and last chunk, {per} on the others")
         return (per - 1,) + (per,) * (chunks - 2) + (per - 1,)
     if family == "llama3_405b" and vpp == 1:
@@ -341,36 +390,38 @@ def _stage_split(family: str, num_layers: int, pp: int, vpp: int, notes: list[st
         per = -(-num_layers // pp)
         ends = num_layers - per * (pp - 2)
         if ends >= 2 and ends % 2 == 0:
-            notes.append(f"{num_layers} layers over pp {pp}: {ends // 2} on the first and last stage, {per} on "
+            notes.assume("stage_split=Llama 3 paper", f"{num_layers} layers over pp {pp}: {ends // 2} on the first and last stage, {per} on "
                          "the others (Llama 3 paper Sec. 3.3.2)")
             return first_last_split(num_layers, pp, 1, ends // 2, ends // 2)
-    notes.append(f"{num_layers} layers over pp {pp} x vpp {vpp}: split not given; balanced chunks, the first "
+    notes.assume("stage_split=balanced", f"{num_layers} layers over pp {pp} x vpp {vpp}: split not given; balanced chunks, the first "
                  f"{num_layers % chunks} one layer more")
     return ()
 
 
-def _zero_stage(par: dict, family: str, notes: list[str]) -> int:
+def _zero_stage(par: dict, family: str, notes: Notes) -> int:
     if par["zero_stage"] is not None:
         return int(par["zero_stage"])
     if par["fsdp"]:
         return 3
     if family in MEGATRON_DEFAULT_FAMILIES:
-        notes.append("ZeRO stage not given: 1 (Megatron-Core distributed optimizer)")
+        notes.assume("zero_stage=1 (Megatron-Core)", "ZeRO stage not given: 1 (Megatron-Core distributed optimizer)")
         return 1
-    notes.append("ZeRO stage not given: 0")
+    notes.assume("zero_stage=0", "ZeRO stage not given: 0")
     return 0
 
 
-def _sequence_parallel(par: dict, family: str, tp: int, notes: list[str]) -> bool:
+def _sequence_parallel(par: dict, family: str, tp: int, notes: Notes) -> bool:
     if par["sequence_parallel"] is not None:
         return bool(par["sequence_parallel"]) and tp > 1
     if tp > 1 and family in MEGATRON_DEFAULT_FAMILIES | {"llama3_405b", "torchtitan"}:
-        notes.append("sequence parallel not given: on under tp")
+        notes.assume("sequence_parallel=on", "sequence parallel not given: on under tp")
         return True
+    if tp > 1:
+        notes.assume("sequence_parallel=off", "sequence parallel not given: off")
     return False
 
 
-def _tp_comm_overlap(row: dict, notes: list[str]) -> bool:
+def _tp_comm_overlap(row: dict, notes: Notes) -> bool:
     """TP communication overlap (with SP and tp > 1) where the run or its recipe has it on:
     torchtitan's async-TP rows (the id says so), MegaScale's own system (its "-ms-" rows and Table 3
     ablation steps 4 on, "+ TP overlap"; Jiang et al. NSDI'24 Sec. 3.2), NeMo's performance
@@ -384,28 +435,26 @@ def _tp_comm_overlap(row: dict, notes: list[str]) -> bool:
         (family == "megascale_2024" and ("-ms-" in run or (ablation is not None and int(ablation.group(1)) >= 4))) \
         or family in ("nemo_megatron_bridge_perf", "megatron_readme_h100")
     if on:
-        notes.append("TP communication overlap on (async TP, MegaScale's TP overlap, NeMo's performance recipe or "
+        notes.assume("tp_comm_overlap=on (recipe)", "TP communication overlap on (async TP, MegaScale's TP overlap, NeMo's performance recipe or "
                      "Megatron-LM's README benchmark)")
     return on
 
 
-def _recompute(text: str | None, throughput: dict, family: str, notes: list[str], model: ModelSpec) -> str:
+def _recompute(text: str | None, family: str, notes: Notes, model: ModelSpec) -> str:
+    """The row's recompute mode; where it gives none, its recipe's (NeMo's DeepSeek-V3), its family's
+    habit (the hardware-FLOP families ran full recomputation: SC'21, BLOOM, MT-NLG), else none.
+    Never inferred from the measured figures."""
     if text is None and family == "nemo_megatron_bridge_perf" and model.mla is not None:
         # Megatron-Bridge scripts/performance/configs/deepseek/deepseek_llm_pretrain.py sets
         # recompute_granularity = "selective" for every DeepSeek-V3 run, and its workload presets
         # recompute "mla_up_proj" (deepseek_workload_base_configs.py): our selective on MLA
-        notes.append("recompute not given: selective (NeMo's DeepSeek-V3 performance recipe: MLA up-projections)")
+        notes.assume("recompute=selective (NeMo recipe)", "recompute not given: selective (NeMo's DeepSeek-V3 performance recipe: MLA up-projections)")
         return "selective"
     if text is None:
-        ratio = _hardware_to_model_flops(throughput)
-        if ratio is not None and abs(ratio - 4 / 3) < 0.05:
-            notes.append(f"recompute not given: full (reported TFLOP/s / (MFU x peak) = {ratio:.2f}, 4/3 means "
-                         "one recomputed forward)")
-            return "full"
         if family in HARDWARE_FLOP_FAMILIES:
-            notes.append("recompute not given: full (this family's TFLOP/s count recomputation)")
+            notes.assume("recompute=full (family)", "recompute not given: full (this family's runs recompute)")
             return "full"
-        notes.append("recompute not given: none")
+        notes.assume("recompute=none", "recompute not given: none")
         return "none"
     if OP_SAC.search(text):
         notes.append(f"recompute {text!r}: op-sac (torchtitan's op-level selective checkpointing, costmodels.op_sac)")

@@ -131,6 +131,18 @@ def map_rows(rows: list[dict]) -> tuple[list[MappedRun], dict[str, dict[str, int
     return mapped, reasons
 
 
+def assumption_counts(rows: list[dict]) -> dict[str, tuple[int, int]]:
+    """Per assumed default (``MappedRun.assumed`` key): (rows that depend on it, families)."""
+    mapped, _ = map_rows(rows)
+    rows_by: dict[str, int] = {}
+    families: dict[str, set[str]] = {}
+    for run in mapped:
+        for key in set(run.assumed):
+            rows_by[key] = rows_by.get(key, 0) + 1
+            families.setdefault(key, set()).add(run.family)
+    return {k: (rows_by[k], len(families[k])) for k in sorted(rows_by, key=lambda k: (-rows_by[k], k))}
+
+
 def overall_median(scores: list[FamilyScore]) -> float | None:
     """Median over families of each family's median absolute throughput error."""
     values = [s.abs_median for s in scores if s.abs_median is not None]
