@@ -364,6 +364,31 @@ def eager_loss_working_bytes(model: ModelSpec, x: ActivationShape) -> float:
     return 2 * LOGITS_BYTES * eager_logits(model, x) if x.eager else 0.0
 
 
+def loss_working_bytes(model: ModelSpec, x: ActivationShape) -> float:
+    """What the loss allocates beyond the fp32 logits it keeps (``last_stage_logits_bytes``), at
+    its largest. Eager: ``eager_loss_working_bytes``. Megatron's vocabulary-parallel loss: the
+    output layer's 16-bit logits (2 bytes per logit, alive until the cast) and their fp32 copy
+    (``logits.float()`` before ``vocab_parallel_cross_entropy``, 4 bytes), beside the kept fp32
+    ``logits - max`` it exponentiates in place (NVIDIA/Megatron-LM
+    ``megatron/core/tensor_parallel/cross_entropy.py``, ``_VocabParallelCrossEntropy.forward``;
+    the caller's ``.float()`` in ``megatron/core/models/common/language_module/language_module.py``
+    ``compute_language_model_loss``): (2 + 4)·s·b·V/t."""
+    if x.eager:
+        return eager_loss_working_bytes(model, x)
+    return (x.elem_bytes + LOGITS_BYTES) * x.s * x.b * model.vocab_size / x.tp
+
+
+def largest_block_bytes(model: ModelSpec, x: ActivationShape, *, last: bool) -> float:
+    """The largest single tensor a rank allocates and frees every micro-batch: one fp32 logits
+    tensor on the last stage (4·s·b·V/t, or the eager loss's ``eager_logits``), else a layer's
+    MLP intermediate (B·s·b·f/t; the gated MLP's two halves are allocated apart)."""
+    mlp = x.elem_bytes * x.s * x.b * model.ffn_hidden_size / x.tp
+    if not last:
+        return mlp
+    logits = LOGITS_BYTES * (eager_logits(model, x) if x.eager else x.s * x.b * model.vocab_size / x.tp)
+    return max(mlp, logits)
+
+
 def mtp_bytes(model: ModelSpec, x: ActivationShape, *, recompute: str) -> float:
     """What the MTP modules keep on the last stage (DeepSeek-V3 Sec. 2.2): per module its block
     (as ``layer_bytes``), the two norm inputs and the 2h-wide projection input (4·B·s·b·h·r), and the

@@ -15,6 +15,7 @@ from typing import Mapping
 from hardware_specs.units import MIB
 
 from .calibration_data import CONSTANTS as SHIPPED_CALIBRATION
+from .memory_calibration_data import CONSTANTS as SHIPPED_MEMORY_CALIBRATION
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -90,7 +91,16 @@ class Assumptions:
     2048 on SM100 through Transformer Engine's multi-stream cuBLASLt path, a few µs of FLOPs
     (TransformerEngine PR #3134, "TN (fprop)" table, kernel time only; ``moe_costs.per_expert_kernels_s``)."""
     allocator_fragmentation: float = 0.05
-    """Extra memory the caching allocator holds over live activations and buffers (fraction)."""
+    """Extra memory the caching allocator holds over live activations and buffers (fraction), beside
+    one block of the largest transient (``reserved.fragmentation_bytes``); fitted on the measured
+    peak memory of the published runs (``benchmarks/memory_fit.py``)."""
+    nccl_channels: float = 16.0
+    """NCCL channels per communicator (``reserved.nccl_buffer_bytes``): an assumption, NCCL picks
+    them per topology (up to 32, ``MAXCHANNELS``; 16 is typical of an 8-GPU NVSwitch node)."""
+    memory_band_upper: float = 0.0
+    """Upper edge of the memory band, as measured / predicted peak - 1 at ``MEMORY_BAND_QUANTILE``
+    of the leave-one-family-out residuals (``benchmarks/memory_fit.py``): a layout fits only when
+    its peak × (1 + this) is under the memory cap (``CostModel.capacity_bytes``)."""
     dp_bucket_bytes: float = 25 * MIB
     """Gradient bucket size for DDP / ZeRO-1/2 reduction (PyTorch DDP default bucket_cap_mb=25);
     two buckets are in flight."""
@@ -103,6 +113,6 @@ class Assumptions:
 
 UNCALIBRATED = Assumptions()
 """The documented defaults above, before the shipped calibration."""
-DEFAULT_ASSUMPTIONS = UNCALIBRATED.with_calibration(SHIPPED_CALIBRATION)
+DEFAULT_ASSUMPTIONS = UNCALIBRATED.with_calibration(SHIPPED_CALIBRATION).with_calibration(SHIPPED_MEMORY_CALIBRATION)
 """What the cost model uses unless told otherwise: the shipped calibration over the defaults; a
 profile's ``calibration`` (``--profile``, ``validate --calibrate``) overrides it field by field."""

@@ -37,6 +37,11 @@ CALIBRATION_FILE = Path(__file__).parent / "data" / "calibration.json"
 ``provenance.lofo_residuals`` give the step-time band."""
 BANDS_FILE = Path(__file__).parent / "data" / "bands.json"
 """Residual record written by ``benchmarks/bands.py --write``."""
+MEMORY_FILE = Path(__file__).parent / "data" / "memory_calibration.json"
+"""Memory calibration record (``benchmarks/memory_fit.py --write``): held-out memory residuals."""
+MEMORY_BAND_COVERAGE = 90.0
+"""The memory band covers the 5th-95th percentiles of its held-out residuals: its upper edge is the
+fit rule's (``benchmarks/memory_fit.py``, ``MEMORY_BAND_QUANTILE``)."""
 BAND_QUANTILE = 80.0
 """Share of held-out runs (percent) a band covers: the 80th percentile of |residual|."""
 PROFILE_BAND_Z = 1.96
@@ -165,8 +170,19 @@ def shipped_step_band(calibration_file: Path = CALIBRATION_FILE, bands_file: Pat
     return None
 
 
-def shipped_memory_band(bands_file: Path = BANDS_FILE) -> Band | None:
-    """The peak-memory band from the development set's measured peak memory rows, if recorded."""
+def shipped_memory_band(bands_file: Path = BANDS_FILE, memory_file: Path | None = None) -> Band | None:
+    """The peak-memory band: from the leave-one-family-out residuals of ``MEMORY_FILE``
+    (``benchmarks/memory_fit.py --write``; the 5th-95th percentiles, the fit rule's quantile) if
+    recorded, else the in-sample residuals of ``bands_file``'s memory section."""
+    memory_file = MEMORY_FILE if memory_file is None else memory_file
+    lofo = _read(str(memory_file)).get("lofo_residuals")
+    if isinstance(lofo, list):
+        values = [float(d["measured_over_predicted"]) for d in lofo
+                  if isinstance(d, Mapping) and isinstance(d.get("measured_over_predicted"), (int, float))]
+        families = len({d.get("family") for d in lofo if isinstance(d, Mapping)})
+        if values:
+            return band_from_residuals(values, quantile=MEMORY_BAND_COVERAGE, what="held-out runs (LOFO)",
+                                       record=f"{_repo_path(memory_file)} lofo_residuals", num_families=families)
     doc = _read(str(bands_file)).get("memory", {})
     values, families = residual_values(doc.get("residuals") if isinstance(doc, Mapping) else None)
     if not values:

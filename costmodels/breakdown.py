@@ -31,9 +31,12 @@ class StageMemory:
     buffers_bytes: float
     """Communication buffers: DP buckets, ZeRO-3 prefetched params, TP gathers, pipeline send/recv."""
     overhead_bytes: float
-    """Runtime context and allocator fragmentation allowance."""
+    """What the process holds outside its tensors: the sum of ``overhead_parts``."""
     host_bytes: float = 0.0
     """Host RAM of this rank's offloaded optimizer states; not device memory, not in ``total_bytes``."""
+    overhead_parts: tuple[tuple[str, float], ...] = ()
+    """``overhead_bytes`` by named term (``costmodels.reserved``): cuda_context, nccl_buffers,
+    workspaces, fragmentation."""
 
     @property
     def total_bytes(self) -> float:
@@ -50,7 +53,8 @@ class CostBreakdown:
     stages: tuple[StageMemory, ...]
     """Memory of each pipeline rank, rank 0 first."""
     memory_capacity_bytes: float
-    """Usable device memory: --memory-fraction × device memory."""
+    """The cap the point peak must stay under: usable device memory (--memory-fraction × device
+    memory) over 1 + ``memory_band_upper``."""
     compute_s: float
     """GEMMs, attention, memory-bound kernels and host time to issue them (``Assumptions.
     layer_overhead_s``), forward and backward, on the critical path."""
@@ -86,6 +90,9 @@ class CostBreakdown:
     for a profile curve imported from SOURCE (``nccl-tests``, ``trace``; ``profiles.schema.CURVE_SOURCES``)."""
     peak_stage_index: int = -1
     """Index of the rank with the most memory; -1 = found on construction."""
+    memory_band_upper: float = 0.0
+    """The memory band's upper edge folded into ``memory_capacity_bytes`` (measured / predicted - 1
+    at its quantile, ``Assumptions.memory_band_upper``)."""
     host_memory_capacity_bytes: float = float("inf")
     """Host RAM of one node (``NodeSpec.host_memory_bytes``)."""
     ranks_per_node: int = 1
@@ -119,6 +126,11 @@ class CostBreakdown:
         """Offloaded states one node's host RAM holds: ranks per node × the largest rank's share
         (exact when a node holds one pipeline stage, an upper bound when it mixes stages)."""
         return self.ranks_per_node * max(st.host_bytes for st in self.stages)
+
+    @property
+    def memory_usable_bytes(self) -> float:
+        """Usable device memory, before the band: ``memory_capacity_bytes`` × (1 + ``memory_band_upper``)."""
+        return self.memory_capacity_bytes * (1 + self.memory_band_upper)
 
     @property
     def host_fits(self) -> bool:
@@ -172,7 +184,10 @@ class CostBreakdown:
             "fits": self.fits,
             "peak_memory_gib": _r(peak.total_bytes / GIB),
             "memory_capacity_gib": _r(self.memory_capacity_bytes / GIB),
+            "memory_usable_gib": _r(self.memory_usable_bytes / GIB),
+            "memory_band_upper": _r(self.memory_band_upper),
             "memory_gib": {name.removesuffix("_bytes"): _r(getattr(peak, name) / GIB) for name in MEMORY_TERMS},
+            "overhead_gib": {name: _r(value / GIB) for name, value in peak.overhead_parts},
             "memory_gib_per_stage": [_r(st.total_bytes / GIB) for st in self.stages],
             "time_s": {name.removesuffix("_s"): _r(getattr(self, name)) for name in TIME_TERMS},
             "comm_gib_per_gpu": {k: _r(v / GIB) for k, v in sorted(self.comm_bytes_per_gpu.items())},

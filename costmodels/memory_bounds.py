@@ -39,7 +39,7 @@ def memory_floor_bytes(cm: "CostModel", layout: Layout) -> float:
 
 def floor_from_vectors(cm: "CostModel", held: tuple[float, ...], acts: tuple[float, ...]) -> float:
     """``memory_floor_bytes`` from a layout's ``held_vector`` and ``activation_vector``."""
-    return max(s + a for s, a in zip(held, acts)) + cm.cluster.hardware.runtime_reserved_bytes
+    return max(s + a for s, a in zip(held, acts)) + cm.cluster.hardware.runtime_reserved_bytes  # the CUDA context only
 
 
 def held_vector(cm: "CostModel", layout: Layout) -> tuple[float, ...]:

@@ -7,6 +7,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from . import activations as act
+from . import reserved
 from .assignment import layer_key, rank_params, recomputed_layers
 from .breakdown import StageMemory
 from .layout import Layout
@@ -45,7 +46,9 @@ def rank_static(cm: "CostModel", layout: Layout, rank: RankLayers) -> RankStatic
     return RankStatic(params_bytes=p, grads_bytes=g, optimizer_bytes=o, host_bytes=host,
                        buffers_bytes=rank_buffer_bytes(cm, layout, rank, params),
                        stored_per_microbatch_bytes=stored, working_bytes=working,
-                       received_per_microbatch_bytes=received_saved_bytes(cm, layout, rank))
+                       received_per_microbatch_bytes=received_saved_bytes(cm, layout, rank),
+                       largest_block_bytes=act.largest_block_bytes(cm.model, activation_shape(cm, layout),
+                                                                   last=rank.last))
 
 
 def held_states(cm: "CostModel", layout: Layout, params: ShardedParams) -> tuple[float, float, float]:
@@ -73,14 +76,32 @@ def _held_states(cm: "CostModel", layout: Layout, params: ShardedParams, z: int,
 def stage_memory(cm: "CostModel", layout: Layout, index: int, static: RankStatic) -> StageMemory:
     """Activations at the schedule's peak: in-flight micro-batches × what each leaves stored
     (divided by the chunks a rank holds: one in-flight unit is one chunk's), plus the
-    recomputation working set; overhead is the runtime reserve plus allocator fragmentation."""
+    recomputation working set; overhead is what the process holds outside its tensors
+    (``overhead_parts``): the CUDA context, NCCL's buffers, GEMM workspaces and the allocator's
+    fragmentation, which grows with the live activations and buffers and holds one block of the
+    largest transient tensor (``activations.largest_block_bytes``)."""
     activations = stage_activation_bytes(layout, index, static.stored_per_microbatch_bytes, static.working_bytes,
                                          static.received_per_microbatch_bytes)
-    overhead = (cm.cluster.hardware.runtime_reserved_bytes
-                + cm.assumptions.allocator_fragmentation * (activations + static.buffers_bytes))
+    fragmentation = reserved.fragmentation_bytes(activations + static.buffers_bytes, static.largest_block_bytes,
+                                                 cm.assumptions.allocator_fragmentation)
+    parts = fixed_overhead_parts(cm, layout) + (("fragmentation", fragmentation),)
     return StageMemory(params_bytes=static.params_bytes, grads_bytes=static.grads_bytes,
                        optimizer_bytes=static.optimizer_bytes, activations_bytes=activations,
-                       buffers_bytes=static.buffers_bytes, overhead_bytes=overhead, host_bytes=static.host_bytes)
+                       buffers_bytes=static.buffers_bytes, overhead_bytes=sum(v for _, v in parts),
+                       host_bytes=static.host_bytes, overhead_parts=parts)
+
+
+def fixed_overhead_parts(cm: "CostModel", layout: Layout) -> tuple[tuple[str, float], ...]:
+    """The overhead terms that do not grow with the tensors (``costmodels.reserved``)."""
+    hardware = cm.cluster.hardware
+    return (("cuda_context", float(hardware.runtime_reserved_bytes)),
+            ("nccl_buffers", reserved.nccl_buffer_bytes(layout, cm.assumptions.nccl_channels)),
+            ("workspaces", reserved.workspace_bytes(hardware.compute_capability)))
+
+
+def fixed_overhead_bytes(cm: "CostModel", layout: Layout) -> float:
+    """The sum of ``fixed_overhead_parts``."""
+    return sum(v for _, v in fixed_overhead_parts(cm, layout))
 
 
 def stage_activation_bytes(layout: Layout, index: int, stored_bytes: float, working_bytes: float,
@@ -117,7 +138,7 @@ def rank_activation_parts(cm: "CostModel", layout: Layout, rank: RankLayers) -> 
     stage adds its embedding dropout mask (on its first chunk); the last holds its head input and
     fp32 logits (and MTP modules) for the micro-batches in flight on its last chunk
     (``pipeline.head_microbatches``; the logits ``pipeline.logits_microbatches``), counted with the working set, which is at least the eager
-    loss's backward (``activations.eager_loss_working_bytes``).
+    loss (``activations.loss_working_bytes``).
     Memoised: every way of holding model states shares it."""
     key = (layout.micro_batch_size, layout.cp, layout.tp, layout.sequence_parallel, layout.recompute,
            layout.activation_offload_layers,
@@ -182,12 +203,12 @@ def unsaved_working_bytes(cm: "CostModel", layout: Layout, rank: RankLayers,
                           x: act.ActivationShape | None = None) -> float:
     """What backward allocates beyond the saved activations, at its largest: one layer's recompute
     (``recompute_working_bytes``) or, on the last rank, the loss's backward
-    (``activations.eager_loss_working_bytes``), which runs before any layer's, so the larger of
+    (``activations.loss_working_bytes``), which runs before any layer's, so the larger of
     the two. Saved-tensor hooks do not see it (``planner.validate.compare``). ``x``: as in
     ``layers_saved_bytes``."""
     x = x or activation_shape(cm, layout)
     working = recompute_working_bytes(cm, layout, x, rank.num_moe > 0)
-    return max(working, act.eager_loss_working_bytes(cm.model, x)) if rank.last else working
+    return max(working, act.loss_working_bytes(cm.model, x)) if rank.last else working
 
 
 def recompute_working_bytes(cm: "CostModel", layout: Layout, x: act.ActivationShape, has_moe: bool) -> float:

@@ -87,6 +87,9 @@ class RankStatic:
     host_bytes: float = 0.0
     """Host RAM of this rank's offloaded optimizer states (``offload.host_state_bytes``), 0 without offload."""
     received_per_microbatch_bytes: float = 0.0
+    largest_block_bytes: float = 0.0
+    """The largest tensor allocated and freed every micro-batch (``activations.largest_block_bytes``),
+    which the allocator's fragmentation holds once more (``reserved.fragmentation_bytes``)."""
     """Of ``stored_per_microbatch_bytes``, the pipeline receive buffers (torch runtime), which
     the buffers count for every micro-batch; subtracted per micro-batch in flight."""
 

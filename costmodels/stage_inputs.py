@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING
 
 from .layout import Layout
 from .pipeline import in_flight_microbatches
-from .rank_memory import rank_static
+from .rank_memory import fixed_overhead_bytes, rank_static
 from .rank_time import rank_core_times
 from .ranks import RankLayers, RankStatic, state_sum
 
@@ -47,7 +47,8 @@ def stage_slicing_inputs(cost_model: "CostModel", layout: Layout) -> dict:
         ends[name] = (rank_core_times(cost_model, layout, rank).per_microbatch_s - base_t,
                       held_bytes(st) - held_bytes(base) + st.stored_per_microbatch_bytes * layout.pp)
     kinds = [per_kind[model.is_moe_layer(j)] for j in range(model.num_layers)]
-    fixed = base.buffers_bytes + cost_model.cluster.hardware.runtime_reserved_bytes + base.working_bytes \
+    fixed = base.buffers_bytes + fixed_overhead_bytes(cost_model, layout) + base.working_bytes \
+        + base.largest_block_bytes \
         + max(st[2] for st in per_kind.values())  # the recompute working set, at most one layer
     return {
         "layer_costs_s": [k[0] for k in kinds], "layer_memory_bytes": [k[1] for k in kinds],

@@ -42,7 +42,7 @@ class JobBands:
             out["step_time_note"] = self.step_note
         if self.memory is not None:
             out["peak_memory_gib"] = self.memory.to_dict(breakdown.peak_memory_bytes / GIB)
-        out["memory_risk"] = memory_risk(breakdown.peak_memory_bytes, breakdown.memory_capacity_bytes, self.memory)
+        out["memory_risk"] = memory_risk(breakdown.peak_memory_bytes, breakdown.memory_usable_bytes, self.memory)
         return out
 
 

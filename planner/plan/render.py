@@ -92,6 +92,10 @@ def print_plan(console: Console, plan: PlanEntry, title: str, tie_note: str = ""
         fits = "[yellow]fits, but its band crosses the cap: memory risk[/yellow]"
     console.print(f"  peak memory {p['peak_memory_gib']:.1f}{_pm(band.get('peak_memory_gib'))} / "
                   f"{p['memory_capacity_gib']:.1f} GiB per GPU ({fits})")
+    if p.get("memory_band_upper"):
+        console.print(f"  fit rule: peak x {1 + p['memory_band_upper']:.3f} (95th percentile of held-out measured / "
+                      f"predicted peaks: an OOM costs a restart, a miss a few per cent) <= "
+                      f"{p['memory_usable_gib']:.1f} GiB usable (costmodels/data/memory_calibration.json)", style="dim")
     if "host_memory_gib_per_node" in p:
         console.print(f"  host RAM for offloaded optimizer states {p['host_memory_gib_per_node']:,.1f} / "
                       f"{p['host_memory_capacity_gib']:,.1f} GiB per node")

@@ -118,7 +118,8 @@ class MappedRun:
     config_key: tuple
     """Runs with equal keys repeat one configuration (NeMo across container versions)."""
     sweep_key: tuple
-    """Runs with equal keys are one sweep: same model, GPU and GPU count, varying the layout."""
+    """Runs with equal keys are one sweep: same model (name and shape: the BLOOM sweep names every
+    candidate "BLOOM candidate"), GPU and GPU count, varying the layout."""
     assumptions: tuple[str, ...] = field(default_factory=tuple)
     assumed: tuple[str, ...] = field(default_factory=tuple)
     """One ``field=value`` key per default filled in for a field the row leaves out (``Notes.assume``)."""
@@ -214,7 +215,8 @@ def map_row(row: dict, load_node) -> MappedRun:
         runtime=_runtime(family, row.get("framework") or ""), layout=layout, status=status,
         measured_tokens_per_s_per_gpu=measured, measured_basis=basis,
         measured_peak_memory_gib=row["memory"]["peak_mem_gb"], config_key=config,
-        sweep_key=(family, row["model"]["name"], preset, num_gpus, seq_len, precision, fp8_recipe),
+        sweep_key=(family, row["model"]["name"], model.num_layers, model.hidden_size, model.num_attention_heads,
+                   model.ffn_hidden_size, model.vocab_size, preset, num_gpus, seq_len, precision, fp8_recipe),
         assumptions=tuple(notes.text), assumed=tuple(notes.assumed), compiled=_compiled(row))
 
 

@@ -23,6 +23,14 @@ from hardware_specs.units import GIB
 from .runs import MappedRun, Unexpressible, map_row
 from .stats import kendall_tau, median, percentile
 
+ALLOCATOR_MEMORY_FAMILIES = frozenset({"torchtitan"})
+"""Families whose peak memory is the caching allocator's peak reserved bytes, not the device's:
+torchtitan logs ``torch.cuda.memory_stats()["reserved_bytes.all.peak"]`` (``DeviceMemoryMonitor``,
+pytorch/torchtitan ``torchtitan/tools/metrics.py``), which leaves out what lives outside the
+allocator, the CUDA context and NCCL's buffers. Others (the BLOOM sweep) read the device's
+used memory (``nvidia-smi``), which counts everything."""
+OUTSIDE_ALLOCATOR = ("cuda_context", "nccl_buffers")
+"""``StageMemory.overhead_parts`` that live outside the caching allocator."""
 MERGED_FAMILIES = frozenset({"nemo_megatron_bridge_perf"})
 """Vendor tables that repeat a configuration across container versions (README caveat)."""
 
@@ -42,6 +50,8 @@ class RunResult:
     predicted_fits: bool
     predicted_peak_memory_gib: float
     predicted_mfu: float
+    predicted_peak_memory_as_measured_gib: float = 0.0
+    """The predicted peak as the family measures it (``ALLOCATOR_MEMORY_FAMILIES``)."""
     time_fractions: dict[str, float]
     """Each step-time term over the step time."""
 
@@ -56,7 +66,7 @@ class RunResult:
     def memory_error(self) -> float | None:
         """Predicted / measured peak memory - 1, where the source measured it."""
         measured = self.run.measured_peak_memory_gib
-        return None if not measured else self.predicted_peak_memory_gib / measured - 1
+        return None if not measured else self.predicted_peak_memory_as_measured_gib / measured - 1
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -179,7 +189,17 @@ def _evaluate_group(group: list[MappedRun], evaluate_fn: EvaluateFn) -> RunResul
         predicted_tokens_per_s_per_gpu=breakdown.tokens_per_s / breakdown.num_gpus,
         predicted_fits=breakdown.fits, predicted_peak_memory_gib=breakdown.peak_memory_bytes / GIB,
         predicted_mfu=breakdown.mfu,
+        predicted_peak_memory_as_measured_gib=_as_measured_bytes(breakdown, run.family) / GIB,
         time_fractions={t.removesuffix("_s"): getattr(breakdown, t) / step for t in TIME_TERMS})
+
+
+def _as_measured_bytes(breakdown: CostBreakdown, family: str) -> float:
+    """The peak rank's predicted memory as ``family`` measures it: without the parts outside the
+    caching allocator where it reads the allocator (``ALLOCATOR_MEMORY_FAMILIES``)."""
+    peak = breakdown.peak_stage
+    if family not in ALLOCATOR_MEMORY_FAMILIES:
+        return peak.total_bytes
+    return peak.total_bytes - sum(v for name, v in peak.overhead_parts if name in OUTSIDE_ALLOCATOR)
 
 
 def _family_score(family: str, num_rows: int, results: list[RunResult], reasons: dict[str, int]) -> FamilyScore:

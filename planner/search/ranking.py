@@ -80,7 +80,7 @@ def tie_key(breakdown: CostBreakdown, memory_band: Band | None, band: TieBand) -
     (``costmodels.tie_band.num_uncertain``: the model's word on them is weakest); then
     ``simplicity_key``. Twins a solver skips (GPipe, no sequence parallelism) use the same
     mechanisms as the twin it keeps, so the order between them is still ``simplicity_key``'s."""
-    risky = memory_risk(breakdown.peak_memory_bytes, breakdown.memory_capacity_bytes, memory_band)
+    risky = memory_risk(breakdown.peak_memory_bytes, breakdown.memory_usable_bytes, memory_band)
     return (risky, num_uncertain(breakdown.layout, band)) + simplicity_key(breakdown.layout)
 
 
@@ -91,7 +91,7 @@ TIE_REASONS = ("memory band under the cap", "fewest uncertain mechanisms", "simp
 def tie_reason(pick: CostBreakdown, tied: list[CostBreakdown], memory_band: Band | None, band: TieBand) -> str:
     """One line on why ``pick`` won among ``tied``: the ``tie_key`` part that separates it from the
     next in that order, and whether its own memory band crosses the cap."""
-    risky = memory_risk(pick.peak_memory_bytes, pick.memory_capacity_bytes, memory_band)
+    risky = memory_risk(pick.peak_memory_bytes, pick.memory_usable_bytes, memory_band)
     risk = "its memory band crosses the cap (every tied layout's does)" if risky else "no memory risk"
     others = [b for b in tied if b is not pick]
     if not others:

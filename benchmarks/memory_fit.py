@@ -1,0 +1,193 @@
+"""Fit the memory model's allocator constant on the published runs' measured peaks, report it by
+leave-one-family-out, and build the memory band and its fit rule from those held-out residuals.
+
+Run: ``.venv/bin/python benchmarks/memory_fit.py [--write]``. Tries every value of ``AXES``
+(``Assumptions.allocator_fragmentation``: the share of live activations and buffers the caching
+allocator holds beyond them) on the runs that measured peak memory; leave-one-family-out scores
+each such family with the value fitted on the others. A residual is ``measured / predicted - 1``
+(the predicted peak as the family measures it, ``scoring.ALLOCATOR_MEMORY_FAMILIES``). The band's
+upper edge is the ``MEMORY_BAND_QUANTILE`` of those held-out residuals; a layout fits only when
+its predicted peak × (1 + upper edge) is under the memory cap. Then it checks the development
+set's out-of-memory cells against that rule (an OOM cell that a run of the same sweep with the
+same layout and a micro-batch at least as large contradicts is counted apart). ``--write`` stores
+the constants as the generated module ``costmodels/memory_calibration_data.py`` and the record
+``costmodels/data/memory_calibration.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from published import DATA  # noqa: E402
+
+from planner.published import load_rows, score  # noqa: E402
+from planner.published.calibration import Evaluator, Point  # noqa: E402
+from planner.published.scoring import RunResult  # noqa: E402
+from planner.published.stats import median, percentile  # noqa: E402
+
+AXES: dict[str, tuple[float, ...]] = {
+    "allocator_fragmentation": (0.0, 0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.4),
+}
+MEMORY_BAND_QUANTILE = 95.0
+"""Percentile of the held-out residuals the fit rule guards against (``_QUANTILE_WHY``)."""
+OUT = Path(__file__).parents[1] / "costmodels" / "data" / "memory_calibration.json"
+MODULE = Path(__file__).parents[1] / "costmodels" / "memory_calibration_data.py"
+
+
+def memory_rows(rows: list[dict]) -> list[dict]:
+    """Rows that measured peak memory or recorded running out of it."""
+    return [r for r in rows if r["memory"]["peak_mem_gb"] or r["status"] == "oom"]
+
+
+def memory_results(rows: list[dict], evaluator: Evaluator, point: Point) -> list[RunResult]:
+    return [r for s in score(rows, evaluator.at(point)) for r in s.results]
+
+
+def family_errors(results: list[RunResult]) -> dict[str, list[float]]:
+    out: dict[str, list[float]] = {}
+    for r in results:
+        if r.memory_error is not None:
+            out.setdefault(r.family, []).append(r.memory_error)
+    return out
+
+
+def fit(rows: list[dict], evaluator: Evaluator) -> Point:
+    """The grid value with the smallest mean over families of median |memory error| (then the first)."""
+    best: tuple[float, Point] | None = None
+    for values in AXES["allocator_fragmentation"]:
+        point = (("allocator_fragmentation", values),)
+        errors = family_errors(memory_results(rows, evaluator, point))
+        if not errors:
+            continue
+        figure = sum(median([abs(e) for e in v]) for v in errors.values()) / len(errors)
+        if best is None or figure < best[0] - 1e-12:
+            best = (figure, point)
+    if best is None:
+        raise ValueError("no family measured memory")
+    return best[1]
+
+
+def lofo(rows: list[dict], evaluator: Evaluator) -> tuple[list[dict], dict[str, Point]]:
+    """Held-out residuals (measured / predicted - 1) of every family that measured memory."""
+    families = sorted({r["source_family"] for r in rows if r["memory"]["peak_mem_gb"]})
+    residuals, chosen = [], {}
+    for family in families:
+        point = fit([r for r in rows if r["source_family"] != family], evaluator)
+        chosen[family] = point
+        for r in memory_results([r for r in rows if r["source_family"] == family], evaluator, point):
+            if r.memory_error is not None:
+                residuals.append({"family": family, "rows": list(r.row_ids),
+                                  "measured_over_predicted": round(1 / (1 + r.memory_error) - 1, 6)})
+    return residuals, chosen
+
+
+def contradicted(cell: RunResult, results: list[RunResult]) -> bool:
+    """An OOM cell another run of its sweep contradicts: same layout but the micro-batch, which is
+    at least as large, and it ran."""
+    L = cell.run.layout
+    for r in results:
+        M = r.run.layout
+        if r.run.status == "ok" and r.run.sweep_key == cell.run.sweep_key and M.micro_batch_size >= L.micro_batch_size \
+                and (M.dp, M.tp, M.pp, M.cp, M.ep, M.virtual_stages, M.zero_stage, M.recompute) == \
+                (L.dp, L.tp, L.pp, L.cp, L.ep, L.virtual_stages, L.zero_stage, L.recompute):
+            return True
+    return False
+
+
+def fits_at_band(r: RunResult, upper: float) -> bool:
+    """The fit rule: the predicted peak × (1 + upper) under the device's memory (scoring caps at 100%)."""
+    return r.predicted_peak_memory_gib * (1 + upper) <= r.run.node.hardware.memory_bytes / 2**30
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--write", action="store_true", help=f"write {MODULE} and {OUT}")
+    args = parser.parse_args(argv)
+    rows = memory_rows(load_rows(DATA))
+    evaluator = Evaluator()
+    best = fit(rows, evaluator)
+    residuals, chosen = lofo(rows, evaluator)
+    values = [d["measured_over_predicted"] for d in residuals]
+    upper = percentile(values, MEMORY_BAND_QUANTILE)
+    lower = percentile(values, 100 - MEMORY_BAND_QUANTILE)
+    print(f"all families: {dict(best)}; leave-one-family-out choices: "
+          + ", ".join(f"{f} <- {dict(p)['allocator_fragmentation']}" for f, p in chosen.items()))
+    print("leave-one-family-out |predicted / measured - 1| (residual = measured / predicted - 1):")
+    by_family: dict[str, float] = {}
+    for family in sorted({d["family"] for d in residuals}):
+        own = [abs(1 / (1 + d["measured_over_predicted"]) - 1) for d in residuals if d["family"] == family]
+        by_family[family] = median(own)
+        print(f"  {family:27} {len(own):3} runs  median {median(own):.1%}  p90 {percentile(own, 90):.1%}")
+    overall = median(list(by_family.values()))
+    all_runs = median([abs(1 / (1 + v) - 1) for v in values])
+    print(f"  median over families {overall:.1%}; over all {len(values)} runs {all_runs:.1%}")
+    print(f"memory band (held-out, {len(values)} runs): measured / predicted in "
+          f"[{1 + lower:.3f}, {1 + upper:.3f}] at the {100 - MEMORY_BAND_QUANTILE:g}th-{MEMORY_BAND_QUANTILE:g}th "
+          f"percentiles; fits only when predicted x {1 + upper:.3f} <= cap")
+    results = memory_results(rows, evaluator, best)
+    cells = [r for r in results if r.run.status == "oom"]
+    print(f"\nout-of-memory cells ({len(cells)}), with {dict(best)} and the band:")
+    for r in cells:
+        L = r.run.layout
+        verdict = "predicted OOM" if not fits_at_band(r, upper) else "PREDICTED TO FIT"
+        note = " (contradicted by a run of the same layout)" if contradicted(r, results) else ""
+        print(f"  {r.row_ids[0]:22} dp{L.dp} tp{L.tp} pp{L.pp} mb{L.micro_batch_size}: predicted "
+              f"{r.predicted_peak_memory_gib:6.1f} GiB x {1 + upper:.3f} = {r.predicted_peak_memory_gib * (1 + upper):6.1f}"
+              f" vs {r.run.node.hardware.memory_bytes / 2**30:.0f}: {verdict}{note}")
+    fair = [r for r in cells if not contradicted(r, results)]
+    print(f"  uncontradicted OOM cells predicted not to fit: {sum(not fits_at_band(r, upper) for r in fair)}/{len(fair)}")
+    ok = [r for r in results if r.run.status == "ok"]
+    print(f"  runs that ran, predicted to fit: {sum(fits_at_band(r, upper) for r in ok)}/{len(ok)}")
+    if args.write:
+        constants = {**dict(best), "memory_band_upper": round(upper, 4)}
+        record = {
+            "constants": constants,
+            "provenance": {
+                "command": ".venv/bin/python benchmarks/memory_fit.py --write",
+                "date": datetime.date.today().isoformat(), "data": "benchmarks/data/published_runs.json",
+                "grid": {k: list(v) for k, v in AXES.items()},
+                "fit_objective": "smallest mean over families of median |predicted / measured peak - 1|",
+                "lofo_median_abs_error_by_family": {k: round(v, 4) for k, v in by_family.items()},
+                "lofo_median_over_families_abs_error": round(overall, 4),
+                "band_quantile_pct": MEMORY_BAND_QUANTILE,
+                "band_quantile_why": " ".join(_QUANTILE_WHY.split()),
+                "band_measured_over_predicted": [round(1 + lower, 4), round(1 + upper, 4)],
+                "fit_rule": "a layout fits when predicted peak x (1 + memory_band_upper) <= memory cap",
+            },
+            "lofo_residuals": sorted(residuals, key=lambda d: (d["family"], d["rows"][0])),
+        }
+        _write(OUT, json.dumps(record, indent=2, sort_keys=True) + "\n")
+        _write(MODULE, _module_text(constants))
+        print(f"\nwrote {MODULE} and {OUT}")
+    return 0
+
+
+_QUANTILE_WHY = """An OOM costs a whole attempt (crash in the first steps, relaunch, reload, re-queue); passing
+over a layout that would have fitted costs the few per cent of throughput to the next layout that
+surely fits. With an OOM taken as 20 such misses, a layout is worth accepting while its chance of
+running out is under 1/21, about 5%: the 95th percentile of the held-out residuals."""
+
+
+def _module_text(constants: dict[str, float]) -> str:
+    lines = "".join(f'    "{k}": {v!r},\n' for k, v in sorted(constants.items()))
+    return ('"""Shipped memory calibration: the allocator constant fitted on the published runs\' measured\n'
+            "peaks and the memory band's upper edge from their leave-one-family-out residuals.\n\n"
+            "Generated by ``.venv/bin/python benchmarks/memory_fit.py --write``; do not edit by hand.\n"
+            'Provenance is in ``data/memory_calibration.json``.\n"""\n\n'
+            f"CONSTANTS: dict[str, float] = {{\n{lines}}}\n")
+
+
+def _write(path: Path, text: str) -> None:
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(text, encoding="utf-8")
+    tmp.replace(path)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
