@@ -51,6 +51,36 @@ def print_table(scores: list[FamilyScore]) -> None:
             print(f"  {s.family}: {reasons}")
 
 
+def mfu_of(r) -> tuple[float, float | None, float]:
+    """(predicted MFU, measured MFU, predicted compute-only MFU) of one scored configuration: the
+    measured MFU is the predicted one scaled by measured / predicted tokens/s; compute-only MFU is
+    the model FLOPs over the compute (and recompute) time alone, what the kernels are taken to sustain."""
+    busy = r.time_fractions.get("compute", 0.0) + r.time_fractions.get("recompute", 0.0)
+    measured = None if r.signed_error is None else r.predicted_mfu / (1 + r.signed_error)
+    return r.predicted_mfu, measured, r.predicted_mfu / busy if busy > 0 else 0.0
+
+
+def print_mfu(scores: list[FamilyScore]) -> None:
+    """Per family: median predicted, measured and compute-only MFU; and every bf16 dense H100 row."""
+    print("\nMFU by family (medians; compute-only = model FLOPs over compute + recompute time alone):")
+    print(f"  {'family':27} {'pred':>6} {'meas':>6} {'compute-only':>12}")
+    for s in scores:
+        rows = [mfu_of(r) for r in s.results if r.signed_error is not None]
+        if rows:
+            med = lambda i: sorted(x[i] for x in rows)[len(rows) // 2]  # noqa: E731
+            print(f"  {s.family:27} {med(0):6.1%} {med(1):6.1%} {med(2):12.1%}")
+    print("\nbf16 dense H100 rows (predicted / measured / compute-only MFU; pp, nodes):")
+    for s in scores:
+        for r in s.results:
+            run = r.run
+            if r.signed_error is None or run.precision != "bf16" or run.hardware_name != "h100-sxm-80gb" \
+                    or run.model.moe is not None:
+                continue
+            pred, meas, comp = mfu_of(r)
+            nodes = -(-run.num_gpus // run.gpus_per_node)
+            print(f"  {r.row_ids[0][:58]:58} {pred:6.1%} {meas:6.1%} {comp:6.1%}  pp{run.layout.pp} {nodes} nodes")
+
+
 def print_assumptions(rows: list[dict]) -> None:
     mapped, _ = map_rows(rows)
     print(f"\nassumed where the row is silent (rows of {len(mapped)} mapped that depend on it, families):")
@@ -76,6 +106,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--family", action="append", help="score only this family (repeatable)")
     parser.add_argument("--json", action="store_true", help="print one JSON document instead of the table")
     parser.add_argument("--worst", type=int, default=0, help="also list the N runs with the largest error")
+    parser.add_argument("--mfu", action="store_true", help="also print predicted, measured and compute-only MFU")
     parser.add_argument("--cv", action="store_true", help="leave-one-family-out with the no-constants fit")
     parser.add_argument("--data", type=Path, default=DATA, help="published-runs JSON file")
     args = parser.parse_args(argv)
@@ -99,6 +130,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     print_table(scores)
     print_assumptions(rows)
+    if args.mfu:
+        print_mfu(scores)
     if args.worst:
         print_worst(scores, args.worst)
     return 0

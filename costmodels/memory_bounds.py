@@ -4,12 +4,13 @@ above what ``CostModel.peak_memory_bytes`` reports (up to float rounding, which 
 
 A rank's total (``rank_memory.stage_memory``) is
 
-    params + grads + optimizer + A + buffers + reserve + φ·(A + buffers),
+    params + grads + optimizer + A + buffers + context + NCCL + workspaces + φ·(A + buffers) + block,
 
-with A its activations at the schedule's peak and φ = ``allocator_fragmentation`` >= 0. Buffers are
-non-negative, so leaving them (and φ on them) out bounds the total from below:
+with A its activations at the schedule's peak, φ = ``allocator_fragmentation`` >= 0 and block the
+largest transient tensor (``costmodels.reserved``). Buffers, NCCL's buffers, workspaces and the
+block are non-negative, so leaving them (and φ on the buffers) out bounds the total from below:
 
-    total >= S + (1 + φ)·A + reserve,
+    total >= S + (1 + φ)·A + context,
 
 where S (params, grads, optimizer: ``rank_memory.held_states``) reads how model states are held and
 which layers the rank holds, but no micro-batching, recomputation or TP-overlap field, and A reads

@@ -55,7 +55,19 @@ def test_calibration_lofo_residuals_win_over_the_bands_file(tmp_path):
     calibration.write_text(json.dumps({"provenance": {"lofo_residuals": [0.1, -0.1]}}))
     step = shipped_step_band(calibration, bands)
     assert step.half_width_rel == pytest.approx(0.1) and "lofo_residuals" in step.record
-    assert shipped_memory_band(bands).half_width_rel == pytest.approx(0.2)
+    assert shipped_memory_band(bands, tmp_path / "absent.json").half_width_rel == pytest.approx(0.2)
+
+
+def test_memory_band_comes_from_the_held_out_memory_residuals(tmp_path):
+    """The memory calibration's LOFO residuals (measured / predicted - 1) win over the bands file's
+    in-sample ones, and the band spans their 5th-95th percentiles (the fit rule's quantile)."""
+    bands, memory = tmp_path / "bands.json", tmp_path / "memory.json"
+    bands.write_text(json.dumps({"memory": {"residuals": [0.25]}}))
+    values = [i / 100 for i in range(-20, 21)]  # -0.20 .. 0.20
+    memory.write_text(json.dumps({"lofo_residuals": [{"family": "f", "measured_over_predicted": v} for v in values]}))
+    band = shipped_memory_band(bands, memory)
+    assert band.high_rel == pytest.approx(0.18) and band.low_rel == pytest.approx(-0.18)
+    assert "lofo_residuals" in band.record and "held-out" in band.basis
 
 
 def test_profile_band_from_validate_calibrate_or_none():

@@ -61,9 +61,10 @@ def test_the_last_stage_holds_one_micro_batch_of_logits_unless_gpipe():
 
 def test_interleaving_does_not_multiply_the_last_stage_logits():
     """Llama 3 8B, pp 2, 8 micro-batches of 4096 tokens: 1024 more vocabulary entries add
-    4 bytes x 4096 x 1024 = 16,777,216 bytes of fp32 logits to the last rank, once, with v = 1 and
-    with v = 2 (the interleaved last rank has 3 chunk-micro-batches in flight; before this fix the
-    logits were counted for each)."""
+    4 bytes x 4096 x 1024 = 16,777,216 bytes of kept fp32 logits to the last rank, once, with v = 1
+    and with v = 2 (the interleaved last rank has 3 chunk-micro-batches in flight; before this fix the
+    logits were counted for each), plus the loss's transient 16-bit logits and fp32 copy, (2 + 4)
+    bytes each, once (``activations.loss_working_bytes``)."""
     from dataclasses import replace
 
     import planner
@@ -77,4 +78,4 @@ def test_interleaving_does_not_multiply_the_last_stage_logits():
         return b.stages[-1].activations_bytes
 
     for v in (1, 2):
-        assert last_rank(128256 + 1024, v) - last_rank(128256, v) == pytest.approx(4 * 4096 * 1024)
+        assert last_rank(128256 + 1024, v) - last_rank(128256, v) == pytest.approx((4 + 2 + 4) * 4096 * 1024)

@@ -59,7 +59,7 @@ class _Plan:
         from costmodels.layout import Layout
 
         self.step_time_s, self.peak_memory_bytes, self.layout = step_time_s, peak_memory_bytes, Layout(dp=8, **layout)
-        self.memory_capacity_bytes = 100.0
+        self.memory_capacity_bytes = self.memory_usable_bytes = 100.0
 
 
 def test_mesh_band_picks_the_lowest_zero_stage_within_one_percent_of_the_mesh_fastest():
