@@ -10,10 +10,13 @@ whatever its family (so a large sweep weighs more than a single published run; t
 how many runs and families).
 
 Peak memory. A run's memory residual is ``measured / predicted - 1`` of peak device memory, over
-the development set's rows that measured it (the BLOOM sweep and the like). Memory does not depend
-on the fitted constants, so these residuals are out of sample as they stand. A layout whose
-``peak × (1 + memory hi)`` exceeds the memory cap is a *memory risk*: it fits by the point
-prediction, not by the band.
+the development set's rows that measured it (the BLOOM sweep, torchtitan), each scored with the
+allocator constant fitted without its family (``benchmarks/memory_fit.py``, recorded in
+``data/memory_calibration.json``; the bands file's memory residuals, scored in sample, are only a
+fallback). The band spans their 5th-95th percentiles; its upper edge is folded into the memory cap
+(``Assumptions.memory_band_upper``), so a layout fits only when ``peak × (1 + hi)`` is under the
+usable memory. A layout whose ``peak × (1 + memory hi)`` exceeds the usable memory is a *memory
+risk* (with the shipped records no fitting layout is one: the cap already holds the margin).
 
 Sources, in order: the calibration record's ``provenance.lofo_residuals`` (written by
 ``benchmarks/calibrate.py --write``) if present, else ``data/bands.json`` (``benchmarks/bands.py

@@ -9,5 +9,5 @@ CONSTANTS: dict[str, float] = {
     "fp8_gemm_efficiency": 0.6,
     "gemm_efficiency": 0.7,
     "moe_sync_overhead_s": 0.001,
-    "overlap_slowdown": 0.07,
+    "overlap_slowdown": 0.03,
 }
