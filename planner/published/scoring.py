@@ -23,10 +23,11 @@ from hardware_specs.units import GIB
 from .runs import MappedRun, Unexpressible, map_row
 from .stats import kendall_tau, median, percentile
 
-ALLOCATOR_MEMORY_FAMILIES = frozenset({"torchtitan"})
+ALLOCATOR_MEMORY_FAMILIES = frozenset({"torchtitan", "gpu_truth"})
 """Families whose peak memory is the caching allocator's peak reserved bytes, not the device's:
 torchtitan logs ``torch.cuda.memory_stats()["reserved_bytes.all.peak"]`` (``DeviceMemoryMonitor``,
-pytorch/torchtitan ``torchtitan/tools/metrics.py``), which leaves out what lives outside the
+pytorch/torchtitan ``torchtitan/tools/metrics.py``) and ``benchmarks/gpu_truth.py`` records
+``torch.cuda.max_memory_reserved`` (its rows' ``extra.memory_basis``); both leave out what lives outside the
 allocator, the CUDA context and NCCL's buffers. Others (the BLOOM sweep) read the device's
 used memory (``nvidia-smi``), which counts everything."""
 OUTSIDE_ALLOCATOR = ("cuda_context", "nccl_buffers")
