@@ -97,8 +97,10 @@ def test_evaluate_shows_bands_in_table_and_json():
     assert band["step_time_s"]["low"] == pytest.approx(p["step_time_s"] * (1 + step.low_rel), rel=1e-5)
     assert band["step_time_s"]["high"] == pytest.approx(p["step_time_s"] * (1 + step.high_rel), rel=1e-5)
     assert f"step {p['step_time_s']:.3f} s ± {step.half_width_rel:.0%}" in table.output
+    # the risk reads the usable memory: the cap already holds the band's upper edge
     assert band["memory_risk"] == (p["peak_memory_gib"] * (1 + shipped_memory_band().high_rel)
-                                   > p["memory_capacity_gib"])
+                                   > p["memory_usable_gib"])
+    assert p["memory_capacity_gib"] == pytest.approx(p["memory_usable_gib"] / (1 + p["memory_band_upper"]), rel=1e-5)
     assert ("memory risk" in table.output) == band["memory_risk"]
 
 
@@ -142,7 +144,7 @@ def test_profile_without_a_calibrate_fit_has_no_step_band_and_says_so():
     doc = json.loads(CliRunner().invoke(main, args + ["--format", "json"]).output)
     band = doc["predicted"]["band"]
     assert band["step_time_s"] is None and "validate --calibrate" in band["step_time_note"]
-    assert band["peak_memory_gib"]["record"] == "costmodels/data/bands.json memory.residuals"
+    assert band["peak_memory_gib"]["record"] == "costmodels/data/memory_calibration.json lofo_residuals"
     table = CliRunner().invoke(main, args).output
     assert "predicted from the measured profile" in table and "no step-time band" in table
     assert f"step {doc['predicted']['step_time_s']:.3f} s ·" in table      # no ± after the step
