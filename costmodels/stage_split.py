@@ -118,12 +118,22 @@ def describe_split(counts: tuple[int, ...]) -> str:
 
 
 def parse_layers(text: str) -> tuple[int, ...]:
-    """``"7,8,8,7"`` -> (7, 8, 8, 7); a clear error naming the option otherwise."""
+    """``"7,8,8,7"`` -> (7, 8, 8, 7), also in the run-length form ``describe_split`` prints:
+    ``"3,4x3,3"`` -> (3, 4, 4, 4, 3); a clear error naming the option otherwise."""
     try:
-        counts = tuple(int(part) for part in text.split(","))
+        counts = tuple(n for part in text.split(",") for n in _run(part))
     except ValueError:
         raise StageSplitError(f"--layers-per-stage {text!r}: give comma-separated layer counts, "
-                              "one per pipeline chunk, e.g. 7,8,8,7") from None
+                              "one per pipeline chunk, e.g. 7,8,8,7 or 7,8x2,7 (NxK: N layers on K chunks)") from None
     if min(counts) < 1:
         raise StageSplitError(f"--layers-per-stage {text!r}: every chunk needs at least one layer")
     return counts
+
+
+def _run(part: str) -> tuple[int, ...]:
+    """One item of a split: ``"8"`` -> (8,); ``"8x3"`` -> (8, 8, 8). ValueError when malformed."""
+    layers, times, repeat = part.strip().partition("x")
+    num_chunks = int(repeat) if times else 1
+    if num_chunks < 1:
+        raise ValueError(part)
+    return (int(layers),) * num_chunks

@@ -129,8 +129,8 @@ def split_options(func: Callable) -> Callable:
                         metavar="N,N,...",
                         help="Layers on each of the pp x virtual-stages model chunks, in model order (chunk c "
                              "of pipeline rank i is chunk c*pp + i; with one chunk per rank, the layers per "
-                             "stage); default: balanced (plan: refined). --layers-per-stage is the same "
-                             "option.")(func)
+                             "stage), also as plan prints them (3,4x30,3: NxK is N layers on each of K chunks); "
+                             "default: balanced (plan: refined). --layers-per-stage is the same option.")(func)
 
 
 @click.command("plan")
