@@ -7,14 +7,15 @@ import sys
 from typing import TYPE_CHECKING, Any, Callable
 
 import click
-from rich.console import Console
 
-from .common import EXIT_INFEASIBLE, check_places, run_command, write_atomic
+from .common import EXIT_INFEASIBLE, check_places, output_console, run_command, write_atomic
 
 SCHEDULE_NAMES = ("gpipe", "1f1b", "interleaved", "zb-h1", "interleaved-zb", "zb-v", "dualpipe-v", "dualpipe")
 """``costmodels.layout.SCHEDULES``, spelled out so the CLI loads no cost model (a test checks they agree)."""
 
 if TYPE_CHECKING:
+    from rich.console import Console
+
     from planner.plan.plan_file import PlanEntry, PlanFile
 
 JOB_OPTIONS: list[Callable] = [
@@ -259,7 +260,7 @@ def evaluate_command(fmt: str, out: str | None, dp: int, tp: int, pp: int, cp: i
         elif fmt == "json":
             click.echo(json.dumps(single.to_dict(), indent=2, sort_keys=True, allow_nan=False) + "\n", nl=False)
         else:
-            print_plan_view(Console(), single)
+            print_plan_view(output_console(), single)
 
     run_command(work)
 
@@ -273,7 +274,7 @@ def print_plan_view(console: Console, single: "PlanEntry") -> None:
 def _print(report: "PlanFile") -> None:
     from planner.plan.render import print_report
 
-    print_report(Console(), report)
+    print_report(output_console(), report)
 
 
 def _plot(plan: "PlanFile", plot_dir: str | None) -> None:

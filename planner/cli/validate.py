@@ -9,7 +9,7 @@ from typing import Any
 
 import click
 
-from .common import run_command
+from .common import output_console, run_command
 
 MIB = 2**20
 
@@ -74,7 +74,6 @@ def validate_command(plan_file: str, num_candidates: int, steps: int, warmup: in
 
 def print_log_report(report: dict[str, Any]) -> None:
     """Per row: measured, fitted and leave-one-out step time; peak memory; the factors written."""
-    from rich.console import Console
     from rich.table import Table
 
     table = Table(title="Calibration from measured runs", header_style="bold")
@@ -88,7 +87,7 @@ def print_log_report(report: dict[str, Any]) -> None:
                       row["origin"], f"{row['measured_s']:.4g}", f"{row['fitted_s']:.4g}",
                       "-" if loo is None else f"{loo:.4g}",
                       "-" if loo is None else f"{100 * (loo / row['measured_s'] - 1):+.1f}%", peak)
-    console = Console()
+    console = output_console()
     console.print(table)
     console.print(f"calibration written to {report['profile']}: "
                   + ", ".join(f"{k} {v:.4g}" for k, v in sorted(report["factors"].items())))
@@ -133,10 +132,9 @@ def _pct(value: float | None) -> str:
 
 def print_report(report: dict[str, Any]) -> None:
     """Side by side per plan: step time, tokens/s, memory by component per pipeline rank."""
-    from rich.console import Console
     from rich.table import Table
 
-    console = Console()
+    console = output_console()
     if "note" in report:
         console.print(f"note: {report['note']}")
     for plan in report["plans"]:
