@@ -26,13 +26,13 @@ from hardware_specs.errors import AutoplanError, SpecError
 
 from planner.plan.bands import job_bands
 from planner.search.brute_force import solve_brute_force
-from planner.search.infeasible import what_would_fit
+from planner.search.infeasible import no_fit, suggestions
 from planner.search.ranking import TIE_BAND, prefer_simplest, rank_key
-from planner.plan.report import ClosestMiss, PlanReport
+from planner.plan.report import ClosestMiss, NoFit, PlanReport
 from planner.launch.torchjob.convention import CONVENTIONS
 from planner.plan.plan_file import PlanInputs
 from planner.search.solve import solve
-from planner.search.space import LAUNCHABLE, SearchOptions, overlap_searched
+from planner.search.space import LAUNCHABLE, SearchOptions, empty_space_reason, overlap_searched
 from planner.search.stages import refine_stages
 
 if TYPE_CHECKING:
@@ -252,17 +252,27 @@ def plan(*, model: str | ModelSpec, hardware: str | NodeSpec, gpus: int, global_
         rejected["slower"] = rejected.get("slower", 0) + len(ranked) - (top_k + 1)
         ranked = ranked[:top_k + 1]
     seconds = time.perf_counter() - started
-    fixes = what_would_fit(result.closest_misses[0], cost_model, search_options) if result.closest_misses else ()
+    fit = None if ranked else _no_fit(result, cost_model, search_options)
+    fixes = suggestions(fit, gpus) if result.closest_misses else ()
     misses = tuple(ClosestMiss(breakdown=b, suggestions=fixes) for b in result.closest_misses)
     return PlanReport(
         inputs=replace(job.inputs, top_k=top_k, allow_cross_node_tp=allow_cross_node_tp, launchable=launchable,
                        layers_per_chunk=tuple(layers_per_chunk) or None, first_stage_layers=first_stage_layers,
                        last_stage_layers=last_stage_layers),
         best=ranked[0] if ranked else None, candidates=ranked[1:], rejected=rejected,
-        closest_misses=misses, bands=job_bands(job.profile, job.inputs.profile),
+        closest_misses=misses, bands=job_bands(job.profile, job.inputs.profile), no_fit=fit,
         search={"solver": solver, "space_size": result.num_candidates, "evaluated": result.num_evaluated,
                 "tie_band": TIE_BAND, "num_tied": num_tied, "seconds": round(seconds, 4)},
     )
+
+
+def _no_fit(result: Any, cost_model: CostModel, options: SearchOptions) -> NoFit:
+    """Why a search found no plan: its closest miss's memory, or why no layout could be formed."""
+    if result.closest_misses:
+        return no_fit(result.closest_misses[0], cost_model, options)
+    reason = empty_space_reason(cost_model.model, cost_model.training, cost_model.cluster.num_gpus,
+                                cost_model.cluster.gpus_per_node, options)
+    return NoFit(reason=reason, model_state_gib=0.0, smallest_fitting_gpus=None, fitting_layout=None)
 
 
 def evaluate(*, model: str | ModelSpec, hardware: str | NodeSpec, gpus: int, global_batch: int, seq_len: int,

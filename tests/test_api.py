@@ -98,3 +98,28 @@ def test_import_and_plan_load_no_click_or_rich_either():
             "seq_len=128); print(sorted(m for m in ('click', 'rich', 'torch') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_an_infeasible_plan_says_the_smallest_gpu_count_that_fits_as_a_number():
+    report = planner.plan(model="llama3-70b", hardware="a100-sxm-40gb", gpus=4, global_batch=64, seq_len=8192)
+    assert report.best is None and not report.feasible
+    fit = report.no_fit
+    assert isinstance(fit.smallest_fitting_gpus, int) and fit.smallest_fitting_gpus > 4
+    # the count it names does fit, with the layout it names, and half of it does not
+    again = planner.plan(model="llama3-70b", hardware="a100-sxm-40gb", gpus=fit.smallest_fitting_gpus,
+                         global_batch=64, seq_len=8192)
+    assert again.best is not None and again.no_fit is None
+    L = fit.fitting_layout
+    assert L.dp * L.tp * L.pp * L.cp == fit.smallest_fitting_gpus
+    half = planner.plan(model="llama3-70b", hardware="a100-sxm-40gb", gpus=fit.smallest_fitting_gpus // 2,
+                        global_batch=64, seq_len=8192)
+    assert half.best is None
+    # 70e9 params x (2 + 2 + 12) bytes of mixed-precision Adam states ~ 1.1 TB
+    assert 1000 < fit.model_state_gib < 1200
+    assert f"--gpus {fit.smallest_fitting_gpus} fits" in report.closest_misses[0].suggestions[1]
+
+
+def test_a_request_with_nothing_to_search_says_why_in_no_fit():
+    report = planner.plan(model="tiny-llama", hardware="cpu", gpus=64, global_batch=1, seq_len=7)
+    assert report.best is None and report.search["space_size"] == 0
+    assert "nothing to search" in report.no_fit.reason and report.no_fit.smallest_fitting_gpus is None

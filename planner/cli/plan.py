@@ -172,7 +172,7 @@ def plan_command(fmt: str, out: str | None, top_k: int, allow_cross_node_tp: boo
         _emit(plan_file.to_json(), fmt, out, lambda: _print(timed), plan_file.best)
         _plot(plan_file, plot_dir)
         if not report.feasible and report.search["space_size"] == 0:
-            click.echo(f"error: {_why_nothing_searched(report)}", err=True)
+            click.echo(f"error: {report.no_fit.reason}", err=True)
             sys.exit(EXIT_INFEASIBLE)
         if not report.feasible:
             miss = report.closest_misses[0] if report.closest_misses else None
@@ -182,15 +182,6 @@ def plan_command(fmt: str, out: str | None, top_k: int, allow_cross_node_tp: boo
             sys.exit(EXIT_INFEASIBLE)
 
     run_command(work)
-
-
-def _why_nothing_searched(report: Any) -> str:
-    """The reason the search space was empty (``planner.search.space.empty_space_reason``)."""
-    from planner.search.space import LAUNCHABLE, SearchOptions, empty_space_reason
-
-    i = report.inputs
-    options = SearchOptions(allow_cross_node_tp=bool(i.allow_cross_node_tp), **(LAUNCHABLE if i.launchable else {}))
-    return empty_space_reason(i.model_spec, i.training, i.gpus, i.gpus_per_node, options)
 
 
 @click.command("evaluate")
