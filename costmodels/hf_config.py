@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from hardware_specs.errors import SpecError
+from autoplan_base.errors import SpecError
 from hardware_specs.files import read_json
 
 from .model_spec import ModelSpec

@@ -16,7 +16,7 @@ is model stage c·pp + i, as in ``assignment.py``). Two published forms map onto
 
 from __future__ import annotations
 
-from hardware_specs.errors import SpecError
+from autoplan_base.errors import SpecError
 
 
 class StageSplitError(SpecError):

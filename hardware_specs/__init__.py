@@ -4,7 +4,7 @@
 sizes a cluster of such nodes. Importing this package reads no file.
 """
 
-from .errors import AutoplanError, SpecError
+from autoplan_base.errors import AutoplanError, SpecError
 from .loader import list_hardware, load_node, parse_node
 from .schema import ClusterSpec, HardwareSpec, LinkSpec, NetworkSpec, NodeSpec
 

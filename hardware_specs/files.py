@@ -16,7 +16,7 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
-from .errors import AutoplanError, SpecError
+from autoplan_base.errors import AutoplanError, SpecError
 
 MAX_INPUT_BYTES = 64 * 2**20
 """Largest input file read (64 MiB): a plan or profile is kilobytes to a few megabytes."""

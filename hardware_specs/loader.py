@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any, get_args
 
 from .checks import MAX_DEVICES_PER_NODE
-from .errors import SpecError
+from autoplan_base.errors import SpecError
 from .names import match_name
 from .files import read_toml
 from .schema import HardwareSpec, LinkKind, LinkSpec, NetworkSpec, NodeSpec

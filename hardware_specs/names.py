@@ -12,7 +12,7 @@ from __future__ import annotations
 import difflib
 import re
 
-from .errors import SpecError
+from autoplan_base.errors import SpecError
 
 _SPLIT = re.compile(r"[-_.]")
 

@@ -11,7 +11,7 @@
 
 from costmodels.breakdown import CostBreakdown
 from costmodels.layout import Layout, LayoutError
-from hardware_specs.errors import AutoplanError, SpecError
+from autoplan_base.errors import AutoplanError, SpecError
 
 from .api import PlanError, evaluate, plan, resolve_job
 from planner.plan.report import NoFit, PlanReport

@@ -22,7 +22,7 @@ from costmodels.stage_split import StageSplitError, first_last_split, parse_laye
 from costmodels.training import TrainingSpec
 from hardware_specs import ClusterSpec, NodeSpec, load_node, make_cluster
 from hardware_specs.checks import MAX_GPUS, MAX_TOKENS_PER_STEP, finite, flag, whole
-from hardware_specs.errors import AutoplanError, SpecError
+from autoplan_base.errors import AutoplanError, SpecError
 
 from planner.plan.bands import job_bands
 from planner.search.brute_force import solve_brute_force

@@ -21,7 +21,7 @@ def test_import_and_plan_load_no_torch():
     assert out.stdout.strip() == "False"
 
 
-@pytest.mark.parametrize("package", ["planner", "costmodels", "profiles", "hardware_specs"])
+@pytest.mark.parametrize("package", ["planner", "costmodels", "profiles", "hardware_specs", "autoplan_base"])
 def test_packages_import_from_this_repository(package):
     module = __import__(package)
     assert Path(module.__file__).resolve().parent == ROOT / package

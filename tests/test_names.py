@@ -10,7 +10,7 @@ from click.testing import CliRunner
 
 from costmodels.presets import PRESETS, load_model
 from hardware_specs import list_hardware, load_node
-from hardware_specs.errors import SpecError
+from autoplan_base.errors import SpecError
 from planner.cli import main
 from planner.cli.presets import count_text
 

@@ -17,7 +17,7 @@ from costmodels.precision import RECIPES, cached_weight_copy_bytes, gathered_wei
 from costmodels.presets import load_model
 from costmodels.training import TrainingSpec
 from hardware_specs import load_node, make_cluster
-from hardware_specs.errors import SpecError
+from autoplan_base.errors import SpecError
 from planner.launch import frameworks
 from planner.search.launchable import runtime_problems
 from planner.launch.torchjob.convention import FSDP2

@@ -12,7 +12,7 @@ import traceback
 
 import click
 
-from hardware_specs.errors import AutoplanError
+from autoplan_base.errors import AutoplanError
 
 from .common import EXIT_INTERNAL, EXIT_USAGE, one_line
 

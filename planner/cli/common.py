@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Callable, TypeVar
 
 import click
 
-from hardware_specs.errors import AutoplanError
+from autoplan_base.errors import AutoplanError
 from profiles.io import write_text_atomic
 
 if TYPE_CHECKING:

@@ -16,7 +16,7 @@ from pathlib import Path
 from costmodels.layout import Layout, layout_problems
 from costmodels.model_spec import ModelSpec
 from costmodels.training import TrainingSpec
-from hardware_specs.errors import AutoplanError
+from autoplan_base.errors import AutoplanError
 from planner.search.launchable import launch_problems, runtime_problems
 from planner.launch.torchjob import user_model
 from planner.plan.plan_file import PlanFile, PlanFileError
@@ -27,7 +27,7 @@ from . import frameworks, scripts
 
 JOB_PACKAGE = "planner.launch.torchjob"
 """The package of the generated job; its module ``main`` is the entry the bundle starts from."""
-BUNDLED_PACKAGES = (JOB_PACKAGE, "planner.plan", "costmodels", "hardware_specs")
+BUNDLED_PACKAGES = (JOB_PACKAGE, "planner.plan", "costmodels", "hardware_specs", "autoplan_base")
 """Packages whose modules the job may import (the job itself, the plan file, the specs): the bundle
 copies the modules it imports from these, under their own dotted names, beside train.py."""
 

@@ -19,7 +19,7 @@ from typing import Any
 from costmodels.layout import Layout
 from costmodels.model_spec import ModelSpec, model_from_dict, model_to_dict
 from costmodels.training import TrainingSpec
-from hardware_specs.errors import AutoplanError
+from autoplan_base.errors import AutoplanError
 from hardware_specs.files import parse_json, read_json
 
 SCHEMA_VERSION = 2

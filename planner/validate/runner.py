@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from costmodels.layout import Layout
-from hardware_specs.errors import AutoplanError
+from autoplan_base.errors import AutoplanError
 from planner.plan.plan_file import PlanFile, PlanFileError
 
 from .compare import (MemoryRow, cost_model, error_pct, measured_by_stage, measured_step_time_s,

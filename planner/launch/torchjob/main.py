@@ -20,7 +20,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from hardware_specs.errors import AutoplanError
+from autoplan_base.errors import AutoplanError
 
 from . import checkpoint
 from .data import open_source

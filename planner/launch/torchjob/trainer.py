@@ -15,7 +15,7 @@ import torch.nn.functional as F
 
 from costmodels.layout import Layout
 from costmodels.model_spec import ModelSpec
-from hardware_specs.errors import AutoplanError
+from autoplan_base.errors import AutoplanError
 
 from . import context_parallel, experts
 from .clip import clip_grads
