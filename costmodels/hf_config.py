@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from autoplan_base.errors import SpecError
+from autoplan_base.errors import SpecError, field
 from hardware_specs.files import read_json
 
 from .model_spec import ModelSpec
@@ -25,11 +25,11 @@ def load_hf_config(path: Path) -> ModelSpec:
     the file and the field."""
     if path.is_dir():
         if not (path / "config.json").is_file():
-            raise SpecError(f"--model: directory {str(path)!r} holds no config.json")
+            raise SpecError(f"{field('model')}: directory {str(path)!r} holds no config.json")
         path = path / "config.json"
-    raw = read_json(path, what="--model file")
+    raw = read_json(path, what=f"{field('model')} file")
     if not isinstance(raw, dict):
-        raise SpecError(f"--model: {path} must hold a JSON object")
+        raise SpecError(f"{field('model')}: {path} must hold a JSON object")
     name = path.parent.name if path.name == "config.json" else path.stem
     return spec_from_hf_dict(raw, name, where=str(path))
 

@@ -59,7 +59,7 @@ def test_evaluate_step_time_is_microbatches_times_the_rank_time_plus_its_tail():
 
 
 def test_errors_are_value_errors_naming_the_field():
-    with pytest.raises(ValueError, match="--gpus"):
+    with pytest.raises(ValueError, match="^gpus= must be"):
         planner.plan(model="llama3-8b", hardware="h100-sxm-80gb", gpus=-1, global_batch=64, seq_len=4096)
     with pytest.raises(planner.LayoutError, match="tp 3"):
         planner.evaluate(model="llama3-8b", hardware="h100-sxm-80gb", gpus=6, global_batch=6, seq_len=4096,
@@ -123,3 +123,29 @@ def test_a_request_with_nothing_to_search_says_why_in_no_fit():
     report = planner.plan(model="tiny-llama", hardware="cpu", gpus=64, global_batch=1, seq_len=7)
     assert report.best is None and report.search["space_size"] == 0
     assert "nothing to search" in report.no_fit.reason and report.no_fit.smallest_fitting_gpus is None
+
+
+@pytest.mark.parametrize("kwargs, api_words, flag_words", [
+    (dict(model="llama9-8b"), "model=: unknown name", "--model: unknown name"),
+    (dict(hardware="h100-sxm-80gbx"), "hardware=: unknown name", "--hardware: unknown name"),
+    (dict(gpus=12), "gpus=12 is not a multiple", "--gpus 12 is not a multiple"),
+    (dict(memory_fraction=2.0), "memory_fraction= must be", "'--memory-fraction'"),  # click checks the range
+    (dict(first_stage_layers=8, layers_per_chunk=(8, 24)), "give either layers_per_chunk= or", "give either --layers-per-stage or"),
+    (dict(top_k=0), "top_k= must be", "--top must be"),
+])
+def test_api_errors_name_keywords_and_the_cli_names_flags(kwargs, api_words, flag_words):
+    from click.testing import CliRunner
+    from planner.cli import main
+
+    job = dict(model="llama3-8b", hardware="h100-sxm-80gb", gpus=16, global_batch=64, seq_len=4096)
+    with pytest.raises(planner.AutoplanError) as err:
+        planner.plan(**{**job, **kwargs})
+    assert api_words in str(err.value) and "--" not in str(err.value).split(";")[0]
+    flags = {"model": "--model", "hardware": "--hardware", "gpus": "--gpus", "memory_fraction": "--memory-fraction",
+             "first_stage_layers": "--first-stage-layers", "layers_per_chunk": "--layers-per-stage", "top_k": "--top"}
+    args = ["plan", "--global-batch", "64", "--seq-len", "4096"]
+    for key, value in {**job, **kwargs}.items():
+        if key not in ("global_batch", "seq_len"):
+            args += [flags[key], ",".join(map(str, value)) if isinstance(value, tuple) else str(value)]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 2 and flag_words in result.output, result.output

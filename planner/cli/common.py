@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Callable, TypeVar
 
 import click
 
-from autoplan_base.errors import AutoplanError
+from autoplan_base.errors import AutoplanError, command_line_wording
 from profiles.io import write_text_atomic
 
 if TYPE_CHECKING:
@@ -45,9 +45,11 @@ def one_line(message: str) -> str:
 
 
 def run_command(work: Callable[[], T]) -> T:
-    """Run ``work``; turn user-input errors into one line on stderr and exit status 2."""
+    """Run ``work``; turn user-input errors into one line on stderr and exit status 2. Errors name
+    inputs by their flags (``--seq-len``; ``autoplan_base.errors.field``)."""
     try:
-        return work()
+        with command_line_wording():
+            return work()
     except AutoplanError as err:
         click.echo(f"error: {one_line(str(err))}", err=True)
         sys.exit(EXIT_USAGE)
