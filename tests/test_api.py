@@ -131,7 +131,7 @@ def test_a_request_with_nothing_to_search_says_why_in_no_fit():
     (dict(gpus=12), "gpus=12 is not a multiple", "--gpus 12 is not a multiple"),
     (dict(memory_fraction=2.0), "memory_fraction= must be", "'--memory-fraction'"),  # click checks the range
     (dict(first_stage_layers=8, layers_per_chunk=(8, 24)), "give either layers_per_chunk= or", "give either --layers-per-stage or"),
-    (dict(top_k=0), "top_k= must be", "--top must be"),
+    (dict(top_k=0), "top_k= must be", "'--top'"),
 ])
 def test_api_errors_name_keywords_and_the_cli_names_flags(kwargs, api_words, flag_words):
     from click.testing import CliRunner
