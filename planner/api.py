@@ -66,6 +66,16 @@ class Job:
         return cls(model=inputs.model_spec, training=inputs.training, cluster=cluster,
                    profile=loaded, memory_fraction=float(inputs.memory_fraction), inputs=inputs)
 
+    @property
+    def warnings(self) -> tuple[str, ...]:
+        """What the request asks that the model was not built for, one line each (the plan is still made)."""
+        context, seq_len = self.model.max_position_embeddings, self.training.seq_len
+        if seq_len <= context:
+            return ()
+        return (f"seq_len {seq_len} is past {self.model.name}'s context of {context} tokens "
+                "(max_position_embeddings): positions beyond it were never trained; the costs hold, the "
+                "model quality may not (extend the context first, e.g. RoPE scaling)",)
+
     def cost_job(self, assumptions: Assumptions = DEFAULT_ASSUMPTIONS) -> CostJob:
         """What the cost model needs of this request, with the convention of its runtime
         (``planner.launch.torchjob.convention.CONVENTIONS``)."""
@@ -261,7 +271,7 @@ def plan(*, model: str | ModelSpec, hardware: str | NodeSpec, gpus: int, global_
                        layers_per_chunk=tuple(layers_per_chunk) or None, first_stage_layers=first_stage_layers,
                        last_stage_layers=last_stage_layers),
         best=ranked[0] if ranked else None, candidates=ranked[1:], rejected=rejected,
-        closest_misses=misses, bands=job_bands(job.profile, job.inputs.profile), no_fit=fit,
+        closest_misses=misses, bands=job_bands(job.profile, job.inputs.profile), no_fit=fit, warnings=job.warnings,
         search={"solver": solver, "space_size": result.num_candidates, "evaluated": result.num_evaluated,
                 "tie_band": TIE_BAND, "num_tied": num_tied, "seconds": round(seconds, 4)},
     )

@@ -110,6 +110,12 @@ def _emit(text: str, fmt: str, out: str | None, console_view: Callable, best: "P
         console_view()
 
 
+def _warn(warnings: tuple[str, ...]) -> None:
+    """Each warning as one line on stderr (stdout stays the table or the JSON)."""
+    for warning in warnings:
+        click.echo(f"warning: {warning}", err=True)
+
+
 def _one_line(best: "PlanEntry | None") -> str:
     from planner.plan.render import layout_summary
 
@@ -167,6 +173,7 @@ def plan_command(fmt: str, out: str | None, top_k: int, allow_cross_node_tp: boo
         report = api.plan(top_k=top_k, solver=solver, allow_cross_node_tp=allow_cross_node_tp, launchable=launchable,
                           layers_per_chunk=split, first_stage_layers=first_stage_layers,
                           last_stage_layers=last_stage_layers, **_job_kwargs(kw))
+        _warn(report.warnings)
         plan_file = report.to_plan_file()
         timed = report.to_plan_file(with_timing=True)
         _emit(plan_file.to_json(), fmt, out, lambda: _print(timed), plan_file.best)
@@ -243,8 +250,9 @@ def evaluate_command(fmt: str, out: str | None, dp: int, tp: int, pp: int, cp: i
                                       activation_offload_layers=activation_offload_layers)
         breakdown = api.evaluate(layout=layout, **job_kwargs)
         bands = job_bands(job.profile, job.inputs.profile)
+        _warn(job.warnings)
         report = PlanReport(inputs=job.inputs, best=breakdown, candidates=(), bands=bands,
-                            search={"solver": "evaluate", "space_size": 1, "evaluated": 1})
+                            search={"solver": "evaluate", "space_size": 1, "evaluated": 1}, warnings=job.warnings)
         single = plan_entry(breakdown, bands)
         if out:
             _emit(report.to_json(), fmt, out, lambda: None, single)

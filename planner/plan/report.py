@@ -73,6 +73,8 @@ class PlanReport:
     """Error bands of the predictions (``planner.plan.bands.job_bands``); None: the plan file has none."""
     no_fit: NoFit | None = None
     """When ``best`` is None (``api.plan``): why, and the smallest GPU count that fits; else None."""
+    warnings: tuple[str, ...] = ()
+    """What the request asks that the model was not built for (``api.Job.warnings``), one line each."""
 
     @property
     def feasible(self) -> bool:
@@ -91,7 +93,7 @@ class PlanReport:
         return PlanFile(inputs=self.inputs, inputs_digest=self.inputs.digest(),
                         best=plan_entry(self.best, self.bands) if self.best else None,
                         candidates=tuple(plan_entry(c, self.bands) for c in self.candidates), search=search,
-                        closest_misses=misses)
+                        closest_misses=misses, warnings=self.warnings)
 
     def to_dict(self, *, with_timing: bool = False) -> dict[str, Any]:
         return self.to_plan_file(with_timing=with_timing).to_dict()
