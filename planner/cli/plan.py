@@ -16,7 +16,7 @@ SCHEDULE_NAMES = ("gpipe", "1f1b", "interleaved", "zb-h1", "interleaved-zb", "zb
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from planner.plan.plan_file import PlanEntry, PlanFile
+    from planner.plan.plan_file import PlanEntry, PlanFile, PlanInputs
 
 JOB_OPTIONS: list[Callable] = [
     click.option("--model", "model", required=True, help="Preset name (see 'autoplan models') or a config.json path."),
@@ -259,15 +259,18 @@ def evaluate_command(fmt: str, out: str | None, dp: int, tp: int, pp: int, cp: i
         elif fmt == "json":
             click.echo(json.dumps(single.to_dict(), indent=2, sort_keys=True, allow_nan=False) + "\n", nl=False)
         else:
-            print_plan_view(output_console(), single)
+            print_plan_view(output_console(), single, job.inputs)
 
     run_command(work)
 
 
-def print_plan_view(console: Console, single: "PlanEntry") -> None:
-    from planner.plan.render import print_plan
+def print_plan_view(console: "Console", single: "PlanEntry", inputs: "PlanInputs | None" = None) -> None:
+    from planner.plan.render import mismatch_line, print_plan
 
-    print_plan(console, single, "layout")
+    foreign = inputs is not None and bool(inputs.profile_device_mismatch)
+    if foreign:
+        console.print(mismatch_line(inputs), style="yellow", highlight=False)
+    print_plan(console, single, "layout", foreign_profile=foreign)
 
 
 def _print(report: "PlanFile") -> None:
