@@ -38,7 +38,7 @@ def attention_gemms(model: ModelSpec, tokens: int, tp: int, sp: bool = False) ->
             [Gemm(m=tokens, n=model.hidden_size, k=model.v_dim // tp)]
     h = model.hidden_size
     q = model.q_dim // tp
-    kv = _kv_per_rank(model, tp)
+    kv = kv_per_rank(model, tp)
     return [Gemm(m=tokens, n=q + 2 * kv, k=h), Gemm(m=tokens, n=h, k=q)]
 
 
@@ -128,7 +128,7 @@ def lora_flops(model: ModelSpec, tokens: int, rank: int, targets: tuple[str, ...
     return 2.0 * tokens * lora_params_per_layer(model, rank, targets) / tp
 
 
-def _kv_per_rank(model: ModelSpec, tp: int) -> int:
+def kv_per_rank(model: ModelSpec, tp: int) -> int:
     """K (or V) width on one rank: kv heads split over tp, replicated when kv < tp."""
     return max(model.num_kv_heads // tp, 1) * model.d_head
 

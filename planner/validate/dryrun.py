@@ -62,7 +62,7 @@ def build_fake_job(spec, layout: Layout, rank: int, precision: str, optimizer: s
     meshes = build_meshes(layout, "cpu")
     pp_rank = meshes.world.get_local_rank("pp")
     job = trainer.Job(spec=spec, layout=layout, device=device, meshes=meshes,
-                      dp_rank=trainer._dp_rank(meshes, layout), context=trainer._context_group(meshes, device))
+                      dp_rank=trainer.data_parallel_rank(meshes, layout), context=trainer.context_group(meshes, device))
     parts = build_parts(spec, layout, meshes, pp_rank)
     for _, part in parts:
         parallelize(part, layout, meshes, _mp_policy(precision), lora=(lora_rank, lora_targets))
@@ -75,7 +75,7 @@ def build_fake_job(spec, layout: Layout, rank: int, precision: str, optimizer: s
             experts.configure(part, layout)
             part.train()
             job.parts.append((index, part))
-            job.optimizers.append(trainer._optimizer(optimizer, trainer.trainable(part), 3e-4, 0.1))
+            job.optimizers.append(trainer.make_optimizer(optimizer, trainer.trainable(part), 3e-4, 0.1))
     indices = [index for index, _ in job.parts]
     job.has_first, job.has_last = 0 in indices, layout.num_chunks - 1 in indices
     if precision in MIXED and meshes.dp is None:
@@ -145,7 +145,7 @@ def run_step(job, seq_len: int, dtype: torch.dtype) -> None:
     if job.layout.pp > 1:
         pipeline_step(job, tokens, seq_len, dtype)
     else:
-        trainer._forward_backward(job, tokens, tokens)
+        trainer.forward_backward(job, tokens, tokens)
     for optimizer in job.optimizers:
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
