@@ -60,6 +60,8 @@ def validate_command(plan_file: str, num_candidates: int, steps: int, warmup: in
             else:
                 print_log_report(report)
             return
+        if dry_run:
+            _say_dry_run_cost(plan_file, num_candidates)
         with _progress_bar() as progress:
             report = run_validation(Path(plan_file), num_candidates=num_candidates, steps=steps, warmup=warmup,
                                     nproc=nproc, dry_run=dry_run, calibrate=calibrate, profile_path=profile_path,
@@ -70,6 +72,16 @@ def validate_command(plan_file: str, num_candidates: int, steps: int, warmup: in
             print_report(report)
 
     run_command(work)
+
+
+def _say_dry_run_cost(plan_file: str, num_candidates: int) -> None:
+    """One line on stderr before a dry run starts: how many ranks and micro-batches it will step."""
+    from planner.plan.plan_file import read_plan_file
+    from planner.validate.runner import dry_run_cost
+
+    cost = dry_run_cost(read_plan_file(plan_file), num_candidates)
+    if cost:
+        click.echo(cost, err=True)
 
 
 def print_log_report(report: dict[str, Any]) -> None:
