@@ -34,13 +34,16 @@ def read_text(path: str | Path, *, what: str, error: type[AutoplanError] = SpecE
         raise error(f"{what} {shown}: cannot read ({err.strerror})") from None
     except ValueError:  # a NUL byte in the path
         raise error(f"{what} {shown}: not a valid path") from None
-    with os.fdopen(fd, "rb") as handle:
-        try:
-            if not stat.S_ISREG(os.fstat(fd).st_mode):
-                raise error(f"{what} {shown}: not a regular file; give the path of a file")
-            data = handle.read(max_bytes + 1)
-        except OSError as err:  # EIO and the like, e.g. /proc/self/mem
-            raise error(f"{what} {shown}: cannot read ({err.strerror})") from None
+    try:
+        regular = stat.S_ISREG(os.fstat(fd).st_mode)
+        if regular:
+            with os.fdopen(fd, "rb") as handle:
+                data = handle.read(max_bytes + 1)
+    except OSError as err:  # EIO and the like, e.g. /proc/self/mem
+        raise error(f"{what} {shown}: cannot read ({err.strerror})") from None
+    if not regular:
+        os.close(fd)
+        raise error(f"{what} {shown}: not a regular file; give the path of a file")
     if len(data) > max_bytes:
         raise error(f"{what} {shown}: larger than {max_bytes // 2**20} MiB; is this the right file?")
     try:

@@ -36,7 +36,7 @@ def test_megatron_first_last_spreads_a_rank_over_its_chunks():
 
 
 def test_first_last_split_errors_name_the_option():
-    with pytest.raises(StageSplitError, match="--first-stage-layers 7 must be a positive multiple of the 2"):
+    with pytest.raises(StageSplitError, match="first_stage_layers=7 must be a positive multiple of the 2"):
         first_last_split(126, 16, 2, 7, 7)
     with pytest.raises(StageSplitError, match="sum to 10"):
         first_last_split(10, 2, 1, 4, 4)
