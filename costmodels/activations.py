@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .flops import _kv_per_rank
+from .flops import kv_per_rank
 from .model_spec import ModelSpec
 from .moe_costs import expert_capacity
 from .op_sac import op_sac_layer_bytes
@@ -106,7 +106,7 @@ def attention_block_bytes(model: ModelSpec, x: ActivationShape) -> float:
     input (``ActivationShape.gi`` bytes) and the out-projection its quantised copy of the core's
     output beside the 16-bit output the fused core keeps for its own backward (B + gi)."""
     B, sbh = x.elem_bytes, x.s * x.b * model.hidden_size
-    q, kv = model.q_dim / x.tp, _kv_per_rank(model, x.tp)
+    q, kv = model.q_dim / x.tp, kv_per_rank(model, x.tp)
     norm_input = B * sbh * x.r
     qkv_input = x.gi * sbh * x.r
     q_k_v = B * x.s * x.b * (q + 2 * kv)
@@ -225,7 +225,7 @@ def torch_dense_layer_bytes(model: ModelSpec, x: ActivationShape, *, core: bool)
     the out-projection input; the MLP's 4·f/t (gated) or 2·f/t tensors; under autocast the
     16-bit copy of every weight of the layer (B·(attention + MLP params)/t)."""
     B, sbh = x.elem_bytes, x.s * x.b * model.hidden_size
-    q, kv, f = model.q_dim / x.tp, _kv_per_rank(model, x.tp), model.ffn_hidden_size / x.tp
+    q, kv, f = model.q_dim / x.tp, kv_per_rank(model, x.tp), model.ffn_hidden_size / x.tp
     qkv_copies = 3 if x.autocast else 1
     mlp_copies = (2 if model.gated_mlp else 1) if x.autocast else 1
     inputs = B * sbh * (qkv_copies + mlp_copies)
@@ -275,7 +275,7 @@ def gathered_kv_bytes(model: ModelSpec, x: ActivationShape) -> float:
     position (1 byte per element, shared by the batch and the heads)."""
     if x.gathered_kv == 0:
         return 0.0
-    kv = 2 * x.elem_bytes * x.b * x.gathered_kv * _kv_per_rank(model, x.tp)
+    kv = 2 * x.elem_bytes * x.b * x.gathered_kv * kv_per_rank(model, x.tp)
     mask = MASK_BYTES * x.s * (x.s + x.gathered_kv)
     return kv + mask
 

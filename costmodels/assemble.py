@@ -22,7 +22,7 @@ from .pipeline import DUALPIPE, dualpipe_overlap_s, schedule_bubble_s
 from .ranks import RankTimes
 
 if TYPE_CHECKING:
-    from .estimate import CostModel
+    from .context import CostContext as CostModel  # what the terms read; estimate.CostModel adds the verbs
 
 
 def assemble(cm: "CostModel", layout: Layout, memory: tuple[StageMemory, ...], times: list[RankTimes]) -> CostBreakdown:

@@ -18,7 +18,7 @@ from .ranks import RankLayers
 from .stage_split import V_SCHEDULES, rank_chunks
 
 if TYPE_CHECKING:
-    from .estimate import CostModel
+    from .context import CostContext as CostModel  # what the terms read; estimate.CostModel adds the verbs
 
 
 def rank_groups(cm: "CostModel", layout: Layout) -> list[tuple[RankLayers, int]]:

@@ -47,11 +47,11 @@ from .memo import memoised
 from .pipeline import DUALPIPE, ZERO_BUBBLE, PassTimes, chunks_per_rank, dualpipe_overlap_s, schedule_bubble_s
 from .rank_memory import rank_buffer_bytes
 from .ranks import RankLayers, RankTimes
-from .rank_time import (_add_data_parallel, _add_ends, _add_grad_copy, _add_optimizer, _add_pipeline,
-                        _one_direction, add_layer_kind)
+from .rank_time import (add_data_parallel, add_ends, add_grad_copy, add_optimizer, add_pipeline,
+                        one_direction, add_layer_kind)
 
 if TYPE_CHECKING:
-    from .estimate import CostModel
+    from .context import CostContext as CostModel  # what the terms read; estimate.CostModel adds the verbs
 
 NO_COMPUTE_S, ALL_COMPUTE_S = 0.0, 1e300
 """The two ends of the compute a collective can hide behind (fact 2); 1e300 stays finite, so an
@@ -79,13 +79,13 @@ _CORE_READS = _reads("num_microbatches", "schedule", "layers_per_chunk", *_STATE
 DualPipe's halving and the chunks a rank sends, keyed apart)."""
 _STATE_READS = _reads(*_PLACEMENT, *_MICRO_BATCHING, "tp_comm_overlap")
 """What a rank's data-parallel and optimizer terms may read besides its parameters, layer count
-and compute (``_add_data_parallel``, ``_add_grad_copy``, ``_add_optimizer``; m keyed apart where
+and compute (``add_data_parallel``, ``add_grad_copy``, ``add_optimizer``; m keyed apart where
 the tail grows with it). TP overlap only changes a layer's TP time and the buffers
 (``assignment.layer_key``, ``rank_memory.rank_buffer_bytes``), so the two overlap twins share them."""
 _EDGE_READS = _reads("dp", "pp", "num_microbatches", "recompute_num_layers", "tp_comm_overlap", *_STATES,
                      *_PLACEMENT)
 """``_LAYER_READS`` without TP overlap: what the pipeline's ends without MTP blocks and its p2p may
-read (``_add_ends``, ``_add_pipeline``; only a layer's TP time reads the overlap)."""
+read (``add_ends``, ``add_pipeline``; only a layer's TP time reads the overlap)."""
 
 _VECTOR = ("per_microbatch_s", "forward_s", "input_grad_s", "weight_grad_s", "hideable_s", "compute_s",
            "fwd_compute_s", "bwd_compute_s")
@@ -238,7 +238,7 @@ class _CoreSums:
 def _core_sums(cm: "CostModel", layout: Layout) -> _CoreSums:
     """``_CoreSums`` of ``layout`` without recomputation. Except under DualPipe (whose halved pieces
     are keyed with pp) the sums read neither dp, m, pp nor the placement: each layer is on one rank
-    once, and the ends' terms add (``_add_ends``: the embedding's on the first rank, the head's on
+    once, and the ends' terms add (``add_ends``: the embedding's on the first rank, the head's on
     the last, whether or not one rank holds both), so they are keyed by the layer pieces' inputs alone."""
     halved = layout.schedule == "dualpipe"
     key = ("core sums", halved, layout.pp if halved else 0, _LAYER_READS(layout))
@@ -305,9 +305,9 @@ def _state_times(cm: "CostModel", layout: Layout, rank: RankLayers, fwd_compute_
 
     def compute() -> tuple[float, float, float]:
         t = RankTimes(fwd_compute_s=fwd_compute_s, bwd_compute_s=bwd_compute_s)
-        _add_data_parallel(cm, t, layout, params, rank)
-        _add_grad_copy(cm, t, params)  # after the data-parallel term, as in ``rank_times``
-        _add_optimizer(cm, t, layout, params)
+        add_data_parallel(cm, t, layout, params, rank)
+        add_grad_copy(cm, t, params)  # after the data-parallel term, as in ``rank_times``
+        add_optimizer(cm, t, layout, params)
         return t.dp_mb_s, t.tail_s, t.compute_s
 
     return memoised(cm.bound_memo, key, compute)
@@ -344,7 +344,7 @@ def tp_overlap_sign(cm: "CostModel", layout: Layout) -> int:
     (``layer_costs._tp_overlapped_s``; traffic, compute and memory-bound terms stay), which a rank's
     core adds with non-negative weights (per micro-batch (2 + recomputed share [+ 1/2 under op
     SAC])·tp_s, in F tp_s, in B the rest; W, compute and what DualPipe may hide stay;
-    ``rank_time._add_layers``, ``_add_recompute``, ``_add_ends`` for MTP blocks; halved alike under
+    ``rank_time._add_layers``, ``_add_recompute``, ``add_ends`` for MTP blocks; halved alike under
     DualPipe). So each rank's c_i, F and B move the same way, and by fact 1 the twin with the larger
     tp_s has the larger or equal pipeline floor (whose DualPipe term reads each rank's hideable
     time and compute alone)."""
@@ -417,12 +417,12 @@ def _rank_pieces(cm: "CostModel", layout: Layout, rank: RankLayers) -> list[tupl
 
 def _vector(cm: "CostModel", layout: Layout, add: Callable[[RankTimes], None]) -> tuple[float, ...]:
     """``_VECTOR`` of the core terms ``add`` puts in an empty ``RankTimes`` (halved for DualPipe,
-    ``rank_time._one_direction``, which is linear)."""
+    ``rank_time.one_direction``, which is linear)."""
     t = RankTimes()
     add(t)
     t.compute_s = t.fwd_compute_s + t.bwd_compute_s
     if layout.schedule == "dualpipe":
-        t = _one_direction(t)
+        t = one_direction(t)
     p = t.passes()
     return (t.per_microbatch_s, p.forward_s, p.input_grad_s, p.weight_grad_s, p.hideable_s, p.compute_s,
             t.fwd_compute_s, t.bwd_compute_s)
@@ -436,15 +436,15 @@ def _layer_piece(cm: "CostModel", layout: Layout, moe: bool, share: float) -> tu
 
 
 def _ends_piece(cm: "CostModel", layout: Layout, rank: RankLayers) -> tuple[float, ...]:
-    """The embedding and the output head with its loss, on the first and last rank (``_add_ends``)."""
+    """The embedding and the output head with its loss, on the first and last rank (``add_ends``)."""
     mtp = rank.last and cm.model.num_mtp_layers > 0  # the MTP blocks are layers: their TP time reads the overlap
     key = ("ends", rank.first, rank.last, layout.schedule == "dualpipe", _EDGE_READS(layout),
            mtp and layout.tp_comm_overlap)
-    return memoised(cm.bound_memo, key, lambda: _vector(cm, layout, lambda t: _add_ends(cm, t, layout, rank)))
+    return memoised(cm.bound_memo, key, lambda: _vector(cm, layout, lambda t: add_ends(cm, t, layout, rank)))
 
 
 def _p2p_piece(cm: "CostModel", layout: Layout) -> tuple[float, ...]:
-    """Pipeline sends and receives of one micro-batch on one rank (``_add_pipeline``)."""
+    """Pipeline sends and receives of one micro-batch on one rank (``add_pipeline``)."""
     key = ("p2p", chunks_per_rank(layout.schedule, layout.virtual_stages), layout.schedule == "dualpipe", layout.dp,
            layout.pp, _EDGE_READS(layout))
-    return memoised(cm.bound_memo, key, lambda: _vector(cm, layout, lambda t: _add_pipeline(cm, t, layout)))
+    return memoised(cm.bound_memo, key, lambda: _vector(cm, layout, lambda t: add_pipeline(cm, t, layout)))

@@ -2,61 +2,27 @@
 
 Built from layer-to-rank assignment (``assignment``), per-rank memory (``rank_memory``), per-rank
 time (``rank_time``) and ``assemble``; each is a function of the job, the layout and the rank.
-``CostModel`` is only the memo those functions share, keyed by their inputs.
+``CostModel`` is the memo those functions share (``context.CostContext``), keyed by their inputs,
+with the verbs that put the terms together.
 """
 
 from __future__ import annotations
 
 from .assemble import assemble
-from .bounds import pipeline_floor_s
 from .assignment import rank_groups, rank_layers, rank_params
 from .breakdown import CostBreakdown
-from .compute import Rates
-from .goodput import checkpoint_state_bytes
+from .context import CostContext
 from .job import Job
-from .layer_costs import LayerCosts
 from .layout import Layout
-from .memory import ShardedParams, StateBytes, low_precision_weight_share, state_bytes
 from .memo import memoised
 from .pipeline import in_flight_microbatches
 from .rank_memory import held_states, rank_static, stage_memory
 from .rank_time import rank_times
-from .ranks import LayerPrefix, RankLayers, RankStatic, RankTimes
+from .ranks import RankLayers, RankStatic, RankTimes
 
 
-class CostModel:
-    """The memo of one job's per-term costs; ``estimate`` any layout. Every memo maps inputs to a
-    value that depends on nothing else, so no state of one call changes another's result."""
-
-    def __init__(self, job: Job) -> None:
-        model, training, cluster, profile = job.model, job.training, job.cluster, job.profile
-        assumptions = job.assumptions
-        if profile is not None and profile.calibration:
-            assumptions = assumptions.with_calibration(profile.calibration)
-        self.job = job
-        self.model, self.training, self.cluster = model, training, cluster
-        self.assumptions = assumptions
-        self.rates = Rates(cluster.hardware, training.precision, profile, assumptions,
-                           attention_kernel_capability=job.convention.attention_kernel_capability)
-        self.layers = LayerCosts(model, training, cluster, self.rates, profile, assumptions,
-                                 convention=job.convention)
-        self.convention = job.convention
-        self.low_precision_share = low_precision_weight_share(model) if self.rates.low_precision else 0.0
-        """Share of the weights in low-precision GEMMs (``memory.low_precision_weight_share``)."""
-        self.states: StateBytes = state_bytes(training, job.convention, low_precision_share=self.low_precision_share)
-        self.capacity_bytes = job.memory_fraction * cluster.hardware.memory_bytes / (1 + assumptions.memory_band_upper)
-        """The memory cap a layout's point peak must stay under: the usable memory over 1 + the
-        memory band's upper edge (``Assumptions.memory_band_upper``), so that the band's upper edge
-        at its quantile stays under the usable memory."""
-        self.checkpoint_bytes = checkpoint_state_bytes(model, training, job.convention)
-        self.prefix = LayerPrefix(model)
-        self.core_memo: dict[tuple, RankTimes] = {}
-        self.ranks_memo: dict[tuple, list[RankLayers]] = {}
-        self.groups_memo: dict[tuple, list[tuple[RankLayers, int]]] = {}
-        self.params_memo: dict[tuple, ShardedParams] = {}
-        self.activation_memo: dict[tuple, tuple[float, float]] = {}
-        self.bound_memo: dict[tuple, object] = {}
-        self.extremes_memo: dict[tuple, list[tuple[RankLayers, tuple[int, ...]]]] = {}
+class CostModel(CostContext):
+    """The memo of one job's per-term costs (``context.CostContext``); ``estimate`` any layout."""
 
     def estimate(self, layout: Layout) -> CostBreakdown:
         """Memory per rank, step time by term and traffic for ``layout`` (assumed valid).
@@ -99,12 +65,6 @@ class CostModel:
             return [(rank, tuple(sorted({min(ranks)[1], max(ranks)[1]}))) for rank, ranks in found.values()]
 
         return memoised(self.extremes_memo, key, compute)
-
-    def pipeline_lower_bound_s(self, layout: Layout) -> float:
-        """m·max_i t_i + bubble without any data-parallel or optimizer time: a lower bound on the
-        step time of every layout that differs from ``layout`` only in how model states are held
-        (ZeRO stage, HSDP, offload), since those only add time (``bounds.pipeline_floor_s``)."""
-        return pipeline_floor_s(self, layout)
 
     def model_state_peak_bytes(self, layout: Layout) -> float:
         """Largest params + grads + optimizer bytes over the ranks: a memory lower bound that the

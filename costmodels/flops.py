@@ -10,9 +10,13 @@ Backward costs twice the forward (input and weight gradients).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 from .model_spec import ModelSpec
-from .params import active_params, embedding_params
+from .params import active_params, embedding_params, layer_matmul_weights
+
+FlopConvention = Literal["model", "hardware"]
+"""How a published TFLOP/s counts: ``model`` FLOPs (no recomputation) or ``hardware`` FLOPs (with it)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -38,7 +42,7 @@ def attention_gemms(model: ModelSpec, tokens: int, tp: int, sp: bool = False) ->
             [Gemm(m=tokens, n=model.hidden_size, k=model.v_dim // tp)]
     h = model.hidden_size
     q = model.q_dim // tp
-    kv = _kv_per_rank(model, tp)
+    kv = kv_per_rank(model, tp)
     return [Gemm(m=tokens, n=q + 2 * kv, k=h), Gemm(m=tokens, n=h, k=q)]
 
 
@@ -128,7 +132,7 @@ def lora_flops(model: ModelSpec, tokens: int, rank: int, targets: tuple[str, ...
     return 2.0 * tokens * lora_params_per_layer(model, rank, targets) / tp
 
 
-def _kv_per_rank(model: ModelSpec, tp: int) -> int:
+def kv_per_rank(model: ModelSpec, tp: int) -> int:
     """K (or V) width on one rank: kv heads split over tp, replicated when kv < tp."""
     return max(model.num_kv_heads // tp, 1) * model.d_head
 
@@ -152,3 +156,25 @@ def model_flops_per_token(model: ModelSpec, seq_len: int, lora: bool = False) ->
     per_weight = 4.0 if lora else 6.0
     attention = 6.0 * (model.q_dim + model.v_dim) * seq_len * model.num_layers * mean_window_fraction(model, seq_len)
     return per_weight * n + attention
+
+
+def reported_flops_per_token(model: ModelSpec, seq_len: int, recompute: str, convention: FlopConvention) -> float:
+    """FLOPs per trained token as a published run counted them for its TFLOP/s, under ``convention``
+    (SC'21 eq. 3 generalised per matrix; ``planner.published.conventions`` says which source uses which).
+    ``model_flops_per_token`` is the cost model's own count (PaLM, causal windows, MLA).
+
+    Forward per layer: 2·P_layer (GEMMs) + 4·s·q_dim (QKᵀ and AV); logits 2·V·h. Training is 3x
+    forward. ``hardware`` adds the recomputed forward: every layer under full recomputation,
+    the attention core (4·s·q_dim per layer) under selective (Korthikanti et al. 2022, Sec. 5).
+    """
+    s, h, V = seq_len, model.hidden_size, model.vocab_size
+    attention_core = 4 * s * model.q_dim
+    layers_forward = sum(2 * layer_matmul_weights(model, i) + attention_core for i in range(model.num_layers))
+    logits_forward = 2 * V * h
+    flops = 3 * (layers_forward + logits_forward)
+    if convention == "hardware":
+        if recompute == "full":
+            flops += layers_forward
+        elif recompute == "selective":
+            flops += attention_core * model.num_layers
+    return float(flops)

@@ -10,9 +10,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from hardware_specs.errors import SpecError
+from autoplan_base.errors import SpecError, field
 from hardware_specs.files import read_json
 
+from .hf_families import READERS
+from .hf_fields import Fields
 from .model_spec import ModelSpec
 
 FAMILIES: tuple[str, ...] = ("gpt2", "gpt_neox", "llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3",
@@ -25,19 +27,17 @@ def load_hf_config(path: Path) -> ModelSpec:
     the file and the field."""
     if path.is_dir():
         if not (path / "config.json").is_file():
-            raise SpecError(f"--model: directory {str(path)!r} holds no config.json")
+            raise SpecError(f"{field('model')}: directory {str(path)!r} holds no config.json")
         path = path / "config.json"
-    raw = read_json(path, what="--model file")
+    raw = read_json(path, what=f"{field('model')} file")
     if not isinstance(raw, dict):
-        raise SpecError(f"--model: {path} must hold a JSON object")
+        raise SpecError(f"{field('model')}: {path} must hold a JSON object")
     name = path.parent.name if path.name == "config.json" else path.stem
     return spec_from_hf_dict(raw, name, where=str(path))
 
 
 def spec_from_hf_dict(raw: dict[str, Any], name: str, *, where: str = "config") -> ModelSpec:
     """The ``ModelSpec`` of a parsed ``config.json``; ``where`` names it in errors."""
-    from .hf_families import READERS
-
     family = raw.get("model_type")
     if family == "gemma3" and isinstance(raw.get("text_config"), dict):
         raw, family = {**raw["text_config"], "model_type": "gemma3_text"}, "gemma3_text"
@@ -49,41 +49,6 @@ def spec_from_hf_dict(raw: dict[str, Any], name: str, *, where: str = "config") 
     if family == "gpt_neox":
         return _neox(reader, name)
     return READERS[family](reader, name, family)
-
-
-class Fields:
-    """Typed access to a config's fields; each error names the file and the field."""
-
-    def __init__(self, raw: dict[str, Any], where: str) -> None:
-        self.raw, self.path = raw, where
-
-    def int(self, key: str, default: int | None = None, *, low: int = 1) -> int:
-        value = self.raw.get(key, default)
-        if value is None:
-            raise SpecError(f"{self.path}: missing field {key!r}")
-        if not isinstance(value, int) or isinstance(value, bool) or value < low:
-            kind = "a positive integer" if low == 1 else f"an integer of at least {low}"
-            raise SpecError(f"{self.path}: field {key!r} must be {kind}, got {value!r}")
-        return value
-
-    def optional_int(self, key: str, *, low: int = 1) -> int:
-        """The field's value, or 0 when it is absent or null."""
-        return 0 if self.raw.get(key) is None else self.int(key, low=low)
-
-    def positive_number(self, key: str, default: float) -> float:
-        value = self.raw.get(key, default)
-        if not isinstance(value, (int, float)) or isinstance(value, bool) or not value > 0:
-            raise SpecError(f"{self.path}: field {key!r} must be a positive number, got {value!r}")
-        return float(value)
-
-    def bool(self, key: str, default: bool) -> bool:
-        value = self.raw.get(key, default)
-        if not isinstance(value, bool):
-            raise SpecError(f"{self.path}: field {key!r} must be true or false, got {value!r}")
-        return value
-
-    def fail(self, key: str, why: str) -> SpecError:
-        return SpecError(f"{self.path}: field {key!r} {why}")
 
 
 def _gpt2(f: Fields, name: str) -> ModelSpec:

@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Callable
 
-from .hf_config import Fields
+from .hf_fields import Fields
 from .model_spec import MLASpec, ModelSpec, MoESpec
 
 

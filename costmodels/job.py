@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from hardware_specs.errors import SpecError
+from autoplan_base.errors import SpecError
 from hardware_specs.schema import ClusterSpec
 
 from .assumptions import DEFAULT_ASSUMPTIONS, Assumptions

@@ -25,7 +25,7 @@ from .collectives_tp_overlap import (RING_EXCHANGE_SM_SHARE, RS_PIPELINE_SPLITS,
                                      pipelined_reduce_scatter_s, ring_exchange_all_gather_s)
 from .compute import Rates, merge_source
 from .convention import RuntimeConvention
-from .flops import (Gemm, _kv_per_rank, attention_core_flops, attention_executed_fraction,
+from .flops import (Gemm, kv_per_rank, attention_core_flops, attention_executed_fraction,
                     attention_gemms, lora_flops, mean_window_fraction, mla_up_gemms, mlp_gemms)
 from .eager_elementwise import eager_layer_extra_bytes
 from .moe_costs import (expert_exchange, expert_sort_bytes, moe_permute_bytes, per_expert_kernels_s,
@@ -306,7 +306,7 @@ class LayerCosts:
         if model.mla is not None:
             rope = model.mla.qk_rope_head_dim
             return 2 * self.rates.elem_bytes * tokens * rope * (model.num_attention_heads / key.tp + 1)
-        return 2 * self.rates.elem_bytes * tokens * (model.q_dim / key.tp + _kv_per_rank(model, key.tp))
+        return 2 * self.rates.elem_bytes * tokens * (model.q_dim / key.tp + kv_per_rank(model, key.tp))
 
     def _eager_core_bytes(self, key: LayerKey) -> float:
         """Eager attention: the softmax reads and writes the b·(a/t)·s·s_kv scores (and dropout)."""
@@ -403,7 +403,7 @@ class LayerCosts:
     def _add_cp(self, out: LayerForward, key: LayerKey) -> None:
         if key.cp == 1:
             return
-        block = 2 * self.rates.elem_bytes * key.b * key.s_local * _kv_per_rank(self.model, key.tp)
+        block = 2 * self.rates.elem_bytes * key.b * key.s_local * kv_per_rank(self.model, key.tp)
         if self.training.context_attention == "all_gather":
             self._add_cp_all_gather(out, key, block)
             return

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
-from hardware_specs.errors import SpecError
+from autoplan_base.errors import SpecError
 
 from .model_spec import ModelSpec
 from .stage_split import balanced_split

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from hardware_specs.checks import MAX_EXPERTS, MAX_HEADS, MAX_LAYERS, MAX_WIDTH, finite, flag, text, whole
-from hardware_specs.errors import SpecError
+from autoplan_base.errors import SpecError
 
 Activation = Literal["gelu", "silu"]
 Norm = Literal["layernorm", "rmsnorm"]

@@ -28,13 +28,19 @@ def norm_params(model: ModelSpec) -> int:
     return model.hidden_size * (2 if model.norm == "layernorm" else 1)
 
 
+def attention_weights(model: ModelSpec) -> int:
+    """The matrices of standard attention, q, k, v and output: h·(a·d) + 2·h·(kv·d) + (a·d)·h."""
+    h, q, kv = model.hidden_size, model.q_dim, model.kv_dim
+    return h * q + 2 * h * kv + q * h
+
+
 def attention_params(model: ModelSpec) -> int:
-    """q, k, v and output projections: h·(a·d) + 2·h·(kv·d) + (a·d)·h, plus biases and the
-    per-head q/k norms (2·d); MLA's own count under ``mla_params``."""
+    """``attention_weights`` plus biases and the per-head q/k norms (2·d); MLA's own count under
+    ``mla_params``."""
     if model.mla is not None:
         return mla_params(model)
     h, q, kv = model.hidden_size, model.q_dim, model.kv_dim
-    weights = h * q + 2 * h * kv + q * h + (2 * model.d_head if model.qk_norm else 0)
+    weights = attention_weights(model) + (2 * model.d_head if model.qk_norm else 0)
     if model.linear_bias:
         return weights + q + 2 * kv + h
     if model.qkv_bias:
@@ -59,12 +65,28 @@ def mla_params(model: ModelSpec) -> int:
     return query + kv_down + kv_up + output
 
 
+def mlp_weights(model: ModelSpec, ffn_hidden: int) -> int:
+    """The matrices of one MLP of hidden size f: 3·h·f gated (SwiGLU) or 2·h·f plain."""
+    return (3 if model.gated_mlp else 2) * model.hidden_size * ffn_hidden
+
+
 def mlp_params(model: ModelSpec, ffn_hidden: int) -> int:
-    """One MLP of hidden size f: 3·h·f gated (SwiGLU) or 2·h·f plain, plus biases."""
+    """One MLP of hidden size f: ``mlp_weights`` plus biases."""
     h, f = model.hidden_size, ffn_hidden
     matrices = 3 if model.gated_mlp else 2
     bias = ((matrices - 1) * f + h) if model.linear_bias else 0
-    return matrices * h * f + bias
+    return mlp_weights(model, f) + bias
+
+
+def layer_matmul_weights(model: ModelSpec, index: int) -> int:
+    """Weights one token multiplies in layer ``index`` (elements), as Megatron's FLOP formula
+    counts them: standard attention's q, k, v, o and the MLP; a MoE layer the ``top_k`` routed
+    experts plus the shared ones. No biases, norms or router (Narayanan et al. SC'21 eq. 3)."""
+    if not model.is_moe_layer(index):
+        return attention_weights(model) + mlp_weights(model, model.ffn_hidden_size)
+    assert model.moe is not None
+    experts = model.moe.top_k + model.moe.num_shared_experts
+    return attention_weights(model) + experts * mlp_weights(model, model.moe.expert_ffn_hidden_size)
 
 
 def router_params(model: ModelSpec) -> int:

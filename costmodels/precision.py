@@ -53,7 +53,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
-from hardware_specs.errors import SpecError
+from autoplan_base.errors import SpecError
 
 if TYPE_CHECKING:
     from .convention import RuntimeConvention

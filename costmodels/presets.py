@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from autoplan_base.errors import field
 from hardware_specs.names import match_name
 
 from .hf_config import load_hf_config
@@ -80,5 +81,5 @@ def load_model(name_or_path: str | Path) -> ModelSpec:
         return PRESETS[text]
     if text.endswith(".json") or "/" in text or Path(text).is_dir():
         return load_hf_config(Path(text))
-    return PRESETS[match_name(text, list(PRESETS), option="--model",
+    return PRESETS[match_name(text, list(PRESETS), option=field("model"),
                               fix="run 'autoplan models' for the list or pass a config.json path or model directory")]

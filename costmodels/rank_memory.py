@@ -21,7 +21,7 @@ from .precision import cached_weight_copy_bytes
 from .ranks import RankLayers, RankStatic
 
 if TYPE_CHECKING:
-    from .estimate import CostModel
+    from .context import CostContext as CostModel  # what the terms read; estimate.CostModel adds the verbs
 
 
 def shard_degrees(cm: "CostModel", layout: Layout) -> tuple[int, int]:

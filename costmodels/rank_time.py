@@ -29,7 +29,7 @@ from .rank_memory import layers_saved_bytes, shard_degrees, stepped_params
 from .ranks import RankLayers, RankTimes
 
 if TYPE_CHECKING:
-    from .estimate import CostModel
+    from .context import CostContext as CostModel  # what the terms read; estimate.CostModel adds the verbs
 
 
 def rank_core_times(cm: "CostModel", layout: Layout, rank: RankLayers) -> RankTimes:
@@ -51,13 +51,13 @@ def _compute_core_times(cm: "CostModel", layout: Layout, rank: RankLayers) -> Ra
         for term, source in f.sources.items():
             merge_source(t.sources, term, source)
         add_layer_kind(cm, t, f, layout, n, share)
-    _add_ends(cm, t, layout, rank)
+    add_ends(cm, t, layout, rank)
     t.compute_s = t.fwd_compute_s + t.bwd_compute_s
-    _add_pipeline(cm, t, layout)
-    return _one_direction(t) if layout.schedule == "dualpipe" else t
+    add_pipeline(cm, t, layout)
+    return one_direction(t) if layout.schedule == "dualpipe" else t
 
 
-def _one_direction(t: RankTimes) -> RankTimes:
+def one_direction(t: RankTimes) -> RankTimes:
     """DualPipe: a rank holds two chunks, one per direction, and each micro-batch crosses one of them
     (DeepSeek-V3 report, Sec. 3.2.1), so a micro-batch costs half of what both chunks cost."""
     halved = {name: getattr(t, name) / 2 for name in ("compute_s", "fwd_compute_s", "bwd_compute_s", "weight_grad_s",
@@ -96,9 +96,9 @@ def rank_times(cm: "CostModel", layout: Layout, rank: RankLayers) -> RankTimes:
     core = rank_core_times(cm, layout, rank)
     t = replace(core, comm_bytes=Counter(core.comm_bytes), sources=dict(core.sources))
     params = rank_params(cm, layout, rank)
-    _add_data_parallel(cm, t, layout, params, rank)
-    _add_grad_copy(cm, t, params)
-    _add_optimizer(cm, t, layout, params)
+    add_data_parallel(cm, t, layout, params, rank)
+    add_grad_copy(cm, t, params)
+    add_optimizer(cm, t, layout, params)
     _add_activation_offload(cm, t, layout, rank)
     return t
 
@@ -118,7 +118,7 @@ def _add_activation_offload(cm: "CostModel", t: RankTimes, layout: Layout, rank:
     t.offload_s += layout.num_microbatches * per_microbatch
 
 
-def _add_grad_copy(cm: "CostModel", t: RankTimes, params: ShardedParams) -> None:
+def add_grad_copy(cm: "CostModel", t: RankTimes, params: ShardedParams) -> None:
     """A runtime that keeps 16-bit gradients beside the fp32 accumulation
     (``RuntimeConvention.keeps_16bit_grads``) adds them into it after every micro-batch's backward
     and zeroes them: read 16-bit, read and write fp32, write 16-bit zeros, 2 + 4 + 4 + 2 = 12 bytes
@@ -167,7 +167,7 @@ def _add_recompute(cm: "CostModel", t: RankTimes, f: LayerForward, layout: Layou
         t.comm_bytes[name] += n * sent * layout.num_microbatches
 
 
-def _add_ends(cm: "CostModel", t: RankTimes, layout: Layout, rank: RankLayers) -> None:
+def add_ends(cm: "CostModel", t: RankTimes, layout: Layout, rank: RankLayers) -> None:
     """Embedding lookup (vocab-parallel: one all-reduce or reduce-scatter) and the output
     projection with an fp32 cross-entropy over b·s·V/t logits (read and written 3 times)."""
     model, B = cm.model, cm.rates.elem_bytes
@@ -206,7 +206,7 @@ def _add_mtp_blocks(cm: "CostModel", t: RankTimes, layout: Layout, tokens: int) 
     t.weight_grad_s += 0.0 if cm.training.is_lora else model.num_mtp_layers * seconds
 
 
-def _add_pipeline(cm: "CostModel", t: RankTimes, layout: Layout) -> None:
+def add_pipeline(cm: "CostModel", t: RankTimes, layout: Layout) -> None:
     """Each chunk receives its input and sends its output once forward and once backward."""
     if layout.pp == 1:
         return
@@ -223,7 +223,7 @@ def _add_pipeline(cm: "CostModel", t: RankTimes, layout: Layout) -> None:
     t.comm_bytes["pp_send_recv"] += 2 * chunks * sent * layout.num_microbatches
 
 
-def _add_data_parallel(cm: "CostModel", t: RankTimes, layout: Layout, params: ShardedParams, rank: RankLayers) -> None:
+def add_data_parallel(cm: "CostModel", t: RankTimes, layout: Layout, params: ShardedParams, rank: RankLayers) -> None:
     """Gradient reduction and parameter gathers over the dp·cp group (expert grads over dp·cp/ep).
 
     ZeRO 0: one all-reduce per step. ZeRO 1/2: reduce-scatter + all-gather per step (2Ψ, as
@@ -312,7 +312,7 @@ def _in_pieces(cm: "CostModel", t: RankTimes, op: str, size_bytes: float, degree
     return pieces * seconds, pieces * sent
 
 
-def _add_optimizer(cm: "CostModel", t: RankTimes, layout: Layout, params: ShardedParams) -> None:
+def add_optimizer(cm: "CostModel", t: RankTimes, layout: Layout, params: ShardedParams) -> None:
     """Optimizer step on this rank's shard: memory-bound, reading and writing the K bytes of
     states per parameter, reading the (reduced) gradient and writing the 16-bit copy. With offload, the
     gradient goes to the host and the parameter comes back over the host link, and the step

@@ -16,7 +16,7 @@ is model stage c·pp + i, as in ``assignment.py``). Two published forms map onto
 
 from __future__ import annotations
 
-from hardware_specs.errors import SpecError
+from autoplan_base.errors import SpecError, field
 
 
 class StageSplitError(SpecError):
@@ -59,28 +59,28 @@ def first_last_split(num_layers: int, pp: int, virtual_stages: int, first: int |
     pipeline rank, spread evenly over its chunks; the middle ranks share the rest equally."""
     per_rank: list[int | None] = [None] * pp
     rest, middle = num_layers, pp
-    for name, index, value in (("--first-stage-layers", 0, first), ("--last-stage-layers", pp - 1, last)):
+    for name, index, value in (("first_stage_layers", 0, first), ("last_stage_layers", pp - 1, last)):
         if value is None:
             continue
         if value < virtual_stages or value % virtual_stages:
-            raise StageSplitError(f"{name} {value} must be a positive multiple of the {virtual_stages} "
+            raise StageSplitError(f"{field(name, value)} must be a positive multiple of the {virtual_stages} "
                                   "virtual stages (each chunk of that rank takes an equal share)")
         if per_rank[index] is not None:
-            raise StageSplitError("--first-stage-layers and --last-stage-layers need pp > 1")
+            raise StageSplitError(f"{field('first_stage_layers')} and {field('last_stage_layers')} need pp > 1")
         per_rank[index] = value
         rest, middle = rest - value, middle - 1
     if middle:
         if rest < middle * virtual_stages:
-            raise StageSplitError(f"--first-stage-layers / --last-stage-layers leave {rest} of the {num_layers} "
+            raise StageSplitError(f"{field('first_stage_layers')} / {field('last_stage_layers')} leave {rest} of the {num_layers} "
                                   f"layers for the other {middle} pipeline ranks; they need at least "
                                   f"{middle * virtual_stages}")
         if rest % (middle * virtual_stages):
             raise StageSplitError(f"the {rest} layers left for the {middle} middle pipeline ranks do not split "
                                   f"evenly over their {middle * virtual_stages} chunks; adjust "
-                                  "--first-stage-layers / --last-stage-layers")
+                                  f"{field('first_stage_layers')} / {field('last_stage_layers')}")
         per_rank = [rest // middle if n is None else n for n in per_rank]
     elif rest:
-        raise StageSplitError(f"--first-stage-layers + --last-stage-layers must sum to {num_layers} at pp {pp}")
+        raise StageSplitError(f"{field('first_stage_layers')} + {field('last_stage_layers')} must sum to {num_layers} at pp {pp}")
     counts = [0] * (pp * virtual_stages)
     for rank, chunks in enumerate(chunk_order(pp, virtual_stages)):
         for c in chunks:
@@ -118,12 +118,22 @@ def describe_split(counts: tuple[int, ...]) -> str:
 
 
 def parse_layers(text: str) -> tuple[int, ...]:
-    """``"7,8,8,7"`` -> (7, 8, 8, 7); a clear error naming the option otherwise."""
+    """``"7,8,8,7"`` -> (7, 8, 8, 7), also in the run-length form ``describe_split`` prints:
+    ``"3,4x3,3"`` -> (3, 4, 4, 4, 3); a clear error naming the option otherwise."""
     try:
-        counts = tuple(int(part) for part in text.split(","))
+        counts = tuple(n for part in text.split(",") for n in _run(part))
     except ValueError:
-        raise StageSplitError(f"--layers-per-stage {text!r}: give comma-separated layer counts, "
-                              "one per pipeline chunk, e.g. 7,8,8,7") from None
+        raise StageSplitError(f"{field('layers_per_chunk', repr(text))}: give comma-separated layer counts, "
+                              "one per pipeline chunk, e.g. 7,8,8,7 or 7,8x2,7 (NxK: N layers on K chunks)") from None
     if min(counts) < 1:
-        raise StageSplitError(f"--layers-per-stage {text!r}: every chunk needs at least one layer")
+        raise StageSplitError(f"{field('layers_per_chunk', repr(text))}: every chunk needs at least one layer")
     return counts
+
+
+def _run(part: str) -> tuple[int, ...]:
+    """One item of a split: ``"8"`` -> (8,); ``"8x3"`` -> (8, 8, 8). ValueError when malformed."""
+    layers, times, repeat = part.strip().partition("x")
+    num_chunks = int(repeat) if times else 1
+    if num_chunks < 1:
+        raise ValueError(part)
+    return (int(layers),) * num_chunks

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from hardware_specs.checks import MAX_SEQ_LEN, MAX_TOKENS_PER_STEP, MAX_WIDTH, whole
-from hardware_specs.errors import SpecError
+from autoplan_base.errors import SpecError
 
 from .precision import FP8_RECIPES, Fp8Recipe, PrecisionRecipe, precision_recipe
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from numbers import Real
 
-from .errors import SpecError
+from autoplan_base.errors import SpecError
 
 MAX_GPUS = 2**24
 """Largest job accepted: 16,777,216 devices (a thousand times today's largest clusters)."""

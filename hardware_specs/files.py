@@ -16,7 +16,7 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
-from .errors import AutoplanError, SpecError
+from autoplan_base.errors import AutoplanError, SpecError
 
 MAX_INPUT_BYTES = 64 * 2**20
 """Largest input file read (64 MiB): a plan or profile is kilobytes to a few megabytes."""
@@ -34,11 +34,16 @@ def read_text(path: str | Path, *, what: str, error: type[AutoplanError] = SpecE
         raise error(f"{what} {shown}: cannot read ({err.strerror})") from None
     except ValueError:  # a NUL byte in the path
         raise error(f"{what} {shown}: not a valid path") from None
-    if not stat.S_ISREG(os.fstat(fd).st_mode):
+    try:
+        regular = stat.S_ISREG(os.fstat(fd).st_mode)
+        if regular:
+            with os.fdopen(fd, "rb") as handle:
+                data = handle.read(max_bytes + 1)
+    except OSError as err:  # EIO and the like, e.g. /proc/self/mem
+        raise error(f"{what} {shown}: cannot read ({err.strerror})") from None
+    if not regular:
         os.close(fd)
         raise error(f"{what} {shown}: not a regular file; give the path of a file")
-    with os.fdopen(fd, "rb") as handle:
-        data = handle.read(max_bytes + 1)
     if len(data) > max_bytes:
         raise error(f"{what} {shown}: larger than {max_bytes // 2**20} MiB; is this the right file?")
     try:

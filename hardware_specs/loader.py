@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any, get_args
 
 from .checks import MAX_DEVICES_PER_NODE
-from .errors import SpecError
+from autoplan_base.errors import SpecError, field
 from .names import match_name
 from .files import read_toml
 from .schema import HardwareSpec, LinkKind, LinkSpec, NetworkSpec, NodeSpec
@@ -60,9 +60,9 @@ def _resolve(name_or_path: str) -> Path:
     if name_or_path.endswith(".toml") or "/" in name_or_path:
         path = Path(name_or_path)
         if not path.exists():
-            raise SpecError(f"--hardware: file {name_or_path!r} does not exist")
+            raise SpecError(f"{field('hardware')}: file {name_or_path!r} does not exist")
         return path
-    name = match_name(name_or_path, list_hardware(), option="--hardware",
+    name = match_name(name_or_path, list_hardware(), option=field("hardware"),
                       fix="run 'autoplan hardware' for the list or pass a TOML path")
     return DATA_DIR / f"{name}.toml"
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import difflib
 import re
 
-from .errors import SpecError
+from autoplan_base.errors import SpecError
 
 _SPLIT = re.compile(r"[-_.]")
 
@@ -57,5 +57,21 @@ def suggest(given: str, choices: list[str], limit: int = 3) -> str:
         return difflib.SequenceMatcher(None, given.lower(), choice).ratio()
 
     ranked = sorted((c for c in choices if score(c) > 0), key=lambda c: (-score(c), -spelling(c), c))
-    near = ranked[:limit] or difflib.get_close_matches(given.lower(), choices, n=limit, cutoff=0.5)
+    near = ranked[:limit] or _spelled_alike(given, choices, limit)
     return f" (did you mean {', '.join(near)}?)" if near else ""
+
+
+def _spelled_alike(given: str, choices: list[str], limit: int) -> list[str]:
+    """Presets whose whole name or family token (``h100`` of ``h100-sxm-80gb``) is spelled like
+    ``given`` (a typo such as ``h10O``, also read with O as 0), closest first; a tie goes to the SXM form, as in ``match_name``."""
+    typed = {given.lower(), given.lower().replace("o", "0")}  # the letter O for a zero: h1OO
+
+    def likeness(choice: str) -> float:
+        family = _tokens(choice)[0] if _tokens(choice) else choice
+        return max(difflib.SequenceMatcher(None, t, name).ratio() for t in typed for name in (choice, family))
+
+    def sxm_first(choice: str) -> int:
+        return 0 if "sxm" in _tokens(choice) else 1
+
+    alike = [c for c in choices if likeness(c) >= 0.6]
+    return sorted(alike, key=lambda c: (-round(likeness(c), 6), sxm_first(c), c))[:limit]

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-from .errors import SpecError
+from autoplan_base.errors import SpecError
 from .checks import MAX_DEVICES_PER_NODE, MAX_GPUS, MAX_LATENCY_S, MAX_MEMORY_BYTES, MAX_RATE, finite, whole
 
 MAX_NUM_SMS = 1 << 16

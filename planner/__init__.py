@@ -11,11 +11,11 @@
 
 from costmodels.breakdown import CostBreakdown
 from costmodels.layout import Layout, LayoutError
-from hardware_specs.errors import AutoplanError, SpecError
+from autoplan_base.errors import AutoplanError, SpecError
 
 from .api import PlanError, evaluate, plan, resolve_job
-from planner.plan.report import PlanReport
+from planner.plan.report import NoFit, PlanReport
 from planner.plan.plan_file import PlanFile, PlanFileError, read_plan_file
 
 __all__ = ["AutoplanError", "CostBreakdown", "Layout", "LayoutError", "PlanError", "PlanFile", "PlanFileError",
-           "PlanReport", "SpecError", "evaluate", "plan", "read_plan_file", "resolve_job"]
+           "NoFit", "PlanReport", "SpecError", "evaluate", "plan", "read_plan_file", "resolve_job"]

@@ -22,17 +22,17 @@ from costmodels.stage_split import StageSplitError, first_last_split, parse_laye
 from costmodels.training import TrainingSpec
 from hardware_specs import ClusterSpec, NodeSpec, load_node, make_cluster
 from hardware_specs.checks import MAX_GPUS, MAX_TOKENS_PER_STEP, finite, flag, whole
-from hardware_specs.errors import AutoplanError, SpecError
+from autoplan_base.errors import AutoplanError, SpecError, field
 
 from planner.plan.bands import job_bands
 from planner.search.brute_force import solve_brute_force
-from planner.search.infeasible import what_would_fit
+from planner.search.infeasible import no_fit, suggestions
 from planner.search.ranking import prefer_simplest, rank_key, tie_band
-from planner.plan.report import ClosestMiss, PlanReport
+from planner.plan.report import ClosestMiss, NoFit, PlanReport
 from planner.launch.torchjob.convention import CONVENTIONS
 from planner.plan.plan_file import PlanInputs
 from planner.search.solve import solve
-from planner.search.space import LAUNCHABLE, SearchOptions, overlap_searched
+from planner.search.space import LAUNCHABLE, SearchOptions, empty_space_reason, overlap_searched
 from planner.search.stages import refine_stages
 
 if TYPE_CHECKING:
@@ -65,6 +65,16 @@ class Job:
         _check_profile(loaded, profile, cluster, "ok" if inputs.profile_device_mismatch else "refuse")
         return cls(model=inputs.model_spec, training=inputs.training, cluster=cluster,
                    profile=loaded, memory_fraction=float(inputs.memory_fraction), inputs=inputs)
+
+    @property
+    def warnings(self) -> tuple[str, ...]:
+        """What the request asks that the model was not built for, one line each (the plan is still made)."""
+        context, seq_len = self.model.max_position_embeddings, self.training.seq_len
+        if seq_len <= context:
+            return ()
+        return (f"seq_len {seq_len} is past {self.model.name}'s context of {context} tokens "
+                "(max_position_embeddings): positions beyond it were never trained; the costs hold, the "
+                "model quality may not (extend the context first, e.g. RoPE scaling)",)
 
     def cost_job(self, assumptions: Assumptions = DEFAULT_ASSUMPTIONS) -> CostJob:
         """What the cost model needs of this request, with the convention of its runtime
@@ -116,7 +126,7 @@ def resolve_job(*, model: str | ModelSpec, hardware: str | NodeSpec, gpus: int, 
     for name, value, kinds in (("model", model, (str, ModelSpec)), ("hardware", hardware, (str, NodeSpec)),
                                ("profile", profile, (str, Path, _profile_type(), type(None)))):
         if not isinstance(value, kinds):
-            raise SpecError(f"--{name}: expected a name, a path or a spec object, got {value!r}")
+            raise SpecError(f"{field(name, repr(value))}: expected a name, a path or a spec object")
     model_spec = model if isinstance(model, ModelSpec) else load_model(model)
     if moe_imbalance is not None:
         model_spec = _with_imbalance(model_spec, moe_imbalance)
@@ -124,15 +134,15 @@ def resolve_job(*, model: str | ModelSpec, hardware: str | NodeSpec, gpus: int, 
     for name, value, high in (("gpus", gpus, MAX_GPUS), ("global_batch", global_batch, MAX_TOKENS_PER_STEP),
                               ("seq_len", seq_len, MAX_TOKENS_PER_STEP)):
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-            raise SpecError(f"--{name.replace('_', '-')} must be a positive integer, got {value!r}")
-        whole(f"--{name.replace('_', '-')}", value, high=high)
+            raise SpecError(f"{field(name)} must be a positive integer, got {value!r}")
+        whole(field(name), value, high=high)
     if gpus_per_node is not None and (not isinstance(gpus_per_node, int) or isinstance(gpus_per_node, bool)):
-        raise SpecError(f"--gpus-per-node must be a positive integer, got {gpus_per_node!r}")
+        raise SpecError(f"{field('gpus_per_node')} must be a positive integer, got {gpus_per_node!r}")
     if not isinstance(memory_fraction, (int, float)) or not 0 < memory_fraction <= 1:
-        raise SpecError(f"--memory-fraction must be in (0, 1], got {memory_fraction!r}")
-    finite("--memory-fraction", memory_fraction, high=1.0)
+        raise SpecError(f"{field('memory_fraction')} must be in (0, 1], got {memory_fraction!r}")
+    finite(field("memory_fraction"), memory_fraction, high=1.0)
     if profile_device_mismatch not in ("refuse", "ok"):
-        raise SpecError(f"profile_device_mismatch (--profile-device-mismatch) must be refuse or ok, "
+        raise SpecError(f"{field('profile_device_mismatch')} must be refuse or ok, "
                         f"got {profile_device_mismatch!r}")
     if context_attention is None:
         context_attention = context_attention_of(runtime, node.hardware.device_type)
@@ -142,10 +152,10 @@ def resolve_job(*, model: str | ModelSpec, hardware: str | NodeSpec, gpus: int, 
     if training.recipe.is_low_precision and not node.hardware.supports(training.precision):
         needs = "block-scaled formats need Blackwell: b200, b300, gb200-nvl72, gb300-nvl72" \
             if training.precision != "fp8" else "FP8 needs Hopper, Ada, Blackwell or MI300"
-        raise SpecError(f"--precision {precision}: {node.hardware.name} has no {precision} rate ({needs}); "
+        raise SpecError(f"{field('precision', precision)}: {node.hardware.name} has no {precision} rate ({needs}); "
                         "use bf16" + (" or fp8" if training.precision != "fp8" else ""))
     if training.precision not in ("fp8", "fp32", "mxfp8", "nvfp4") and not node.hardware.supports(training.precision):
-        raise SpecError(f"--precision {precision}: {node.hardware.name} has no {precision} rate; use fp16")
+        raise SpecError(f"{field('precision', precision)}: {node.hardware.name} has no {precision} rate; use fp16")
     cluster = make_cluster(node, gpus, gpus_per_node)
     loaded = _load_profile(profile)
     mismatches = _check_profile(loaded, profile, cluster, profile_device_mismatch)
@@ -164,8 +174,8 @@ def _with_imbalance(model: ModelSpec, imbalance: float) -> ModelSpec:
     from dataclasses import replace
 
     if model.moe is None:
-        raise SpecError(f"--moe-imbalance: {model.name} has no mixture-of-experts layers; drop the option")
-    finite("--moe-imbalance", imbalance, low=1.0, high=float(model.moe.num_experts), low_open=False)
+        raise SpecError(f"{field('moe_imbalance')}: {model.name} has no mixture-of-experts layers; drop the option")
+    finite(field("moe_imbalance"), imbalance, low=1.0, high=float(model.moe.num_experts), low_open=False)
     return replace(model, moe=replace(model.moe, load_imbalance=float(imbalance)))
 
 
@@ -224,16 +234,17 @@ def plan(*, model: str | ModelSpec, hardware: str | NodeSpec, gpus: int, global_
     _one_split_form(bool(layers_per_chunk), first_stage_layers, last_stage_layers)
     if launchable:
         if options.get("runtime", "torch") != "torch":
-            raise PlanError(f"--runtime {options['runtime']} with --launchable: the launched job runs on "
-                            "PyTorch's APIs; drop --runtime or use --runtime torch")
+            raise PlanError(f"{field('runtime', options['runtime'])} with {field('launchable', True)}: the launched job "
+                            f"runs on PyTorch's APIs; drop {field('runtime')} or use {field('runtime', 'torch')}")
         options = {**options, "runtime": "torch"}
     job = resolve_job(model=model, hardware=hardware, gpus=gpus, global_batch=global_batch,
                       seq_len=seq_len, **options)
     if launchable and job.training.recipe.is_low_precision:
-        raise PlanError(f"--precision {job.training.precision} with --launchable: the generated job does not apply "
-                        "low-precision recipes (planned and exported only); drop --launchable or use --precision bf16")
+        raise PlanError(f"{field('precision', job.training.precision)} with {field('launchable', True)}: the generated "
+                        "job does not apply low-precision recipes (planned and exported only); drop "
+                        f"{field('launchable')} or use {field('precision', 'bf16')}")
     if not isinstance(top_k, int) or isinstance(top_k, bool) or top_k < 1:
-        raise PlanError(f"--top must be a positive integer, got {top_k!r}")
+        raise PlanError(f"{field('top_k')} must be a positive integer, got {top_k!r}")
     if solver not in ("search", "brute-force"):
         raise PlanError(f"solver must be 'search' or 'brute-force', got {solver!r}")
     search_options = SearchOptions(allow_cross_node_tp=allow_cross_node_tp, layers_per_chunk=tuple(layers_per_chunk),
@@ -253,18 +264,28 @@ def plan(*, model: str | ModelSpec, hardware: str | NodeSpec, gpus: int, global_
         rejected["slower"] = rejected.get("slower", 0) + len(ranked) - (top_k + 1)
         ranked = ranked[:top_k + 1]
     seconds = time.perf_counter() - started
-    fixes = what_would_fit(result.closest_misses[0], cost_model, search_options) if result.closest_misses else ()
+    fit = None if ranked else _no_fit(result, cost_model, search_options)
+    fixes = suggestions(fit, gpus) if result.closest_misses else ()
     misses = tuple(ClosestMiss(breakdown=b, suggestions=fixes) for b in result.closest_misses)
     return PlanReport(
         inputs=replace(job.inputs, top_k=top_k, allow_cross_node_tp=allow_cross_node_tp, launchable=launchable,
                        layers_per_chunk=tuple(layers_per_chunk) or None, first_stage_layers=first_stage_layers,
                        last_stage_layers=last_stage_layers),
         best=ranked[0] if ranked else None, candidates=ranked[1:], rejected=rejected,
-        closest_misses=misses, bands=job_bands(job.profile, job.inputs.profile),
+        closest_misses=misses, bands=job_bands(job.profile, job.inputs.profile), no_fit=fit, warnings=job.warnings,
         search={"solver": solver, "space_size": result.num_candidates, "evaluated": result.num_evaluated,
                 "tie_band": band.band_rel, "tie_band_source": band.source, "num_tied": num_tied,
                 "tie_reason": reason or None, "seconds": round(seconds, 4)},
     )
+
+
+def _no_fit(result: Any, cost_model: CostModel, options: SearchOptions) -> NoFit:
+    """Why a search found no plan: its closest miss's memory, or why no layout could be formed."""
+    if result.closest_misses:
+        return no_fit(result.closest_misses[0], cost_model, options)
+    reason = empty_space_reason(cost_model.model, cost_model.training, cost_model.cluster.num_gpus,
+                                cost_model.cluster.gpus_per_node, options)
+    return NoFit(reason=reason, model_state_gib=0.0, smallest_fitting_gpus=None, fitting_layout=None)
 
 
 def evaluate(*, model: str | ModelSpec, hardware: str | NodeSpec, gpus: int, global_batch: int, seq_len: int,
@@ -289,13 +310,13 @@ def layout_for_batch(global_batch: int, *, dp: int, micro_batch_size: int = 1, t
     """The layout with these degrees that meets ``global_batch`` exactly: the micro-batch count is
     global_batch / (dp · micro_batch_size); sequence parallelism defaults to on when tp > 1.
     ``degrees``: the other ``Layout`` fields (pp, cp, ep, zero_stage, schedule, ...)."""
-    for name, value in (("--global-batch", global_batch), ("--dp", dp), ("--micro-batch", micro_batch_size)):
+    for name, value in (("global_batch", global_batch), ("dp", dp), ("micro_batch_size", micro_batch_size)):
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-            raise LayoutError(f"{name} must be a positive integer, got {value!r}")
+            raise LayoutError(f"{field(name)} must be a positive integer, got {value!r}")
     per_replica, rest = divmod(global_batch, dp * micro_batch_size)
     if rest or per_replica == 0:
-        raise LayoutError(f"--global-batch {global_batch} is not divisible by dp {dp} x "
-                          f"--micro-batch {micro_batch_size}")
+        raise LayoutError(f"{field('global_batch', global_batch)} is not divisible by dp {dp} x "
+                          f"{field('micro_batch_size', micro_batch_size)}")
     return Layout(dp=dp, tp=tp, micro_batch_size=micro_batch_size, num_microbatches=per_replica,
                   sequence_parallel=tp > 1 if sequence_parallel is None else sequence_parallel, **degrees)
 
@@ -314,5 +335,6 @@ def stage_split_option(num_layers: int, *, pp: int, virtual_stages: int, layers_
 
 def _one_split_form(listed: bool, first: int | None, last: int | None) -> None:
     if listed and (first is not None or last is not None):
-        raise StageSplitError("give either --layers-per-stage or --first-stage-layers/--last-stage-layers, not both")
+        raise StageSplitError(f"give either {field('layers_per_chunk')} or {field('first_stage_layers')}/"
+                              f"{field('last_stage_layers')}, not both")
 

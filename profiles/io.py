@@ -10,6 +10,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from autoplan_base.errors import field
 from hardware_specs.files import read_json
 
 from .fit import COLLECTIVE_OPS
@@ -83,7 +84,7 @@ def write_text_atomic(target: Path, text: str, *, executable: bool = False) -> N
 def load_profile(path: str | Path) -> HardwareProfile:
     """Read and validate a profile file; any problem raises one ``ProfileError`` naming it."""
     where = str(path)
-    data = read_json(path, what="--profile", error=ProfileError)
+    data = read_json(path, what=field("profile"), error=ProfileError)
     return profile_from_dict(data, where)
 
 
@@ -122,8 +123,8 @@ class _Doc:
 
     def check(self, ok: bool, path: str, problem: str) -> None:
         if not ok:
-            field = f" {path}" if path else ""
-            raise ProfileError(f"--profile {self.where}:{field} {problem}")
+            at = f" {path}" if path else ""
+            raise ProfileError(f"{field('profile', self.where)}:{at} {problem}")
 
     def get(self, obj: dict[str, Any], key: str, kind: type, path: str | None = None) -> Any:
         path = path or key

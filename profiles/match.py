@@ -11,6 +11,8 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING, Any, Iterable
 
+from autoplan_base.errors import field
+
 from .schema import ProfileError
 
 if TYPE_CHECKING:
@@ -81,14 +83,14 @@ def check_profile_matches(profile: "HardwareProfile", cluster: "ClusterSpec", wh
     """The problems of ``profile_mismatches``; raises ``ProfileMismatchError`` (one line naming
     both machines) unless ``mismatch`` is ``ok``. ``where`` names the profile (its path)."""
     if mismatch not in MISMATCH_CHOICES:
-        raise ProfileMismatchError(f"profile_device_mismatch must be one of {', '.join(MISMATCH_CHOICES)}, "
+        raise ProfileMismatchError(f"{field('profile_device_mismatch')} must be one of {', '.join(MISMATCH_CHOICES)}, "
                                    f"got {mismatch!r}")
     problems = profile_mismatches(profile, cluster)
     if problems and mismatch != "ok":
         raise ProfileMismatchError(
-            f"--profile {where} was measured on {profile_machine(profile)}, but the plan is for "
+            f"{field('profile', where)} was measured on {profile_machine(profile)}, but the plan is for "
             f"{cluster_machine(cluster)}: {'; '.join(problems)}. Profile that machine, or pass "
-            "--profile-device-mismatch ok to use this profile anyway")
+            f"{field('profile_device_mismatch', 'ok')} to use this profile anyway")
     return problems
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from hardware_specs.errors import AutoplanError
+from autoplan_base.errors import AutoplanError
 
 from . import fit, work
 from .segments import HockneySegment, segmented_time_s

@@ -218,7 +218,7 @@ def test_user_model_vocabulary_and_contract():
     from torch import nn
 
     import test_alpa_fixtures as fx
-    from hardware_specs.errors import AutoplanError
+    from autoplan_base.errors import AutoplanError
     from planner.launch.torchjob.user_model import contract_problems, vocab_size
 
     with torch.device("meta"):

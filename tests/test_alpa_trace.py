@@ -84,7 +84,7 @@ def test_graph_json_round_trip(mlp_graph):
 
 
 def test_untraceable_module_is_a_one_line_error():
-    from hardware_specs.errors import AutoplanError
+    from autoplan_base.errors import AutoplanError
     from planner.alpa.trace import token_inputs, trace_module
 
     with pytest.raises(AutoplanError, match="cannot trace"):
@@ -115,7 +115,7 @@ def test_plan_styles_parse_and_map_to_pytorch():
     from torch.distributed.tensor import Replicate, Shard
     from torch.distributed.tensor.parallel import ColwiseParallel, PrepareModuleInput, RowwiseParallel
 
-    from hardware_specs.errors import AutoplanError
+    from autoplan_base.errors import AutoplanError
     from planner.launch.torchjob.tp_styles import parallel_styles, parse_style
 
     assert parse_style("colwise;input=shard(1);output=replicate") == (

@@ -21,7 +21,7 @@ def test_import_and_plan_load_no_torch():
     assert out.stdout.strip() == "False"
 
 
-@pytest.mark.parametrize("package", ["planner", "costmodels", "profiles", "hardware_specs"])
+@pytest.mark.parametrize("package", ["planner", "costmodels", "profiles", "hardware_specs", "autoplan_base"])
 def test_packages_import_from_this_repository(package):
     module = __import__(package)
     assert Path(module.__file__).resolve().parent == ROOT / package
@@ -59,7 +59,7 @@ def test_evaluate_step_time_is_microbatches_times_the_rank_time_plus_its_tail():
 
 
 def test_errors_are_value_errors_naming_the_field():
-    with pytest.raises(ValueError, match="--gpus"):
+    with pytest.raises(ValueError, match="^gpus= must be"):
         planner.plan(model="llama3-8b", hardware="h100-sxm-80gb", gpus=-1, global_batch=64, seq_len=4096)
     with pytest.raises(planner.LayoutError, match="tp 3"):
         planner.evaluate(model="llama3-8b", hardware="h100-sxm-80gb", gpus=6, global_batch=6, seq_len=4096,
@@ -98,3 +98,54 @@ def test_import_and_plan_load_no_click_or_rich_either():
             "seq_len=128); print(sorted(m for m in ('click', 'rich', 'torch') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_an_infeasible_plan_says_the_smallest_gpu_count_that_fits_as_a_number():
+    report = planner.plan(model="llama3-70b", hardware="a100-sxm-40gb", gpus=4, global_batch=64, seq_len=8192)
+    assert report.best is None and not report.feasible
+    fit = report.no_fit
+    assert isinstance(fit.smallest_fitting_gpus, int) and fit.smallest_fitting_gpus > 4
+    # the count it names does fit, with the layout it names, and half of it does not
+    again = planner.plan(model="llama3-70b", hardware="a100-sxm-40gb", gpus=fit.smallest_fitting_gpus,
+                         global_batch=64, seq_len=8192)
+    assert again.best is not None and again.no_fit is None
+    L = fit.fitting_layout
+    assert L.dp * L.tp * L.pp * L.cp == fit.smallest_fitting_gpus
+    half = planner.plan(model="llama3-70b", hardware="a100-sxm-40gb", gpus=fit.smallest_fitting_gpus // 2,
+                        global_batch=64, seq_len=8192)
+    assert half.best is None
+    # 70e9 params x (2 + 2 + 12) bytes of mixed-precision Adam states ~ 1.1 TB
+    assert 1000 < fit.model_state_gib < 1200
+    assert f"--gpus {fit.smallest_fitting_gpus} fits" in report.closest_misses[0].suggestions[1]
+
+
+def test_a_request_with_nothing_to_search_says_why_in_no_fit():
+    report = planner.plan(model="tiny-llama", hardware="cpu", gpus=64, global_batch=1, seq_len=7)
+    assert report.best is None and report.search["space_size"] == 0
+    assert "nothing to search" in report.no_fit.reason and report.no_fit.smallest_fitting_gpus is None
+
+
+@pytest.mark.parametrize("kwargs, api_words, flag_words", [
+    (dict(model="llama9-8b"), "model=: unknown name", "--model: unknown name"),
+    (dict(hardware="h100-sxm-80gbx"), "hardware=: unknown name", "--hardware: unknown name"),
+    (dict(gpus=12), "gpus=12 is not a multiple", "--gpus 12 is not a multiple"),
+    (dict(memory_fraction=2.0), "memory_fraction= must be", "'--memory-fraction'"),  # click checks the range
+    (dict(first_stage_layers=8, layers_per_chunk=(8, 24)), "give either layers_per_chunk= or", "give either --layers-per-stage or"),
+    (dict(top_k=0), "top_k= must be", "'--top'"),
+])
+def test_api_errors_name_keywords_and_the_cli_names_flags(kwargs, api_words, flag_words):
+    from click.testing import CliRunner
+    from planner.cli import main
+
+    job = dict(model="llama3-8b", hardware="h100-sxm-80gb", gpus=16, global_batch=64, seq_len=4096)
+    with pytest.raises(planner.AutoplanError) as err:
+        planner.plan(**{**job, **kwargs})
+    assert api_words in str(err.value) and "--" not in str(err.value).split(";")[0]
+    flags = {"model": "--model", "hardware": "--hardware", "gpus": "--gpus", "memory_fraction": "--memory-fraction",
+             "first_stage_layers": "--first-stage-layers", "layers_per_chunk": "--layers-per-stage", "top_k": "--top"}
+    args = ["plan", "--global-batch", "64", "--seq-len", "4096"]
+    for key, value in {**job, **kwargs}.items():
+        if key not in ("global_batch", "seq_len"):
+            args += [flags[key], ",".join(map(str, value)) if isinstance(value, tuple) else str(value)]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 2 and flag_words in result.output, result.output

@@ -11,7 +11,7 @@ from costmodels.compute import Rates
 from costmodels.flops import Gemm
 from costmodels.kernel_efficiency import attention_kernel_share
 from hardware_specs import load_node
-from hardware_specs.errors import SpecError
+from autoplan_base.errors import SpecError
 from planner.launch.torchjob.convention import FSDP2
 
 

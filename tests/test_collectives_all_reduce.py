@@ -71,7 +71,7 @@ def test_the_cluster_spec_reaches_the_choice():
 
 
 def test_spec_fields_are_checked_where_they_enter():
-    from hardware_specs.errors import SpecError
+    from autoplan_base.errors import SpecError
     from hardware_specs.files import read_toml
     from hardware_specs.loader import DATA_DIR, parse_node
 

@@ -19,7 +19,7 @@ import pytest
 import planner
 from costmodels.layout import Layout
 from costmodels.training import TrainingSpec
-from hardware_specs.errors import SpecError
+from autoplan_base.errors import SpecError
 
 MIB, GIB = 2**20, 2**30
 LAYERS = 32

@@ -3,7 +3,7 @@
 The 2026-11-26 H100 sweep (``benchmarks/data/gpu/superseded/h100-2026-11-26-loop-adamw.md``) measured every small
 layout 50-60 ms slower than predicted; the job's AdamW ran ``foreach=False``: about ten kernels
 per parameter tensor and 80 bytes of memory traffic per parameter, against the single 28-byte
-pass ``costmodels.rank_time._add_optimizer`` costs (torchtitan's fused default). These tests run
+pass ``costmodels.rank_time.add_optimizer`` costs (torchtitan's fused default). These tests run
 on CPU, where torch has the same fused kernel.
 """
 

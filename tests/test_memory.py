@@ -165,7 +165,7 @@ def test_job_takes_the_convention_of_its_runtime():
     """A torch-runtime job costed with the default (Megatron) convention is refused where it is
     built, naming the field and the fix; ``planner`` picks FSDP2 for ``runtime="torch"``, and the
     two conventions hold different model-state bytes for the same layout."""
-    from hardware_specs.errors import SpecError
+    from autoplan_base.errors import SpecError
     from planner.api import resolve_job
 
     training = TrainingSpec(global_batch_size=16, seq_len=1024, runtime="torch")

@@ -65,7 +65,7 @@ def test_moe_imbalance_option_reaches_the_cost_model():
     kw = dict(model="tiny-mixtral", hardware="h100-sxm-80gb", gpus=1, global_batch=8, seq_len=1024,
               layout=planner.Layout(num_microbatches=8))
     assert planner.evaluate(**kw, moe_imbalance=1.5).step_time_s > planner.evaluate(**kw).step_time_s
-    with pytest.raises(SpecError, match="--moe-imbalance: tiny-llama has no mixture-of-experts"):
+    with pytest.raises(SpecError, match="moe_imbalance=: tiny-llama has no mixture-of-experts"):
         planner.evaluate(**{**kw, "model": "tiny-llama"}, moe_imbalance=1.5)
 
 

@@ -10,7 +10,7 @@ from click.testing import CliRunner
 
 from costmodels.presets import PRESETS, load_model
 from hardware_specs import list_hardware, load_node
-from hardware_specs.errors import SpecError
+from autoplan_base.errors import SpecError
 from planner.cli import main
 from planner.cli.presets import count_text
 
@@ -37,6 +37,21 @@ def test_suggestions_go_by_token_not_to_b200():
         load_model("llama3-7b")
     suggested = str(err.value).split("did you mean ")[1].split("?")[0].split(", ")
     assert "llama3-8b" in suggested and all(name.startswith("llama3") for name in suggested)
+
+
+@pytest.mark.parametrize("typed, meant", [("h10O", "h100-sxm-80gb"), ("h1OO", "h100-sxm-80gb"),
+                                         ("a1OO", "a100-sxm-40gb"), ("mi3OOx", "mi300x"), ("b2OO", "b200")])
+def test_typos_of_hardware_names_get_suggestions(typed, meant):
+    with pytest.raises(SpecError) as err:
+        load_node(typed)
+    suggested = str(err.value).split("did you mean ")[1].split("?")[0].split(", ")
+    assert suggested[0] == meant and len(suggested) <= 3
+
+
+def test_a_name_like_nothing_gets_no_suggestion():
+    with pytest.raises(SpecError) as err:
+        load_node("zzzz")
+    assert "did you mean" not in str(err.value)
 
 
 def test_the_expansion_is_said_on_stderr_and_the_plan_file_holds_the_full_name():

@@ -17,7 +17,7 @@ from costmodels.precision import RECIPES, cached_weight_copy_bytes, gathered_wei
 from costmodels.presets import load_model
 from costmodels.training import TrainingSpec
 from hardware_specs import load_node, make_cluster
-from hardware_specs.errors import SpecError
+from autoplan_base.errors import SpecError
 from planner.launch import frameworks
 from planner.search.launchable import runtime_problems
 from planner.launch.torchjob.convention import FSDP2
@@ -195,7 +195,7 @@ def test_low_precision_plans_are_exported_not_launched():
     problems = runtime_problems(training, Layout(dp=1, micro_batch_size=1, num_microbatches=8))
     assert len(problems) == 1 and problems[0].startswith("training.precision = fp8 (fp8-tensorwise)")
     assert "--exports-only" in problems[0]
-    with pytest.raises(planner.PlanError, match="--precision fp8 with --launchable"):
+    with pytest.raises(planner.PlanError, match="precision=fp8 with launchable=True"):
         planner.plan(model="llama3-8b", hardware="h100", gpus=8, global_batch=64, seq_len=4096, precision="fp8",
                      launchable=True)
 

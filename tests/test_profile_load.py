@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 import profiles
-from hardware_specs.errors import AutoplanError
+from autoplan_base.errors import AutoplanError
 from profiles import HardwareProfile, ProfileError, load_profile, profile_to_dict, write_profile
 from profiles.build import build_profile
 

@@ -73,7 +73,7 @@ def test_plan_with_cpu_profile_on_h100_is_refused() -> None:
         planner.plan(**H100_JOB, profile=str(SHIPPED))
     message = str(info.value)
     assert "\n" not in message
-    assert "AMD EPYC" in message and "H100" in message and "--profile-device-mismatch ok" in message
+    assert "AMD EPYC" in message and "H100" in message and "profile_device_mismatch=ok" in message  # API wording
 
 
 @pytest.mark.parametrize("command", ["plan", "evaluate"])
@@ -95,6 +95,17 @@ def test_override_is_explicit_and_recorded_in_the_plan() -> None:
     assert json.loads(result.output)["inputs"]["profile_device_mismatch"]["allowed"] is True
     with pytest.raises(ValueError, match="profile.device.mismatch"):
         planner.plan(**H100_JOB, profile=str(SHIPPED), profile_device_mismatch="maybe")
+
+
+@pytest.mark.parametrize("command", ["plan", "evaluate"])
+def test_the_table_marks_a_profile_of_other_devices(command: str) -> None:
+    layout = ["--dp", "8", "--tp", "1", "--pp", "1"] if command == "evaluate" else []
+    foreign = CliRunner().invoke(main, [command, *H100_ARGS, *layout, "--profile-device-mismatch", "ok"])
+    assert foreign.exit_code == 0, foreign.output
+    assert "warning: profile" in foreign.stdout and "measured on other devices" in foreign.stdout
+    assert "device type cpu is not cuda" in foreign.stdout  # the problem is named
+    matching = CliRunner().invoke(main, [command, *H100_ARGS[:-2], *layout])  # no profile: nothing to mark
+    assert matching.exit_code == 0 and "other devices" not in matching.stdout
 
 
 def test_matching_plans_record_nothing() -> None:

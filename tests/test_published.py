@@ -9,7 +9,8 @@ import pytest
 
 from costmodels.model_spec import ModelSpec
 from planner.published import Unexpressible, cross_validate_by_family, load_rows, map_row, score
-from planner.published.conventions import flops_per_token, measured_tokens_per_s_per_gpu
+from costmodels.flops import reported_flops_per_token as flops_per_token
+from planner.published.conventions import measured_tokens_per_s_per_gpu
 from planner.published.scoring import _node
 from planner.published.stats import kendall_tau, median, percentile
 

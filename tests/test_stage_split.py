@@ -11,7 +11,7 @@ from costmodels.job import Job
 from costmodels.layout import Layout, check_layout
 from costmodels.presets import load_model
 from costmodels.stage_split import (StageSplitError, describe_split, first_last_split, megatron_first_last,
-                                    weighted_split)
+                                    parse_layers, weighted_split)
 from costmodels.training import TrainingSpec
 from hardware_specs import load_node, make_cluster
 from planner.cli import main
@@ -36,7 +36,7 @@ def test_megatron_first_last_spreads_a_rank_over_its_chunks():
 
 
 def test_first_last_split_errors_name_the_option():
-    with pytest.raises(StageSplitError, match="--first-stage-layers 7 must be a positive multiple of the 2"):
+    with pytest.raises(StageSplitError, match="first_stage_layers=7 must be a positive multiple of the 2"):
         first_last_split(126, 16, 2, 7, 7)
     with pytest.raises(StageSplitError, match="sum to 10"):
         first_last_split(10, 2, 1, 4, 4)
@@ -146,6 +146,23 @@ def test_cli_layers_per_chunk_reaches_the_layout():
     proc = _cli("--schedule", "interleaved", "--virtual-stages", "2", "--layers-per-stage", "7,9,7,9")
     assert proc.exit_code == 0, proc.output
     assert json.loads(proc.output)["layout"]["layers_per_chunk"] == [7, 9, 7, 9]
+
+
+def test_layers_are_read_in_the_notation_plan_prints():
+    for counts in [(3,) + (4,) * 30 + (3,), (7, 9, 7, 9), (8,) * 4, (1,)]:
+        assert parse_layers(describe_split(counts)) == counts
+    assert parse_layers("3, 4x2 ,3") == (3, 4, 4, 3)
+    for bad in ("4x0", "4x", "x4", "4x2x2", "4y2", ""):
+        with pytest.raises(StageSplitError, match="NxK"):
+            parse_layers(bad)
+
+
+def test_cli_accepts_the_printed_split_notation():
+    a = _cli("--schedule", "interleaved", "--virtual-stages", "2", "--layers-per-stage", "7,9,7,9")
+    b = _cli("--schedule", "interleaved", "--virtual-stages", "2", "--layers-per-stage", "7,9x1,7x1,9")
+    c = _cli("--layers-per-stage", "16x2")
+    assert a.exit_code == 0 and a.output == b.output
+    assert c.exit_code == 0 and json.loads(c.output)["layout"]["layers_per_chunk"] == [16, 16]
 
 
 def test_cli_first_last_form_equals_the_explicit_list():

@@ -23,7 +23,7 @@ def test_dry_run_fsdp_states_are_fp32_shards(tmp_path):
     result = CliRunner().invoke(main, ["validate", str(plan), "--dry-run", "--format", "json",
                                        "--workdir", str(tmp_path / "w")])
     assert result.exit_code == 0, result.output
-    report = json.loads(result.output)
+    report = json.loads(result.stdout)
     rows = {r["component"]: r for r in report["plans"][0]["memory_bytes"]}
     psi = total_params(load_model("tiny-llama"))
     assert rows["params"]["measured"] == pytest.approx(4 * psi / 2, rel=0.01)
@@ -59,7 +59,7 @@ def test_torch_runtime_predicts_each_model_state_and_activations_of_the_job(tmp_
     result = CliRunner().invoke(main, ["validate", str(plan), "--dry-run", "--format", "json",
                                        "--workdir", str(tmp_path / "w")])
     assert result.exit_code == 0, result.output
-    rows = json.loads(result.output)["plans"][0]["memory_bytes"]
+    rows = json.loads(result.stdout)["plans"][0]["memory_bytes"]
     assert {"params", "grads", "optimizer", "activations"} <= {row["component"] for row in rows}
     for row in rows:
         if row["component"] in ("params", "grads", "optimizer", "activations"):
@@ -80,6 +80,8 @@ def test_validate_removes_its_temporary_directory_unless_keep(tmp_path, monkeypa
     monkeypatch.setattr(tempfile, "tempdir", str(scratch))
     result = CliRunner().invoke(main, ["validate", str(plan), "--dry-run", "--format", "json"])
     assert result.exit_code == 0, result.output
+    assert result.stderr.startswith("dry run: 1 plan(s), 1 pipeline rank(s) in all")  # said before it starts
+    json.loads(result.stdout)
     assert not list(scratch.glob("autoplan-validate-*"))
     assert CliRunner().invoke(main, ["validate", str(plan), "--dry-run", "--format", "json", "--keep"]).exit_code == 0
     assert len(list(scratch.glob("autoplan-validate-*"))) == 1
@@ -101,3 +103,50 @@ def test_validate_reports_progress_per_plan(tmp_path):
                    profile_path=None, workdir=None, progress=lambda *call: calls.append(call))
     assert calls[0][:2] == (0, 1) and "dry run" in calls[0][2]
     assert calls[-1] == (1, 1, "done")
+
+
+_MEASURE = """
+import json, sys, warnings
+warnings.filterwarnings("ignore")
+from planner.plan.plan_file import read_plan_file
+from planner.validate import dryrun
+plan = read_plan_file(sys.argv[1]); t = plan.inputs.training
+if sys.argv[2] == "all":
+    dryrun.STEPPED_MICROBATCHES = 10**9
+r = dryrun.measure_rank(plan.inputs.model_spec, plan.best.layout, 0, t.seq_len, t.precision, t.optimizer)
+r.pop("seconds"); print(json.dumps(r, sort_keys=True))
+"""
+
+
+@pytest.mark.parametrize("layout_args", [["--zero", "1"], ["--zero", "3", "--recompute", "full"]])
+def test_three_micro_batches_measure_what_all_eight_do(tmp_path, layout_args):
+    """The dry run steps 3 of a pp = 1 plan's 8 micro-batches (``dryrun.stepped_layout``): every
+    component's peak equals the one of stepping all 8 (each run in its own interpreter, as the dry
+    run runs ranks)."""
+    import os
+    import subprocess
+    import sys
+
+    plan = tmp_path / "plan.json"
+    args = ["evaluate", "--model", "tiny-llama", "--hardware", "cpu", "--gpus", "2", "--global-batch", "16",
+            "--seq-len", "64", "--dp", "2", "--tp", "1", "--pp", "1", "--micro-batch", "1", "--runtime", "torch",
+            *layout_args, "--out", str(plan)]
+    assert CliRunner().invoke(main, args).exit_code == 0
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    runs = [subprocess.run([sys.executable, "-c", _MEASURE, str(plan), mode], capture_output=True, text=True,
+                           env=env, timeout=300) for mode in ("all", "stepped")]
+    assert all(r.returncode == 0 for r in runs), runs[0].stderr[-500:] + runs[1].stderr[-500:]
+    every, stepped = (json.loads(r.stdout.strip().splitlines()[-1]) for r in runs)
+    assert every == stepped and every["activations"] > 0
+
+
+def test_the_cost_line_counts_the_micro_batches_the_dry_run_steps():
+    from planner.validate import dryrun, runner
+
+    assert runner.DRY_RUN_MICROBATCHES == dryrun.STEPPED_MICROBATCHES
+    plan = planner.plan(model="tiny-llama", hardware="cpu", gpus=2, global_batch=16, seq_len=64,
+                        top_k=1).to_plan_file()
+    chosen = [plan.best, *plan.candidates[:1]]
+    passes = sum(p.layout.pp * (p.layout.num_microbatches if p.layout.pp > 1 else min(p.layout.num_microbatches, 3))
+                 for p in chosen)
+    assert f"({2 * passes} micro-batch passes in all)" in runner.dry_run_cost(plan, 1)

@@ -14,7 +14,7 @@ from dataclasses import replace
 
 from costmodels.layout import Layout
 from costmodels.model_spec import model_to_dict
-from hardware_specs.errors import AutoplanError
+from autoplan_base.errors import AutoplanError
 from planner.launch.torchjob import user_model
 from planner.plan.plan_file import PlanFile, read_plan_file
 

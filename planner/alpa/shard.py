@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import networkx as nx
 
 from hardware_specs import load_node, make_cluster
-from hardware_specs.errors import AutoplanError
+from autoplan_base.errors import AutoplanError
 
 from .build import Built, build_problem
 from .graph import Blocks, find_blocks

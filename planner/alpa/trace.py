@@ -16,7 +16,7 @@ import operator
 import networkx as nx
 import torch
 
-from hardware_specs.errors import AutoplanError
+from autoplan_base.errors import AutoplanError
 from planner.launch.torchjob.user_model import build_on_meta
 
 from . import oprules

@@ -12,7 +12,7 @@ import traceback
 
 import click
 
-from hardware_specs.errors import AutoplanError
+from autoplan_base.errors import AutoplanError, command_line_wording
 
 from .common import EXIT_INTERNAL, EXIT_USAGE, one_line
 
@@ -43,7 +43,8 @@ class OneLineErrors(click.Group):
                 click.echo(f"error: argument {json.dumps(arg)[:80]} contains a NUL byte", err=True)
                 sys.exit(EXIT_USAGE)
         try:
-            code = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+            with command_line_wording():
+                code = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
         except click.ClickException as err:  # usage errors, bad option values, unreadable click.File
             click.echo(f"error: {one_line(err.format_message())}", err=True)
             sys.exit(EXIT_USAGE)

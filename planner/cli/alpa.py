@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 import click
 
 from hardware_specs.checks import MAX_SEQ_LEN, MAX_TOKENS_PER_STEP
-from hardware_specs.errors import AutoplanError
+from autoplan_base.errors import AutoplanError
 
 from .common import check_places, run_command, write_atomic
 

@@ -3,15 +3,19 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import sys
 from pathlib import Path
-from typing import Callable, TypeVar
+from typing import TYPE_CHECKING, Callable, TypeVar
 
 import click
 
-from hardware_specs.errors import AutoplanError
+from autoplan_base.errors import AutoplanError, command_line_wording
 from profiles.io import write_text_atomic
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 T = TypeVar("T")
 
@@ -20,6 +24,20 @@ EXIT_INFEASIBLE = 1
 EXIT_USAGE = 2
 EXIT_INTERNAL = 3
 
+PIPE_WIDTH = 200
+"""Columns of a table written to a pipe or a log file (rich's default there is 80, which wraps lines
+and cuts names short); an exported ``COLUMNS`` still wins."""
+
+
+def output_console(*, stderr: bool = False) -> "Console":
+    """A rich console for a command's output: the terminal's width on a terminal, else ``PIPE_WIDTH``."""
+    from rich.console import Console
+
+    plain = Console(stderr=stderr)
+    if plain.is_terminal or "COLUMNS" in os.environ:
+        return plain
+    return Console(stderr=stderr, width=PIPE_WIDTH)
+
 
 def one_line(message: str) -> str:
     """``message`` on one line: line breaks and the indentation after them become one space."""
@@ -27,9 +45,11 @@ def one_line(message: str) -> str:
 
 
 def run_command(work: Callable[[], T]) -> T:
-    """Run ``work``; turn user-input errors into one line on stderr and exit status 2."""
+    """Run ``work``; turn user-input errors into one line on stderr and exit status 2. Errors name
+    inputs by their flags (``--seq-len``; ``autoplan_base.errors.field``)."""
     try:
-        return work()
+        with command_line_wording():
+            return work()
     except AutoplanError as err:
         click.echo(f"error: {one_line(str(err))}", err=True)
         sys.exit(EXIT_USAGE)

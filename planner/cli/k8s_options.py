@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from hardware_specs.errors import AutoplanError
+from autoplan_base.errors import AutoplanError
 
 SCHEDULERS = ("torchrun", "slurm", "kubernetes")
 """torchrun and slurm name the files every job has (launch.sh, slurm.sbatch); kubernetes adds a manifest."""

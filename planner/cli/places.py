@@ -12,7 +12,7 @@ import json
 import os
 from pathlib import Path
 
-from hardware_specs.errors import AutoplanError
+from autoplan_base.errors import AutoplanError
 
 PSEUDO_FILESYSTEMS = ("/proc", "/sys", "/dev")
 JOB_MARKERS = ("plan.json", "launch.sh", "train.py")

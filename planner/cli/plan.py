@@ -7,15 +7,16 @@ import sys
 from typing import TYPE_CHECKING, Any, Callable
 
 import click
-from rich.console import Console
 
-from .common import EXIT_INFEASIBLE, check_places, run_command, write_atomic
+from .common import EXIT_INFEASIBLE, check_places, output_console, run_command, write_atomic
 
 SCHEDULE_NAMES = ("gpipe", "1f1b", "interleaved", "zb-h1", "interleaved-zb", "zb-v", "dualpipe-v", "dualpipe")
 """``costmodels.layout.SCHEDULES``, spelled out so the CLI loads no cost model (a test checks they agree)."""
 
 if TYPE_CHECKING:
-    from planner.plan.plan_file import PlanEntry, PlanFile
+    from rich.console import Console
+
+    from planner.plan.plan_file import PlanEntry, PlanFile, PlanInputs
 
 JOB_OPTIONS: list[Callable] = [
     click.option("--model", "model", required=True, help="Preset name (see 'autoplan models') or a config.json path."),
@@ -109,6 +110,12 @@ def _emit(text: str, fmt: str, out: str | None, console_view: Callable, best: "P
         console_view()
 
 
+def _warn(warnings: tuple[str, ...]) -> None:
+    """Each warning as one line on stderr (stdout stays the table or the JSON)."""
+    for warning in warnings:
+        click.echo(f"warning: {warning}", err=True)
+
+
 def _one_line(best: "PlanEntry | None") -> str:
     from planner.plan.render import layout_summary
 
@@ -129,8 +136,8 @@ def split_options(func: Callable) -> Callable:
                         metavar="N,N,...",
                         help="Layers on each of the pp x virtual-stages model chunks, in model order (chunk c "
                              "of pipeline rank i is chunk c*pp + i; with one chunk per rank, the layers per "
-                             "stage); default: balanced (plan: refined). --layers-per-stage is the same "
-                             "option.")(func)
+                             "stage), also as plan prints them (3,4x30,3: NxK is N layers on each of K chunks); "
+                             "default: balanced (plan: refined). --layers-per-stage is the same option.")(func)
 
 
 @click.command("plan")
@@ -166,12 +173,13 @@ def plan_command(fmt: str, out: str | None, top_k: int, allow_cross_node_tp: boo
         report = api.plan(top_k=top_k, solver=solver, allow_cross_node_tp=allow_cross_node_tp, launchable=launchable,
                           layers_per_chunk=split, first_stage_layers=first_stage_layers,
                           last_stage_layers=last_stage_layers, **_job_kwargs(kw))
+        _warn(report.warnings)
         plan_file = report.to_plan_file()
         timed = report.to_plan_file(with_timing=True)
         _emit(plan_file.to_json(), fmt, out, lambda: _print(timed), plan_file.best)
         _plot(plan_file, plot_dir)
         if not report.feasible and report.search["space_size"] == 0:
-            click.echo(f"error: {_why_nothing_searched(report)}", err=True)
+            click.echo(f"error: {report.no_fit.reason}", err=True)
             sys.exit(EXIT_INFEASIBLE)
         if not report.feasible:
             miss = report.closest_misses[0] if report.closest_misses else None
@@ -181,15 +189,6 @@ def plan_command(fmt: str, out: str | None, top_k: int, allow_cross_node_tp: boo
             sys.exit(EXIT_INFEASIBLE)
 
     run_command(work)
-
-
-def _why_nothing_searched(report: Any) -> str:
-    """The reason the search space was empty (``planner.search.space.empty_space_reason``)."""
-    from planner.search.space import LAUNCHABLE, SearchOptions, empty_space_reason
-
-    i = report.inputs
-    options = SearchOptions(allow_cross_node_tp=bool(i.allow_cross_node_tp), **(LAUNCHABLE if i.launchable else {}))
-    return empty_space_reason(i.model_spec, i.training, i.gpus, i.gpus_per_node, options)
 
 
 @click.command("evaluate")
@@ -251,29 +250,33 @@ def evaluate_command(fmt: str, out: str | None, dp: int, tp: int, pp: int, cp: i
                                       activation_offload_layers=activation_offload_layers)
         breakdown = api.evaluate(layout=layout, **job_kwargs)
         bands = job_bands(job.profile, job.inputs.profile)
+        _warn(job.warnings)
         report = PlanReport(inputs=job.inputs, best=breakdown, candidates=(), bands=bands,
-                            search={"solver": "evaluate", "space_size": 1, "evaluated": 1})
+                            search={"solver": "evaluate", "space_size": 1, "evaluated": 1}, warnings=job.warnings)
         single = plan_entry(breakdown, bands)
         if out:
             _emit(report.to_json(), fmt, out, lambda: None, single)
         elif fmt == "json":
             click.echo(json.dumps(single.to_dict(), indent=2, sort_keys=True, allow_nan=False) + "\n", nl=False)
         else:
-            print_plan_view(Console(), single)
+            print_plan_view(output_console(), single, job.inputs)
 
     run_command(work)
 
 
-def print_plan_view(console: Console, single: "PlanEntry") -> None:
-    from planner.plan.render import print_plan
+def print_plan_view(console: "Console", single: "PlanEntry", inputs: "PlanInputs | None" = None) -> None:
+    from planner.plan.render import mismatch_line, print_plan
 
-    print_plan(console, single, "layout")
+    foreign = inputs is not None and bool(inputs.profile_device_mismatch)
+    if foreign:
+        console.print(mismatch_line(inputs), style="yellow", highlight=False)
+    print_plan(console, single, "layout", foreign_profile=foreign)
 
 
 def _print(report: "PlanFile") -> None:
     from planner.plan.render import print_report
 
-    print_report(Console(), report)
+    print_report(output_console(), report)
 
 
 def _plot(plan: "PlanFile", plot_dir: str | None) -> None:

@@ -13,6 +13,8 @@ from typing import Any
 
 import click
 
+from .common import output_console
+
 FORMAT = click.option("--format", "fmt", type=click.Choice(["table", "tsv", "json"]), default="table",
                       show_default=True, help="tsv: one header line, tab-separated, for scripts; json: one document.")
 
@@ -31,7 +33,6 @@ def _print_rows(fmt: str, header: tuple[str, ...], rows: list[tuple[str, ...]]) 
         for row in (header, *rows):
             click.echo("\t".join(row))
         return
-    from rich.console import Console
     from rich.table import Table
 
     table = Table(box=None, header_style="bold", padding=(0, 1), collapse_padding=True)
@@ -42,7 +43,7 @@ def _print_rows(fmt: str, header: tuple[str, ...], rows: list[tuple[str, ...]]) 
             table.add_column(col, justify="right", overflow="fold")
     for row in rows:
         table.add_row(*row)
-    Console().print(table)
+    output_console().print(table)
 
 
 @click.command("models")

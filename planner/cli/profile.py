@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from .common import run_command
+from .common import output_console, run_command
 
 if TYPE_CHECKING:
     from rich.table import Table
@@ -117,7 +117,6 @@ def import_trace_command(trace: str, layout: str, model: str | None, spans_nodes
 
 def print_trace_report(result) -> None:
     """Per kind: the step's time in the trace and as the imported rates reproduce it; the overlap."""
-    from rich.console import Console
     from rich.table import Table
 
     table = Table(title="Step time by kind: trace vs imported rates")
@@ -127,7 +126,7 @@ def print_trace_report(result) -> None:
         again = result.reproduced_time_s.get(kind)
         error = f"{(again - seconds) / seconds:+.1%}" if seconds and again is not None else "-"
         table.add_row(kind, f"{seconds * 1e3:.3f} ms", "no rate" if again is None else f"{again * 1e3:.3f} ms", error)
-    console = Console()
+    console = output_console()
     console.print(table)
     rates = Table(title="GEMM rate by shape (mean over the step's calls)")
     for name in ("dtype", "m x n x k", "calls", "mean time", "achieved"):
@@ -252,9 +251,8 @@ def _run_with_progress(cmd: list[str], progress_file: Path, log_file: Path, env:
 
 def print_summary(profile: "HardwareProfile") -> None:
     """Two tables: achieved compute and memory rates; collective latency and bus bandwidth."""
-    from rich.console import Console
 
-    console = Console()
+    console = output_console()
     if profile.gemm or profile.attention or profile.memory:
         console.print(_compute_table(profile))
     if profile.collectives:

@@ -9,7 +9,7 @@ from typing import Any
 
 import click
 
-from .common import run_command
+from .common import output_console, run_command
 
 MIB = 2**20
 
@@ -60,6 +60,8 @@ def validate_command(plan_file: str, num_candidates: int, steps: int, warmup: in
             else:
                 print_log_report(report)
             return
+        if dry_run:
+            _say_dry_run_cost(plan_file, num_candidates)
         with _progress_bar() as progress:
             report = run_validation(Path(plan_file), num_candidates=num_candidates, steps=steps, warmup=warmup,
                                     nproc=nproc, dry_run=dry_run, calibrate=calibrate, profile_path=profile_path,
@@ -72,9 +74,18 @@ def validate_command(plan_file: str, num_candidates: int, steps: int, warmup: in
     run_command(work)
 
 
+def _say_dry_run_cost(plan_file: str, num_candidates: int) -> None:
+    """One line on stderr before a dry run starts: how many ranks and micro-batches it will step."""
+    from planner.plan.plan_file import read_plan_file
+    from planner.validate.runner import dry_run_cost
+
+    cost = dry_run_cost(read_plan_file(plan_file), num_candidates)
+    if cost:
+        click.echo(cost, err=True)
+
+
 def print_log_report(report: dict[str, Any]) -> None:
     """Per row: measured, fitted and leave-one-out step time; peak memory; the factors written."""
-    from rich.console import Console
     from rich.table import Table
 
     table = Table(title="Calibration from measured runs", header_style="bold")
@@ -88,7 +99,7 @@ def print_log_report(report: dict[str, Any]) -> None:
                       row["origin"], f"{row['measured_s']:.4g}", f"{row['fitted_s']:.4g}",
                       "-" if loo is None else f"{loo:.4g}",
                       "-" if loo is None else f"{100 * (loo / row['measured_s'] - 1):+.1f}%", peak)
-    console = Console()
+    console = output_console()
     console.print(table)
     console.print(f"calibration written to {report['profile']}: "
                   + ", ".join(f"{k} {v:.4g}" for k, v in sorted(report["factors"].items())))
@@ -133,10 +144,9 @@ def _pct(value: float | None) -> str:
 
 def print_report(report: dict[str, Any]) -> None:
     """Side by side per plan: step time, tokens/s, memory by component per pipeline rank."""
-    from rich.console import Console
     from rich.table import Table
 
-    console = Console()
+    console = output_console()
     if "note" in report:
         console.print(f"note: {report['note']}")
     for plan in report["plans"]:

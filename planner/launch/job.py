@@ -16,7 +16,7 @@ from pathlib import Path
 from costmodels.layout import Layout, layout_problems
 from costmodels.model_spec import ModelSpec
 from costmodels.training import TrainingSpec
-from hardware_specs.errors import AutoplanError
+from autoplan_base.errors import AutoplanError
 from planner.search.launchable import launch_problems, runtime_problems
 from planner.launch.torchjob import user_model
 from planner.plan.plan_file import PlanFile, PlanFileError
@@ -27,7 +27,7 @@ from . import frameworks, scripts
 
 JOB_PACKAGE = "planner.launch.torchjob"
 """The package of the generated job; its module ``main`` is the entry the bundle starts from."""
-BUNDLED_PACKAGES = (JOB_PACKAGE, "planner.plan", "costmodels", "hardware_specs")
+BUNDLED_PACKAGES = (JOB_PACKAGE, "planner.plan", "costmodels", "hardware_specs", "autoplan_base")
 """Packages whose modules the job may import (the job itself, the plan file, the specs): the bundle
 copies the modules it imports from these, under their own dotted names, beside train.py."""
 
@@ -129,14 +129,14 @@ def _copy_runtime(out: Path) -> None:
                 shutil.copyfile(root.joinpath(*parts, f"{name}.py"), runtime.joinpath(*parts, f"{name}.py"))
 
 
-def _write(path: Path, text: str, executable: bool = False) -> None:
+def write_job_file(path: Path, text: str, executable: bool = False) -> None:
     try:
         write_text_atomic(path, text, executable=executable)
     except OSError as err:
         raise AutoplanError(f"--out: cannot write {path} ({err.strerror})") from None
 
 
-def _summary(plan: PlanFile, layout: Layout) -> str:
+def job_summary(plan: PlanFile, layout: Layout) -> str:
     L, inputs, tp_plan = layout, plan.inputs, plan.best.tp_plan
     model = f"user model {inputs.module}" if inputs.module is not None else f"model {inputs.model}"
     tp_text = f" ({len(tp_plan)}-entry tp_plan)" if tp_plan is not None else ""
@@ -144,7 +144,7 @@ def _summary(plan: PlanFile, layout: Layout) -> str:
             f"zero {L.zero_stage} schedule {L.schedule} recompute {L.recompute}")
 
 
-def _on_gpus(hardware: str) -> bool:
+def runs_on_gpus(hardware: str) -> bool:
     """Whether the plan's hardware is an accelerator (a hardware file no longer here: assume so)."""
     from hardware_specs import load_node
 
@@ -159,22 +159,22 @@ def write_job(plan: PlanFile, out: str | Path, *, python: str | None = None) -> 
     model, training, layout = check_plan(plan)
     out = Path(out)
     name = plan.inputs.model
-    summary = _summary(plan, layout)
+    summary = job_summary(plan, layout)
     _copy_runtime(out)
-    _write(out / "plan.json", plan.to_json())
-    _write(out / "train.py", scripts.TRAIN_PY)
+    write_job_file(out / "plan.json", plan.to_json())
+    write_job_file(out / "train.py", scripts.TRAIN_PY)
     user = plan.inputs.module
-    _write(out / "launch.sh", scripts.launch_sh(world_size=layout.world_size, summary=summary,
+    write_job_file(out / "launch.sh", scripts.launch_sh(world_size=layout.world_size, summary=summary,
                                                 python=python or sys.executable, user_module=user,
                                                 every=scripts.checkpoint_every(plan.best.predicted)), executable=True)
     per_node = plan.inputs.gpus_per_node
-    _write(out / "slurm.sbatch", scripts.slurm_sbatch(world_size=layout.world_size, gpus_per_node=per_node,
+    write_job_file(out / "slurm.sbatch", scripts.slurm_sbatch(world_size=layout.world_size, gpus_per_node=per_node,
                                                        name=name, summary=summary, job_dir=out.resolve(),
-                                                       on_gpus=_on_gpus(plan.inputs.hardware)))
+                                                       on_gpus=runs_on_gpus(plan.inputs.hardware)))
     if user is None:
         _write_exports(out / "exports", name, model, training, layout)
     else:
-        _write(out / "exports" / "NOTES.md", "No framework exports: the plan trains a user model (inputs.module), "
+        write_job_file(out / "exports" / "NOTES.md", "No framework exports: the plan trains a user model (inputs.module), "
                                              "which Megatron-LM, DeepSpeed and torchtitan configs cannot name.\n")
     return sorted(p for p in out.rglob("*") if p.is_file() and "__pycache__" not in p.parts)
 
@@ -191,7 +191,7 @@ def write_exports_only(plan: PlanFile, out: str | Path) -> list[Path]:
     if problems:
         raise PlanFileError(problems[0])
     out = Path(out)
-    _write(out / "plan.json", plan.to_json())
+    write_job_file(out / "plan.json", plan.to_json())
     _write_exports(out / "exports", inputs.model, inputs.model_spec, inputs.training, layout)
     return sorted(p for p in out.rglob("*") if p.is_file())
 
@@ -199,11 +199,11 @@ def write_exports_only(plan: PlanFile, out: str | Path) -> list[Path]:
 def _write_exports(out: Path, name: str, model: ModelSpec, training: TrainingSpec, layout: Layout) -> None:
     seq_len = training.seq_len
     args, m_notes = frameworks.megatron_args(model, training, layout, seq_len)
-    _write(out / "megatron_args.sh", frameworks.megatron_script(args, m_notes))
+    write_job_file(out / "megatron_args.sh", frameworks.megatron_script(args, m_notes))
     ds, d_notes = frameworks.deepspeed_config(training, layout)
-    _write(out / "deepspeed.json", json.dumps(ds, indent=2, sort_keys=True, allow_nan=False) + "\n")
+    write_job_file(out / "deepspeed.json", json.dumps(ds, indent=2, sort_keys=True, allow_nan=False) + "\n")
     tt, t_notes = frameworks.torchtitan_config(name, model, training, layout, seq_len)
-    _write(out / "torchtitan.toml", frameworks.toml_text(tt, [f"torchtitan config for {name}"]))
+    write_job_file(out / "torchtitan.toml", frameworks.toml_text(tt, [f"torchtitan config for {name}"]))
     notes = ["What each export maps, and what it does not (also in each file where comments are allowed).",
              "Each file writes the plan's degrees, micro-batching, ZeRO stage, recomputation and precision",
              "in the framework's own option names, except as listed:"]
@@ -211,5 +211,5 @@ def _write_exports(out: Path, name: str, model: ModelSpec, training: TrainingSpe
                                    ("torchtitan", "torchtitan.toml", t_notes)):
         notes += [f"- {framework} ({file}): {item}" for item in items] or \
             [f"- {framework} ({file}): no exception found for this layout"]
-    _write(out / "NOTES.md", "\n".join(notes) + "\n")
+    write_job_file(out / "NOTES.md", "\n".join(notes) + "\n")
 

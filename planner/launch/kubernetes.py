@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from hardware_specs.errors import AutoplanError
+from autoplan_base.errors import AutoplanError
 from planner.plan.plan_file import PlanFile, PlanFileError
 
 from .scripts import checkpoint_every
@@ -238,11 +238,11 @@ def header(plan: PlanFile, options: K8sOptions, summary: str, *, file: str, job_
 
 def write_manifest(plan: PlanFile, out: str | Path, options: K8sOptions, *, job_written: bool) -> Path:
     """Write ``out/jobset.yaml`` or ``out/pytorchjob.yaml`` atomically; returns its path."""
-    from .job import _on_gpus, _summary, _write
+    from .job import runs_on_gpus, job_summary, write_job_file
     from .yaml_text import yaml_text
 
-    document = manifest(plan, options, on_gpus=_on_gpus(plan.inputs.hardware))
+    document = manifest(plan, options, on_gpus=runs_on_gpus(plan.inputs.hardware))
     path = Path(out) / MANIFEST_FILES[options.kind]
-    lines = header(plan, options, _summary(plan, plan.best.layout), file=str(path), job_written=job_written)
-    _write(path, yaml_text(document, lines))
+    lines = header(plan, options, job_summary(plan, plan.best.layout), file=str(path), job_written=job_written)
+    write_job_file(path, yaml_text(document, lines))
     return path

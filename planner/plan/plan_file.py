@@ -19,7 +19,7 @@ from typing import Any
 from costmodels.layout import Layout
 from costmodels.model_spec import ModelSpec, model_from_dict, model_to_dict
 from costmodels.training import TrainingSpec
-from hardware_specs.errors import AutoplanError
+from autoplan_base.errors import AutoplanError
 from hardware_specs.files import parse_json, read_json
 
 SCHEMA_VERSION = 2
@@ -281,6 +281,8 @@ class PlanFile:
     candidates: tuple[PlanEntry, ...]
     search: SearchStats
     closest_misses: tuple[MissEntry, ...] = ()
+    warnings: tuple[str, ...] = ()
+    """What the request asks that the model was not built for (``api.Job.warnings``); written only when any."""
 
     @classmethod
     def from_dict(cls, raw: Any) -> "PlanFile":
@@ -294,12 +296,16 @@ class PlanFile:
             raise PlanFileError("best: missing; regenerate the plan with 'autoplan plan --out'")
         candidates = _get(raw, "candidates", "", list)
         misses = _get(raw, "closest_misses", "", list, optional=True) or []
+        warnings = _get(raw, "warnings", "", list, optional=True) or []
+        if not all(isinstance(w, str) for w in warnings):
+            raise PlanFileError("warnings: expected a list of strings")
         return cls(inputs=PlanInputs.from_dict(raw.get("inputs")),
                    inputs_digest=_get(raw, "inputs_digest", "", str),
                    best=None if best is None else PlanEntry.from_dict(best, "best"),
                    candidates=tuple(PlanEntry.from_dict(c, f"candidates.{i}") for i, c in enumerate(candidates)),
                    search=SearchStats.from_dict(raw.get("search")),
-                   closest_misses=tuple(MissEntry.from_dict(m, f"closest_misses.{i}") for i, m in enumerate(misses)))
+                   closest_misses=tuple(MissEntry.from_dict(m, f"closest_misses.{i}") for i, m in enumerate(misses)),
+                   warnings=tuple(warnings))
 
     @classmethod
     def from_json(cls, text: str) -> "PlanFile":
@@ -317,6 +323,8 @@ class PlanFile:
         }
         if self.closest_misses:
             out["closest_misses"] = [m.to_dict() for m in self.closest_misses]
+        if self.warnings:
+            out["warnings"] = list(self.warnings)
         return out
 
     def to_json(self) -> str:

@@ -10,7 +10,7 @@ from costmodels.breakdown import MEMORY_TERMS, TIME_TERMS
 from costmodels.layout import Layout
 from costmodels.stage_split import describe_split
 
-from .plan_file import PlanEntry, PlanFile, SearchStats
+from .plan_file import PlanEntry, PlanFile, PlanInputs, SearchStats
 
 TIME_LABELS = {"compute": "compute", "recompute": "recompute", "tp_comm": "TP comm (exposed)",
                "cp_comm": "CP comm (exposed)", "ep_comm": "EP comm (exposed)", "dp_comm": "DP comm (exposed)",
@@ -71,8 +71,19 @@ def goodput_line(g: dict) -> str:
             f" MTBF {g['mtbf_h']:,.0f} h)")
 
 
-def print_plan(console: Console, plan: PlanEntry, title: str, tie_note: str = "") -> None:
-    """Layout, headline figures, memory by component against capacity, time by term, traffic."""
+def mismatch_line(inputs: PlanInputs) -> str:
+    """A warning when the plan was costed with a profile of other devices (``--profile-device-mismatch
+    ok``): its figures then come from another machine's rates; "" otherwise."""
+    problems = inputs.profile_device_mismatch
+    if not problems:
+        return ""
+    return (f"warning: profile {inputs.profile} was measured on other devices ({'; '.join(problems)}); "
+            "the figures below use that machine's rates (--profile-device-mismatch ok)")
+
+
+def print_plan(console: Console, plan: PlanEntry, title: str, tie_note: str = "", *, foreign_profile: bool = False) -> None:
+    """Layout, headline figures, memory by component against capacity, time by term, traffic.
+    ``foreign_profile``: mark the figures as costed with a profile of other devices."""
     p = plan.predicted
     console.print(f"[bold]{title}[/bold]: {layout_summary(plan.layout)}")
     if tie_note:
@@ -84,7 +95,11 @@ def print_plan(console: Console, plan: PlanEntry, title: str, tie_note: str = ""
     console.print(f"  MFU {p['mfu']:.1%}{low} · HFU {p['hfu']:.1%} · bubble {p['bubble_fraction']:.1%}")
     if "goodput" in p:
         console.print(f"  {goodput_line(p['goodput'])}")
-    console.print(f"  {prediction_status(p.get('sources', {}))}", style="dim")
+    status = prediction_status(p.get("sources", {}))
+    if foreign_profile:
+        console.print(f"  {status}, [yellow]measured on other devices[/yellow]", highlight=False)
+    else:
+        console.print(f"  {status}", style="dim")
     fits = "[green]fits[/green]" if p["fits"] else "[red]does not fit[/red]"
     if p.get("host_fits") is False and p["peak_memory_gib"] <= p["memory_capacity_gib"]:
         fits = "[red]fits on the GPU, but host RAM cannot hold the offloaded states[/red]"
@@ -191,12 +206,15 @@ def print_report(console: Console, report: PlanFile) -> None:
     if i.module:
         shape = list(i.input_shape) if i.input_shape is not None else None
         console.print(f"user model {i.module} (input shape {shape})")
+    if mismatch_line(i):
+        console.print(mismatch_line(i), style="yellow", highlight=False)
+    foreign = bool(i.profile_device_mismatch)
     if report.best is not None:
-        print_plan(console, report.best, "best", tie_note(report.search))
+        print_plan(console, report.best, "best", tie_note(report.search), foreign_profile=foreign)
         print_tp_plan(console, report.best.tp_plan)
         print_candidates(console, report.candidates)
     for miss in report.closest_misses:
-        print_plan(console, miss.entry, "closest miss")
+        print_plan(console, miss.entry, "closest miss", foreign_profile=foreign)
         console.print(f"  needs {miss.needed_gib:.1f} GiB, has {miss.available_gib:.1f} GiB; would fit with: "
                       + "; ".join(miss.suggestions))
     s = report.search

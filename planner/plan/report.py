@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from costmodels.breakdown import CostBreakdown
+from costmodels.layout import Layout
 from hardware_specs.units import GIB
 
 from .bands import JobBands
@@ -39,6 +40,21 @@ class ClosestMiss:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class NoFit:
+    """Why nothing fits (``PlanReport.no_fit`` whenever ``best`` is None), as numbers a scheduler can act on."""
+
+    reason: str
+    """One line: what binds (memory, or why no layout could be formed at all)."""
+    model_state_gib: float
+    """Parameters, gradients and optimizer states of the whole model, GiB (0 when nothing was searched)."""
+    smallest_fitting_gpus: int | None
+    """The smallest GPU count, among the requested count times 2, 4, ... 64, at which some layout
+    fits; None when none does or when no layout could be formed (``reason`` says which)."""
+    fitting_layout: Layout | None
+    """The best layout at ``smallest_fitting_gpus``; None with it."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class PlanReport:
     """Best plan, ranked alternatives (best plan of each of the next-best meshes), search statistics."""
 
@@ -55,6 +71,10 @@ class PlanReport:
     """Solver name, candidates in the space, candidates evaluated (and, outside plan files, seconds)."""
     bands: JobBands | None = None
     """Error bands of the predictions (``planner.plan.bands.job_bands``); None: the plan file has none."""
+    no_fit: NoFit | None = None
+    """When ``best`` is None (``api.plan``): why, and the smallest GPU count that fits; else None."""
+    warnings: tuple[str, ...] = ()
+    """What the request asks that the model was not built for (``api.Job.warnings``), one line each."""
 
     @property
     def feasible(self) -> bool:
@@ -75,7 +95,7 @@ class PlanReport:
         return PlanFile(inputs=self.inputs, inputs_digest=self.inputs.digest(),
                         best=plan_entry(self.best, self.bands) if self.best else None,
                         candidates=tuple(plan_entry(c, self.bands) for c in self.candidates), search=search,
-                        closest_misses=misses)
+                        closest_misses=misses, warnings=self.warnings)
 
     def to_dict(self, *, with_timing: bool = False) -> dict[str, Any]:
         return self.to_plan_file(with_timing=with_timing).to_dict()

@@ -8,60 +8,19 @@ GPU. TFLOP/s follow one of two conventions (see the development set's README):
 * model FLOPs, without recomputation (NeMo, Megatron-Core, torchtitan, Llama 3):
   ``72·B·s·l·h²·(1 + s/6h + V/12lh)``.
 
-``flops_per_token`` writes both as one sum over matrices, so GQA, SwiGLU and MoE layers use the
+``costmodels.flops.reported_flops_per_token`` writes both as one sum over matrices, so GQA, SwiGLU and MoE layers use the
 same rule: 2 FLOPs per multiply-add, backward = 2x forward, attention scores and values over the
 full s x s square (Megatron counts no causal saving), logits once forward and twice backward.
 """
 
 from __future__ import annotations
 
-from typing import Literal
-
+from costmodels.flops import FlopConvention, reported_flops_per_token
 from costmodels.model_spec import ModelSpec
-
-FlopConvention = Literal["model", "hardware"]
 
 HARDWARE_FLOP_FAMILIES: frozenset[str] = frozenset({
     "megatron_sc21_table1", "megatron_sc21_table2", "bloom_tr11", "bloom_prequel_sweep", "mtnlg_530b"})
 """Families whose TFLOP/s count recomputation when the row does not say (the README's caveat)."""
-
-
-def layer_matmul_params(model: ModelSpec, layer_index: int) -> int:
-    """Weights one token multiplies in layer ``layer_index`` (elements): q, k, v, o and the MLP.
-
-    A MoE layer counts the ``top_k`` routed experts plus the shared ones (active parameters).
-    Biases and norms are left out, as Megatron's formula leaves them out.
-    """
-    h, q, kv = model.hidden_size, model.q_dim, model.kv_dim
-    attention = h * q + 2 * h * kv + q * h
-    matrices = 3 if model.gated_mlp else 2
-    if model.is_moe_layer(layer_index):
-        assert model.moe is not None
-        experts = model.moe.top_k + model.moe.num_shared_experts
-        mlp = experts * matrices * h * model.moe.expert_ffn_hidden_size
-    else:
-        mlp = matrices * h * model.ffn_hidden_size
-    return attention + mlp
-
-
-def flops_per_token(model: ModelSpec, seq_len: int, recompute: str, convention: FlopConvention) -> float:
-    """FLOPs per trained token under ``convention`` (SC'21 eq. 3 generalised per matrix).
-
-    Forward per layer: 2·P_layer (GEMMs) + 4·s·q_dim (QKᵀ and AV); logits 2·V·h. Training is 3x
-    forward. ``hardware`` adds the recomputed forward: every layer under full recomputation,
-    the attention core (4·s·q_dim per layer) under selective (Korthikanti et al. 2022, Sec. 5).
-    """
-    s, h, V = seq_len, model.hidden_size, model.vocab_size
-    attention_core = 4 * s * model.q_dim
-    layers_forward = sum(2 * layer_matmul_params(model, i) + attention_core for i in range(model.num_layers))
-    logits_forward = 2 * V * h
-    flops = 3 * (layers_forward + logits_forward)
-    if convention == "hardware":
-        if recompute == "full":
-            flops += layers_forward
-        elif recompute == "selective":
-            flops += attention_core * model.num_layers
-    return float(flops)
 
 
 def tflops_convention(family: str, counts_recompute: bool | None) -> FlopConvention:
@@ -91,11 +50,11 @@ def measured_tokens_per_s_per_gpu(throughput: dict, *, family: str, num_gpus: in
         return global_batch * seq_len / t["iteration_time_s"] / num_gpus, "iteration time"
     if t.get("tflops_per_gpu"):
         convention = tflops_convention(family, t.get("tflops_counts_recompute"))
-        per_token = flops_per_token(model, seq_len, recompute, convention)
+        per_token = reported_flops_per_token(model, seq_len, recompute, convention)
         return t["tflops_per_gpu"] * 1e12 / per_token, f"TFLOP/s ({convention} FLOPs)"
     if t.get("mfu_pct"):
         peak = t.get("peak_tflops_assumed") or datasheet_peak_tflops
         basis = "MFU x source peak" if t.get("peak_tflops_assumed") else "MFU x datasheet peak"
-        per_token = flops_per_token(model, seq_len, recompute, "model")
+        per_token = reported_flops_per_token(model, seq_len, recompute, "model")
         return t["mfu_pct"] / 100 * peak * 1e12 / per_token, f"{basis} (model FLOPs)"
     return None

@@ -17,7 +17,7 @@ from functools import lru_cache
 
 from costmodels.breakdown import TIME_TERMS, CostBreakdown
 from hardware_specs import NodeSpec, load_node
-from hardware_specs.errors import AutoplanError
+from autoplan_base.errors import AutoplanError
 from hardware_specs.units import GIB
 
 from .runs import MappedRun, Unexpressible, map_row

@@ -14,6 +14,8 @@ from costmodels.params import total_params
 from hardware_specs import make_cluster
 from hardware_specs.units import GIB
 
+from planner.plan.report import NoFit
+
 from .solve import solve
 from .space import SearchOptions
 
@@ -45,18 +47,23 @@ def smallest_fitting_gpus(cost_model: CostModel, options: SearchOptions) -> tupl
     return None
 
 
-def what_would_fit(miss: CostBreakdown, cost_model: CostModel, options: SearchOptions) -> tuple[str, ...]:
-    """Suggestions that would make the request fit, each checked by the search."""
-    from planner.plan.render import layout_summary
-
+def no_fit(miss: CostBreakdown, cost_model: CostModel, options: SearchOptions) -> NoFit:
+    """What binds the closest miss, and the smallest GPU count that fits (checked by the search)."""
     states = model_state_gib(cost_model)
     gpus = cost_model.cluster.num_gpus
-    out = [f"model states need {states:,.1f} GiB in all ({states / gpus:,.1f} GiB per GPU even fully sharded "
-           f"over {gpus} GPUs); each GPU holds {miss.memory_capacity_bytes / GIB:.1f} GiB"]
+    reason = (f"model states need {states:,.1f} GiB in all ({states / gpus:,.1f} GiB per GPU even fully sharded "
+              f"over {gpus} GPUs); each GPU holds {miss.memory_capacity_bytes / GIB:.1f} GiB")
     found = smallest_fitting_gpus(cost_model, options)
-    if found:
-        count, best = found
-        out.append(f"--gpus {count} fits ({layout_summary(best.layout)})")
+    return NoFit(reason=reason, model_state_gib=states, smallest_fitting_gpus=found[0] if found else None,
+                 fitting_layout=found[1].layout if found else None)
+
+
+def suggestions(fit: NoFit, requested_gpus: int) -> tuple[str, ...]:
+    """``fit`` as the lines the CLI prints and the plan file's closest misses carry."""
+    from planner.plan.render import layout_summary
+
+    if fit.smallest_fitting_gpus is not None:
+        more = f"--gpus {fit.smallest_fitting_gpus} fits ({layout_summary(fit.fitting_layout)})"
     else:
-        out.append(f"no GPU count up to {gpus * MAX_SCALE_UP} fits: use a shorter --seq-len or larger devices")
-    return tuple(out)
+        more = f"no GPU count up to {requested_gpus * MAX_SCALE_UP} fits: use a shorter --seq-len or larger devices"
+    return (fit.reason, more)

@@ -28,6 +28,7 @@ import sys
 import time
 import warnings
 from contextlib import nullcontext
+from dataclasses import replace
 
 import torch
 import torch.distributed as dist
@@ -62,7 +63,7 @@ def build_fake_job(spec, layout: Layout, rank: int, precision: str, optimizer: s
     meshes = build_meshes(layout, "cpu")
     pp_rank = meshes.world.get_local_rank("pp")
     job = trainer.Job(spec=spec, layout=layout, device=device, meshes=meshes,
-                      dp_rank=trainer._dp_rank(meshes, layout), context=trainer._context_group(meshes, device))
+                      dp_rank=trainer.data_parallel_rank(meshes, layout), context=trainer.context_group(meshes, device))
     parts = build_parts(spec, layout, meshes, pp_rank)
     for _, part in parts:
         parallelize(part, layout, meshes, _mp_policy(precision), lora=(lora_rank, lora_targets))
@@ -75,7 +76,7 @@ def build_fake_job(spec, layout: Layout, rank: int, precision: str, optimizer: s
             experts.configure(part, layout)
             part.train()
             job.parts.append((index, part))
-            job.optimizers.append(trainer._optimizer(optimizer, trainer.trainable(part), 3e-4, 0.1))
+            job.optimizers.append(trainer.make_optimizer(optimizer, trainer.trainable(part), 3e-4, 0.1))
     indices = [index for index, _ in job.parts]
     job.has_first, job.has_last = 0 in indices, layout.num_chunks - 1 in indices
     if precision in MIXED and meshes.dp is None:
@@ -136,16 +137,20 @@ def _autocast(job):
     return torch.autocast("cpu", dtype=job.autocast_dtype)
 
 
-def run_step(job, seq_len: int, dtype: torch.dtype) -> None:
-    """One training step (no clipping) on fake tensors (this cp rank's share of each sequence)."""
-    tokens = torch.randint(0, job.spec.vocab_size, (job.replica_batch, seq_len))
+def run_step(job, seq_len: int, dtype: torch.dtype, batch_rows: int | None = None) -> None:
+    """One training step (no clipping) on fake tensors (this cp rank's share of each sequence).
+    ``batch_rows``: sequences of the plan's replica batch when the job steps fewer micro-batches
+    (``stepped_layout``); the token ids are drawn for all of them and the job reads its first
+    rows, so the ids' storage, which the embedding saves, is as large as in the real step."""
+    tokens = torch.randint(0, job.spec.vocab_size, (batch_rows or job.replica_batch, seq_len))
     if job.context is not None:
         tokens = context_parallel.shard_sequence(tokens, job.context.degree, job.context.rank)
         seq_len //= job.context.degree
+    tokens = tokens[:job.replica_batch]
     if job.layout.pp > 1:
         pipeline_step(job, tokens, seq_len, dtype)
     else:
-        trainer._forward_backward(job, tokens, tokens)
+        trainer.forward_backward(job, tokens, tokens)
     for optimizer in job.optimizers:
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
@@ -153,18 +158,34 @@ def run_step(job, seq_len: int, dtype: torch.dtype) -> None:
 
 def measure_rank(spec, layout: Layout, rank: int, seq_len: int, precision: str, optimizer: str,
                  lora_rank: int = 0, lora_targets: tuple[str, ...] = ()) -> dict:
-    """Probe the second step of one rank (the optimizer states exist by then)."""
+    """Probe the second step of one rank (the optimizer states exist by then), stepping the
+    micro-batches of ``stepped_layout(layout)``."""
     began = time.perf_counter()
-    job, mode = build_fake_job(spec, layout, rank, precision, optimizer, lora_rank, lora_targets)
+    job, mode = build_fake_job(spec, stepped_layout(layout), rank, precision, optimizer, lora_rank, lora_targets)
     dtype = MIXED.get(precision, torch.float32)
+    rows = layout.micro_batch_size * layout.num_microbatches
     with mode:
-        run_step(job, seq_len, dtype)
+        run_step(job, seq_len, dtype, rows)
         with MemoryProbe(job) as probe:
-            run_step(job, seq_len, dtype)
+            run_step(job, seq_len, dtype, rows)
     result = {"rank": rank, "pp_rank": job.meshes.world.get_local_rank("pp"), **probe.peak,
               "seconds": time.perf_counter() - began}
     dist.destroy_process_group()
     return result
+
+
+STEPPED_MICROBATCHES = 3
+"""Micro-batches a pp = 1 dry run steps, of the plan's m: the first (no gradient yet), one in the
+middle (accumulating) and the last (synchronising gradients). Micro-batches 2 .. m-1 allocate and
+free the same tensors in the same order, so their peaks are equal and one stands for all."""
+
+
+def stepped_layout(layout: Layout) -> Layout:
+    """``layout`` with the micro-batches the dry run steps (``STEPPED_MICROBATCHES``; pipelines
+    keep all of theirs, since their schedule holds several in flight)."""
+    if layout.pp > 1 or layout.num_microbatches <= STEPPED_MICROBATCHES:
+        return layout
+    return replace(layout, num_microbatches=STEPPED_MICROBATCHES)
 
 
 def pipeline_ranks(layout: Layout) -> list[int]:

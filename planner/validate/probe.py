@@ -67,6 +67,10 @@ class MemoryProbe:
         unsharded = [getattr(fp, "_unsharded_param", None) for fp in self._fsdp]
         self._param_ids = {id(_storage(p)) for p in self._params + [u for u in unsharded if u is not None]}
         self._stack = ExitStack()
+        self._slots = [(module, name) for _, part in job.parts for module in part.modules()
+                       for name in module._parameters]
+        """Where the modules register parameters: FSDP2 swaps sharded and gathered tensors in these
+        slots, so ``census`` reads them each time (cheaper than walking the modules)."""
         self._receive_count, self._receive_ids = 0, set()
 
     # -- activations ------------------------------------------------------------------------
@@ -152,7 +156,7 @@ class MemoryProbe:
                     if isinstance(value, torch.Tensor) and value.dim() > 0:
                         _add(host if id(param) in self._offloaded else states, value)
         gathered = dict(params) | grads | states
-        extra = [p for _, part in self.job.parts for p in part.parameters()]
+        extra = [module._parameters.get(name) for module, name in self._slots]
         for fp in self._fsdp:
             extra.append(getattr(fp, "_unsharded_param", None))
             _add(gathered, getattr(fp, "unsharded_accumulated_grad", None))

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from costmodels.layout import Layout
-from hardware_specs.errors import AutoplanError
+from autoplan_base.errors import AutoplanError
 from planner.plan.plan_file import PlanFile, PlanFileError
 
 from .compare import (MemoryRow, cost_model, error_pct, measured_by_stage, measured_step_time_s,
@@ -69,6 +69,25 @@ def single_plans(plan: PlanFile, candidates: int) -> list[tuple[str, PlanFile]]:
         raise ValidateError("plan file: 'best' is null (no layout fits); nothing to validate")
     chosen = [plan.best, *plan.candidates[:candidates]]
     return [(f"plan-{i}", plan.with_best(p)) for i, p in enumerate(chosen)]
+
+
+DRY_RUN_MICROBATCHES = 3
+"""Micro-batches a pp = 1 dry run steps (``dryrun.STEPPED_MICROBATCHES``, which a test checks
+equal; spelled here so this side loads no torch)."""
+
+
+def dry_run_cost(plan: PlanFile, candidates: int) -> str:
+    """What ``validate --dry-run`` will do, said before it starts: one fake-tensor rank per pipeline
+    stage of each plan, each stepped twice; "" when there is no plan to run."""
+    if plan.best is None:
+        return ""
+    chosen = [plan.best, *plan.candidates[:candidates]]
+    ranks = sum(p.layout.pp for p in chosen)
+    passes = sum(p.layout.pp * (p.layout.num_microbatches if p.layout.pp > 1 else
+                                min(p.layout.num_microbatches, DRY_RUN_MICROBATCHES)) for p in chosen)
+    return (f"dry run: {len(chosen)} plan(s), {ranks} pipeline rank(s) in all, each built at full size on fake "
+            f"tensors and stepped twice ({2 * passes} micro-batch passes in all); about a minute of CPU per "
+            "rank of an 8B model with 32 layers (docs/validate.md), more with more layers per rank")
 
 
 def prepare(plans: list[tuple[str, PlanFile]], workdir: Path) -> tuple[list[dict], list[PlanResult]]:

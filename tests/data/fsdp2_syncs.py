@@ -54,7 +54,7 @@ def count_step(stage: int, m: int, device) -> dict[str, int]:
     inputs, labels = trainer.replica_batch(job, source, 1, SEQ_LEN)
     counts: Counter = Counter()
     with counting(counts):
-        trainer._forward_backward(job, inputs, labels)
+        trainer.forward_backward(job, inputs, labels)
     return dict(counts)
 
 

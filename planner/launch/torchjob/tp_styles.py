@@ -9,7 +9,7 @@ Grammar of a style: ``colwise`` | ``rowwise`` | ``sequence_parallel`` |
 
 from __future__ import annotations
 
-from hardware_specs.errors import AutoplanError
+from autoplan_base.errors import AutoplanError
 
 STYLES = ("colwise", "rowwise", "sequence_parallel", "prepare_input", "replicate")
 

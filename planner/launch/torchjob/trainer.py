@@ -15,7 +15,7 @@ import torch.nn.functional as F
 
 from costmodels.layout import Layout
 from costmodels.model_spec import ModelSpec
-from hardware_specs.errors import AutoplanError
+from autoplan_base.errors import AutoplanError
 
 from . import context_parallel, experts
 from .clip import clip_grads
@@ -88,14 +88,14 @@ def init_distributed(device: torch.device) -> None:
         dist.init_process_group(backend="nccl" if device.type == "cuda" else "gloo")
 
 
-def _dp_rank(meshes: Meshes, layout: Layout) -> int:
+def data_parallel_rank(meshes: Meshes, layout: Layout) -> int:
     """This rank's data-parallel replica index (its cp ranks share it)."""
     names = dp_dim_names(layout)
     coords = [meshes.world.get_local_rank(name) for name in names]
     return coords[0] * layout.hsdp_shard_degree + coords[1] if len(coords) == 2 else coords[0]
 
 
-def _context_group(meshes: Meshes | None, device: torch.device):
+def context_group(meshes: Meshes | None, device: torch.device):
     if meshes is None or meshes.cp is None:
         return None
     return context_parallel.ContextGroup(mesh=meshes.cp, rank=meshes.cp.get_local_rank(), degree=meshes.cp.size(),
@@ -135,8 +135,8 @@ def setup_job(spec: ModelSpec | None, layout: Layout, *, device: torch.device, s
     distributed = layout.world_size > 1 or dist.is_initialized()
     meshes = build_meshes(layout, device.type) if distributed else None
     job = Job(spec=spec, layout=layout, device=device, meshes=meshes,
-              dp_rank=_dp_rank(meshes, layout) if meshes is not None else 0,
-              context=_context_group(meshes, device))
+              dp_rank=data_parallel_rank(meshes, layout) if meshes is not None else 0,
+              context=context_group(meshes, device))
     mp = _mp_policy(precision, device)
     parts, job.vocab_size = _meta_parts(spec, layout, meshes, module, tp_plan, seq_len)
     for index, part in parts:
@@ -148,7 +148,7 @@ def setup_job(spec: ModelSpec | None, layout: Layout, *, device: torch.device, s
         init_weights(part, seed=seed)
         part.train()
         job.parts.append((index, part))
-        job.optimizers.append(_optimizer(optimizer, trainable(part), lr, weight_decay))
+        job.optimizers.append(make_optimizer(optimizer, trainable(part), lr, weight_decay))
     indices = [index for index, _ in job.parts]
     job.has_first, job.has_last = 0 in indices, layout.num_chunks - 1 in indices
     if spec is not None and spec.tied_embeddings and layout.pp > 1:
@@ -167,13 +167,13 @@ def trainable(part: torch.nn.Module) -> list[torch.nn.Parameter]:
     return [p for p in part.parameters() if p.requires_grad]
 
 
-def _optimizer(name: str, params, lr: float, weight_decay: float) -> torch.optim.Optimizer:
+def make_optimizer(name: str, params, lr: float, weight_decay: float) -> torch.optim.Optimizer:
     """AdamW (the fused multi-tensor kernel where torch has one for the device), or SGD with
     momentum 0.9 (foreach); one parameter group per device mesh (``mesh_groups``).
 
     The fused AdamW reads parameter, gradient and both moments and writes parameter and moments
     once per step, 28 bytes per fp32 parameter, the single memory pass ``costmodels.rank_time.
-    _add_optimizer`` costs, in a few launches (torchtitan's default ``optimizer.implementation =
+    add_optimizer`` costs, in a few launches (torchtitan's default ``optimizer.implementation =
     "fused"``). The per-tensor loop (``foreach=False``) this job used before issues about ten
     kernels per tensor, 80 bytes per parameter: on an H100 it added 50-60 ms to every step of
     the 2026-11-26 sweep (``benchmarks/gpu_step_trace.py`` measures both)."""
@@ -225,7 +225,7 @@ def _set_grad_sync(job: Job, sync: bool) -> None:
                 part.set_reshard_after_backward(sync)
 
 
-def _forward_backward(job: Job, inputs: torch.Tensor, labels: torch.Tensor) -> torch.Tensor | None:
+def forward_backward(job: Job, inputs: torch.Tensor, labels: torch.Tensor) -> torch.Tensor | None:
     """Gradient accumulation over the micro-batches; returns the mean loss (None off the last stage)."""
     seq_len = inputs.shape[1] * job.layout.cp
     with context_parallel.ring_context(job.context, seq_len, job.device):
@@ -282,7 +282,7 @@ def replica_batch(job: Job, source, step: int, seq_len: int) -> tuple[torch.Tens
 def train_step(job: Job, source, step: int, *, seq_len: int, max_norm: float) -> dict:
     """One optimizer step; returns {"loss", "grad_norm"} (same values on every rank)."""
     inputs, labels = replica_batch(job, source, step, seq_len)
-    loss = _forward_backward(job, inputs, labels)
+    loss = forward_backward(job, inputs, labels)
     if job.tied:
         sum_tied_grads(job.tied, job.tied_group)
     stage_ranks = job.layout.dp * job.layout.tp * job.layout.cp

@@ -23,7 +23,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING
 
-from hardware_specs.errors import AutoplanError
+from autoplan_base.errors import AutoplanError
 
 if TYPE_CHECKING:
     from torch import nn
