@@ -76,7 +76,7 @@ def _no_clip():
 
 def _fwd_bwd_step(job, source, step: int, seq_len: int) -> None:
     inputs, labels = trainer.replica_batch(job, source, step, seq_len)
-    trainer._forward_backward(job, inputs, labels)
+    trainer.forward_backward(job, inputs, labels)
     for _, part in job.parts:
         part.zero_grad(set_to_none=True)
 

@@ -42,7 +42,7 @@ def _step_ops(job) -> int:
     source = SyntheticTokens(job.vocab_size, 0)
     trainer.train_step(job, source, 0, seq_len=SEQ_LEN, max_norm=1.0)
     inputs, labels = trainer.replica_batch(job, source, 1, SEQ_LEN)
-    trainer._forward_backward(job, inputs, labels)
+    trainer.forward_backward(job, inputs, labels)
     with _CountOps() as ops:
         for optimizer in job.optimizers:
             optimizer.step()

@@ -27,6 +27,7 @@ class _Plan:
     def __init__(self, step_time_s, peak_memory_bytes=1.0, **layout):
         self.step_time_s, self.peak_memory_bytes = step_time_s, peak_memory_bytes
         self.layout, self.memory_capacity_bytes = Layout(**layout), 100.0
+        self.memory_usable_bytes = 100.0
 
 
 def test_the_shipped_band_is_the_record_written_by_the_benchmark_with_its_provenance():
