@@ -21,8 +21,12 @@ and parameter gathers hidden behind compute, ``costmodels.overlap.exposed_comm_s
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 from hardware_specs.errors import SpecError
+
+if TYPE_CHECKING:
+    from .layout import Layout
 
 DEGREES = ("tp", "pp", "cp", "ep", "expert_tp", "virtual_stages")
 """The parallel degrees a table may list."""
@@ -106,9 +110,10 @@ class RuntimeCapabilities:
         return replace(self, versions=known, degrees=keep(self.degrees), sharding=keep(self.sharding),
                        schedules=keep(self.schedules), recompute=keep(self.recompute), overlaps=keep(self.overlaps))
 
-    def check_version(self, version: str) -> None:
+    def check_version(self, version: str, label: str = "--runtime-version ") -> None:
+        """``label``: how the value is named in the error (``runtime_version=`` from the API)."""
         if version not in self.versions:
-            raise SpecError(f"--runtime-version {version!r}: {self.runtime} knows {', '.join(self.versions)}; "
+            raise SpecError(f"{label}{version!r}: {self.runtime} knows {', '.join(self.versions)}; "
                             f"pick one (default {self.latest})")
 
     def has(self, name: str) -> bool:
@@ -392,9 +397,91 @@ CAPABILITIES: dict[str, RuntimeCapabilities] = {c.runtime: c for c in (MEGATRON,
 """The capability table of each ``TrainingSpec.runtime`` name."""
 
 
-def capabilities(runtime: str, version: str | None = None) -> RuntimeCapabilities:
-    """The table of ``runtime`` as of ``version`` (None: its latest)."""
+def capabilities(runtime: str, version: str | None = None, label: str = "--runtime-version ") -> RuntimeCapabilities:
+    """The table of ``runtime`` as of ``version`` (None: its latest); ``label`` names the version in errors."""
     if runtime not in CAPABILITIES:
         raise SpecError(f"--runtime {runtime!r}: known runtimes are {', '.join(CAPABILITIES)}")
     table = CAPABILITIES[runtime]
-    return table.at(table.latest if version is None else version)
+    version = table.latest if version is None else version
+    table.check_version(version, label)
+    return table.at(version)
+
+
+NARROWING_INTS = ("tp", "pp", "cp", "ep", "virtual_stages", "micro_batch_sizes", "zero_stages")
+NARROWING_NAMES = ("schedules", "recompute_modes")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Narrowing:
+    """The part of a runtime's space the user asks to search (``plan --tp 1,2 ...``); an empty
+    tuple leaves that part as the table has it."""
+
+    tp: tuple[int, ...] = ()
+    """Tensor-parallel degrees allowed."""
+    pp: tuple[int, ...] = ()
+    """Pipeline-parallel degrees allowed."""
+    cp: tuple[int, ...] = ()
+    """Context-parallel degrees allowed."""
+    ep: tuple[int, ...] = ()
+    """Expert-parallel degrees allowed."""
+    virtual_stages: tuple[int, ...] = ()
+    """Model chunks per pipeline rank allowed (pipelines with pp > 1)."""
+    micro_batch_sizes: tuple[int, ...] = ()
+    """Sequences per micro-batch allowed."""
+    zero_stages: tuple[int, ...] = ()
+    """ZeRO stages allowed (0-3)."""
+    schedules: tuple[str, ...] = ()
+    """Pipeline schedules allowed (``costmodels.layout.SCHEDULES`` names)."""
+    recompute_modes: tuple[str, ...] = ()
+    """Recomputation modes allowed (``Layout.recompute`` names)."""
+    allow_offload: bool = True
+    """False: never offload optimizer states."""
+
+    def to_dict(self) -> dict:
+        """The parts the user narrowed (the plan file's ``inputs.narrowing``)."""
+        out: dict = {k: list(getattr(self, k)) for k in NARROWING_INTS + NARROWING_NAMES if getattr(self, k)}
+        if not self.allow_offload:
+            out["allow_offload"] = False
+        return out
+
+    @classmethod
+    def from_dict(cls, raw: dict) -> "Narrowing":
+        """Inverse of ``to_dict``; raises ``TypeError``/``ValueError`` on a malformed value."""
+        unknown = sorted(set(raw) - set(NARROWING_INTS + NARROWING_NAMES + ("allow_offload",)))
+        if unknown:
+            raise ValueError(f"unknown key {unknown[0]!r}")
+        values: dict = {}
+        for key, value in raw.items():
+            if key == "allow_offload":
+                if not isinstance(value, bool):
+                    raise ValueError("allow_offload: expected true or false")
+                values[key] = value
+                continue
+            kind = int if key in NARROWING_INTS else str
+            if not isinstance(value, list) or not all(isinstance(v, kind) and not isinstance(v, bool) for v in value):
+                raise ValueError(f"{key}: expected a list of {'integers' if kind is int else 'names'}")
+            values[key] = tuple(value)
+        return cls(**values)
+
+
+def features_used(table: RuntimeCapabilities, layout: "Layout") -> tuple[Feature | ShardingOption, ...]:
+    """The table's entries ``layout`` turns on (the options an export must set to run it as costed):
+    its ZeRO stage's sharding option, its schedule (pp > 1), its recomputation mode, TP overlap and
+    optimizer offload when on, and every overlap the cost model always counts (``Feature.costed``)."""
+    out: list[Feature | ShardingOption] = [s for s in table.sharding if s.zero_stage == layout.zero_stage][:1]
+    if layout.pp > 1:
+        out += [f for f in table.schedules if f.name == layout.schedule]
+    out += [f for f in table.recompute if f.name == layout.recompute and f.name != "none"]
+    out += [f for f in table.overlaps if f.costed
+            or (f.name == "tp_comm_overlap" and layout.tp_comm_overlap)
+            or (f.name == "optimizer_offload" and layout.optimizer_offload)]
+    return tuple(out)
+
+
+def runtime_summary(runtime: str, version: str | None, layout: "Layout | None") -> str:
+    """One line: the runtime, its version, and the options ``layout`` turns on."""
+    table = capabilities(runtime, version)
+    line = f"runtime {runtime} {table.latest} ({table.framework})"
+    if layout is not None:
+        line += "; turns on: " + "; ".join(f.option for f in features_used(table, layout))
+    return line
