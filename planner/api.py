@@ -9,9 +9,10 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Sequence
 
 from costmodels.breakdown import CostBreakdown
+from costmodels.capabilities import capabilities
 from costmodels.assumptions import DEFAULT_ASSUMPTIONS, Assumptions
 from costmodels.estimate import CostModel, estimate
 from costmodels.job import Job as CostJob
@@ -32,7 +33,9 @@ from planner.plan.report import ClosestMiss, NoFit, PlanReport
 from planner.launch.torchjob.convention import CONVENTIONS
 from planner.plan.plan_file import PlanInputs
 from planner.search.solve import solve
-from planner.search.space import LAUNCHABLE, SearchOptions, empty_space_reason, overlap_searched
+from planner.search.space import SearchOptions, empty_space_reason, overlap_searched
+from planner.search.runtime_space import check_narrowing, narrowing_from
+from planner.search.runtime_space import search_options as runtime_search_options
 from planner.search.stages import refine_stages
 
 if TYPE_CHECKING:
@@ -214,15 +217,23 @@ _RESOLVE_OPTIONS = ("gpus_per_node", "precision", "fp8_recipe", "optimizer", "lo
 def plan(*, model: str | ModelSpec, hardware: str | NodeSpec, gpus: int, global_batch: int, seq_len: int,
          top_k: int = 5, solver: str = "search", allow_cross_node_tp: bool = False,
          launchable: bool = False, layers_per_chunk: tuple[int, ...] = (), first_stage_layers: int | None = None,
-         last_stage_layers: int | None = None, **options: Any) -> PlanReport:
+         last_stage_layers: int | None = None, runtime_version: str | None = None,
+         tp: Sequence[int] | None = None, pp: Sequence[int] | None = None, cp: Sequence[int] | None = None,
+         ep: Sequence[int] | None = None, virtual_stages: Sequence[int] | None = None,
+         micro_batch_sizes: Sequence[int] | None = None, zero_stages: Sequence[int] | None = None,
+         schedules: Sequence[str] | None = None, recompute_modes: Sequence[str] | None = None,
+         allow_offload: bool = True, **options: Any) -> PlanReport:
     """The fastest layout that fits (of the plans within the measured tie band of the fastest,
     ``ranking.tie_band``, the least risky: no memory risk, then the fewest uncertain mechanisms, then
     the simplest, ``ranking.tie_key``), ranked alternatives, and why others were rejected.
 
     ``options``: gpus_per_node, precision, fp8_recipe, optimizer, lora_rank, attention, runtime, memory_fraction,
     profile, profile_device_mismatch, moe_imbalance, context_attention (see ``resolve_job``). ``solver``: ``search`` (branch and bound, exact) or ``brute-force``.
-    ``launchable``: search only layouts ``autoplan launch`` applies (``planner.search.launchable``), costed
-    as its job holds memory (``runtime`` defaults to ``torch``; ``megatron`` is refused).
+    The space searched is the runtime's (``costmodels.capabilities``, as of ``runtime_version``, default
+    its latest), narrowed by ``tp``, ``pp``, ``cp``, ``ep``, ``virtual_stages``, ``micro_batch_sizes``,
+    ``zero_stages`` (values allowed), ``schedules``, ``recompute_modes`` (names allowed) and
+    ``allow_offload`` (``planner.search.runtime_space``).
+    ``launchable``: deprecated, the same as ``runtime="torch"`` (the job ``autoplan launch`` writes).
     ``layers_per_chunk`` or ``first_stage_layers`` / ``last_stage_layers`` (Megatron's form): search
     only pipelines that take this split, and keep it (no stage refinement).
     """
@@ -235,22 +246,29 @@ def plan(*, model: str | ModelSpec, hardware: str | NodeSpec, gpus: int, global_
     if launchable:
         if options.get("runtime", "torch") != "torch":
             raise PlanError(f"{field('runtime', options['runtime'])} with {field('launchable', True)}: the launched job "
-                            f"runs on PyTorch's APIs; drop {field('runtime')} or use {field('runtime', 'torch')}")
+                            f"runs on PyTorch's APIs; drop {field('launchable')} (it means {field('runtime', 'torch')})")
         options = {**options, "runtime": "torch"}
+    if runtime_version is not None and not isinstance(runtime_version, str):
+        raise PlanError(f"runtime_version= must be a release name, got {runtime_version!r}")
+    table = capabilities(options.get("runtime", "megatron"), runtime_version, label="runtime_version=")
+    narrowing = narrowing_from(dict(tp=tp, pp=pp, cp=cp, ep=ep, virtual_stages=virtual_stages,
+                                    micro_batch_sizes=micro_batch_sizes, zero_stages=zero_stages, schedules=schedules,
+                                    recompute_modes=recompute_modes, allow_offload=allow_offload))
+    check_narrowing(table, narrowing)
     job = resolve_job(model=model, hardware=hardware, gpus=gpus, global_batch=global_batch,
                       seq_len=seq_len, **options)
-    if launchable and job.training.recipe.is_low_precision:
-        raise PlanError(f"{field('precision', job.training.precision)} with {field('launchable', True)}: the generated "
-                        "job does not apply low-precision recipes (planned and exported only); drop "
-                        f"{field('launchable')} or use {field('precision', 'bf16')}")
+    if table.applies_launch_rule and job.training.recipe.is_low_precision:
+        raise PlanError(f"{field('precision', job.training.precision)} with {field('runtime', 'torch')}: the generated "
+                        f"job does not apply low-precision recipes; plan with {field('runtime', 'megatron')} or "
+                        f"torchtitan, or {field('precision', 'bf16')}")
     if not isinstance(top_k, int) or isinstance(top_k, bool) or top_k < 1:
         raise PlanError(f"{field('top_k')} must be a positive integer, got {top_k!r}")
     if solver not in ("search", "brute-force"):
         raise PlanError(f"solver must be 'search' or 'brute-force', got {solver!r}")
-    search_options = SearchOptions(allow_cross_node_tp=allow_cross_node_tp, layers_per_chunk=tuple(layers_per_chunk),
-                                   first_stage_layers=first_stage_layers, last_stage_layers=last_stage_layers,
-                                   tp_comm_overlap=overlap_searched(job.cluster.hardware.device_type),
-                                   **(LAUNCHABLE if launchable else {}))
+    search_options = runtime_search_options(table, narrowing, job.cluster.hardware.device_type,
+                                            allow_cross_node_tp=allow_cross_node_tp,
+                                            layers_per_chunk=tuple(layers_per_chunk),
+                                            first_stage_layers=first_stage_layers, last_stage_layers=last_stage_layers)
     started = time.perf_counter()
     run = solve if solver == "search" else solve_brute_force
     cost_model = job.cost_model()
@@ -268,7 +286,8 @@ def plan(*, model: str | ModelSpec, hardware: str | NodeSpec, gpus: int, global_
     fixes = suggestions(fit, gpus) if result.closest_misses else ()
     misses = tuple(ClosestMiss(breakdown=b, suggestions=fixes) for b in result.closest_misses)
     return PlanReport(
-        inputs=replace(job.inputs, top_k=top_k, allow_cross_node_tp=allow_cross_node_tp, launchable=launchable,
+        inputs=replace(job.inputs, top_k=top_k, allow_cross_node_tp=allow_cross_node_tp,
+                       runtime_version=table.latest, narrowing=narrowing.to_dict() or None,
                        layers_per_chunk=tuple(layers_per_chunk) or None, first_stage_layers=first_stage_layers,
                        last_stage_layers=last_stage_layers),
         best=ranked[0] if ranked else None, candidates=ranked[1:], rejected=rejected,

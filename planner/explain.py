@@ -11,6 +11,8 @@ from dataclasses import replace
 from typing import Any
 
 from planner.plan.plan_file import PlanEntry, PlanFile
+from planner.search.runtime_space import plan_narrowing_kwargs
+from costmodels.capabilities import runtime_summary
 
 MEMORY_BOUND_SHARE = 0.9
 """A plan whose peak memory is at least this share of capacity is called memory-bound."""
@@ -64,7 +66,7 @@ def what_if(plan: PlanFile) -> list[dict[str, Any]]:
                        seq_len=t.seq_len, gpus_per_node=plan.inputs.gpus_per_node, precision=t.precision, fp8_recipe=t.fp8_recipe,
                        optimizer=t.optimizer, lora_rank=t.lora_rank, attention=t.attention, runtime=t.runtime,
                        context_attention=t.context_attention, memory_fraction=plan.inputs.memory_fraction, profile=job.profile,
-                       launchable=bool(plan.inputs.launchable))
+                       launchable=bool(plan.inputs.launchable), **plan_narrowing_kwargs(plan.inputs))
         report = api.plan(**{**request, **change})
         if report.best is None:
             out.append({"change": label, "text": f"with {label}: nothing fits"})
@@ -107,8 +109,10 @@ def explain(plan: PlanFile) -> dict[str, Any]:
     if plan.best is None:
         miss = plan.closest_misses[0] if plan.closest_misses else None
         return {"best": None, "why": list(miss.suggestions) if miss else []}
-    doc: dict[str, Any] = {"best": layout_summary(plan.best.layout), "binding": binding_constraint(plan.best),
-                           "ties": ties(plan)}
+    doc: dict[str, Any] = {"best": layout_summary(plan.best.layout),
+                           "runtime": runtime_summary(plan.inputs.training.runtime, plan.inputs.runtime_version,
+                                                      plan.best.layout),
+                           "binding": binding_constraint(plan.best), "ties": ties(plan)}
     if plan.candidates:
         doc["runner_up"] = {"layout": layout_summary(plan.candidates[0].layout),
                             **runner_up_differences(plan.best, plan.candidates[0]),
@@ -136,7 +140,7 @@ def explanation_lines(doc: dict[str, Any]) -> list[str]:
     """``explain``'s document as lines for the terminal."""
     if doc["best"] is None:
         return ["nothing fits:", *(f"  {why}" for why in doc["why"])]
-    lines = [f"why this plan: {doc['binding']['text']}", doc["ties"]["text"]]
+    lines = [doc["runtime"], f"why this plan: {doc['binding']['text']}", doc["ties"]["text"]]
     if "runner_up" in doc:
         r = doc["runner_up"]
         s = r["step_time_s"]

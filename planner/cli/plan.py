@@ -43,9 +43,9 @@ JOB_OPTIONS: list[Callable] = [
                       "(ZeRO-paper states, Megatron activations; the default), megatron-bridge (as megatron, "
                       "with the bf16 gradient buffer of NeMo's performance recipes), deepspeed (Megatron-DeepSpeed: "
                       "as megatron, plus the bf16 gradients its pipeline engine keeps) or torch (autoplan launch's "
-                      "job: FSDP2, PyTorch TP/SP; the default with --launchable) or torchtitan (as torch, with "
-                      "the loss on vocabulary-sharded logits under TP). It changes the accounting "
-                      "only; --launchable also restricts the search to what the job applies."),
+                      "job: FSDP2, PyTorch TP/SP) or torchtitan (as torch, with "
+                      "the loss on vocabulary-sharded logits under TP). plan searches exactly what it runs "
+                      "(costmodels/capabilities.py)."),
     click.option("--moe-imbalance", type=click.FloatRange(min=1.0), default=None,
                  help="MoE models: tokens of the busiest expert rank over the even share (1 + MaxVio, Wang et "
                       "al. 2024; default 1.0, the force-balanced routing of vendor benchmarks)."),
@@ -140,17 +140,74 @@ def split_options(func: Callable) -> Callable:
                              "default: balanced (plan: refined). --layers-per-stage is the same option.")(func)
 
 
+def _int_list(ctx: Any, param: Any, value: str | None) -> tuple[int, ...] | None:
+    """``--tp 1,2,4`` -> (1, 2, 4); a non-integer is a ``BadParameter`` naming the option."""
+    if value is None:
+        return None
+    try:
+        return tuple(int(v) for v in value.split(","))
+    except ValueError:
+        raise click.BadParameter(f"expected comma-separated integers such as 1,2,4, got {value!r}") from None
+
+
+def _name_list(ctx: Any, param: Any, value: str | None) -> tuple[str, ...] | None:
+    return None if value is None else tuple(v.strip() for v in value.split(","))
+
+
+NARROWING_OPTIONS: list[Callable] = [
+    click.option("--runtime-version", default=None,
+                 help="Release of --runtime whose capability table is searched (costmodels/capabilities.py); "
+                      "default its latest."),
+    *(click.option(f"--{name}", key, default=None, metavar="N,N,...", callback=_int_list, help=text)
+      for name, key, text in (
+          ("tp", "tp", "Tensor-parallel degrees to search (default: all the runtime runs)."),
+          ("pp", "pp", "Pipeline-parallel degrees to search."),
+          ("cp", "cp", "Context-parallel degrees to search."),
+          ("ep", "ep", "Expert-parallel degrees to search."),
+          ("virtual-stages", "virtual_stages", "Model chunks per pipeline rank to search (pp > 1)."),
+          ("micro-batch-sizes", "micro_batch_sizes", "Micro-batch sizes to search."),
+          ("zero-stages", "zero_stages", "ZeRO stages to search (those the runtime runs)."))),
+    click.option("--schedules", default=None, metavar="NAME,...", callback=_name_list,
+                 help="Pipeline schedules to search (those the runtime runs)."),
+    click.option("--recompute-modes", default=None, metavar="NAME,...", callback=_name_list,
+                 help="Recomputation modes to search (those the runtime runs)."),
+    click.option("--no-offload", "no_offload", is_flag=True, help="Never offload optimizer states."),
+]
+
+
+def narrowing_options(func: Callable) -> Callable:
+    for option in reversed(NARROWING_OPTIONS):
+        func = option(func)
+    return func
+
+
+_NARROWING_KEYS = ("tp", "pp", "cp", "ep", "virtual_stages", "micro_batch_sizes", "zero_stages", "schedules",
+                   "recompute_modes")
+
+
+def _narrowing_kwargs(kw: dict[str, Any], runtime: str) -> dict[str, Any]:
+    """The narrowing options as ``planner.plan`` keywords, checked against ``runtime``'s table first
+    so a refusal names the flag (``--tp``), not the API keyword."""
+    from costmodels.capabilities import capabilities
+    from planner.search.runtime_space import check_narrowing, flag_name, narrowing_from
+
+    out = {key: kw.pop(key) for key in _NARROWING_KEYS}
+    out = {key: value for key, value in out.items() if value is not None}
+    out["allow_offload"] = not kw.pop("no_offload")
+    version = kw.pop("runtime_version")
+    table = capabilities(runtime, version)
+    check_narrowing(table, narrowing_from(out, flag_name), flag_name)
+    return {**out, "runtime_version": version}
+
+
 @click.command("plan")
 @job_options
 @split_options
+@narrowing_options
 @click.option("--top", "top_k", type=click.IntRange(min=1), default=5, show_default=True,
               help="Alternatives to list (best layout of each next-best mesh).")
 @click.option("--allow-cross-node-tp", is_flag=True, help="Let tensor parallel span nodes.")
-@click.option("--launchable", is_flag=True,
-              help="Rarely needed: keep out the few layouts 'autoplan launch' still refuses (the rule launch "
-                   "checks, planner/search/launchable.py: fewer micro-batches than pp, tp not "
-                   "dividing the kv heads, and what README 'From a plan to a running job' lists), "
-                   "costed as its job runs them (--runtime torch).")
+@click.option("--launchable", is_flag=True, help="Deprecated: the same as --runtime torch.")
 @click.option("--solver", type=click.Choice(["search", "brute-force"]), default="search", show_default=True,
               help="search: exact branch and bound; brute-force: evaluate every layout (slow, for checking).")
 @click.option("--plot", "plot_dir", type=click.Path(file_okay=False), default=None,
@@ -170,9 +227,13 @@ def plan_command(fmt: str, out: str | None, top_k: int, allow_cross_node_tp: boo
         from costmodels.stage_split import parse_layers
 
         split = parse_layers(layers_per_chunk) if layers_per_chunk is not None else ()
+        if launchable:
+            click.echo("warning: --launchable is deprecated; it means --runtime torch", err=True)
+        runtime = kw["runtime"] or ("torch" if launchable else "megatron")
+        narrowing = _narrowing_kwargs(kw, runtime)
         report = api.plan(top_k=top_k, solver=solver, allow_cross_node_tp=allow_cross_node_tp, launchable=launchable,
                           layers_per_chunk=split, first_stage_layers=first_stage_layers,
-                          last_stage_layers=last_stage_layers, **_job_kwargs(kw))
+                          last_stage_layers=last_stage_layers, **narrowing, **_job_kwargs(kw))
         _warn(report.warnings)
         plan_file = report.to_plan_file()
         timed = report.to_plan_file(with_timing=True)

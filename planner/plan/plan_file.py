@@ -16,6 +16,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from costmodels.capabilities import Narrowing
 from costmodels.layout import Layout
 from costmodels.model_spec import ModelSpec, model_from_dict, model_to_dict
 from costmodels.training import TrainingSpec
@@ -67,6 +68,16 @@ def _optional(value: Any, default: Any) -> Any:
     return default if value is None else value
 
 
+def _narrowing(raw: dict | None, where: str) -> dict | None:
+    """``inputs.narrowing`` checked by ``Narrowing.from_dict`` and kept in its canonical form."""
+    if raw is None:
+        return None
+    try:
+        return Narrowing.from_dict(raw).to_dict()
+    except (TypeError, ValueError) as e:
+        raise PlanFileError(f"{where}: {e}") from None
+
+
 def _training(raw: dict) -> TrainingSpec:
     values = dict(raw)
     if "lora_targets" in values:
@@ -102,6 +113,13 @@ class PlanInputs:
     """``plan --first-stage-layers`` (Megatron's form); None when not given."""
     last_stage_layers: int | None = None
     """``plan --last-stage-layers``; None when not given."""
+    runtime_version: str | None = None
+    """The release of ``training.runtime`` whose capability table was searched (``plan
+    --runtime-version``, default the table's latest); None in an ``evaluate`` plan file and in plan
+    files written before runtimes had versions (read as the latest)."""
+    narrowing: dict[str, Any] | None = None
+    """How the user narrowed the runtime's space (``costmodels.capabilities.Narrowing.to_dict``:
+    ``{"tp": [1, 2], "schedules": ["1f1b"], "allow_offload": false, ...}``); None when not narrowed."""
 
     @classmethod
     def from_dict(cls, raw: Any, where: str = "inputs") -> "PlanInputs":
@@ -137,7 +155,9 @@ class PlanInputs:
                    profile_device_mismatch=None if problems is None else tuple(problems),
                    layers_per_chunk=None if split is None else tuple(split),
                    first_stage_layers=_get(raw, "first_stage_layers", where, int, optional=True),
-                   last_stage_layers=_get(raw, "last_stage_layers", where, int, optional=True))
+                   last_stage_layers=_get(raw, "last_stage_layers", where, int, optional=True),
+                   runtime_version=_get(raw, "runtime_version", where, str, optional=True),
+                   narrowing=_narrowing(_get(raw, "narrowing", where, dict, optional=True), f"{where}.narrowing"))
 
     def to_dict(self) -> dict[str, Any]:
         t = self.training
@@ -154,7 +174,8 @@ class PlanInputs:
                                "hardware": self.hardware, "gpus": self.gpus, "gpus_per_node": self.gpus_per_node,
                                "training": training, "memory_fraction": self.memory_fraction,
                                "profile": self.profile}
-        for key in ("top_k", "allow_cross_node_tp", "launchable", "module", "first_stage_layers", "last_stage_layers"):
+        for key in ("top_k", "allow_cross_node_tp", "launchable", "module", "first_stage_layers", "last_stage_layers",
+                    "runtime_version", "narrowing"):
             if getattr(self, key) is not None:
                 out[key] = getattr(self, key)
         if self.layers_per_chunk is not None:

@@ -7,6 +7,7 @@ from rich.console import Console
 from rich.table import Table
 
 from costmodels.breakdown import MEMORY_TERMS, TIME_TERMS
+from costmodels.capabilities import capabilities, runtime_summary
 from costmodels.layout import Layout
 from costmodels.stage_split import describe_split
 
@@ -197,12 +198,19 @@ def tie_band_line(search: SearchStats) -> str:
     return f"tie band {search.tie_band:.1%}{source}"
 
 
+def _version(inputs: "PlanInputs") -> str:
+    """The runtime release a plan was searched for (older plan files: the table's latest)."""
+    return capabilities(inputs.training.runtime, inputs.runtime_version).latest
+
+
 def print_report(console: Console, report: PlanFile) -> None:
     """A whole plan file: inputs, best plan, alternatives, search statistics, or the closest misses."""
     i, t = report.inputs, report.inputs.training
     console.print(f"[bold]{i.model}[/bold] on {i.gpus} x {i.hardware} ({i.gpus_per_node} per node) · "
                   f"global batch {t.global_batch_size} x {t.seq_len} tokens · {t.recipe.name} · {t.optimizer}"
-                  + (f" · LoRA r={t.lora_rank}" if t.lora_rank else ""))
+                  + (f" · LoRA r={t.lora_rank}" if t.lora_rank else "") + f" · {t.runtime} {_version(i)}")
+    console.print(runtime_summary(t.runtime, i.runtime_version, report.best.layout if report.best else None),
+                  style="dim")
     if i.module:
         shape = list(i.input_shape) if i.input_shape is not None else None
         console.print(f"user model {i.module} (input shape {shape})")

@@ -177,7 +177,7 @@ def _solve(cost_model: CostModel, num_gpus: int, gpus_per_node: int, options: Se
         states = state_choices(mesh, gpus_per_node, options, model, training)
         num_scheds = num_schedule_choices(mesh, model, training, options, pipes)
         total += num_scheds * len(states)
-        if num_scheds:  # stage 0: the mean floor; a state adds at least the per-step overhead
+        if num_scheds and states:  # stage 0: the mean floor; a state adds at least the per-step overhead
             floor_s = _mesh_floor_s(cost_model, mesh, states[0], pipes, options)
             floor_s += cost_model.assumptions.step_overhead_s
             heapq.heappush(work, (floor_s, order, 0, mesh, (states, num_scheds), pipes))

@@ -62,6 +62,22 @@ class SearchOptions:
     """Megatron's uneven form (``costmodels.stage_split.first_last_split``), applied at every pp and v
     that admits it; pipelines that do not are skipped."""
     last_stage_layers: int | None = None
+    pipelined_zero_stages: tuple[int, ...] = (0, 1, 2, 3)
+    """ZeRO stages searched with pp > 1 (``RuntimeCapabilities.pipelined_zero_stages``: DeepSpeed's
+    pipeline engine and Megatron's distributed optimizer stop at ZeRO-1)."""
+    allow_offload: bool = True
+    """Search optimizer offload (``Layout.optimizer_offload``) on as well as off."""
+    cp_chunks_per_rank: int = 1
+    """cp is searched only where seq-len divides by this times cp (2: load-balanced ring attention)."""
+    tp_degrees: tuple[int, ...] = ()
+    """Tensor-parallel degrees searched; () = every degree the model and cluster allow. Likewise
+    ``pp_degrees``, ``cp_degrees``, ``ep_degrees``, ``virtual_stages`` (pipelines with pp > 1 only)
+    and ``micro_batch_sizes``."""
+    pp_degrees: tuple[int, ...] = ()
+    cp_degrees: tuple[int, ...] = ()
+    ep_degrees: tuple[int, ...] = ()
+    virtual_stages: tuple[int, ...] = ()
+    micro_batch_sizes: tuple[int, ...] = ()
 
     @property
     def fixed_split(self) -> bool:
@@ -77,7 +93,8 @@ def overlap_searched(device_type: str) -> bool:
 
 
 LAUNCHABLE = dict(launchable=True)
-"""Options that keep the search to what ``autoplan launch`` applies."""
+"""Options that keep the search to what ``autoplan launch`` applies (``runtime_space.search_options``
+sets it for the torch runtime, with the rest of that runtime's table)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -163,28 +180,35 @@ def mesh_choices(model: ModelSpec, training: TrainingSpec, num_gpus: int, gpus_p
     """Every (dp, tp, pp, cp, ep) the model, batch and cluster allow, in a fixed order."""
     out = []
     for tp in divisors(num_gpus):
-        if model.num_attention_heads % tp or (tp > gpus_per_node and not options.allow_cross_node_tp):
+        if model.num_attention_heads % tp or (tp > gpus_per_node and not options.allow_cross_node_tp) \
+                or not _allowed(tp, options.tp_degrees):
             continue
         for pp in divisors(num_gpus // tp):
-            if pp > model.num_layers:
+            if pp > model.num_layers or not _allowed(pp, options.pp_degrees):
                 continue
             for cp in divisors(num_gpus // (tp * pp)):
-                if training.seq_len % cp:
+                if training.seq_len % (cp if cp == 1 else cp * options.cp_chunks_per_rank) \
+                        or not _allowed(cp, options.cp_degrees):
                     continue
                 dp = num_gpus // (tp * pp * cp)
                 if training.global_batch_size % dp:
                     continue
-                for ep in _expert_degrees(model, dp):
+                for ep in _expert_degrees(model, dp, options.ep_degrees):
                     mesh = MeshChoice(dp=dp, tp=tp, pp=pp, cp=cp, ep=ep)
                     if _launchable(options, model, training, mesh):
                         out.append(mesh)
     return out
 
 
-def _expert_degrees(model: ModelSpec, dp: int) -> list[int]:
+def _allowed(value: int, allowed: tuple[int, ...]) -> bool:
+    """Whether ``value`` is among ``allowed`` (() allows every value)."""
+    return not allowed or value in allowed
+
+
+def _expert_degrees(model: ModelSpec, dp: int, allowed: tuple[int, ...] = ()) -> list[int]:
     if model.moe is None:
-        return [1]
-    return [e for e in divisors(dp) if model.moe.num_experts % e == 0]
+        return [1] if _allowed(1, allowed) else []
+    return [e for e in divisors(dp) if model.moe.num_experts % e == 0 and _allowed(e, allowed)]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -198,9 +222,11 @@ class StateChoice:
 
 def state_choices(mesh: MeshChoice, gpus_per_node: int, options: SearchOptions, model: ModelSpec,
                   training: TrainingSpec) -> list[StateChoice]:
-    """ZeRO stages (only 0 without data parallelism), HSDP for ZeRO-3, offload on or off."""
+    """ZeRO stages (only 0 without data parallelism; with pp > 1 only ``options.pipelined_zero_stages``),
+    HSDP for ZeRO-3, offload on or off (``options.allow_offload``)."""
     group = mesh.dp * mesh.cp
-    stages = [z for z in options.zero_stages if group > 1 or z == 0]
+    stages = [z for z in options.zero_stages if (group > 1 or z == 0)
+              and (mesh.pp == 1 or z in options.pipelined_zero_stages)]
     out = []
     for zero in stages:
         shard_degrees = [0]
@@ -208,7 +234,7 @@ def state_choices(mesh: MeshChoice, gpus_per_node: int, options: SearchOptions, 
         if options.allow_hsdp and zero == 3 and 1 < node_share < mesh.dp and mesh.dp % node_share == 0:
             shard_degrees.append(node_share)
         for shard in shard_degrees:
-            for offload in (False, True):
+            for offload in ((False, True) if options.allow_offload else (False,)):
                 state = StateChoice(zero_stage=zero, hsdp_shard_degree=shard, optimizer_offload=offload)
                 if _launchable(options, model, training, mesh, state=state):
                     out.append(state)
@@ -248,6 +274,8 @@ def pipeline_choices(mesh: MeshChoice, model: ModelSpec, training: TrainingSpec,
     interleaved = [v for v in divisors(-(-model.num_layers // mesh.pp)) if v > 1]
     out = []
     for b in divisors(per_replica):
+        if not _allowed(b, options.micro_batch_sizes):
+            continue
         m = per_replica // b
         for schedule, v in _schedules(mesh, model, m, options, interleaved):
             split = _requested_split(options, model.num_layers, mesh.pp, v, schedule)
@@ -307,7 +335,8 @@ def _schedules(mesh: MeshChoice, model: ModelSpec, m: int, options: SearchOption
         else:
             chunks = [2] if schedule in MULTI_CHUNK_SCHEDULES else [1]
         for v in chunks:
-            if mesh.pp * v <= model.num_layers and not schedule_problems(schedule, mesh.pp, m, v):
+            if mesh.pp * v <= model.num_layers and _allowed(v, options.virtual_stages) \
+                    and not schedule_problems(schedule, mesh.pp, m, v):
                 yield schedule, v
 
 
@@ -385,10 +414,9 @@ def empty_space_reason(model: ModelSpec, training: TrainingSpec, num_gpus: int, 
                        options: SearchOptions) -> str:
     """Why ``mesh_choices`` found no mesh at all, as a fix-it sentence (no layout was searched)."""
     batch = training.global_batch_size
-    anything = SearchOptions(allow_cross_node_tp=options.allow_cross_node_tp, launchable=options.launchable)
     relaxed = TrainingSpec(global_batch_size=num_gpus, seq_len=training.seq_len, precision=training.precision,
                            optimizer=training.optimizer, runtime=training.runtime)
-    dps = sorted({m.dp for m in mesh_choices(model, relaxed, num_gpus, gpus_per_node, anything)})
+    dps = sorted({m.dp for m in mesh_choices(model, relaxed, num_gpus, gpus_per_node, options)})
     if not dps:
         return (f"no split of {num_gpus} GPUs into dp x tp x pp x cp suits {model.name} (tp must divide its "
                 f"{model.num_attention_heads} heads and fit in a node, pp <= {model.num_layers} layers, cp must "

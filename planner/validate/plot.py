@@ -131,12 +131,11 @@ def plot_memory(plan: PlanFile, cm: CostModel, out_dir: Path) -> list[Path]:
 
 def candidate_points(plan: PlanFile, cm: CostModel) -> list[tuple[float, float, bool]]:
     """(peak GiB, step s, fits) of the layouts of the plan's search space (sampled evenly)."""
-    from planner.search.space import LAUNCHABLE, SearchOptions, all_layouts, overlap_searched
+    from planner.search.runtime_space import plan_search_options
+    from planner.search.space import all_layouts
 
     inputs = plan.inputs
-    options = SearchOptions(allow_cross_node_tp=bool(inputs.allow_cross_node_tp),
-                            tp_comm_overlap=overlap_searched(cm.cluster.hardware.device_type),
-                            **(LAUNCHABLE if inputs.launchable else {}))
+    options = plan_search_options(inputs, cm.cluster.hardware.device_type)
     layouts = list(all_layouts(cm.model, cm.training, inputs.gpus, cm.cluster.gpus_per_node, options))
     stride = max(1, len(layouts) // MAX_POINTS)
     out = []

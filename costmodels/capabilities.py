@@ -1,0 +1,487 @@
+"""What each runtime runs: one capability table per target framework, pure data.
+
+A runtime is the framework that will run a plan, and one object with two halves (DESIGN.md): its
+accounting, ``costmodels.convention.RuntimeConvention`` (how it holds and syncs model states), and
+its capability table, here: the parallel degrees it composes, the sharding options, pipeline
+schedules, recomputation modes and overlaps it implements, each with the option that turns it on,
+the release that introduced it (among the releases the table knows) and the file of the
+framework's own source that defines it, read at the commit in ``RuntimeCapabilities.commit``.
+
+``plan`` searches exactly a table's space (``planner.search.runtime_space``) and ``launch`` writes
+the options named here. An overlap the cost model counts as on (``Feature.costed``) names in
+``Feature.option`` the options the export must set for the runtime to run it that way.
+
+Names follow autoplan's: degrees ``tp pp cp ep expert_tp virtual_stages``; schedules as
+``costmodels.layout.SCHEDULES``; recomputation as ``Layout.recompute``; overlaps
+``tp_comm_overlap`` (``Layout.tp_comm_overlap``), ``dp_overlap`` (data-parallel gradient reduction
+and parameter gathers hidden behind compute, ``costmodels.overlap.exposed_comm_s``) and
+``optimizer_offload`` (``Layout.optimizer_offload``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
+
+from hardware_specs.errors import SpecError
+
+if TYPE_CHECKING:
+    from .layout import Layout
+
+DEGREES = ("tp", "pp", "cp", "ep", "expert_tp", "virtual_stages")
+"""The parallel degrees a table may list."""
+OVERLAPS = ("tp_comm_overlap", "dp_overlap", "optimizer_offload")
+"""The overlaps and offloads a table may list."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Feature:
+    """One thing a runtime runs, and how it is asked for."""
+
+    name: str
+    """autoplan's name for it (a degree, schedule, recomputation mode or overlap)."""
+    option: str
+    """The framework's option(s) that turn it on, as its own parser spells them."""
+    since: str
+    """The first of ``RuntimeCapabilities.versions`` that has it."""
+    source: str
+    """File in the framework's repository that defines the option (at ``RuntimeCapabilities.commit``)."""
+    costed: bool = False
+    """Overlaps only: the cost model always counts it as on, so every export sets ``option``."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ShardingOption:
+    """One ZeRO stage (Rajbhandari et al., SC'20, Sec. 5) as the runtime implements it."""
+
+    zero_stage: int
+    """0 replicates everything; 1 shards optimizer states; 2 also gradients; 3 also parameters."""
+    option: str
+    """The framework's option(s) for it."""
+    since: str
+    """The first of ``RuntimeCapabilities.versions`` that has it."""
+    source: str
+    """File in the framework's repository that defines the option."""
+    pipelined: bool = True
+    """It composes with pipeline parallelism (pp > 1)."""
+    hsdp: bool = False
+    """It also runs hybrid-sharded (shard inside a node, replicate across: ``Layout.hsdp_shard_degree``)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RuntimeCapabilities:
+    """Everything one runtime can run, with the option and release of each part."""
+
+    runtime: str
+    """``TrainingSpec.runtime``: megatron, megatron-bridge, torchtitan, deepspeed or torch."""
+    framework: str
+    """What runs the plan, in words."""
+    repository: str
+    """Where its source is read (GitHub owner/name; autoplan for its own job)."""
+    commit: str
+    """The commit of ``repository`` the sources below were read at."""
+    versions: tuple[str, ...]
+    """Releases the table knows, oldest first; the last is the default ``runtime_version``."""
+    degrees: tuple[Feature, ...]
+    """Parallel degrees it composes (names from ``DEGREES``)."""
+    sharding: tuple[ShardingOption, ...]
+    """ZeRO stages it runs."""
+    schedules: tuple[Feature, ...]
+    """Pipeline schedules it runs (autoplan's names)."""
+    recompute: tuple[Feature, ...]
+    """Recomputation modes it runs (``none`` included)."""
+    overlaps: tuple[Feature, ...]
+    """Overlaps and offloads it runs (names from ``OVERLAPS``)."""
+    cp_chunks_per_rank: int = 1
+    """Context parallelism splits each sequence into this many chunks per cp rank (2: the
+    load-balanced zigzag of Megatron's and torch's ring attention), so seq-len must divide by it · cp."""
+    applies_launch_rule: bool = False
+    """Its space is further cut by ``planner.search.launchable.launch_problems`` (autoplan's own job)."""
+
+    @property
+    def latest(self) -> str:
+        return self.versions[-1]
+
+    def at(self, version: str) -> "RuntimeCapabilities":
+        """The table as of ``version``: the parts introduced in a later release dropped."""
+        self.check_version(version)
+        known = self.versions[:self.versions.index(version) + 1]
+        keep = lambda parts: tuple(p for p in parts if p.since in known)  # noqa: E731
+        return replace(self, versions=known, degrees=keep(self.degrees), sharding=keep(self.sharding),
+                       schedules=keep(self.schedules), recompute=keep(self.recompute), overlaps=keep(self.overlaps))
+
+    def check_version(self, version: str, label: str = "--runtime-version ") -> None:
+        """``label``: how the value is named in the error (``runtime_version=`` from the API)."""
+        if version not in self.versions:
+            raise SpecError(f"{label}{version!r}: {self.runtime} knows {', '.join(self.versions)}; "
+                            f"pick one (default {self.latest})")
+
+    def has(self, name: str) -> bool:
+        """Whether a degree, schedule, recomputation mode or overlap of this name is in the table."""
+        return any(f.name == name for f in self.degrees + self.schedules + self.recompute + self.overlaps)
+
+    def feature(self, name: str) -> Feature | None:
+        return next((f for f in self.degrees + self.schedules + self.recompute + self.overlaps if f.name == name), None)
+
+    def names(self, part: str) -> tuple[str, ...]:
+        """The names in one part: ``degrees``, ``schedules``, ``recompute`` or ``overlaps``."""
+        return tuple(f.name for f in getattr(self, part))
+
+    @property
+    def zero_stages(self) -> tuple[int, ...]:
+        return tuple(sorted({s.zero_stage for s in self.sharding}))
+
+    @property
+    def pipelined_zero_stages(self) -> tuple[int, ...]:
+        return tuple(sorted({s.zero_stage for s in self.sharding if s.pipelined}))
+
+    @property
+    def hsdp(self) -> bool:
+        return any(s.hsdp for s in self.sharding)
+
+
+_MLM_ARGS = "megatron/training/arguments.py"
+_MLM_DDP = "megatron/core/distributed/distributed_data_parallel_config.py"
+_MLM_MPC = "megatron/core/model_parallel_config.py"
+_MLM_TC = "megatron/core/transformer/transformer_config.py"
+
+MEGATRON = RuntimeCapabilities(
+    runtime="megatron",
+    framework="Megatron-LM (Megatron-Core) pretrain_gpt.py",
+    repository="NVIDIA/Megatron-LM",
+    commit="d98e8a64ddf34856e74b24714e3bedb2f5a39553",
+    versions=("core_v0.12.0", "core_v0.13.0", "core_v0.14.0", "core_v0.15.0", "core_v0.16.0", "core_v0.17.0",
+              "core_v0.18.0", "core_v0.19.0"),
+    degrees=(
+        Feature(name="tp", option="--tensor-model-parallel-size", since="core_v0.12.0", source=_MLM_MPC),
+        Feature(name="pp", option="--pipeline-model-parallel-size", since="core_v0.12.0", source=_MLM_MPC),
+        Feature(name="cp", option="--context-parallel-size", since="core_v0.12.0", source=_MLM_MPC),
+        Feature(name="ep", option="--expert-model-parallel-size", since="core_v0.12.0", source=_MLM_MPC),
+        Feature(name="expert_tp", option="--expert-tensor-parallel-size", since="core_v0.12.0", source=_MLM_MPC),
+        Feature(name="virtual_stages", option="--num-virtual-stages-per-pipeline-rank", since="core_v0.12.0",
+                source=_MLM_ARGS),
+    ),
+    sharding=(
+        ShardingOption(zero_stage=0, option="(DDP, no flag)", since="core_v0.12.0", source=_MLM_DDP),
+        # The distributed optimizer shards the fp32 main parameters and Adam states only: every rank
+        # keeps the full gradient buffer (costmodels.convention.MEGATRON's ZeRO-1 rule).
+        ShardingOption(zero_stage=1, option="--use-distributed-optimizer", since="core_v0.12.0", source=_MLM_DDP),
+        # Megatron-FSDP (--use-custom-fsdp in 0.12-0.13, renamed in 0.14). Not offered with pp > 1:
+        # its docs (docs/user-guide/features/megatron_fsdp.md) state no pipeline combination, so the
+        # table keeps to the one it shows (dp x tp x cp).
+        ShardingOption(zero_stage=2, option="--use-megatron-fsdp --data-parallel-sharding-strategy optim_grads",
+                       since="core_v0.14.0", source=_MLM_ARGS, pipelined=False),
+        ShardingOption(zero_stage=3, option="--use-megatron-fsdp --data-parallel-sharding-strategy "
+                       "optim_grads_params", since="core_v0.14.0", source=_MLM_ARGS, pipelined=False),
+    ),
+    schedules=(
+        Feature(name="1f1b", option="--pipeline-model-parallel-size P", since="core_v0.12.0",
+                source="megatron/core/pipeline_parallel/schedules.py"),
+        Feature(name="interleaved", option="--num-virtual-stages-per-pipeline-rank V", since="core_v0.12.0",
+                source="megatron/core/pipeline_parallel/schedules.py"),
+    ),
+    recompute=(
+        Feature(name="none", option="(no flag)", since="core_v0.12.0", source=_MLM_TC),
+        Feature(name="selective", option="--recompute-granularity selective", since="core_v0.12.0", source=_MLM_TC),
+        Feature(name="full", option="--recompute-granularity full --recompute-method uniform "
+                "--recompute-num-layers 1", since="core_v0.12.0", source=_MLM_TC),
+    ),
+    overlaps=(
+        Feature(name="tp_comm_overlap", option="--tp-comm-overlap", since="core_v0.12.0", source=_MLM_MPC),
+        # store_true, default False (arguments.py): the cost counts DP traffic as overlapped, so the
+        # export sets both (--overlap-param-gather only with the distributed optimizer).
+        Feature(name="dp_overlap", option="--overlap-grad-reduce --overlap-param-gather", since="core_v0.12.0",
+                source=_MLM_ARGS, costed=True),
+        Feature(name="optimizer_offload", option="--optimizer-cpu-offload", since="core_v0.12.0",
+                source="megatron/core/optimizer/optimizer_config.py"),
+    ),
+    cp_chunks_per_rank=2,  # arguments.py: "seq-length should be a multiple of 2 * context-parallel-size"
+)
+"""Megatron-LM's ``pretrain_gpt.py``: no GPipe or zero-bubble schedules (Megatron-Core runs 1F1B and
+interleaved 1F1B, ``get_forward_backward_func``); ZeRO-1 is the distributed optimizer."""
+
+
+_MB_CONFIG = "src/megatron/bridge/training/config.py"
+_MB_OVERLAP = "src/megatron/bridge/training/comm_overlap.py"
+
+MEGATRON_BRIDGE = replace(
+    MEGATRON,
+    runtime="megatron-bridge",
+    framework="NeMo 2 / Megatron-Bridge recipes (Megatron-Core)",
+    repository="NVIDIA-NeMo/Megatron-Bridge",
+    commit="067f987df03b8355b03192d88d70f1709fedf51a",
+    versions=("v0.5.0", "v0.6.0"),
+    degrees=tuple(Feature(name=f.name, option=f"model.{o}", since="v0.5.0", source=_MB_CONFIG)
+                  for f, o in zip(MEGATRON.degrees, ("tensor_model_parallel_size", "pipeline_model_parallel_size",
+                                                     "context_parallel_size", "expert_model_parallel_size",
+                                                     "expert_tensor_parallel_size",
+                                                     "virtual_pipeline_model_parallel_size"))),
+    sharding=(
+        ShardingOption(zero_stage=0, option="ddp.use_distributed_optimizer=False", since="v0.5.0", source=_MB_CONFIG),
+        ShardingOption(zero_stage=1, option="ddp.use_distributed_optimizer=True", since="v0.5.0", source=_MB_CONFIG),
+        ShardingOption(zero_stage=2, option="ddp.use_megatron_fsdp=True ddp.data_parallel_sharding_strategy="
+                       "optim_grads", since="v0.5.0", source=_MB_CONFIG, pipelined=False),
+        ShardingOption(zero_stage=3, option="ddp.use_megatron_fsdp=True ddp.data_parallel_sharding_strategy="
+                       "optim_grads_params", since="v0.5.0", source=_MB_CONFIG, pipelined=False),
+    ),
+    schedules=(
+        Feature(name="1f1b", option="model.pipeline_model_parallel_size", since="v0.5.0", source=_MB_CONFIG),
+        Feature(name="interleaved", option="model.virtual_pipeline_model_parallel_size", since="v0.5.0",
+                source=_MB_CONFIG),
+    ),
+    recompute=(
+        Feature(name="none", option="model.recompute_granularity=None", since="v0.5.0", source=_MB_CONFIG),
+        Feature(name="selective", option="model.recompute_granularity=selective", since="v0.5.0", source=_MB_CONFIG),
+        Feature(name="full", option="model.recompute_granularity=full model.recompute_method=uniform "
+                "model.recompute_num_layers=1", since="v0.5.0", source=_MB_CONFIG),
+    ),
+    overlaps=(
+        Feature(name="tp_comm_overlap", option="comm_overlap.tp_comm_overlap=True", since="v0.5.0",
+                source=_MB_OVERLAP),
+        Feature(name="dp_overlap", option="comm_overlap.overlap_grad_reduce=True "
+                "comm_overlap.overlap_param_gather=True", since="v0.5.0", source=_MB_OVERLAP, costed=True),
+        Feature(name="optimizer_offload", option="optimizer.optimizer_cpu_offload=True", since="v0.5.0",
+                source=_MB_CONFIG),
+    ),
+)
+"""Megatron-Core configured through Megatron-Bridge's ``ConfigContainer`` (what runs is Megatron-Core,
+so the space is ``MEGATRON``'s; option names are the recipe's config fields)."""
+
+
+_TT_CONFIG = "torchtitan/config/configs.py"
+_TT_PP = "torchtitan/distributed/pipeline_parallel.py"
+_TT_AC = "torchtitan/distributed/activation_checkpoint.py"
+
+TORCHTITAN = RuntimeCapabilities(
+    runtime="torchtitan",
+    framework="torchtitan (FSDP2, DTensor TP, torch.distributed.pipelining)",
+    repository="pytorch/torchtitan",
+    commit="b5bcd76c66d0acb1a08b176d9639425bc55e0b2a",
+    versions=("v0.2.0", "v0.2.1", "v0.2.2"),
+    degrees=(
+        Feature(name="tp", option="parallelism.tensor_parallel_degree", since="v0.2.0", source=_TT_CONFIG),
+        Feature(name="pp", option="parallelism.pipeline_parallel_degree", since="v0.2.0", source=_TT_CONFIG),
+        Feature(name="cp", option="parallelism.context_parallel_degree", since="v0.2.0", source=_TT_CONFIG),
+        Feature(name="ep", option="parallelism.expert_parallel_degree", since="v0.2.0", source=_TT_CONFIG),
+        Feature(name="expert_tp", option="parallelism.expert_tensor_parallel_degree", since="v0.2.0",
+                source=_TT_CONFIG),
+        Feature(name="virtual_stages", option="parallelism.pipeline_parallel_layers_per_stage", since="v0.2.0",
+                source=_TT_CONFIG),
+    ),
+    sharding=(
+        ShardingOption(zero_stage=0, option="parallelism.data_parallel_replicate_degree=DP "
+                       "data_parallel_shard_degree=1", since="v0.2.0", source=_TT_CONFIG),
+        # No ZeRO-1: FSDP2 reduce-scatters every micro-batch's gradients (the train loop has no no_sync).
+        ShardingOption(zero_stage=2, option="parallelism.fsdp_reshard_after_forward=never", since="v0.2.0",
+                       source=_TT_CONFIG),
+        ShardingOption(zero_stage=3, option="parallelism.fsdp_reshard_after_forward=always", since="v0.2.0",
+                       source=_TT_CONFIG, hsdp=True),
+    ),
+    schedules=(
+        Feature(name="1f1b", option="parallelism.pipeline_parallel_schedule=1F1B", since="v0.2.0", source=_TT_PP),
+        Feature(name="gpipe", option="parallelism.pipeline_parallel_schedule=GPipe", since="v0.2.0", source=_TT_PP),
+        Feature(name="interleaved", option="parallelism.pipeline_parallel_schedule=Interleaved1F1B", since="v0.2.0",
+                source=_TT_PP),
+        Feature(name="interleaved-zb", option="parallelism.pipeline_parallel_schedule=InterleavedZeroBubble",
+                since="v0.2.0", source=_TT_PP),
+        Feature(name="zb-v", option="parallelism.pipeline_parallel_schedule=ZBVZeroBubble", since="v0.2.0",
+                source=_TT_PP),
+        Feature(name="dualpipe-v", option="parallelism.pipeline_parallel_schedule=DualPipeV", since="v0.2.0",
+                source=_TT_PP),
+    ),
+    recompute=(
+        Feature(name="none", option="activation_checkpoint.mode=none", since="v0.2.0", source=_TT_AC),
+        Feature(name="full", option="activation_checkpoint.mode=full", since="v0.2.0", source=_TT_AC),
+        # torchtitan's "selective" with selective_ac_option=op is op-level SAC, not Korthikanti's
+        # attention-core recomputation (autoplan's "selective").
+        Feature(name="op-sac", option="activation_checkpoint.mode=selective selective_ac_option=op",
+                since="v0.2.0", source=_TT_AC),
+    ),
+    overlaps=(
+        Feature(name="tp_comm_overlap", option="compile.enable_async_tensor_parallel=true", since="v0.2.0",
+                source=_TT_CONFIG),
+        Feature(name="dp_overlap", option="(FSDP2 prefetching, always on)", since="v0.2.0", source=_TT_CONFIG,
+                costed=True),
+        Feature(name="optimizer_offload", option="training.enable_cpu_offload=true", since="v0.2.0",
+                source=_TT_CONFIG),
+    ),
+    cp_chunks_per_rank=2,
+)
+"""torchtitan's trainer. Async TP needs ``torch.compile`` and CUDA symmetric memory."""
+
+
+_DS_PIPE = "deepspeed/runtime/pipe/engine.py"
+_MDS_ARGS = "megatron/arguments.py (deepspeedai/Megatron-DeepSpeed@4efb479d5317ce9b86096b9d8e3e8030b0b5263b)"
+
+DEEPSPEED = RuntimeCapabilities(
+    runtime="deepspeed",
+    framework="Megatron-DeepSpeed under DeepSpeed's pipeline engine",
+    repository="deepspeedai/DeepSpeed",
+    commit="edaa7221267243c7be7fb49c5d5f5c4fb97b4641",
+    versions=("v0.19.5",),
+    degrees=(
+        Feature(name="tp", option="--tensor-model-parallel-size", since="v0.19.5", source=_MDS_ARGS),
+        Feature(name="pp", option="--pipeline-model-parallel-size", since="v0.19.5", source=_MDS_ARGS),
+        Feature(name="ep", option="--moe-expert-parallel-size", since="v0.19.5", source=_MDS_ARGS),
+    ),
+    sharding=(
+        ShardingOption(zero_stage=0, option="zero_optimization.stage=0", since="v0.19.5", source=_DS_PIPE),
+        ShardingOption(zero_stage=1, option="zero_optimization.stage=1", since="v0.19.5", source=_DS_PIPE),
+        # engine.py asserts zero_optimization_stage() < 2 under the pipeline engine ("ZeRO-2 and ZeRO-3
+        # are incompatible with pipeline parallelism"); at pp 1, --no-pipeline-parallel leaves it.
+        ShardingOption(zero_stage=2, option="zero_optimization.stage=2 --no-pipeline-parallel", since="v0.19.5",
+                       source=_DS_PIPE, pipelined=False),
+        ShardingOption(zero_stage=3, option="zero_optimization.stage=3 --no-pipeline-parallel", since="v0.19.5",
+                       source=_DS_PIPE, pipelined=False),
+    ),
+    schedules=(
+        Feature(name="1f1b", option="(PipelineEngine TrainSchedule)", since="v0.19.5",
+                source="deepspeed/runtime/pipe/schedule.py"),
+    ),
+    recompute=(
+        Feature(name="none", option="(no flag)", since="v0.19.5", source=_MDS_ARGS),
+        Feature(name="selective", option="--recompute-granularity selective", since="v0.19.5", source=_MDS_ARGS),
+        Feature(name="full", option="--checkpoint-activations", since="v0.19.5", source=_MDS_ARGS),
+    ),
+    overlaps=(
+        Feature(name="dp_overlap", option="zero_optimization.overlap_comm=true", since="v0.19.5",
+                source="deepspeed/runtime/zero/config.py", costed=True),
+    ),
+)
+"""Megatron-DeepSpeed: 1F1B only (the pipeline engine's ``TrainSchedule``); no context parallelism
+(its ``--ds-sequence-parallel-size`` is DeepSpeed-Ulysses, not costed here); no TP overlap; offload
+not searched (its ZeRO-Offload under the pipeline engine is not verified here)."""
+
+
+_JOB = "planner/launch/torchjob"
+
+TORCH = RuntimeCapabilities(
+    runtime="torch",
+    framework="autoplan's own torchrun job (FSDP2, DTensor TP/SP, torch.distributed.pipelining)",
+    repository="autoplan",
+    commit="(this repository)",
+    versions=("2.13",),
+    degrees=tuple(Feature(name=n, option=f"layout.{n}", since="2.13", source=f"{_JOB}/parallel.py")
+                  for n in ("tp", "pp", "cp", "ep", "virtual_stages")),
+    sharding=(
+        ShardingOption(zero_stage=0, option="replicate", since="2.13", source=f"{_JOB}/convention.py"),
+        ShardingOption(zero_stage=1, option="fully_shard, reduce after the last micro-batch", since="2.13",
+                       source=f"{_JOB}/convention.py"),
+        ShardingOption(zero_stage=2, option="fully_shard(reshard_after_forward=False)", since="2.13",
+                       source=f"{_JOB}/convention.py"),
+        ShardingOption(zero_stage=3, option="fully_shard(reshard_after_forward=True)", since="2.13",
+                       source=f"{_JOB}/convention.py", hsdp=True),
+    ),
+    schedules=tuple(Feature(name=n, option=f"torch.distributed.pipelining {c}", since="2.13",
+                            source=f"{_JOB}/pipelining.py")
+                    for n, c in (("1f1b", "Schedule1F1B"), ("gpipe", "ScheduleGPipe"),
+                                 ("interleaved", "ScheduleInterleaved1F1B"), ("zb-h1", "ScheduleInterleavedZeroBubble, one stage per rank"),
+                                 ("interleaved-zb", "ScheduleInterleavedZeroBubble"),
+                                 ("zb-v", "ScheduleZBVZeroBubble"), ("dualpipe-v", "ScheduleDualPipeV"))),
+    recompute=tuple(Feature(name=n, option=f"layout.recompute={n}", since="2.13", source=f"{_JOB}/parallel.py")
+                    for n in ("none", "selective", "full")),
+    overlaps=(
+        Feature(name="dp_overlap", option="(FSDP2 prefetching, always on)", since="2.13",
+                source=f"{_JOB}/parallel.py", costed=True),
+        Feature(name="optimizer_offload", option="CPUOffloadPolicy", since="2.13", source=f"{_JOB}/parallel.py"),
+    ),
+    cp_chunks_per_rank=2,
+    applies_launch_rule=True,
+)
+"""The job ``autoplan launch`` writes; what it cannot apply to a given model is
+``planner.search.launchable.launch_problems``."""
+
+
+CAPABILITIES: dict[str, RuntimeCapabilities] = {c.runtime: c for c in (MEGATRON, MEGATRON_BRIDGE, TORCHTITAN,
+                                                                        DEEPSPEED, TORCH)}
+"""The capability table of each ``TrainingSpec.runtime`` name."""
+
+
+def capabilities(runtime: str, version: str | None = None, label: str = "--runtime-version ") -> RuntimeCapabilities:
+    """The table of ``runtime`` as of ``version`` (None: its latest); ``label`` names the version in errors."""
+    if runtime not in CAPABILITIES:
+        raise SpecError(f"--runtime {runtime!r}: known runtimes are {', '.join(CAPABILITIES)}")
+    table = CAPABILITIES[runtime]
+    version = table.latest if version is None else version
+    table.check_version(version, label)
+    return table.at(version)
+
+
+NARROWING_INTS = ("tp", "pp", "cp", "ep", "virtual_stages", "micro_batch_sizes", "zero_stages")
+NARROWING_NAMES = ("schedules", "recompute_modes")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Narrowing:
+    """The part of a runtime's space the user asks to search (``plan --tp 1,2 ...``); an empty
+    tuple leaves that part as the table has it."""
+
+    tp: tuple[int, ...] = ()
+    """Tensor-parallel degrees allowed."""
+    pp: tuple[int, ...] = ()
+    """Pipeline-parallel degrees allowed."""
+    cp: tuple[int, ...] = ()
+    """Context-parallel degrees allowed."""
+    ep: tuple[int, ...] = ()
+    """Expert-parallel degrees allowed."""
+    virtual_stages: tuple[int, ...] = ()
+    """Model chunks per pipeline rank allowed (pipelines with pp > 1)."""
+    micro_batch_sizes: tuple[int, ...] = ()
+    """Sequences per micro-batch allowed."""
+    zero_stages: tuple[int, ...] = ()
+    """ZeRO stages allowed (0-3)."""
+    schedules: tuple[str, ...] = ()
+    """Pipeline schedules allowed (``costmodels.layout.SCHEDULES`` names)."""
+    recompute_modes: tuple[str, ...] = ()
+    """Recomputation modes allowed (``Layout.recompute`` names)."""
+    allow_offload: bool = True
+    """False: never offload optimizer states."""
+
+    def to_dict(self) -> dict:
+        """The parts the user narrowed (the plan file's ``inputs.narrowing``)."""
+        out: dict = {k: list(getattr(self, k)) for k in NARROWING_INTS + NARROWING_NAMES if getattr(self, k)}
+        if not self.allow_offload:
+            out["allow_offload"] = False
+        return out
+
+    @classmethod
+    def from_dict(cls, raw: dict) -> "Narrowing":
+        """Inverse of ``to_dict``; raises ``TypeError``/``ValueError`` on a malformed value."""
+        unknown = sorted(set(raw) - set(NARROWING_INTS + NARROWING_NAMES + ("allow_offload",)))
+        if unknown:
+            raise ValueError(f"unknown key {unknown[0]!r}")
+        values: dict = {}
+        for key, value in raw.items():
+            if key == "allow_offload":
+                if not isinstance(value, bool):
+                    raise ValueError("allow_offload: expected true or false")
+                values[key] = value
+                continue
+            kind = int if key in NARROWING_INTS else str
+            if not isinstance(value, list) or not all(isinstance(v, kind) and not isinstance(v, bool) for v in value):
+                raise ValueError(f"{key}: expected a list of {'integers' if kind is int else 'names'}")
+            values[key] = tuple(value)
+        return cls(**values)
+
+
+def features_used(table: RuntimeCapabilities, layout: "Layout") -> tuple[Feature | ShardingOption, ...]:
+    """The table's entries ``layout`` turns on (the options an export must set to run it as costed):
+    its ZeRO stage's sharding option, its schedule (pp > 1), its recomputation mode, TP overlap and
+    optimizer offload when on, and every overlap the cost model always counts (``Feature.costed``)."""
+    out: list[Feature | ShardingOption] = [s for s in table.sharding if s.zero_stage == layout.zero_stage][:1]
+    if layout.pp > 1:
+        out += [f for f in table.schedules if f.name == layout.schedule]
+    out += [f for f in table.recompute if f.name == layout.recompute and f.name != "none"]
+    out += [f for f in table.overlaps if f.costed
+            or (f.name == "tp_comm_overlap" and layout.tp_comm_overlap)
+            or (f.name == "optimizer_offload" and layout.optimizer_offload)]
+    return tuple(out)
+
+
+def runtime_summary(runtime: str, version: str | None, layout: "Layout | None") -> str:
+    """One line: the runtime, its version, and the options ``layout`` turns on."""
+    table = capabilities(runtime, version)
+    line = f"runtime {runtime} {table.latest} ({table.framework})"
+    if layout is not None:
+        line += "; turns on: " + "; ".join(f.option for f in features_used(table, layout))
+    return line

@@ -1,0 +1,118 @@
+"""The search space of a runtime: its capability table (``costmodels.capabilities``) narrowed by the user.
+
+``search_options`` turns a table plus a ``Narrowing`` into the ``SearchOptions`` the solvers walk,
+so ``plan`` searches exactly the layouts the runtime runs; ``check_narrowing`` refuses, where it
+enters, a value the runtime cannot run, naming the option (``--tp`` on the CLI, ``tp=`` in the API).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from costmodels.capabilities import NARROWING_INTS, NARROWING_NAMES, Narrowing, RuntimeCapabilities
+from hardware_specs.errors import AutoplanError
+
+from .space import SearchOptions, overlap_searched
+
+
+class NarrowingError(AutoplanError):
+    """A narrowing option the runtime cannot run, or a malformed one."""
+
+
+def flag_name(field: str) -> str:
+    """The CLI option of a ``Narrowing`` field: ``--tp``, ``--micro-batch-sizes``."""
+    return "--" + field.replace("_", "-")
+
+
+def parameter_name(field: str) -> str:
+    """The API keyword of a ``Narrowing`` field: ``tp=``."""
+    return field + "="
+
+
+_DEGREE_OF = {"tp": "tp", "pp": "pp", "cp": "cp", "ep": "ep", "virtual_stages": "virtual_stages"}
+
+
+def narrowing_from(values: dict[str, Any], name: Callable[[str], str] = parameter_name) -> Narrowing:
+    """A ``Narrowing`` from keyword values (None = not narrowed), each checked for its type."""
+    out: dict[str, Any] = {}
+    for key in NARROWING_INTS + NARROWING_NAMES:
+        value = values.get(key)
+        if value is None:
+            continue
+        kind = int if key in NARROWING_INTS else str
+        if isinstance(value, (str, int)) or not all(isinstance(v, kind) and not isinstance(v, bool) for v in value):
+            raise NarrowingError(f"{name(key)} expected a list of {'integers' if kind is int else 'names'}, "
+                                 f"got {value!r}")
+        if not value:
+            raise NarrowingError(f"{name(key)} is empty; leave it out to search every value")
+        if kind is int and min(value) < (0 if key == "zero_stages" else 1):
+            raise NarrowingError(f"{name(key)} values must be positive, got {list(value)}")
+        out[key] = tuple(sorted(set(value))) if kind is int else tuple(dict.fromkeys(value))
+    offload = values.get("allow_offload", True)
+    if not isinstance(offload, bool):
+        raise NarrowingError(f"{name('allow_offload')} must be true or false, got {offload!r}")
+    return Narrowing(**out, allow_offload=offload)
+
+
+def check_narrowing(table: RuntimeCapabilities, narrowing: Narrowing,
+                    name: Callable[[str], str] = parameter_name) -> None:
+    """Refuse any value the runtime's table does not run, naming the option and what it supports."""
+    who = f"{table.runtime} {table.latest}"
+    for key, degree in _DEGREE_OF.items():
+        values = getattr(narrowing, key)
+        if any(v > 1 for v in values) and not table.has(degree):
+            raise NarrowingError(f"{name(key)} {_show(values)}: {who} does not run {degree} > 1 "
+                                 f"(it composes {', '.join(table.names('degrees'))}); use 1 or leave it out")
+    for key, supported in (("schedules", table.names("schedules")), ("recompute_modes", table.names("recompute")),
+                           ("zero_stages", table.zero_stages)):
+        bad = [v for v in getattr(narrowing, key) if v not in supported]
+        if bad:
+            raise NarrowingError(f"{name(key)} {_show(bad)}: {who} runs {_show(supported)}")
+
+
+def _show(values: tuple | list) -> str:
+    return ",".join(str(v) for v in values)
+
+
+def search_options(table: RuntimeCapabilities, narrowing: Narrowing, device_type: str,
+                   **base: Any) -> SearchOptions:
+    """The ``SearchOptions`` of ``table`` narrowed by ``narrowing`` (checked with ``check_narrowing``),
+    on a device of ``device_type``; ``base``: the options no table decides (cross-node tp, split)."""
+    def degrees(key: str) -> tuple[int, ...]:
+        asked = getattr(narrowing, key)
+        return asked or (() if table.has(_DEGREE_OF[key]) else (1,))
+
+    return SearchOptions(
+        zero_stages=narrowing.zero_stages or table.zero_stages,
+        pipelined_zero_stages=table.pipelined_zero_stages,
+        schedules=narrowing.schedules or table.names("schedules"),
+        recompute_modes=narrowing.recompute_modes or table.names("recompute"),
+        allow_hsdp=table.hsdp,
+        tp_comm_overlap=table.has("tp_comm_overlap") and overlap_searched(device_type),
+        allow_offload=table.has("optimizer_offload") and narrowing.allow_offload,
+        cp_chunks_per_rank=table.cp_chunks_per_rank,
+        launchable=table.applies_launch_rule,
+        tp_degrees=degrees("tp"), pp_degrees=degrees("pp"), cp_degrees=degrees("cp"), ep_degrees=degrees("ep"),
+        virtual_stages=degrees("virtual_stages"), micro_batch_sizes=narrowing.micro_batch_sizes,
+        **base)
+
+
+def plan_search_options(inputs: Any, device_type: str) -> SearchOptions:
+    """The ``SearchOptions`` a plan file's ``inputs`` (``PlanInputs``) were searched with: its runtime's
+    table as of ``inputs.runtime_version`` (older files: the latest), its narrowing, its split options."""
+    from costmodels.capabilities import capabilities
+
+    runtime = "torch" if inputs.launchable else inputs.training.runtime
+    table = capabilities(runtime, inputs.runtime_version, label="inputs.runtime_version ")
+    narrowing = Narrowing.from_dict(inputs.narrowing or {})
+    return search_options(table, narrowing, device_type, allow_cross_node_tp=bool(inputs.allow_cross_node_tp),
+                          layers_per_chunk=tuple(inputs.layers_per_chunk or ()),
+                          first_stage_layers=inputs.first_stage_layers, last_stage_layers=inputs.last_stage_layers)
+
+
+def plan_narrowing_kwargs(inputs: Any) -> dict[str, Any]:
+    """The ``planner.plan`` keywords that reproduce a plan file's runtime version and narrowing."""
+    out: dict[str, Any] = dict(inputs.narrowing or {})
+    if inputs.runtime_version is not None:
+        out["runtime_version"] = inputs.runtime_version
+    return out

@@ -1,0 +1,175 @@
+"""Each runtime's search space is its capability table (costmodels/capabilities.py), narrowed by the user."""
+
+import json
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import planner
+from costmodels.capabilities import CAPABILITIES, Narrowing, capabilities, features_used
+from costmodels.estimate import CostModel
+from costmodels.job import Job
+from costmodels.presets import load_model
+from costmodels.training import TrainingSpec
+from hardware_specs import load_node, make_cluster
+from planner.launch.torchjob.convention import CONVENTIONS
+from planner.search.brute_force import solve_brute_force
+from planner.search.runtime_space import search_options
+from planner.search.solve import solve
+from planner.search.space import all_layouts
+
+ROOT = Path(__file__).resolve().parents[1]
+RUNTIMES = tuple(CAPABILITIES)
+
+
+def _allowed_by(table, layout):
+    """Why ``layout`` is outside ``table`` (None when inside)."""
+    degrees = table.names("degrees")
+    for name in ("tp", "pp", "cp", "ep"):
+        if getattr(layout, name) > 1 and name not in degrees:
+            return f"{name} {getattr(layout, name)}"
+    if layout.zero_stage not in table.zero_stages:
+        return f"zero {layout.zero_stage}"
+    if layout.pp > 1 and layout.zero_stage not in table.pipelined_zero_stages:
+        return f"zero {layout.zero_stage} with pp {layout.pp}"
+    if layout.pp > 1 and layout.schedule not in table.names("schedules"):
+        return f"schedule {layout.schedule}"
+    if layout.recompute not in table.names("recompute"):
+        return f"recompute {layout.recompute}"
+    if layout.tp_comm_overlap and not table.has("tp_comm_overlap"):
+        return "tp overlap"
+    if layout.optimizer_offload and not table.has("optimizer_offload"):
+        return "offload"
+    if layout.hsdp_shard_degree and not table.hsdp:
+        return "hsdp"
+    return None
+
+
+@pytest.mark.parametrize("runtime", RUNTIMES)
+def test_every_layout_of_a_runtime_space_is_in_its_table(runtime):
+    table = capabilities(runtime)
+    model = load_model("tiny-mixtral")
+    training = TrainingSpec(global_batch_size=8, seq_len=256, runtime=runtime)
+    options = search_options(table, Narrowing(), "cuda")
+    seen = set()
+    for layout in all_layouts(model, training, 8, 8, options):
+        assert _allowed_by(table, layout) is None, layout
+        seen.add((layout.zero_stage, layout.schedule if layout.pp > 1 else "-", layout.recompute))
+    # and the space is not trivially small: every stage and recompute mode of the table appears
+    assert {z for z, _, _ in seen} == set(table.zero_stages)
+    assert {r for _, _, r in seen} == set(table.names("recompute"))
+
+
+def test_megatron_offers_zero_2_and_3_only_with_megatron_fsdp_and_never_zero_bubble():
+    assert capabilities("megatron", "core_v0.13.0").zero_stages == (0, 1)  # before --use-megatron-fsdp
+    latest = capabilities("megatron")
+    assert latest.pipelined_zero_stages == (0, 1)  # the distributed optimizer is ZeRO-1
+    assert not set(latest.names("schedules")) & {"zb-h1", "interleaved-zb", "zb-v", "dualpipe-v", "gpipe"}
+    assert "--use-megatron-fsdp" in next(s.option for s in latest.sharding if s.zero_stage == 3)
+    report = planner.plan(model="llama3-8b", hardware="h100-sxm-80gb", gpus=8, global_batch=64, seq_len=8192,
+                          runtime="megatron", runtime_version="core_v0.13.0", top_k=8)
+    for entry in (report.best, *report.candidates):
+        assert entry.layout.zero_stage <= 1 and entry.layout.schedule in ("1f1b", "interleaved")
+    assert report.inputs.runtime_version == "core_v0.13.0"
+
+
+def test_unknown_runtime_version_is_one_line_naming_the_known_ones():
+    with pytest.raises(planner.SpecError, match=r"runtime_version='v9': torchtitan knows v0.2.0, v0.2.1, v0.2.2"):
+        planner.plan(model="tiny-llama", hardware="cpu", gpus=2, global_batch=4, seq_len=64, precision="fp32",
+                     runtime="torchtitan", runtime_version="v9")
+
+
+def _small_case(seed):
+    rng = random.Random(seed)
+    model = load_model(rng.choice(["tiny-llama", "tiny-gpt", "tiny-mixtral", "gpt3-1.3b"]))
+    gpus = rng.choice([2, 4, 8])
+    runtime = RUNTIMES[seed % len(RUNTIMES)]
+    training = TrainingSpec(global_batch_size=rng.choice([4, 8, 16]), seq_len=rng.choice([256, 512]),
+                            precision="bf16", runtime=runtime)
+    cluster = make_cluster(load_node(rng.choice(["a100-sxm-40gb", "h100-sxm-80gb"])), gpus)
+    return model, training, cluster, rng.choice([0.02, 0.1, 0.5, 0.95])
+
+
+@pytest.mark.parametrize("seed", range(15))
+def test_search_equals_brute_force_on_each_runtime_space(seed):
+    model, training, cluster, fraction = _small_case(seed)
+    table = capabilities(training.runtime)
+    options = search_options(table, Narrowing(), cluster.hardware.device_type)
+
+    def cm():
+        return CostModel(Job(model=model, training=training, cluster=cluster, memory_fraction=fraction,
+                             convention=CONVENTIONS[training.runtime]))
+
+    fast = solve(cm(), cluster.num_gpus, cluster.gpus_per_node, options, top_k=4)
+    slow = solve_brute_force(cm(), cluster.num_gpus, cluster.gpus_per_node, options, top_k=4)
+    assert [b.layout for b in fast.ranked] == [b.layout for b in slow.ranked]
+    assert fast.num_candidates == slow.num_candidates
+    assert all(_allowed_by(table, b.layout) is None for b in fast.ranked)
+
+
+NARROW = dict(tp=[1, 2], pp=[1, 2], schedules=["1f1b"], zero_stages=[1], recompute_modes=["full"],
+              micro_batch_sizes=[1], allow_offload=False)
+
+
+def test_api_narrowing_restricts_the_search_and_is_recorded():
+    job = dict(model="llama3-8b", hardware="h100-sxm-80gb", gpus=8, global_batch=64, seq_len=8192, top_k=10)
+    wide = planner.plan(**job)
+    narrow = planner.plan(**job, **NARROW)
+    assert narrow.search["space_size"] < wide.search["space_size"]
+    for entry in (narrow.best, *narrow.candidates):
+        L = entry.layout
+        assert L.tp in (1, 2) and L.pp in (1, 2) and L.zero_stage == 1 and L.recompute == "full"
+        assert L.micro_batch_size == 1 and not L.optimizer_offload and L.schedule == "1f1b"
+    recorded = narrow.to_plan_file().inputs.narrowing
+    assert recorded == {k: v for k, v in NARROW.items()}
+    from planner.plan.plan_file import PlanFile
+    again = PlanFile.from_json(narrow.to_plan_file().to_json())
+    assert again.inputs.narrowing == recorded and again.inputs.runtime_version == "core_v0.19.0"
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(zero_stages=[2], runtime="torchtitan", schedules=["zb-h1"]), r"schedules= zb-h1: torchtitan v0.2.2 runs"),
+    (dict(cp=[2], runtime="deepspeed"), r"cp= 2: deepspeed v0.19.5 does not run cp > 1"),
+    (dict(zero_stages=[1], runtime="torchtitan"), r"zero_stages= 1: torchtitan v0.2.2 runs 0,2,3"),
+    (dict(tp=4), r"tp= expected a list of integers"),
+    (dict(recompute_modes=["op-sac"]), r"recompute_modes= op-sac: megatron core_v0.19.0 runs none,selective,full"),
+])
+def test_api_refuses_what_the_runtime_cannot_run_naming_the_parameter(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        planner.plan(model="tiny-llama", hardware="h100-sxm-80gb", gpus=2, global_batch=4, seq_len=64, **kwargs)
+
+
+def _cli(*args):
+    return subprocess.run([sys.executable, "-c", "from planner.cli import main; main()", *args], cwd=ROOT,
+                          capture_output=True, text=True, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
+
+
+def test_cli_narrowing_as_a_real_subprocess_in_json():
+    run = _cli("plan", "--model", "tiny-llama", "--hardware", "h100-sxm-80gb", "--gpus", "4", "--global-batch", "8",
+               "--seq-len", "256", "--tp", "1,2", "--zero-stages", "0,1", "--no-offload", "--format", "json")
+    assert run.returncode == 0, run.stderr
+    plan = json.loads(run.stdout)
+    assert plan["inputs"]["narrowing"] == {"tp": [1, 2], "zero_stages": [0, 1], "allow_offload": False}
+    assert plan["inputs"]["runtime_version"] == "core_v0.19.0"
+    for entry in (plan["best"], *plan["candidates"]):
+        assert entry["layout"]["tp"] in (1, 2) and entry["layout"]["zero_stage"] in (0, 1)
+
+
+def test_cli_refusal_names_the_flag_and_launchable_warns_on_stderr_only():
+    run = _cli("plan", "--model", "tiny-llama", "--hardware", "h100-sxm-80gb", "--gpus", "4", "--global-batch", "8",
+               "--seq-len", "256", "--schedules", "zb-v")
+    assert run.returncode == 2 and run.stderr.strip().splitlines() == [
+        "error: --schedules zb-v: megatron core_v0.19.0 runs 1f1b,interleaved"]
+    run = _cli("plan", "--model", "tiny-llama", "--hardware", "cpu", "--gpus", "2", "--global-batch", "4",
+               "--seq-len", "64", "--precision", "fp32", "--launchable", "--format", "json")
+    assert run.returncode == 0, run.stderr
+    assert "deprecated" in run.stderr and json.loads(run.stdout)["inputs"]["training"]["runtime"] == "torch"
+
+
+def test_features_used_name_the_costed_dp_overlap_flags_for_megatron():
+    report = planner.plan(model="llama3-8b", hardware="h100-sxm-80gb", gpus=8, global_batch=64, seq_len=8192)
+    options = [f.option for f in features_used(capabilities("megatron"), report.best.layout)]
+    assert "--overlap-grad-reduce --overlap-param-gather" in options
