@@ -185,11 +185,13 @@ def plan_command(fmt: str, out: str | None, top_k: int, allow_cross_node_tp: boo
 
 def _why_nothing_searched(report: Any) -> str:
     """The reason the search space was empty (``planner.search.space.empty_space_reason``)."""
+    from hardware_specs import load_node, make_cluster
     from planner.search.space import LAUNCHABLE, SearchOptions, empty_space_reason
 
     i = report.inputs
     options = SearchOptions(allow_cross_node_tp=bool(i.allow_cross_node_tp), **(LAUNCHABLE if i.launchable else {}))
-    return empty_space_reason(i.model_spec, i.training, i.gpus, i.gpus_per_node, options)
+    domain_gpus = make_cluster(load_node(i.hardware), i.gpus, i.gpus_per_node).nvlink_domain_gpus
+    return empty_space_reason(i.model_spec, i.training, i.gpus, domain_gpus, options)
 
 
 @click.command("evaluate")

@@ -137,7 +137,7 @@ def candidate_points(plan: PlanFile, cm: CostModel) -> list[tuple[float, float, 
     options = SearchOptions(allow_cross_node_tp=bool(inputs.allow_cross_node_tp),
                             tp_comm_overlap=overlap_searched(cm.cluster.hardware.device_type),
                             **(LAUNCHABLE if inputs.launchable else {}))
-    layouts = list(all_layouts(cm.model, cm.training, inputs.gpus, cm.cluster.gpus_per_node, options))
+    layouts = list(all_layouts(cm.model, cm.training, inputs.gpus, cm.cluster.nvlink_domain_gpus, options))
     stride = max(1, len(layouts) // MAX_POINTS)
     out = []
     for layout in layouts[::stride]:
