@@ -10,7 +10,7 @@ File layout (every number has an entry in ``[sources]`` under its dotted key)::
                   memory_bandwidth_tb_per_s, runtime_reserved_gib, num_sms?, sustained_clock_mhz?,
                   power_limited_clock_mhz?, compute_capability?
     [node]        gpus_per_node, host_link_gb_per_s, host_memory_gb_per_s, host_memory_gib,
-                  storage_write_gb_per_s
+                  storage_write_gb_per_s, nvlink_domain_gpus? (absent = gpus_per_node)
     [intra_node]  kind, bandwidth_gb_per_s (per device, per direction), latency_us, nvls_efficiency?
     [inter_node]  kind, nics_per_node, nic_gbit_per_s, latency_us, sharp?
     [sources]     "device.bf16_tflops" = "NVIDIA H100 datasheet ..."
@@ -94,9 +94,11 @@ def parse_node(raw: dict[str, Any], *, origin: str) -> NodeSpec:
         compute_capability=_optional(reader, "device.compute_capability"),
         sources=reader.sources,
     )
+    gpus_per_node = reader.integer("node.gpus_per_node")
     return NodeSpec(
         hardware=hardware,
-        gpus_per_node=reader.integer("node.gpus_per_node"),
+        gpus_per_node=gpus_per_node,
+        nodes_per_nvlink_domain=_nodes_per_nvlink_domain(reader, gpus_per_node),
         intra_node=LinkSpec(
             kind=reader.link_kind("intra_node.kind"),
             bandwidth_bytes_per_s=reader.number("intra_node.bandwidth_gb_per_s") * GB,
@@ -116,6 +118,17 @@ def parse_node(raw: dict[str, Any], *, origin: str) -> NodeSpec:
         host_memory_bytes=int(reader.number("node.host_memory_gib") * GIB),
         storage_write_bandwidth_bytes_per_s=reader.number("node.storage_write_gb_per_s") * GB,
     )
+
+
+def _nodes_per_nvlink_domain(reader: "_Reader", gpus_per_node: int) -> int:
+    """``node.nvlink_domain_gpus`` (absent = one node) as a whole number of nodes."""
+    if not reader.has("node.nvlink_domain_gpus"):
+        return 1
+    domain = reader.integer("node.nvlink_domain_gpus")
+    if domain % gpus_per_node:
+        raise SpecError(f"{reader.origin}: field 'node.nvlink_domain_gpus' must be a multiple of node.gpus_per_node "
+                        f"({gpus_per_node}): an NVLink domain holds whole nodes, got {domain}")
+    return domain // gpus_per_node
 
 
 def _optional(reader: "_Reader", key: str) -> float:

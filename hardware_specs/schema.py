@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Literal
 
 from autoplan_base.errors import SpecError
@@ -153,13 +154,23 @@ class NodeSpec:
     storage_write_bandwidth_bytes_per_s: float
     """Sustained checkpoint write (and read) bandwidth of one node to its checkpoint storage
     (bytes/s); sizes the checkpoint interval (``costmodels.goodput``)."""
+    nodes_per_nvlink_domain: int = 1
+    """Nodes whose devices reach each other over ``intra_node`` (NVLink through NVSwitch): 1 = the
+    node is the NVLink domain (DGX/HGX); 18 on GB200/GB300 NVL72, whose rack of 18 four-GPU compute
+    trays is one 72-GPU domain. The loader converts TOML ``node.nvlink_domain_gpus`` into it."""
 
     def __post_init__(self) -> None:
         whole("gpus_per_node", self.gpus_per_node, high=MAX_DEVICES_PER_NODE)
+        whole("nodes_per_nvlink_domain", self.nodes_per_nvlink_domain, high=MAX_DEVICES_PER_NODE)
         whole("host_memory_bytes", self.host_memory_bytes, high=MAX_DEVICES_PER_NODE * MAX_MEMORY_BYTES)
         finite("host_link_bandwidth_bytes_per_s", self.host_link_bandwidth_bytes_per_s, high=MAX_RATE)
         finite("host_memory_bandwidth_bytes_per_s", self.host_memory_bandwidth_bytes_per_s, high=MAX_RATE)
         finite("storage_write_bandwidth_bytes_per_s", self.storage_write_bandwidth_bytes_per_s, high=MAX_RATE)
+
+    @property
+    def nvlink_domain_gpus(self) -> int:
+        """Devices of one NVLink domain: ``nodes_per_nvlink_domain`` nodes of ``gpus_per_node``."""
+        return self.nodes_per_nvlink_domain * self.gpus_per_node
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -186,17 +197,49 @@ class ClusterSpec:
     def num_gpus(self) -> int:
         return self.num_nodes * self.node.gpus_per_node
 
-    def group_placement(self, degree: int, stride: int) -> tuple[int, int]:
-        """Ranks per node and nodes spanned by a process group.
+    @property
+    def nvlink_domain_gpus(self) -> int:
+        """Devices of one NVLink domain in this cluster (at most the cluster's devices)."""
+        return min(self.node.nvlink_domain_gpus, self.num_gpus)
 
-        The group is ``{r, r + stride, ..., r + (degree - 1) * stride}`` with ranks
-        filled node by node (rank // gpus_per_node is the node).
-        Returns ``(ranks_per_node, num_nodes_spanned)``; their product is ``degree``.
+    def group_placement(self, degree: int, stride: int) -> tuple[int, int]:
+        """Ranks per NVLink domain and domains spanned by a process group, for its link choice.
+
+        The group is ``{r, r + stride, ..., r + (degree - 1) * stride}``. Ranks fill the cluster domain
+        by domain (rank // nvlink_domain_gpus is the domain), so with a partly filled last domain (256
+        GPUs on 72-GPU domains: 72 + 72 + 72 + 40) or a group that does not tile a domain some groups
+        straddle a domain boundary; every group runs the collective at once, so the worst one sets the
+        time (``worst_group_placement``). Returns ``(ranks_per_domain, num_domains_spanned)``; their
+        product is ``degree``.
         """
-        g = self.gpus_per_node
         if degree <= 1:
             return 1, 1
-        if stride >= g:
-            return 1, degree
-        per_node = max(1, min(degree, g // stride))
-        return per_node, -(-degree // per_node)
+        d = self.nvlink_domain_gpus
+        if self.node.nodes_per_nvlink_domain == 1 and self.num_gpus % d == 0:
+            return _packed_placement(degree, stride, d)
+        return worst_group_placement(degree, stride, d, self.num_gpus)
+
+
+def _packed_placement(degree: int, stride: int, domain_gpus: int) -> tuple[int, int]:
+    """Placement of a group packed into domains of ``domain_gpus``: ``domain_gpus // stride`` of its
+    ranks in each (the rule for node-sized domains, exact when degree and stride tile the domain)."""
+    if stride >= domain_gpus:
+        return 1, degree
+    per_domain = max(1, min(degree, domain_gpus // stride))
+    return per_domain, -(-degree // per_domain)
+
+
+@lru_cache(maxsize=4096)
+def worst_group_placement(degree: int, stride: int, domain_gpus: int, num_gpus: int) -> tuple[int, int]:
+    """``(ranks_per_domain, num_domains)`` of the worst group of ``degree`` ranks spaced ``stride``
+    apart among ``num_gpus`` ranks filled domain by domain: N = the most domains any group touches,
+    costed as spread evenly over the fewest domains, at least N, whose count divides ``degree``
+    (k = degree / N' ranks in each). A group touching one domain stays on NVLink."""
+    span = degree * stride
+    most = 1
+    for block in range(0, max(num_gpus, span), span):
+        for first in range(block, block + stride):
+            domains = {(first + i * stride) // domain_gpus for i in range(degree)}
+            most = max(most, len(domains))
+    spread = next(n for n in range(most, degree + 1) if degree % n == 0)
+    return degree // spread, spread

@@ -273,7 +273,7 @@ def plan(*, model: str | ModelSpec, hardware: str | NodeSpec, gpus: int, global_
     run = solve if solver == "search" else solve_brute_force
     cost_model = job.cost_model()
     band = tie_band()
-    result = run(cost_model, gpus, job.cluster.gpus_per_node, search_options, top_k + 1, band=band)
+    result = run(cost_model, gpus, job.cluster.nvlink_domain_gpus, search_options, top_k + 1, band=band)
     refined = result.ranked if search_options.fixed_split else \
         tuple(sorted((refine_stages(cost_model, b) for b in result.ranked), key=rank_key))
     ranked, num_tied, reason = prefer_simplest(refined, band, tied_in_mesh=result.tied_in_mesh)

@@ -242,15 +242,17 @@ def test_a_row_contradicting_the_preset_is_refused(rows):
         map_row(row, _node)
 
 
-def test_gb200_row_uses_the_nvl72_rack_as_node(rows):
+def test_gb200_row_runs_on_four_gpu_trays_in_nvl72_domains(rows):
     run = map_row(rows["nemo-mb-25-11-nemo-container-dgx-gb200-llama3-70b-64gpu-fp8-cs-tp1pp1cp1vp1ep1-gbs256-mbs2"],
                   _node)
     assert run.hardware_name == "gb200-nvl72" and run.precision == "fp8"
-    assert run.gpus_per_node == 72  # 64 GPUs fit one rack; make_cluster trims the node to the job
-    from planner.published.runs import Notes, _gpus_per_node
-    notes = Notes()
-    assert _gpus_per_node({"hardware": {"gpus_per_node": None}}, run.node, 256, notes) == 64  # 256 % 72 != 0
-    assert notes.text and "64" in notes.text[0] and notes.assumed == ["nvlink_domain=64"]
+    assert run.gpus_per_node == 4  # a compute tray; the NVLink domain is the 72-GPU rack
+    assert not any("NVLink domains of 64" in note for note in run.assumptions)  # no trimmed racks any more
+    big = map_row(rows["nemo-mb-25-11-nemo-container-dgx-gb200-llama3-1-405b-256gpu-fp8-cs-tp4pp16cp1vp4ep1-"
+                       "gbs1536-mbs1"], _node)
+    from hardware_specs import make_cluster
+    cluster = make_cluster(big.node, big.num_gpus, big.gpus_per_node)  # refused before: 256 % 72 != 0
+    assert (cluster.num_nodes, cluster.nvlink_domain_gpus) == (64, 72)
 
 
 def test_nemo_405b_rows_count_the_embedding_and_loss_in_the_pipeline_split(rows):

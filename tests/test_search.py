@@ -127,3 +127,20 @@ def test_search_leaves_the_garbage_collector_as_it_found_it(monkeypatch):
     with pytest.raises(RuntimeError):
         search.solve(None, 2, 2, SearchOptions(), top_k=1)
     assert gc.isenabled()
+
+
+@pytest.mark.parametrize("model_name,gpus", [("tiny-llama", 16), ("tiny-mixtral", 16), ("tiny-gpt", 8)])
+def test_search_equals_brute_force_on_nvlink_domains_of_several_nodes(model_name, gpus):
+    # GB200 trays of 2 (--gpus-per-node 2) in NVLink domains of 18 x 2 = 36 GPUs, cut to 6 here: with
+    # 16 GPUs the domains hold 6 + 6 + 4 ranks, so tp 4 and ep groups straddle domains
+    node = replace(load_node("gb200-nvl72"), gpus_per_node=2, nodes_per_nvlink_domain=3)
+    cluster = make_cluster(node, gpus)
+    assert cluster.nvlink_domain_gpus == 6 and cluster.group_placement(4, 1) == (2, 2)
+    training = TrainingSpec(global_batch_size=16, seq_len=512, precision="bf16", optimizer="adamw")
+    cm = lambda: CostModel(Job(model=load_model(model_name), training=training, cluster=cluster, memory_fraction=0.5,
+                               convention=CONVENTIONS[training.runtime]))
+    fast = solve(cm(), gpus, cluster.nvlink_domain_gpus, SearchOptions(), top_k=4)
+    slow = solve_brute_force(cm(), gpus, cluster.nvlink_domain_gpus, SearchOptions(), top_k=4)
+    assert fast.ranked and [b.layout for b in fast.ranked] == [b.layout for b in slow.ranked]
+    assert [b.step_time_s for b in fast.ranked] == [b.step_time_s for b in slow.ranked]
+    assert fast.num_candidates == slow.num_candidates

@@ -77,11 +77,18 @@ def _hardware_rows() -> dict[str, dict[str, Any]]:
                    "tflops": {k: v / TERA for k, v in sorted(n.hardware.peak_flops_per_s.items())},
                    "memory_gib": n.hardware.memory_bytes / GIB,
                    "memory_bandwidth_gb_per_s": n.hardware.memory_bandwidth_bytes_per_s / GB,
-                   "gpus_per_node": n.gpus_per_node, "intra_node": n.intra_node.kind,
+                   "gpus_per_node": n.gpus_per_node, "nvlink_domain_gpus": n.nvlink_domain_gpus,
+                   "intra_node": n.intra_node.kind,
                    "intra_node_gb_per_s": n.intra_node.bandwidth_bytes_per_s / GB,
                    "inter_node_gb_per_s_per_node": n.inter_node.node_bandwidth_bytes_per_s / GB,
                    "host_memory_gib": n.host_memory_bytes / GIB}
             for name, n in nodes.items()}
+
+
+def _gpus_cell(row: dict[str, Any]) -> str:
+    """GPUs per node, and per NVLink domain where that holds several nodes (``4/72`` on GB200 NVL72)."""
+    per_node, domain = row["gpus_per_node"], row["nvlink_domain_gpus"]
+    return str(per_node) if domain == per_node else f"{per_node}/{domain}"
 
 
 @click.command("hardware")
@@ -98,6 +105,6 @@ def hardware_command(fmt: str) -> None:
         t = r["tflops"]
         table.append((name, f"{t.get('bf16', t['fp16']):g}", f"{t['fp8']:g}" if "fp8" in t else "-",
                       f"{t['nvfp4']:g}" if "nvfp4" in t else "-",
-                      f"{r['memory_gib']:g}", f"{r['memory_bandwidth_gb_per_s']:g}", str(r["gpus_per_node"]),
+                      f"{r['memory_gib']:g}", f"{r['memory_bandwidth_gb_per_s']:g}", _gpus_cell(r),
                       f"{r['intra_node']} {r['intra_node_gb_per_s']:g}", f"{r['inter_node_gb_per_s_per_node']:g}"))
     _print_rows(fmt, header, table)

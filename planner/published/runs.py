@@ -209,7 +209,7 @@ def map_row(row: dict, load_node) -> MappedRun:
               L.ep, L.virtual_stages, L.micro_batch_size, L.recompute, L.zero_stage, row["precision"])
     return MappedRun(
         row_id=row["id"], family=family, model=model, node=node, hardware_name=preset, num_gpus=num_gpus,
-        gpus_per_node=_gpus_per_node(row, node, num_gpus, notes), global_batch=global_batch,
+        gpus_per_node=_gpus_per_node(row, node), global_batch=global_batch,
         seq_len=seq_len, precision=precision, fp8_recipe=fp8_recipe,
         attention="eager" if family in EAGER_ATTENTION_FAMILIES else "fused",
         runtime=_runtime(family, row.get("framework") or ""), layout=layout, status=status,
@@ -220,14 +220,11 @@ def map_row(row: dict, load_node) -> MappedRun:
         assumptions=tuple(notes.text), assumed=tuple(notes.assumed), compiled=_compiled(row))
 
 
-def _gpus_per_node(row: dict, node: NodeSpec, num_gpus: int, notes: Notes) -> int:
-    """GPUs per NVLink domain: the row's figure, else the node type's; an NVL72 job whose GPU count
-    is not a multiple of 72 is taken to use 64 GPUs of each rack (a power of two that divides it)."""
-    per_node = row["hardware"]["gpus_per_node"] or node.gpus_per_node
-    if per_node == 72 and num_gpus > 72 and num_gpus % 72:
-        notes.assume("nvlink_domain=64", f"{num_gpus} GPUs on NVL72 racks: NVLink domains of 64")
-        return 64
-    return per_node
+def _gpus_per_node(row: dict, node: NodeSpec) -> int:
+    """GPUs per node (host and its NICs): the row's figure, else the node type's (a GB200/GB300
+    compute tray of 4 in a 72-GPU NVLink domain, so a 256-GPU row fills 3 racks and 40 GPUs of a
+    fourth, ``ClusterSpec.group_placement``)."""
+    return row["hardware"]["gpus_per_node"] or node.gpus_per_node
 
 
 def _compiled(row: dict) -> bool:

@@ -20,14 +20,14 @@ from .result import SolverResult, overshoot_key
 from .space import SearchOptions, all_layouts
 
 
-def solve_brute_force(cost_model: CostModel, num_gpus: int, gpus_per_node: int, options: SearchOptions,
+def solve_brute_force(cost_model: CostModel, num_gpus: int, domain_gpus: int, options: SearchOptions,
                       top_k: int, num_misses: int = 3, band: TieBand | None = None) -> SolverResult:
     band = band or tie_band()
     bands: dict[tuple, MeshBand] = {}
     rejected: Counter = Counter()
     misses = []
     total = 0
-    for layout in all_layouts(cost_model.model, cost_model.training, num_gpus, gpus_per_node, options):
+    for layout in all_layouts(cost_model.model, cost_model.training, num_gpus, domain_gpus, options):
         total += 1
         overshoot_bytes = cost_model.peak_memory_bytes(layout) - cost_model.capacity_bytes
         if overshoot_bytes > 0:  # what estimate(layout).fits would say, without costing time

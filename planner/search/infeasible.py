@@ -40,7 +40,7 @@ def smallest_fitting_gpus(cost_model: CostModel, options: SearchOptions) -> tupl
     while gpus <= cluster.num_gpus * MAX_SCALE_UP:
         if gpus <= per_node or gpus % per_node == 0:
             job = replace(cost_model.job, cluster=make_cluster(cluster.node, gpus, per_node if gpus >= per_node else gpus))
-            result = solve(CostModel(job), gpus, job.cluster.gpus_per_node, options, top_k=1)
+            result = solve(CostModel(job), gpus, job.cluster.nvlink_domain_gpus, options, top_k=1)
             if result.ranked:
                 return gpus, result.ranked[0]
         gpus *= 2

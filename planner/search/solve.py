@@ -132,7 +132,7 @@ class _Tally:
         return tuple(heapq.nsmallest(self.num_misses, self.misses, key=overshoot_key))
 
 
-def solve(cost_model: CostModel, num_gpus: int, gpus_per_node: int, options: SearchOptions, top_k: int,
+def solve(cost_model: CostModel, num_gpus: int, domain_gpus: int, options: SearchOptions, top_k: int,
           num_misses: int = 3, band: TieBand | None = None) -> SolverResult:
     """The top-K meshes' plans under the cost model, found by branch and bound.
 
@@ -144,7 +144,7 @@ def solve(cost_model: CostModel, num_gpus: int, gpus_per_node: int, options: Sea
     garbage collector is paused meanwhile (``_collector_paused``). ``band``: the tie band
     (default: the shipped, measured one, ``ranking.tie_band``)."""
     with _collector_paused():
-        return _solve(cost_model, num_gpus, gpus_per_node, options, top_k, num_misses, band or tie_band())
+        return _solve(cost_model, num_gpus, domain_gpus, options, top_k, num_misses, band or tie_band())
 
 
 @contextmanager
@@ -163,18 +163,18 @@ def _collector_paused() -> Iterator[None]:
             gc.enable()
 
 
-def _solve(cost_model: CostModel, num_gpus: int, gpus_per_node: int, options: SearchOptions, top_k: int,
+def _solve(cost_model: CostModel, num_gpus: int, domain_gpus: int, options: SearchOptions, top_k: int,
            num_misses: int, band: TieBand) -> SolverResult:
     model, training = cost_model.model, cost_model.training
     ranking, tally = _Ranking(top_k, band), _Tally(num_misses)
     total = 0
     work: list[tuple] = []
     pipes_of: dict[tuple[int, int], list[PipelineChoice]] = {}  # they read the mesh's dp and pp only
-    for order, mesh in enumerate(mesh_choices(model, training, num_gpus, gpus_per_node, options)):
+    for order, mesh in enumerate(mesh_choices(model, training, num_gpus, domain_gpus, options)):
         if (mesh.dp, mesh.pp) not in pipes_of:
             pipes_of[mesh.dp, mesh.pp] = pipeline_choices(mesh, model, training, options)
         pipes = pipes_of[mesh.dp, mesh.pp]
-        states = state_choices(mesh, gpus_per_node, options, model, training)
+        states = state_choices(mesh, domain_gpus, options, model, training)
         num_scheds = num_schedule_choices(mesh, model, training, options, pipes)
         total += num_scheds * len(states)
         if num_scheds and states:  # stage 0: the mean floor; a state adds at least the per-step overhead
@@ -328,8 +328,8 @@ def _kept_sp_values(cost_model: CostModel, mesh: MeshChoice, options: SearchOpti
 
 def _sp_dominates(cost_model: CostModel, mesh: MeshChoice) -> bool:
     """Sequence parallelism beats its twin without it (``_undominated``) where a TP all-reduce costs
-    exactly its reduce-scatter plus its all-gather: datasheet rates (no measured profile), a TP group
-    inside one node (where NCCL's tree never beats the ring, ``costmodels.collectives_all_reduce``) and
-    no NVLink SHARP, whose in-switch all-reduce is faster than the two rings."""
-    return (cost_model.rates.profile is None and mesh.tp <= cost_model.cluster.gpus_per_node
+    exactly its reduce-scatter plus its all-gather: datasheet rates (no measured profile), TP groups
+    inside one NVLink domain (where NCCL's tree never beats the ring,
+    ``costmodels.collectives_all_reduce``) and no NVLink SHARP, whose in-switch all-reduce is faster than the two rings."""
+    return (cost_model.rates.profile is None and cost_model.cluster.group_placement(mesh.tp, 1)[1] == 1
             and cost_model.cluster.node.intra_node.nvls_efficiency == 0)

@@ -175,12 +175,14 @@ def _pollard_rho(n: int) -> int:
     raise ValueError(f"no factor found for {n}")
 
 
-def mesh_choices(model: ModelSpec, training: TrainingSpec, num_gpus: int, gpus_per_node: int,
+def mesh_choices(model: ModelSpec, training: TrainingSpec, num_gpus: int, domain_gpus: int,
                  options: SearchOptions) -> list[MeshChoice]:
-    """Every (dp, tp, pp, cp, ep) the model, batch and cluster allow, in a fixed order."""
+    """Every (dp, tp, pp, cp, ep) the model, batch and cluster allow, in a fixed order; tp stays inside
+    one NVLink domain of ``domain_gpus`` (``ClusterSpec.nvlink_domain_gpus``) unless
+    ``allow_cross_node_tp``."""
     out = []
     for tp in divisors(num_gpus):
-        if model.num_attention_heads % tp or (tp > gpus_per_node and not options.allow_cross_node_tp) \
+        if model.num_attention_heads % tp or (tp > domain_gpus and not options.allow_cross_node_tp) \
                 or not _allowed(tp, options.tp_degrees):
             continue
         for pp in divisors(num_gpus // tp):
@@ -220,7 +222,7 @@ class StateChoice:
     optimizer_offload: bool
 
 
-def state_choices(mesh: MeshChoice, gpus_per_node: int, options: SearchOptions, model: ModelSpec,
+def state_choices(mesh: MeshChoice, domain_gpus: int, options: SearchOptions, model: ModelSpec,
                   training: TrainingSpec) -> list[StateChoice]:
     """ZeRO stages (only 0 without data parallelism; with pp > 1 only ``options.pipelined_zero_stages``),
     HSDP for ZeRO-3, offload on or off (``options.allow_offload``)."""
@@ -230,7 +232,7 @@ def state_choices(mesh: MeshChoice, gpus_per_node: int, options: SearchOptions, 
     out = []
     for zero in stages:
         shard_degrees = [0]
-        node_share = gpus_per_node // (mesh.tp * mesh.cp) if gpus_per_node % (mesh.tp * mesh.cp) == 0 else 0
+        node_share = domain_gpus // (mesh.tp * mesh.cp) if domain_gpus % (mesh.tp * mesh.cp) == 0 else 0
         if options.allow_hsdp and zero == 3 and 1 < node_share < mesh.dp and mesh.dp % node_share == 0:
             shard_degrees.append(node_share)
         for shard in shard_degrees:
@@ -400,26 +402,26 @@ _UNCHOSEN_DEFAULTS = tuple((getattr(Layout, f.name).__set__, f.default_factory()
                            for f in fields(Layout) if f.name not in _CHOSEN_FIELDS)
 
 
-def all_layouts(model: ModelSpec, training: TrainingSpec, num_gpus: int, gpus_per_node: int,
+def all_layouts(model: ModelSpec, training: TrainingSpec, num_gpus: int, domain_gpus: int,
                 options: SearchOptions) -> Iterator[Layout]:
     """The whole space, one layout at a time (what the brute-force solver walks)."""
-    for mesh in mesh_choices(model, training, num_gpus, gpus_per_node, options):
+    for mesh in mesh_choices(model, training, num_gpus, domain_gpus, options):
         scheds = schedule_choices(mesh, model, training, options)
-        for state in state_choices(mesh, gpus_per_node, options, model, training):
+        for state in state_choices(mesh, domain_gpus, options, model, training):
             for sched in scheds:
                 yield make_layout(mesh, state, sched)
 
 
-def empty_space_reason(model: ModelSpec, training: TrainingSpec, num_gpus: int, gpus_per_node: int,
+def empty_space_reason(model: ModelSpec, training: TrainingSpec, num_gpus: int, domain_gpus: int,
                        options: SearchOptions) -> str:
     """Why ``mesh_choices`` found no mesh at all, as a fix-it sentence (no layout was searched)."""
     batch = training.global_batch_size
     relaxed = TrainingSpec(global_batch_size=num_gpus, seq_len=training.seq_len, precision=training.precision,
                            optimizer=training.optimizer, runtime=training.runtime)
-    dps = sorted({m.dp for m in mesh_choices(model, relaxed, num_gpus, gpus_per_node, options)})
+    dps = sorted({m.dp for m in mesh_choices(model, relaxed, num_gpus, domain_gpus, options)})
     if not dps:
         return (f"no split of {num_gpus} GPUs into dp x tp x pp x cp suits {model.name} (tp must divide its "
-                f"{model.num_attention_heads} heads and fit in a node, pp <= {model.num_layers} layers, cp must "
+                f"{model.num_attention_heads} heads and fit in an NVLink domain, pp <= {model.num_layers} layers, cp must "
                 f"divide --seq-len {training.seq_len}); change --gpus")
     return (f"nothing to search: --global-batch {batch} is not a multiple of any data-parallel degree "
             f"{num_gpus} GPUs allow for {model.name} (smallest dp {dps[0]}); use a --global-batch that is a "

@@ -136,7 +136,7 @@ def candidate_points(plan: PlanFile, cm: CostModel) -> list[tuple[float, float, 
 
     inputs = plan.inputs
     options = plan_search_options(inputs, cm.cluster.hardware.device_type)
-    layouts = list(all_layouts(cm.model, cm.training, inputs.gpus, cm.cluster.gpus_per_node, options))
+    layouts = list(all_layouts(cm.model, cm.training, inputs.gpus, cm.cluster.nvlink_domain_gpus, options))
     stride = max(1, len(layouts) // MAX_POINTS)
     out = []
     for layout in layouts[::stride]:
