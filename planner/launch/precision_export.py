@@ -50,16 +50,8 @@ def megatron_precision_args(training: TrainingSpec, layout: Layout) -> tuple[lis
         args += ["--fp4-format", "e2m1", "--fp4-recipe", "nvfp4"] + (["--fp4-param-gather"] if sharded else [])
         notes.append("nvfp4: the NVFP4 paper keeps some first and last layers in bf16 "
                      "(--first-last-layers-bf16); the plan costs every layer in NVFP4")
-    else:
-        notes.append(f"precision {recipe.name}: Megatron-LM's --fp8-recipe has no rowwise choice "
-                     "(tensorwise, delayed, mxfp8, blockwise); bf16 set")
-    distributed_optimizer = layout.zero_stage in (1, 2) or (layout.zero_stage == 3 and layout.pp > 1)
-    if recipe.optimizer_moment_bytes == 2:
-        if distributed_optimizer:
-            args += ["--use-precision-aware-optimizer", "--exp-avg-dtype", "bf16", "--exp-avg-sq-dtype", "bf16"]
-        else:
-            notes.append("bf16 Adam moments: Megatron's precision-aware optimizer works with its distributed "
-                         "optimizer, which this export does not write at this ZeRO stage; fp32 moments there")
+    if recipe.optimizer_moment_bytes == 2:  # export_problems: only with the distributed optimizer (zero 1)
+        args += ["--use-precision-aware-optimizer", "--exp-avg-dtype", "bf16", "--exp-avg-sq-dtype", "bf16"]
     return args, notes
 
 
@@ -78,5 +70,4 @@ def torchtitan_precision_sections(model: ModelSpec, training: TrainingSpec,
         return {"model": {"converters": ["float8"]}, "float8": float8}, []
     if recipe.name == "mxfp8":
         return {"model": {"converters": ["mx"]}, "mx": {"recipe_name": "mxfp8", "filter_fqns": skip}}, []
-    return {}, [f"precision {recipe.name}: torchtitan's [float8] recipe_name takes tensorwise, rowwise or "
-                "rowwise_with_gw_hp and [mx] takes mxfp8; no equivalent, bf16 set"]
+    raise AssertionError(f"recipe {recipe.name}: export_problems refuses it for torchtitan")
