@@ -54,6 +54,9 @@ ARG_FIELDS: dict[str, tuple[str, ...]] = {
     "fp4_format": ("model.fp4",),
     "fp4_recipe": ("model.fp4_recipe",),
     "fp4_param_gather": ("model.fp4_param",),
+    "num_experts": ("model.num_moe_experts",),
+    "moe_router_topk": ("model.moe_router_topk",),
+    "moe_ffn_hidden_size": ("model.moe_ffn_hidden_size",),
 }
 """Megatron-LM argument (argparse dest) -> the config fields it sets, as ``section.field``."""
 
@@ -80,6 +83,8 @@ def args_to_fields(tokens: list[str]) -> dict[str, object]:
         for field in ARG_FIELDS.get(dest, ()):
             values[field] = value
         i = j
+    if "--disable-bias-linear" in tokens:
+        values["model.add_bias_linear"] = False  # Megatron-LM: --disable-bias-linear stores add_bias_linear False
     if values.get("model.cpu_offloading_num_layers"):
         values["model.cpu_offloading"] = True  # validate_args sets it from the layer count
     return values

@@ -6,10 +6,11 @@ Megatron-LM (``megatron/training/arguments.py``, ``_add_transformer_engine_args`
 requires the distributed optimizer or FSDP), ``--fp4-format`` {e2m1}, ``--fp4-recipe`` {nvfp4},
 ``--fp4-param-gather``; bf16 Adam moments by ``--use-precision-aware-optimizer`` with
 ``--exp-avg-dtype`` / ``--exp-avg-sq-dtype`` (optimizer group; ``validate_args`` maps the dtype
-names). torchtitan (``torchtitan/config/job_config.py``, commit 000204a4): ``model.converters``
-(``float8``, or ``mx``: ``register_model_converter(MXConverter, "mx")``), ``[float8]``
+names). torchtitan v0.2.2 (``torchtitan/config/job_config.py``; converters registered as
+``quantize.linear.float8`` / ``quantize.linear.mx`` in ``components/quantization/``): ``model.converters``,
+``[quantize.linear.float8]``
 ``recipe_name`` {tensorwise, rowwise, rowwise_with_gw_hp}, ``enable_fsdp_float8_all_gather``,
-``precompute_float8_dynamic_scale_for_fsdp``, ``filter_fqns``; ``[mx]`` ``recipe_name`` {mxfp8},
+``precompute_float8_dynamic_scale_for_fsdp``, ``filter_fqns``; ``[quantize.linear.mx]`` ``recipe_name`` {mxfp8},
 ``filter_fqns`` (skips ``output`` by default).
 """
 
@@ -26,8 +27,9 @@ MEGATRON_PRECISION_OPTIONS = frozenset({
 """Megatron-LM options the precision export writes (module docstring)."""
 
 TORCHTITAN_PRECISION_KEYS = frozenset({
-    "model.converters", "float8.recipe_name", "float8.enable_fsdp_float8_all_gather",
-    "float8.precompute_float8_dynamic_scale_for_fsdp", "float8.filter_fqns", "mx.recipe_name", "mx.filter_fqns",
+    "model.converters", "quantize.linear.float8.recipe_name", "quantize.linear.float8.enable_fsdp_float8_all_gather",
+    "quantize.linear.float8.precompute_float8_dynamic_scale_for_fsdp", "quantize.linear.float8.filter_fqns",
+    "quantize.linear.mx.recipe_name", "quantize.linear.mx.filter_fqns",
 })
 """torchtitan fields the precision export writes (``JobConfig.model``, ``Float8``, ``MX`` at 000204a4)."""
 
@@ -67,7 +69,8 @@ def torchtitan_precision_sections(model: ModelSpec, training: TrainingSpec,
         float8 = {"recipe_name": recipe.name.removeprefix("fp8-"), "filter_fqns": skip}
         if fsdp:
             float8 |= {"enable_fsdp_float8_all_gather": True, "precompute_float8_dynamic_scale_for_fsdp": True}
-        return {"model": {"converters": ["float8"]}, "float8": float8}, []
+        return {"model": {"converters": ["quantize.linear.float8"]}, "quantize.linear.float8": float8}, []
     if recipe.name == "mxfp8":
-        return {"model": {"converters": ["mx"]}, "mx": {"recipe_name": "mxfp8", "filter_fqns": skip}}, []
+        return {"model": {"converters": ["quantize.linear.mx"]},
+                "quantize.linear.mx": {"recipe_name": "mxfp8", "filter_fqns": skip}}, []
     raise AssertionError(f"recipe {recipe.name}: export_problems refuses it for torchtitan")

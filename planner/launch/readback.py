@@ -58,7 +58,8 @@ def megatron_fields_layout(fields: dict, world_size: int, num_layers: int) -> tu
     get = lambda key, default=None: fields.get(key, default)  # noqa: E731
     tp, pp, cp = get("model.tensor_model_parallel_size", 1), get("model.pipeline_model_parallel_size", 1), \
         get("model.context_parallel_size", 1)
-    v = get("model.virtual_pipeline_model_parallel_size", 1)
+    layout_string = get("model.pipeline_model_parallel_layout")  # it carries the virtual stages itself
+    v = len(str(layout_string).split("|")) // pp if layout_string else get("model.virtual_pipeline_model_parallel_size", 1)
     dp, mb = world_size // (tp * pp * cp), get("train.micro_batch_size")
     granularity, method = get("model.recompute_granularity"), get("model.recompute_method")
     layout = Layout(dp=dp, tp=tp, pp=pp, cp=cp, ep=get("model.expert_model_parallel_size", 1),
@@ -128,8 +129,9 @@ def read_torchtitan_job(job: Path, num_layers: int) -> tuple[Layout, dict]:
                     recompute={"selective": "op-sac"}.get(ac["mode"], ac["mode"]),
                     optimizer_offload=t["enable_cpu_offload"])
     converters = c["model"].get("converters", [])
-    precision, recipe = ("fp8", c["float8"]["recipe_name"]) if "float8" in converters else \
-        ("mxfp8", None) if "mx" in converters else \
+    quantize = c.get("quantize", {}).get("linear", {})
+    precision, recipe = ("fp8", quantize["float8"]["recipe_name"]) if "quantize.linear.float8" in converters else \
+        ("mxfp8", None) if "quantize.linear.mx" in converters else \
         ("fp32" if t["mixed_precision_param"] == "float32" else "bf16", None)
     training = {"global_batch_size": t["global_batch_size"], "seq_len": t["seq_len"], "precision": precision,
                 "fp8_recipe": recipe, "optimizer": "adamw", "compiled": c["compile"]["enable"],
