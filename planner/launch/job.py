@@ -161,9 +161,10 @@ def _on_gpus(hardware: str) -> bool:
 def write_job(plan: PlanFile, out: str | Path, *, python: str | None = None) -> list[Path]:
     """Write the job of the plan's runtime (``training.runtime``) for ``plan``; returns the files written.
     torch: autoplan's own torchrun job; megatron, megatron-bridge, torchtitan, deepspeed: that
-    framework's options with its run scripts (``write_framework_job``). Refuses, with one line naming
+    framework's options with its run scripts (``write_framework_job``). A user model (``inputs.module``)
+    only the torch job can build, whatever the runtime it was costed for. Refuses, with one line naming
     the field, a layout the runtime cannot run as costed."""
-    if plan.best is not None and plan.inputs.training.runtime != "torch":
+    if plan.best is not None and plan.inputs.training.runtime != "torch" and plan.inputs.module is None:
         return write_framework_job(plan, out)
     model, training, layout = check_plan(plan)
     out = Path(out)
