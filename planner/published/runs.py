@@ -231,6 +231,8 @@ def _runtime(family: str, framework: str) -> str:
     megatron otherwise (DeepSpeed ZeRO-3 without Megatron runs no pipeline engine)."""
     if family == "torchtitan":
         return "torchtitan"
+    if framework.startswith("autoplan launch"):  # the generated job (benchmarks/gpu_truth.py records)
+        return "torch"
     if family == "nemo_megatron_bridge_perf":
         return "megatron-bridge"
     text = framework.lower()

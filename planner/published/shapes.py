@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import re
 
-from costmodels.model_spec import ModelSpec, MoESpec
+from costmodels.model_spec import ModelSpec, MoESpec, model_from_dict
 
 GPT_STYLE = re.compile(r"^(GPT|BLOOM|MegaScale|MT-NLG|OPT|Megatron)", re.IGNORECASE)
 LLAMA_STYLE = re.compile(r"^(LLAMA|Qwen|Mistral|Mixtral)", re.IGNORECASE)
@@ -53,6 +53,9 @@ def model_spec_for(row: dict) -> ModelSpec:
     """The ``ModelSpec`` of ``row['model']``; raise ``ShapeError`` when the shape is not known."""
     m, family = row["model"], row["source_family"]
     name = m["name"] or ""
+    exact = (row.get("extra") or {}).get("model_spec")
+    if exact is not None:  # a run autoplan measured itself (benchmarks/gpu_records.py) records its spec
+        return model_from_dict(exact)
     if name in PRESET_SHAPES:
         return _preset_shape(m, PRESET_SHAPES[name])
     if MLA_MODELS.search(name):

@@ -1,0 +1,184 @@
+"""benchmarks/gpu_truth.py (issue #29) and benchmarks/gpu_records.py: the sweep covers what the issue
+asks, every GPU layout is one ``autoplan launch`` accepts and fits an 80 GB device, the CPU quick run
+writes a complete record (torchrun), and kept records read back as rows of their own family."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+import gpu_records  # noqa: E402
+import gpu_truth_env  # noqa: E402
+import gpu_truth_jobs  # noqa: E402
+import gpu_truth_record as rec  # noqa: E402
+from gpu_truth_sweep import cpu_sweep, gpu_sweep  # noqa: E402
+
+GIB = 2**30
+
+
+def _env() -> dict[str, str]:
+    return gpu_truth_env.child_env(ROOT, [], "cpu")
+
+
+def test_gpu_sweep_covers_the_issue():
+    cases = gpu_sweep()
+    assert len(cases) >= 8 and len({c.name for c in cases}) == len(cases)
+    assert len({c.model for c in cases}) == 3
+    assert {c.micro_batch_size for c in cases} == {1, 2, 4}
+    assert {c.recompute for c in cases} == {"none", "selective", "full"}
+    assert {c.seq_len for c in cases} == {2048, 8192}
+    assert len(cpu_sweep()) >= 8 and {c.recompute for c in cpu_sweep()} == {"none", "selective", "full"}
+
+
+@pytest.mark.parametrize(("name", "preset"), [
+    ("NVIDIA H100 80GB HBM3", "h100-sxm-80gb"), ("NVIDIA H100 PCIe", "h100-pcie-80gb"),
+    ("NVIDIA H200", "h200-sxm-141gb"), ("NVIDIA A100-SXM4-40GB", "a100-sxm-40gb"),
+    ("NVIDIA A100-SXM4-80GB", "a100-sxm-80gb"), ("NVIDIA B200", "b200"), ("NVIDIA GB200", "gb200-nvl72")])
+def test_device_name_to_preset(name, preset):
+    assert gpu_truth_env.hardware_preset(name) == preset
+
+
+@pytest.mark.parametrize("name", ["NVIDIA H100 NVL", "NVIDIA A100 80GB PCIe", "Some New GPU"])
+def test_device_without_a_preset_asks_for_hardware(name):
+    with pytest.raises(gpu_truth_env.TruthError, match="--hardware"):
+        gpu_truth_env.hardware_preset(name)
+
+
+def test_every_gpu_layout_is_launched_and_fits_an_h100(tmp_path):
+    """plan + launch + datasheet prediction of the whole GPU sweep (no GPU needed): nothing the
+    GPU run will meet is refused, and each predicted peak leaves room on an 80 GB device."""
+    common = {"hardware": "h100-sxm-80gb", "precision": "bf16", "workdir": tmp_path, "env": _env(),
+              "profile_path": None}
+    rows = gpu_truth_jobs.predict_all(gpu_sweep(), common, reserved_bytes=GIB, say=lambda _: None)
+    assert [r.get("error") for r in rows] == [None] * len(rows)
+    for row in rows:
+        assert (Path(row["job_dir"]) / "train.py").is_file()
+        predicted = row["predicted"]["datasheet"]
+        assert predicted["fits"] and predicted["peak_memory_bytes"] < 60 * GIB, row["name"]
+        assert row["commands"]["plan"].startswith("autoplan evaluate --model ")
+
+
+def _fake_result(step_s=0.1, peak=4 * GIB, reserved=5 * GIB) -> dict:
+    comps = {"params": GIB, "grads": GIB, "optimizer": 2 * GIB, "activations": GIB, "states": 4 * GIB,
+             "states_peak": 4 * GIB, "total": 5 * GIB}
+    return {"name": "x", "status": "measured", "wall_s": 2.0, "step_time_s": [step_s, step_s * 1.1, step_s * 0.9],
+            "tokens_per_step": 2048, "ranks": [{"rank": 0, "pp_rank": 0, **comps, "rss_bytes": 1, "peak_bytes": peak,
+                                                "memory_kind": "cuda_max_allocated"}],
+            "max_memory_allocated_bytes": peak, "max_memory_reserved_bytes": reserved}
+
+
+def _fake_prediction() -> dict:
+    evaluate = {"predicted": {"step_time_s": 0.12, "time_s": {"compute": 0.1, "optimizer": 0.02},
+                              "memory_gib": {"params": 1.0, "grads": 1.0, "optimizer": 2.0, "activations": 1.5,
+                                             "buffers": 0.0, "overhead": 1.2},
+                              "peak_memory_gib": 6.7, "fits": True, "mfu": 0.4, "sources": {}, "tokens_per_s": 1.0}}
+    return rec.prediction(evaluate, runtime_reserved_bytes=GIB)
+
+
+def test_errors_are_predicted_over_measured_minus_one():
+    measured = rec.measurement(_fake_result())
+    errors = rec.errors(_fake_prediction(), measured)
+    assert errors["step_time"] == pytest.approx(0.12 / 0.1 - 1)
+    assert errors["params"] == pytest.approx(0.0) and errors["activations"] == pytest.approx(0.5)
+    assert errors["peak_allocated"] == pytest.approx(5.5 / 4 - 1)  # tensor terms 1+1+2+1.5 GiB
+    assert errors["peak_reserved"] == pytest.approx(5.7 / 5 - 1)   # 6.7 GiB less the 1 GiB reserve
+
+
+def test_records_read_back_as_their_own_family(tmp_path):
+    layout = {"name": "m-s2048-mb1-none", "model": "m", "status": "measured", "seq_len": 2048, "micro_batch_size": 1,
+              "recompute": "none", "precision": "bf16", "commands": {"measure": "torchrun ..."},
+              "model_spec": None, "measured": rec.measurement(_fake_result()), "errors": {}}
+    from costmodels.model_spec import model_to_dict
+    from costmodels.presets import load_model
+
+    layout["model_spec"] = model_to_dict(load_model("llama3-8b"))
+    layout["errors"] = {"datasheet": rec.errors(_fake_prediction(), layout["measured"])}
+    record = {"kind": gpu_records.KIND, "schema_version": 1, "created": "2026-11-26T00:00:00+00:00", "host": "h",
+              "device": {"name": "NVIDIA H100 80GB HBM3", "hardware_preset": "h100-sxm-80gb", "type": "cuda"},
+              "software": {"autoplan_commit": None}, "layouts": [layout, {"name": "y", "status": "error"}],
+              "summary": rec.summarise([layout])}
+    (tmp_path / "h100-2026-11-26.json").write_text(json.dumps(record), encoding="utf-8")
+    (tmp_path / "other.json").write_text("[]", encoding="utf-8")
+    found = gpu_records.load_records(tmp_path)
+    assert [p.name for p, _ in found] == ["h100-2026-11-26.json"]
+    rows = gpu_records.record_rows(found[0][1], found[0][0])
+    assert len(rows) == 1 and rows[0]["source_family"] == "gpu_truth"
+    from planner.published.runs import map_row
+    from hardware_specs import load_node
+
+    run = map_row(rows[0], load_node)
+    assert run.runtime == "torch" and run.model.num_layers == 32 and run.layout.micro_batch_size == 1
+    assert run.measured_tokens_per_s_per_gpu == pytest.approx(2048 / 0.1)
+    assert "h100-2026-11-26.json" in gpu_records.error_lines(found)[0]
+
+
+def test_no_records_is_said_not_crashed(tmp_path):
+    assert gpu_records.load_records(tmp_path / "absent") == []
+    assert "no GPU truth records" in gpu_records.error_lines([])[0]
+    done = subprocess.run([sys.executable, str(ROOT / "benchmarks/gpu_records.py"), "--dir", str(tmp_path),
+                           "--no-published"], capture_output=True, text=True, env=_env())
+    assert done.returncode == 0 and "no GPU truth records" in done.stdout
+
+
+@pytest.mark.parametrize("argv", [["--steps", "0"], ["--wheels", "/nonexistent/wheels", "--device", "cpu"]])
+def test_bad_input_is_one_line_and_exit_2(argv, tmp_path):
+    done = subprocess.run([sys.executable, str(ROOT / "benchmarks/gpu_truth.py"), *argv, "--out-dir", str(tmp_path)],
+                          capture_output=True, text=True, env=_env())
+    assert done.returncode == 2 and done.stderr.startswith("error: ") and len(done.stderr.splitlines()) == 1
+
+
+def test_wheels_install_by_unpacking_when_pip_cannot(tmp_path, monkeypatch):
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    with zipfile.ZipFile(wheels / "fakepkg_gt-1.0-py3-none-any.whl", "w") as archive:
+        archive.writestr("fakepkg_gt/__init__.py", "VALUE = 7\n")
+    monkeypatch.setattr(gpu_truth_env, "REQUIRED_WHEELS", {"fakepkg_gt": "fakepkg_gt==1.0"})
+    monkeypatch.setattr(gpu_truth_env, "OPTIONAL_WHEELS", {})
+    monkeypatch.setattr(gpu_truth_env, "_pip_install", lambda files, target: False)
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    installed = gpu_truth_env.install_wheels(wheels, tmp_path / "site")
+    assert installed == ["fakepkg_gt-1.0-py3-none-any.whl"]
+    import fakepkg_gt
+
+    assert fakepkg_gt.VALUE == 7
+
+
+@pytest.mark.torchrun
+def test_cpu_quick_run_writes_a_complete_record(tmp_path):
+    out = tmp_path / "out"
+    command = [sys.executable, str(ROOT / "benchmarks/gpu_truth.py"), "--device", "cpu", "--quick",
+               "--out-dir", str(out), "--workdir", str(tmp_path / "work"), "--budget-s", "900"]
+    done = subprocess.run(command, capture_output=True, text=True, env=_env(), timeout=1200)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    [path] = out.glob("*.json")
+    record = json.loads(path.read_text(encoding="utf-8"))
+    assert path.with_suffix(".md").is_file()
+    for key in ("device", "software", "profile", "settings", "layouts", "summary", "notes", "command", "created"):
+        assert key in record, key
+    assert record["profile"]["status"] == "measured" and record["software"]["torch_version"]
+    assert [row["status"] for row in record["layouts"]] == ["measured"] * len(cpu_sweep())
+    for row in record["layouts"]:
+        assert set(row["predicted"]) == {"datasheet", "profile"}
+        for source, predicted in row["predicted"].items():
+            assert {"params", "grads", "optimizer", "activations"} <= set(predicted["memory_bytes"])
+            assert {"compute", "optimizer"} <= set(predicted["time_s"])
+            errors = row["errors"][source]
+            for key in ("step_time", "params", "grads", "optimizer", "activations", "peak_rss"):
+                assert errors[key] is not None and math.isfinite(errors[key]), (row["name"], source, key)
+        assert set(row["commands"]) == {"plan", "launch", "predict_datasheet", "predict_profile", "measure"}
+        assert len(row["measured"]["step_times_s"]) == record["settings"]["steps"]
+        # the probe's exact tensor bytes: fp32 params, grads and AdamW's two moments as the model counts them
+        assert row["errors"]["datasheet"]["params"] == pytest.approx(0, abs=1e-4)
+        assert row["errors"]["datasheet"]["optimizer"] == pytest.approx(0, abs=1e-4)
+    rows = gpu_records.record_rows(record, path)
+    assert len(rows) == len(cpu_sweep()) and all(r["extra"]["model_spec"] for r in rows)
