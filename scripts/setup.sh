@@ -8,3 +8,8 @@ cd "$(dirname "$0")/.."
 python3 -m venv .venv
 .venv/bin/python -m pip install --quiet --disable-pip-version-check "torch==2.13.0"
 .venv/bin/python -m pip install --quiet --disable-pip-version-check -c constraints.txt -e ".[dev]"
+# The frameworks that check the exported jobs (pyproject's "frameworks" extra), without their declared
+# dependencies, which would pull a CUDA torch; deepspeed's sdist builds against the torch above, no ops.
+DS_BUILD_OPS=0 .venv/bin/python -m pip install --quiet --disable-pip-version-check --no-deps --no-build-isolation \
+    -c constraints.txt megatron-core torchtitan deepspeed tyro docstring-parser typeguard shtab hjson py-cpuinfo \
+    msgpack einops ninja psutil tqdm pydantic pydantic-core annotated-types typing-inspection typing-extensions

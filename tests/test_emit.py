@@ -34,7 +34,7 @@ def make_plan(model: str = "tiny-llama", name: str | None = None, gpus: int = 4,
                        "gpus": world, "gpus_per_node": 2,
                        "training": {"global_batch_size": batch, "seq_len": 32, "precision": "bf16",
                                     "optimizer": "adamw", "lora_rank": 0, "lora_targets": ["q", "k", "v", "o"],
-                                    "attention": "fused"}},
+                                    "attention": "fused", "runtime": "torch"}},
             "best": {"layout": base, "predicted": {}}, "candidates": [],
             "search": {"solver": "evaluate", "space_size": 1, "evaluated": 1, "rejected": {}}}
 

@@ -1,8 +1,10 @@
 """``write_job``: turn a plan file into a self-contained job directory.
 
-DIR/train.py, DIR/launch.sh, DIR/slurm.sbatch, DIR/plan.json (a copy), DIR/runtime/ (the
-runtime modules and the spec modules they import, so the job runs without autoplan installed)
-and DIR/exports/ (Megatron-LM, DeepSpeed, torchtitan). Importing this module does not import torch.
+For the torch runtime: DIR/train.py, DIR/launch.sh, DIR/slurm.sbatch, DIR/plan.json (a copy) and
+DIR/runtime/ (the runtime modules and the spec modules they import, so the job runs without autoplan
+installed). For megatron, megatron-bridge, torchtitan and deepspeed: that framework's own option
+files with launch.sh and slurm.sbatch that run them (``write_framework_job``). Importing this module
+does not import torch.
 """
 
 from __future__ import annotations
@@ -24,6 +26,8 @@ from planner.launch.torchjob.tp_styles import parse_style
 from profiles.io import write_text_atomic
 
 from . import frameworks, scripts
+from .framework_scripts import framework_launch_sh, framework_sbatch
+from .megatron_fields import bridge_override_lines
 
 JOB_PACKAGE = "planner.launch.torchjob"
 """The package of the generated job; its module ``main`` is the entry the bundle starts from."""
@@ -155,7 +159,13 @@ def runs_on_gpus(hardware: str) -> bool:
 
 
 def write_job(plan: PlanFile, out: str | Path, *, python: str | None = None) -> list[Path]:
-    """Write the job directory for ``plan``; returns the files written. Refuses unsupported plans."""
+    """Write the job of the plan's runtime (``training.runtime``) for ``plan``; returns the files written.
+    torch: autoplan's own torchrun job; megatron, megatron-bridge, torchtitan, deepspeed: that
+    framework's options with its run scripts (``write_framework_job``). A user model (``inputs.module``)
+    only the torch job can build, whatever the runtime it was costed for. Refuses, with one line naming
+    the field, a layout the runtime cannot run as costed."""
+    if plan.best is not None and plan.inputs.training.runtime != "torch" and plan.inputs.module is None:
+        return write_framework_job(plan, out)
     model, training, layout = check_plan(plan)
     out = Path(out)
     name = plan.inputs.model
@@ -171,45 +181,51 @@ def write_job(plan: PlanFile, out: str | Path, *, python: str | None = None) -> 
     write_job_file(out / "slurm.sbatch", scripts.slurm_sbatch(world_size=layout.world_size, gpus_per_node=per_node,
                                                        name=name, summary=summary, job_dir=out.resolve(),
                                                        on_gpus=runs_on_gpus(plan.inputs.hardware)))
-    if user is None:
-        _write_exports(out / "exports", name, model, training, layout)
-    else:
-        write_job_file(out / "exports" / "NOTES.md", "No framework exports: the plan trains a user model (inputs.module), "
-                                             "which Megatron-LM, DeepSpeed and torchtitan configs cannot name.\n")
     return sorted(p for p in out.rglob("*") if p.is_file() and "__pycache__" not in p.parts)
 
 
-def write_exports_only(plan: PlanFile, out: str | Path) -> list[Path]:
-    """Write only ``plan.json`` and ``exports/`` (Megatron-LM, DeepSpeed, torchtitan) for ``plan``,
-    also when the generated job cannot apply it (a low-precision recipe, cp, ep, offload, ...)."""
+def framework_files(runtime: str, name: str, model: ModelSpec, training: TrainingSpec,
+                    layout: Layout) -> dict[str, str]:
+    """{file name: text} of the framework's own option files for ``runtime``."""
+    args, notes = frameworks.megatron_args(model, training, layout, training.seq_len) \
+        if runtime in ("megatron", "megatron-bridge") else ([], [])
+    if runtime == "megatron":
+        return {"megatron_args.sh": frameworks.megatron_script(args, notes)}
+    if runtime == "megatron-bridge":
+        header = ["# Megatron-Bridge ConfigContainer overrides for this plan (run_recipe.py KEY=VALUE), as costed;",
+                  "# the recipe (RECIPE) gives the architecture, which must be the plan's model."]
+        return {"bridge_overrides.txt": "\n".join(header + bridge_override_lines(args)) + "\n"}
+    if runtime == "torchtitan":
+        config, notes = frameworks.torchtitan_config(name, model, training, layout, training.seq_len)
+        return {"torchtitan.toml": frameworks.toml_text(config, [f"torchtitan config for {name}", *notes])}
+    ds = frameworks.deepspeed_config(model, training, layout)
+    ds_args = frameworks.megatron_deepspeed_args(model, training, layout)
+    return {"deepspeed.json": json.dumps(ds, indent=2, sort_keys=True, allow_nan=False) + "\n",
+            "megatron_deepspeed_args.sh": frameworks.megatron_script(ds_args, []).replace("MEGATRON_ARGS", "MEGATRON_DS_ARGS")}
+
+
+def write_framework_job(plan: PlanFile, out: str | Path) -> list[Path]:
+    """plan.json, the framework's option files, launch.sh and slurm.sbatch for a plan whose runtime is
+    megatron, megatron-bridge, torchtitan or deepspeed."""
     if plan.best is None:
-        raise PlanFileError("best: null (no layout fits); there is nothing to export")
+        raise PlanFileError("best: null (no layout fits); there is nothing to launch")
     inputs, layout = plan.inputs, plan.best.layout
+    runtime = inputs.training.runtime
     problems = layout_problems(layout, inputs.model_spec, inputs.training, inputs.gpus, inputs.gpus_per_node)
     if inputs.module is not None:
-        problems.append("inputs.module: the plan trains a user model, which framework configs cannot name")
+        problems.append(f"inputs.module: the plan trains a user model, which {runtime}'s options cannot name; "
+                        "plan it with --runtime torch")
     if problems:
         raise PlanFileError(problems[0])
+    files = framework_files(runtime, inputs.model, inputs.model_spec, inputs.training, layout)
     out = Path(out)
+    per_node = min(inputs.gpus_per_node, layout.world_size)
+    nodes = layout.world_size // per_node
     write_job_file(out / "plan.json", plan.to_json())
-    _write_exports(out / "exports", inputs.model, inputs.model_spec, inputs.training, layout)
+    for file, text in files.items():
+        write_job_file(out / file, text)
+    write_job_file(out / "launch.sh", framework_launch_sh(runtime, nodes=nodes, gpus_per_node=per_node,
+                                                  summary=job_summary(plan, layout)), executable=True)
+    write_job_file(out / "slurm.sbatch", framework_sbatch(nodes=nodes, gpus_per_node=per_node, name=inputs.model,
+                                                  job_dir=str(out.resolve())))
     return sorted(p for p in out.rglob("*") if p.is_file())
-
-
-def _write_exports(out: Path, name: str, model: ModelSpec, training: TrainingSpec, layout: Layout) -> None:
-    seq_len = training.seq_len
-    args, m_notes = frameworks.megatron_args(model, training, layout, seq_len)
-    write_job_file(out / "megatron_args.sh", frameworks.megatron_script(args, m_notes))
-    ds, d_notes = frameworks.deepspeed_config(training, layout)
-    write_job_file(out / "deepspeed.json", json.dumps(ds, indent=2, sort_keys=True, allow_nan=False) + "\n")
-    tt, t_notes = frameworks.torchtitan_config(name, model, training, layout, seq_len)
-    write_job_file(out / "torchtitan.toml", frameworks.toml_text(tt, [f"torchtitan config for {name}"]))
-    notes = ["What each export maps, and what it does not (also in each file where comments are allowed).",
-             "Each file writes the plan's degrees, micro-batching, ZeRO stage, recomputation and precision",
-             "in the framework's own option names, except as listed:"]
-    for framework, file, items in (("Megatron-LM", "megatron_args.sh", m_notes), ("DeepSpeed", "deepspeed.json", d_notes),
-                                   ("torchtitan", "torchtitan.toml", t_notes)):
-        notes += [f"- {framework} ({file}): {item}" for item in items] or \
-            [f"- {framework} ({file}): no exception found for this layout"]
-    write_job_file(out / "NOTES.md", "\n".join(notes) + "\n")
-

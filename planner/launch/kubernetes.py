@@ -153,9 +153,18 @@ def node_shape(plan: PlanFile) -> tuple[int, int]:
     return nodes, per_node
 
 
-def _command(options: K8sOptions, *, nodes: int, per_node: int, node_rank: str, every: int) -> list[str]:
-    """``python -m torch.distributed.run`` (torchrun) with a static rendezvous on ``$(MASTER_ADDR)``,
-    then ``train.py`` with launch.sh's arguments."""
+def _command(options: K8sOptions, *, runtime: str, nodes: int, per_node: int, node_rank: str,
+             every: int) -> list[str]:
+    """What each pod runs. The torch runtime: ``python -m torch.distributed.run`` (torchrun) with a
+    static rendezvous on ``$(MASTER_ADDR)``, then ``train.py`` with launch.sh's arguments. A framework
+    runtime (megatron, megatron-bridge, torchtitan, deepspeed): the job's own ``launch.sh``, which runs
+    torchrun over ``NNODES`` x ``GPUS_PER_NODE`` with ``NODE_RANK``, ``MASTER_ADDR`` and
+    ``MASTER_PORT`` from the environment (``framework_scripts.framework_launch_sh``); the node rank
+    is read by the shell, since the controller's variable is set when the pod starts."""
+    if runtime != "torch":
+        script = (f'export NNODES={nodes} GPUS_PER_NODE={per_node} NODE_RANK="${{{node_rank}}}"; '
+                  f'exec bash {options.job_dir}/launch.sh')
+        return ["bash", "-c", script]
     return ["python", "-m", "torch.distributed.run", "--nnodes", str(nodes), "--nproc-per-node", str(per_node),
             "--node-rank", f"$({node_rank})", "--master-addr", "$(MASTER_ADDR)", "--master-port", "$(MASTER_PORT)",
             f"{options.job_dir}/train.py", "--checkpoint-every", str(every)]
@@ -180,10 +189,10 @@ def _pod_spec(options: K8sOptions, container: dict[str, Any]) -> dict[str, Any]:
                         {"name": "dshm", "emptyDir": {"medium": "Memory"}}]}
 
 
-def jobset(options: K8sOptions, *, nodes: int, per_node: int, on_gpus: bool, every: int) -> dict[str, Any]:
+def jobset(options: K8sOptions, *, runtime: str, nodes: int, per_node: int, on_gpus: bool, every: int) -> dict[str, Any]:
     """A JobSet: one replicated Job of ``nodes`` Indexed pods; rendezvous on pod 0's DNS name."""
     master = f"{options.name}-{REPLICATED_JOB}-0-0.{options.name}"  # the subdomain defaults to the JobSet name
-    command = _command(options, nodes=nodes, per_node=per_node, node_rank="JOB_COMPLETION_INDEX", every=every)
+    command = _command(options, runtime=runtime, nodes=nodes, per_node=per_node, node_rank="JOB_COMPLETION_INDEX", every=every)
     env = [{"name": "MASTER_ADDR", "value": master}, {"name": "MASTER_PORT", "value": str(JOBSET_PORT)}]
     container = _container(options, name="trainer", command=command, env=env, per_node=per_node, on_gpus=on_gpus,
                            port={"name": "rendezvous", "containerPort": JOBSET_PORT})
@@ -195,9 +204,9 @@ def jobset(options: K8sOptions, *, nodes: int, per_node: int, on_gpus: bool, eve
                      "replicatedJobs": [{"name": REPLICATED_JOB, "replicas": 1, "template": {"spec": job}}]}}
 
 
-def pytorchjob(options: K8sOptions, *, nodes: int, per_node: int, on_gpus: bool, every: int) -> dict[str, Any]:
+def pytorchjob(options: K8sOptions, *, runtime: str, nodes: int, per_node: int, on_gpus: bool, every: int) -> dict[str, Any]:
     """A PyTorchJob: Master + ``nodes - 1`` Workers; the operator injects the rendezvous variables."""
-    command = _command(options, nodes=nodes, per_node=per_node, node_rank="PET_NODE_RANK", every=every)
+    command = _command(options, runtime=runtime, nodes=nodes, per_node=per_node, node_rank="PET_NODE_RANK", every=every)
     container = _container(options, name=PYTORCHJOB_CONTAINER, command=command, env=[], per_node=per_node,
                            on_gpus=on_gpus, port={"name": PYTORCHJOB_PORT_NAME, "containerPort": PYTORCHJOB_PORT})
     replica = {"restartPolicy": "Never", "template": {"spec": _pod_spec(options, container)}}
@@ -216,7 +225,9 @@ def manifest(plan: PlanFile, options: K8sOptions, *, on_gpus: bool) -> dict[str,
     nodes, per_node = node_shape(plan)
     check_options(options, nodes)
     build = jobset if options.kind == "jobset" else pytorchjob
-    return build(options, nodes=nodes, per_node=per_node, on_gpus=on_gpus, every=checkpoint_every(plan.best.predicted))
+    runtime = "torch" if plan.inputs.module is not None else plan.inputs.training.runtime
+    return build(options, runtime=runtime, nodes=nodes, per_node=per_node, on_gpus=on_gpus,
+                 every=checkpoint_every(plan.best.predicted))
 
 
 def header(plan: PlanFile, options: K8sOptions, summary: str, *, file: str, job_written: bool) -> tuple[str, ...]:

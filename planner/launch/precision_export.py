@@ -6,10 +6,11 @@ Megatron-LM (``megatron/training/arguments.py``, ``_add_transformer_engine_args`
 requires the distributed optimizer or FSDP), ``--fp4-format`` {e2m1}, ``--fp4-recipe`` {nvfp4},
 ``--fp4-param-gather``; bf16 Adam moments by ``--use-precision-aware-optimizer`` with
 ``--exp-avg-dtype`` / ``--exp-avg-sq-dtype`` (optimizer group; ``validate_args`` maps the dtype
-names). torchtitan (``torchtitan/config/job_config.py``, commit 000204a4): ``model.converters``
-(``float8``, or ``mx``: ``register_model_converter(MXConverter, "mx")``), ``[float8]``
+names). torchtitan v0.2.2 (``torchtitan/config/job_config.py``; converters registered as
+``quantize.linear.float8`` / ``quantize.linear.mx`` in ``components/quantization/``): ``model.converters``,
+``[quantize.linear.float8]``
 ``recipe_name`` {tensorwise, rowwise, rowwise_with_gw_hp}, ``enable_fsdp_float8_all_gather``,
-``precompute_float8_dynamic_scale_for_fsdp``, ``filter_fqns``; ``[mx]`` ``recipe_name`` {mxfp8},
+``precompute_float8_dynamic_scale_for_fsdp``, ``filter_fqns``; ``[quantize.linear.mx]`` ``recipe_name`` {mxfp8},
 ``filter_fqns`` (skips ``output`` by default).
 """
 
@@ -26,8 +27,9 @@ MEGATRON_PRECISION_OPTIONS = frozenset({
 """Megatron-LM options the precision export writes (module docstring)."""
 
 TORCHTITAN_PRECISION_KEYS = frozenset({
-    "model.converters", "float8.recipe_name", "float8.enable_fsdp_float8_all_gather",
-    "float8.precompute_float8_dynamic_scale_for_fsdp", "float8.filter_fqns", "mx.recipe_name", "mx.filter_fqns",
+    "model.converters", "quantize.linear.float8.recipe_name", "quantize.linear.float8.enable_fsdp_float8_all_gather",
+    "quantize.linear.float8.precompute_float8_dynamic_scale_for_fsdp", "quantize.linear.float8.filter_fqns",
+    "quantize.linear.mx.recipe_name", "quantize.linear.mx.filter_fqns",
 })
 """torchtitan fields the precision export writes (``JobConfig.model``, ``Float8``, ``MX`` at 000204a4)."""
 
@@ -50,16 +52,8 @@ def megatron_precision_args(training: TrainingSpec, layout: Layout) -> tuple[lis
         args += ["--fp4-format", "e2m1", "--fp4-recipe", "nvfp4"] + (["--fp4-param-gather"] if sharded else [])
         notes.append("nvfp4: the NVFP4 paper keeps some first and last layers in bf16 "
                      "(--first-last-layers-bf16); the plan costs every layer in NVFP4")
-    else:
-        notes.append(f"precision {recipe.name}: Megatron-LM's --fp8-recipe has no rowwise choice "
-                     "(tensorwise, delayed, mxfp8, blockwise); bf16 set")
-    distributed_optimizer = layout.zero_stage in (1, 2) or (layout.zero_stage == 3 and layout.pp > 1)
-    if recipe.optimizer_moment_bytes == 2:
-        if distributed_optimizer:
-            args += ["--use-precision-aware-optimizer", "--exp-avg-dtype", "bf16", "--exp-avg-sq-dtype", "bf16"]
-        else:
-            notes.append("bf16 Adam moments: Megatron's precision-aware optimizer works with its distributed "
-                         "optimizer, which this export does not write at this ZeRO stage; fp32 moments there")
+    if recipe.optimizer_moment_bytes == 2:  # export_problems: only with the distributed optimizer (zero 1)
+        args += ["--use-precision-aware-optimizer", "--exp-avg-dtype", "bf16", "--exp-avg-sq-dtype", "bf16"]
     return args, notes
 
 
@@ -75,8 +69,8 @@ def torchtitan_precision_sections(model: ModelSpec, training: TrainingSpec,
         float8 = {"recipe_name": recipe.name.removeprefix("fp8-"), "filter_fqns": skip}
         if fsdp:
             float8 |= {"enable_fsdp_float8_all_gather": True, "precompute_float8_dynamic_scale_for_fsdp": True}
-        return {"model": {"converters": ["float8"]}, "float8": float8}, []
+        return {"model": {"converters": ["quantize.linear.float8"]}, "quantize.linear.float8": float8}, []
     if recipe.name == "mxfp8":
-        return {"model": {"converters": ["mx"]}, "mx": {"recipe_name": "mxfp8", "filter_fqns": skip}}, []
-    return {}, [f"precision {recipe.name}: torchtitan's [float8] recipe_name takes tensorwise, rowwise or "
-                "rowwise_with_gw_hp and [mx] takes mxfp8; no equivalent, bf16 set"]
+        return {"model": {"converters": ["quantize.linear.mx"]},
+                "quantize.linear.mx": {"recipe_name": "mxfp8", "filter_fqns": skip}}, []
+    raise AssertionError(f"recipe {recipe.name}: export_problems refuses it for torchtitan")

@@ -49,13 +49,12 @@ def runtime_problems(training: TrainingSpec, layout: Layout) -> list[str]:
     if L.tp_comm_overlap:
         out.append("layout.tp_comm_overlap = true: the generated job does not apply TP overlap (async TP needs CUDA symmetric "
                    "memory and torch.compile); " + _or_evaluate("--no-tp-comm-overlap")
-                   + ", or write the framework configs, which enable it, with 'autoplan launch PLAN --out DIR "
-                   "--exports-only'")
+                   + ", or plan with --runtime megatron or torchtitan, whose jobs enable it")
     if training.recipe.is_low_precision:
         out.append(f"training.precision = {training.precision} ({training.recipe.name}): low-precision recipes are "
                    "planned and exported (Megatron-LM, torchtitan), not applied by the generated job (their GEMMs "
                    "need Hopper or Blackwell GPUs with Transformer Engine or torchao); plan with --precision bf16 "
-                   "to launch, or write the framework configs with 'autoplan launch PLAN --out DIR --exports-only'")
+                   "to launch it here, or with --runtime megatron or torchtitan, whose jobs run them")
     return out
 
 

@@ -1,0 +1,49 @@
+"""Run scripts of the framework jobs: launch.sh (torchrun on this node or, under Slurm, on each) and
+slurm.sbatch, for Megatron-LM, Megatron-Bridge, torchtitan and Megatron-DeepSpeed.
+
+Each script reads its framework checkout from one variable (``MEGATRON_LM``, ``MEGATRON_BRIDGE``,
+``MEGATRON_DEEPSPEED``; torchtitan runs as the installed module ``torchtitan.train``) and passes
+extra arguments through (``"$@"``: data, tokenizer, checkpoints)."""
+
+from __future__ import annotations
+
+import json
+import shlex
+
+_COMMANDS = {
+    "megatron": ('source "$HERE/megatron_args.sh"',
+                 '"${MEGATRON_LM:?set MEGATRON_LM to a Megatron-LM checkout}/pretrain_gpt.py" "${MEGATRON_ARGS[@]}" '
+                 '--mock-data "$@"'),
+    "megatron-bridge": ('mapfile -t OVERRIDES < <(grep -v "^#" "$HERE/bridge_overrides.txt")',
+                        '"${MEGATRON_BRIDGE:?set MEGATRON_BRIDGE to a Megatron-Bridge checkout}/scripts/training/'
+                        'run_recipe.py" --recipe "${RECIPE:?set RECIPE to a pretrain recipe of the model}" '
+                        '--dataset mock "${OVERRIDES[@]}" "$@"'),
+    "torchtitan": (":", '-m torchtitan.train --job.config_file "$HERE/torchtitan.toml" "$@"'),
+    "deepspeed": ('source "$HERE/megatron_deepspeed_args.sh"',
+                  '"${MEGATRON_DEEPSPEED:?set MEGATRON_DEEPSPEED to a Megatron-DeepSpeed checkout}/pretrain_gpt.py" '
+                  '"${MEGATRON_DS_ARGS[@]}" --deepspeed_config "$HERE/deepspeed.json" --mock-data "$@"'),
+}
+"""Runtime -> (bash line that loads the exported options, what torchrun runs)."""
+
+
+def framework_launch_sh(runtime: str, *, nodes: int, gpus_per_node: int, summary: str) -> str:
+    """launch.sh: torchrun over NNODES x GPUS_PER_NODE (the plan's world by default)."""
+    load, command = _COMMANDS[runtime]
+    lines = ["#!/usr/bin/env bash", f"# {runtime} job for: {json.dumps(summary)}", "set -euo pipefail",
+             'HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"',
+             f'NNODES="${{NNODES:-{nodes}}}"', f'GPUS_PER_NODE="${{GPUS_PER_NODE:-{gpus_per_node}}}"',
+             'NODE_RANK="${NODE_RANK:-${SLURM_NODEID:-0}}"', 'MASTER_ADDR="${MASTER_ADDR:-localhost}"',
+             'MASTER_PORT="${MASTER_PORT:-29500}"', "export CUDA_DEVICE_MAX_CONNECTIONS=1", load,
+             'torchrun --nnodes "$NNODES" --nproc-per-node "$GPUS_PER_NODE" --node-rank "$NODE_RANK" '
+             '--master-addr "$MASTER_ADDR" --master-port "$MASTER_PORT" ' + command]
+    return "\n".join(lines) + "\n"
+
+
+def framework_sbatch(*, nodes: int, gpus_per_node: int, name: str, job_dir: str) -> str:
+    """slurm.sbatch: one launch.sh per node, the first node as the rendezvous."""
+    lines = ["#!/usr/bin/env bash", f"#SBATCH --job-name={shlex.quote(name)[:60]}", f"#SBATCH --nodes={nodes}",
+             "#SBATCH --ntasks-per-node=1", f"#SBATCH --gpus-per-node={gpus_per_node}", "set -euo pipefail",
+             'export MASTER_ADDR="$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)"',
+             f"export NNODES={nodes} GPUS_PER_NODE={gpus_per_node}",
+             f'srun bash {shlex.quote(job_dir + "/launch.sh")} "$@"']
+    return "\n".join(lines) + "\n"
