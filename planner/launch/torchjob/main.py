@@ -105,7 +105,7 @@ def _load_plan(path: str) -> PlanFile:
     return plan
 
 
-def setup_job(args):
+def job_from_args(args):
     """(job, sequence length) of the plan on this rank; a plan the job cannot apply is one ``error:`` line, exit 2."""
     plan = _load_plan(args.plan)
     spec, layout, training = plan.inputs.model_spec, plan.best.layout, plan.inputs.training
@@ -131,7 +131,7 @@ def setup_job(args):
 def main(argv: list[str] | None = None, job_dir: str | Path = ".") -> None:
     warnings.filterwarnings("ignore", message=".*returned a view tensor.*")
     args = parse_args(argv, Path(job_dir))
-    job, seq_len = setup_job(args)
+    job, seq_len = job_from_args(args)
     source = open_source(args.data, job.vocab_size, args.seed, args.data_dtype)
     start = _resume(job, args)
     Path(args.log_dir).mkdir(parents=True, exist_ok=True)

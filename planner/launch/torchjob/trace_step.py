@@ -18,7 +18,7 @@ import torch
 import torch.distributed as dist
 
 from .data import open_source
-from .main import setup_job
+from .main import job_from_args
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -37,7 +37,7 @@ def main(argv: list[str] | None = None) -> None:
 
     args = parse_args(argv)
     job_args = argparse.Namespace(plan=args.plan, seed=args.seed, lr=3e-4, weight_decay=0.1)
-    job, seq_len = setup_job(job_args)
+    job, seq_len = job_from_args(job_args)
     source = open_source(None, job.vocab_size, args.seed)
     for step in range(args.warmup):
         train_step(job, source, step, seq_len=seq_len, max_norm=1.0)
