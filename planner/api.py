@@ -245,7 +245,7 @@ def plan(*, model: str | ModelSpec, hardware: str | NodeSpec, gpus: int, global_
     _one_split_form(bool(layers_per_chunk), first_stage_layers, last_stage_layers)
     if launchable:
         if options.get("runtime", "torch") != "torch":
-            raise PlanError(f"{field('runtime', options['runtime'])} with {field('launchable', True)}: the launched job "
+            raise PlanError(f"{field('runtime', options['runtime'])} with {field('launchable')}: the launched job "
                             f"runs on PyTorch's APIs; drop {field('launchable')} (it means {field('runtime', 'torch')})")
         options = {**options, "runtime": "torch"}
     if runtime_version is not None and not isinstance(runtime_version, str):

@@ -153,7 +153,11 @@ def test_launchable_plans_pass_the_launch_rule():  # cp, ep and offload are laun
 def test_launchable_refuses_the_megatron_runtime():
     result = run(["plan", "--model", "llama2-7b", "--hardware", "h100-sxm-80gb", "--gpus", "8", "--global-batch", "8",
                   "--seq-len", "2048", "--launchable", "--runtime", "megatron"])
-    assert result.exit_code == 2 and "--runtime megatron" in result.output and result.output.count("\n") == 1
+    assert result.exit_code == 2 and result.stdout == ""
+    assert result.stderr.splitlines() == [
+        "warning: --launchable is deprecated; it means --runtime torch",
+        "error: --runtime megatron with --launchable: the launched job runs on PyTorch's APIs; "
+        "drop --launchable (it means --runtime torch)"]
 
 
 def test_explain_shows_an_attached_tp_plan(tmp_path):

@@ -48,10 +48,11 @@ def test_explain_format_json_prints_one_document(tmp_path):
     result = CliRunner().invoke(main, ["explain", str(path), "--format", "json"])
     assert result.exit_code == 0
     doc = json.loads(result.stdout)
-    assert set(doc) == {"best", "binding", "ties", "runner_up", "what_would_change"}
+    assert set(doc) == {"best", "runtime", "binding", "ties", "runner_up", "what_would_change"}
     assert doc["ties"]["num_indistinguishable"] >= 1 and doc["ties"]["band_rel"] > 0
     table = CliRunner().invoke(main, ["explain", str(path)]).stdout
     assert "why this plan:" in table and "runner-up" in table and "with 2x the NIC bandwidth" in table
+    assert doc["runtime"] in table.splitlines() and doc["ties"]["text"] in table.splitlines()
 
 
 def test_explain_lists_memory_and_time_in_the_order_plan_prints_them(tmp_path):

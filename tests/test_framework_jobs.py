@@ -245,9 +245,6 @@ def test_what_a_runtime_cannot_run_is_refused_naming_the_field(tmp_path, runtime
     assert refused.exit_code == 2 and field in refused.output and "Traceback" not in refused.output
 
 
-@pytest.mark.xfail(strict=True, reason="the README's default plan picks ZeRO-2 with pp 2, which Megatron-LM does "
-                                       "not run; part A (branch rt-search) restricts the search to the runtime's "
-                                       "table. Remove this mark when it lands")
 def test_readme_default_plan_launches_as_a_megatron_job(tmp_path):
     out = tmp_path / "plan.json"
     result = CliRunner().invoke(main, ["plan", "--model", "llama3-70b", "--hardware", "h100-sxm-80gb", "--gpus", "64",

@@ -3,8 +3,10 @@
 They validate against the published CRD schemas (tests/data/k8s/README.md names the releases),
 with unknown fields refused as ``kubectl apply --validate=strict`` would; their pod templates
 deserialize into the ``kubernetes`` client's ``V1PodTemplateSpec`` and serialize back unchanged;
-pods x processes per pod equals the plan's GPU count; bad options are one line and exit 2; and
-the container command of a 2-process CPU plan trains under torchrun on this machine.
+pods x processes per pod equals the plan's GPU count; bad options are one line and exit 2; a
+framework runtime's pods (the README's default plan: megatron) run the job's launch.sh with the
+controller's node rank; and the container command of a 2-process CPU plan (the torch runtime)
+trains under torchrun on this machine.
 """
 
 from __future__ import annotations
@@ -32,9 +34,9 @@ DATA = Path(__file__).resolve().parent / "data" / "k8s"
 CRDS = {"jobset": ("jobset.x-k8s.io_jobsets.yaml", "v1alpha2"), "pytorchjob": ("kubeflow.org_pytorchjobs.yaml", "v1")}
 README_PLAN = ["--model", "llama3-70b", "--hardware", "h100-sxm-80gb", "--gpus", "64", "--global-batch", "512",
                "--seq-len", "8192"]
-"""The README's first command."""
+"""The README's first command (the default runtime, megatron)."""
 CPU_PLAN = ["--model", "tiny-llama", "--hardware", "cpu", "--gpus", "2", "--global-batch", "4", "--seq-len", "32",
-            "--precision", "fp32", "--launchable"]
+            "--precision", "fp32", "--runtime", "torch"]
 
 
 @functools.cache
@@ -71,6 +73,24 @@ def pod_templates(document: dict) -> list[dict]:
     return [r["template"] for r in document["spec"]["pytorchReplicaSpecs"].values()]
 
 
+FRAMEWORK_SCRIPT = re.compile(r'export NNODES=(\d+) GPUS_PER_NODE=(\d+) NODE_RANK="\$\{(\w+)\}"; '
+                              r'exec bash (/\S+)/launch\.sh')
+"""A framework runtime's container script (``kubernetes._command``): the node shape, the node rank's
+variable, the job directory."""
+NODE_RANK_VARIABLE = {"JobSet": "JOB_COMPLETION_INDEX", "PyTorchJob": "PET_NODE_RANK"}
+
+
+def command_shape(command: list[str]) -> tuple[int, int]:
+    """(nodes, processes per node) the container command starts: torchrun's ``--nnodes`` and
+    ``--nproc-per-node`` (torch runtime), or the ``NNODES`` and ``GPUS_PER_NODE`` it exports for the
+    job's launch.sh (a framework runtime)."""
+    if command[:2] == ["bash", "-c"]:
+        match = FRAMEWORK_SCRIPT.fullmatch(command[2])
+        assert match is not None and len(command) == 3, command
+        return int(match[1]), int(match[2])
+    return int(command[command.index("--nnodes") + 1]), int(command[command.index("--nproc-per-node") + 1])
+
+
 def pods_and_processes(document: dict) -> tuple[int, int]:
     """(pods, processes per pod) as the controller would start them."""
     if document["kind"] == "JobSet":
@@ -80,10 +100,11 @@ def pods_and_processes(document: dict) -> tuple[int, int]:
         pods = rjob["replicas"] * job["completions"]
     else:
         pods = sum(r["replicas"] for r in document["spec"]["pytorchReplicaSpecs"].values())
-        assert document["spec"]["nprocPerNode"] == pod_templates(document)[0]["spec"]["containers"][0]["command"][6]
-    command = pod_templates(document)[0]["spec"]["containers"][0]["command"]
-    assert int(command[command.index("--nnodes") + 1]) == pods
-    return pods, int(command[command.index("--nproc-per-node") + 1])
+    nodes, per_pod = command_shape(pod_templates(document)[0]["spec"]["containers"][0]["command"])
+    if document["kind"] == "PyTorchJob":
+        assert document["spec"]["nprocPerNode"] == str(per_pod)
+    assert nodes == pods
+    return pods, per_pod
 
 
 def check_against_api(document: dict, kind: str) -> None:
@@ -109,9 +130,9 @@ def readme_plan(tmp_path_factory) -> Path:
 
 @pytest.mark.parametrize("kind", ["jobset", "pytorchjob"])
 def test_readme_plan_renders_a_valid_manifest_of_the_plan_size(readme_plan, tmp_path, kind):
-    """``launch`` refuses this plan's job (TP overlap); --exports-only still writes the manifest."""
+    """``launch`` writes the plan's Megatron job and, beside it, the manifest that runs it."""
     out = tmp_path / "job"
-    result = CliRunner().invoke(main, ["launch", str(readme_plan), "--out", str(out), "--exports-only",
+    result = CliRunner().invoke(main, ["launch", str(readme_plan), "--out", str(out),
                                        "--scheduler", "kubernetes", "--k8s-kind", kind])
     assert result.exit_code == 0, result.output
     text = (out / MANIFEST_FILES[kind]).read_text()
@@ -122,13 +143,56 @@ def test_readme_plan_renders_a_valid_manifest_of_the_plan_size(readme_plan, tmp_
     container = pod_templates(document)[0]["spec"]["containers"][0]
     assert container["resources"] == {"limits": {"nvidia.com/gpu": "8"}}
     assert {"name": "dshm", "mountPath": "/dev/shm"} in container["volumeMounts"]
-    assert "no train.py" in text  # the header says what --exports-only left out
+    assert "8 pod(s) x 8 process(es) = 64 (plan inputs.gpus)" in text  # the header says the shape
+    assert (out / "launch.sh").is_file() and (out / "megatron_args.sh").is_file()  # the job the pods run
+
+
+@pytest.mark.parametrize("kind", ["jobset", "pytorchjob"])
+def test_framework_runtime_pods_run_launch_sh_with_the_node_rank(readme_plan, tmp_path, kind):
+    """A framework runtime's pods (the README's default plan: megatron) run the job's own launch.sh,
+    exporting NNODES x GPUS_PER_NODE = the plan's GPUs and the controller's node rank; run as the
+    pod would (this directory for the job directory, a stand-in torchrun that records its
+    arguments), launch.sh passes them on to torchrun."""
+    out = tmp_path / "job"
+    result = CliRunner().invoke(main, ["launch", str(readme_plan), "--out", str(out), "--scheduler", "kubernetes",
+                                       "--k8s-kind", kind, "--k8s-job-dir", "/workspace/job"])
+    assert result.exit_code == 0, result.output
+    plan = read_plan_file(readme_plan)
+    assert plan.inputs.training.runtime == "megatron"
+    document = yaml.safe_load((out / MANIFEST_FILES[kind]).read_text())
+    check_against_api(document, kind)
+    (container,) = pod_templates(document)[0]["spec"]["containers"]
+    command = container["command"]
+    match = FRAMEWORK_SCRIPT.fullmatch(command[2]) if command[:2] == ["bash", "-c"] else None
+    assert match is not None, command
+    nnodes, gpus_per_node, rank_variable, job_dir = int(match[1]), int(match[2]), match[3], match[4]
+    assert rank_variable == NODE_RANK_VARIABLE[document["kind"]] and job_dir == "/workspace/job"
+    assert nnodes * gpus_per_node == plan.inputs.gpus == 64
+    assert pods_and_processes(document) == (nnodes, gpus_per_node)
+    assert "train.py" not in command[2] and not (out / "train.py").exists()  # torchrun's job is the torch runtime's
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "torchrun").write_text('#!/usr/bin/env bash\nprintf "%s\\n" "$@" > "$TORCHRUN_ARGS"\n')
+    (bin_dir / "torchrun").chmod(0o755)
+    recorded = tmp_path / "torchrun-args"
+    env = {"PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}", "TORCHRUN_ARGS": str(recorded),
+           "MEGATRON_LM": "/opt/megatron-lm", rank_variable: "3", "MASTER_ADDR": "pod-0", "MASTER_PORT": "29500"}
+    script = command[2].replace("/workspace/job", str(out))
+    proc = subprocess.run(["bash", "-c", script], env=env, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    args = recorded.read_text().splitlines()
+    given = {flag: args[args.index(flag) + 1] for flag in ("--nnodes", "--nproc-per-node", "--node-rank",
+                                                            "--master-addr", "--master-port")}
+    assert given == {"--nnodes": str(nnodes), "--nproc-per-node": str(gpus_per_node), "--node-rank": "3",
+                     "--master-addr": "pod-0", "--master-port": "29500"}
+    assert "/opt/megatron-lm/pretrain_gpt.py" in args
 
 
 def test_manifest_is_deterministic_and_reads_back_as_built(readme_plan, tmp_path):
     texts = []
     for name in ("a", "b"):
-        result = CliRunner().invoke(main, ["launch", str(readme_plan), "--out", str(tmp_path / name), "--exports-only",
+        result = CliRunner().invoke(main, ["launch", str(readme_plan), "--out", str(tmp_path / name),
                                            "--scheduler", "kubernetes", "--k8s-job-dir", "/workspace/job"])
         assert result.exit_code == 0, result.output
         texts.append((tmp_path / name / "jobset.yaml").read_text().replace(str(tmp_path / name), "DIR"))
@@ -183,7 +247,7 @@ BAD_OPTIONS = [
 
 @pytest.mark.parametrize("args, field", BAD_OPTIONS)
 def test_bad_options_are_one_line_exit_2(readme_plan, tmp_path, args, field):
-    result = CliRunner().invoke(main, ["launch", str(readme_plan), "--out", str(tmp_path / "job"), "--exports-only",
+    result = CliRunner().invoke(main, ["launch", str(readme_plan), "--out", str(tmp_path / "job"),
                                        "--scheduler", "kubernetes", *args])
     assert result.exit_code == 2, result.output
     lines = result.output.strip().splitlines()
@@ -192,7 +256,7 @@ def test_bad_options_are_one_line_exit_2(readme_plan, tmp_path, args, field):
 
 
 def test_k8s_options_need_the_kubernetes_scheduler(readme_plan, tmp_path):
-    result = CliRunner().invoke(main, ["launch", str(readme_plan), "--out", str(tmp_path / "job"), "--exports-only",
+    result = CliRunner().invoke(main, ["launch", str(readme_plan), "--out", str(tmp_path / "job"),
                                        "--k8s-namespace", "ml"])
     assert result.exit_code == 2
     assert result.output.strip() == ("error: --k8s-namespace: only used with --scheduler kubernetes "

@@ -61,7 +61,7 @@ def launch_command(plan_file: str, out_dir: str, force: bool, python: str | None
         options = kubernetes_options(plan, out_dir, scheduler, k8s)
         files = write_job(plan, out_dir, python=python)
         if options is not None:
-            path = write_manifest(plan, out_dir, options, job_written=True)
+            path = write_manifest(plan, out_dir, options)
             click.echo(f"wrote {len(files) + 1} files to {out_dir}; run: {out_dir}/launch.sh --steps 20, "
                        f"or on Kubernetes: kubectl apply -f {path}")
             return
