@@ -483,5 +483,6 @@ def runtime_summary(runtime: str, version: str | None, layout: "Layout | None") 
     table = capabilities(runtime, version)
     line = f"runtime {runtime} {table.latest} ({table.framework})"
     if layout is not None:
-        line += "; turns on: " + "; ".join(f.option for f in features_used(table, layout))
+        flags = [f.option for f in features_used(table, layout) if not f.option.startswith("(")]  # "(no flag)"
+        line += "; sets " + " ".join(flags) if flags else "; no options beyond the degrees"
     return line

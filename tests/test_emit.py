@@ -23,8 +23,9 @@ from planner.plan.plan_file import PlanFile
 NASTY = "my \"model\" $(touch PWNED) `id`; rm -rf / 'x'\nnewline"
 
 
-def make_plan(model: str = "tiny-llama", name: str | None = None, gpus: int = 4, **layout) -> dict:
-    """A plan dict in the shape of the lead's plan file, built by hand."""
+def make_plan(model: str = "tiny-llama", name: str | None = None, gpus: int = 4, runtime: str = "torch",
+              **layout) -> dict:
+    """A plan dict in the shape of the lead's plan file, built by hand, for ``runtime``'s job."""
     base = {"dp": gpus, "zero_stage": 3, "num_microbatches": 2, "micro_batch_size": 1}
     base.update(layout)
     world = base.get("dp", 1) * base.get("tp", 1) * base.get("pp", 1) * base.get("cp", 1)
@@ -34,7 +35,7 @@ def make_plan(model: str = "tiny-llama", name: str | None = None, gpus: int = 4,
                        "gpus": world, "gpus_per_node": 2,
                        "training": {"global_batch_size": batch, "seq_len": 32, "precision": "bf16",
                                     "optimizer": "adamw", "lora_rank": 0, "lora_targets": ["q", "k", "v", "o"],
-                                    "attention": "fused", "runtime": "torch"}},
+                                    "attention": "fused", "runtime": runtime}},
             "best": {"layout": base, "predicted": {}}, "candidates": [],
             "search": {"solver": "evaluate", "space_size": 1, "evaluated": 1, "rejected": {}}}
 
@@ -48,28 +49,58 @@ def job(tmp_path_factory) -> Path:
     return out
 
 
+FRAMEWORK_LAYOUTS = {
+    # the torch job's layout, as far as each framework runs it: Megatron's ZeRO-1 is the distributed
+    # optimizer (Megatron-FSDP is not pipelined); DeepSpeed's pipeline engine runs 1F1B under ZeRO < 2
+    "megatron": dict(zero_stage=1, schedule="interleaved", virtual_stages=2),
+    "torchtitan": dict(zero_stage=3, schedule="interleaved", virtual_stages=2, hsdp_shard_degree=0),
+    "deepspeed": dict(zero_stage=1, schedule="1f1b"),
+}
+
+
+@pytest.fixture(scope="module")
+def framework_jobs(tmp_path_factory) -> dict[str, Path]:
+    """{runtime: job directory} of the same nasty-named model under each framework runtime."""
+    jobs = {}
+    for runtime, layout in FRAMEWORK_LAYOUTS.items():
+        out = tmp_path_factory.mktemp(f"{runtime} job dir with space")
+        plan = make_plan(name=NASTY, gpus=8, runtime=runtime, dp=2, tp=2, pp=2, sequence_parallel=True,
+                         num_microbatches=4, recompute="full", **layout)
+        write_job(PlanFile.from_dict(plan), out)
+        jobs[runtime] = out
+    return jobs
+
+
 def test_python_files_compile(job):
     for path in [job / "train.py", *(job / "runtime").rglob("*.py")]:
         py_compile.compile(str(path), doraise=True)
 
 
-def test_shell_files_parse(job):
-    for name in ("launch.sh", "slurm.sbatch", "exports/megatron_args.sh"):
-        proc = subprocess.run(["bash", "-n", str(job / name)], capture_output=True, text=True)
-        assert proc.returncode == 0, proc.stderr
+def test_shell_files_parse(job, framework_jobs):
+    paths = [job / "launch.sh", job / "slurm.sbatch", framework_jobs["megatron"] / "megatron_args.sh",
+             framework_jobs["deepspeed"] / "megatron_deepspeed_args.sh"]
+    paths += [d / name for d in framework_jobs.values() for name in ("launch.sh", "slurm.sbatch")]
+    for path in paths:
+        proc = subprocess.run(["bash", "-n", str(path)], capture_output=True, text=True)
+        assert proc.returncode == 0, (path, proc.stderr)
 
 
-def test_user_values_cannot_inject(job, tmp_path):
+def test_user_values_cannot_inject(job, framework_jobs, tmp_path):
     """The python path lands in shell code quoted: running launch.sh tries that literal path."""
     proc = subprocess.run(["bash", str(job / "launch.sh"), "--steps", "1"], cwd=tmp_path, capture_output=True,
                           text=True, timeout=60)
     assert proc.returncode != 0
     assert "py $(touch PWNED2)" in proc.stderr
     assert not list(tmp_path.glob("PWNED*")) and not list(job.glob("PWNED*"))
-    for name in ("launch.sh", "slurm.sbatch", "exports/torchtitan.toml"):
-        text = (job / name).read_text()
+    texts = [(job / name).read_text() for name in ("launch.sh", "slurm.sbatch")]
+    texts += [(framework_jobs["torchtitan"] / "torchtitan.toml").read_text(),
+              (framework_jobs["megatron"] / "megatron_args.sh").read_text()]
+    texts += [(d / name).read_text() for d in framework_jobs.values() for name in ("launch.sh", "slurm.sbatch")]
+    for text in texts:
         assert "\nnewline" not in text  # the model name's newline stays escaped inside one line
-    assert "#SBATCH --job-name=my__model____touch_PWNED___id___rm_-rf____x__newline\n" in (job / "slurm.sbatch").read_text()
+    for d in (job, *framework_jobs.values()):
+        assert "#SBATCH --job-name=my__model____touch_PWNED___id___rm_-rf____x__newline\n" in \
+            (d / "slurm.sbatch").read_text()
 
 
 def test_job_is_self_contained(job):
@@ -92,7 +123,9 @@ def test_bundle_is_derived_from_the_runtime_imports(job):
     assert {"main", "pipelining", "tp_styles", "user_model"} <= set(job_modules)
     assert bundle["planner.plan"] == ("plan_file",)
     assert "harness" not in " ".join(job_modules)  # test-only module, not imported by the job
-    assert bundle["costmodels"] == ("convention", "layout", "model_spec", "moe_costs", "precision", "stage_split", "training")
+    # capabilities: plan_file reads the plan's narrowing of its runtime's space (capabilities.Narrowing)
+    assert bundle["costmodels"] == ("capabilities", "convention", "layout", "model_spec", "moe_costs", "precision",
+                                    "stage_split", "training")
     copied = sorted(p.stem for p in (job / "runtime" / "planner" / "launch" / "torchjob").glob("*.py"))
     assert copied == sorted(job_modules)
     names = ", ".join(f"planner.launch.torchjob.{m}" for m in job_modules if m != "__init__")
@@ -113,8 +146,8 @@ def test_plan_copy_is_exact(job):
     assert json.loads((job / "plan.json").read_text())["inputs"]["model"] == NASTY
 
 
-def test_deepspeed_json_uses_known_keys(job):
-    config = json.loads((job / "exports" / "deepspeed.json").read_text())
+def test_deepspeed_json_uses_known_keys(framework_jobs):
+    config = json.loads((framework_jobs["deepspeed"] / "deepspeed.json").read_text())
 
     def keys(d, prefix=""):
         for k, v in d.items():
@@ -127,8 +160,8 @@ def test_deepspeed_json_uses_known_keys(job):
         config["gradient_accumulation_steps"] * 2  # dp = 2
 
 
-def test_torchtitan_toml_parses_with_known_fields(job):
-    config = tomllib.loads((job / "exports" / "torchtitan.toml").read_text())
+def test_torchtitan_toml_parses_with_known_fields(framework_jobs):
+    config = tomllib.loads((framework_jobs["torchtitan"] / "torchtitan.toml").read_text())
     fields = {f"{section}.{key}" for section, values in config.items() for key in values}
     assert fields <= frameworks.TORCHTITAN_KEYS
     assert config["model"]["flavor"] == NASTY
@@ -138,15 +171,18 @@ def test_torchtitan_toml_parses_with_known_fields(job):
     assert p["data_parallel_replicate_degree"] * p["data_parallel_shard_degree"] == 2
 
 
-def test_megatron_args_use_known_options(job):
+def test_megatron_args_use_known_options(framework_jobs):
     proc = subprocess.run(["bash", "-c", 'source "$1"; printf "%s\\n" "${MEGATRON_ARGS[@]}"', "_",
-                           str(job / "exports" / "megatron_args.sh")], capture_output=True, text=True, check=True)
+                           str(framework_jobs["megatron"] / "megatron_args.sh")], capture_output=True, text=True,
+                          check=True)
     tokens = proc.stdout.splitlines()
     options = {t for t in tokens if t.startswith("--")}
     assert options <= frameworks.MEGATRON_OPTIONS
     value = dict(zip(tokens, tokens[1:]))
     assert value["--tensor-model-parallel-size"] == "2" and value["--pipeline-model-parallel-size"] == "2"
-    assert value["--num-layers-per-virtual-pipeline-stage"] == "1"  # 4 layers / (pp 2 x v 2)
+    # 4 layers / (pp 2 x v 2): always stated as virtual stages per rank (one form for even and uneven splits)
+    assert value["--num-virtual-stages-per-pipeline-rank"] == "2"
+    assert "--num-layers-per-virtual-pipeline-stage" not in options
     assert "--sequence-parallel" in options and value["--recompute-granularity"] == "full"
 
 
@@ -193,21 +229,32 @@ def test_cli_writes_job(tmp_path):
 
 
 def test_exports_say_what_does_not_map_with_the_frameworks_own_names():
-    # Megatron-LM: use_torch_fsdp2 "is not currently working with Pipeline Parallel" (its training
-    # config); DeepSpeed's PipelineEngine asserts zero_optimization_stage() < 2; Llama 3 has RoPE base 500000.
+    # Megatron-FSDP is not offered with pipelining (capabilities.MEGATRON); DeepSpeed's PipelineEngine
+    # asserts zero_optimization_stage() < 2; Llama 3 has RoPE base 500000.
     from costmodels.layout import Layout
     from costmodels.presets import load_model
     from costmodels.training import TrainingSpec
     from planner.launch import frameworks
 
+    from planner.plan.plan_file import PlanFileError
+
     model, training = load_model("llama3-8b"), TrainingSpec(global_batch_size=32, seq_len=4096)
     layout = Layout(dp=2, pp=2, zero_stage=3, num_microbatches=16)
-    args, notes = frameworks.megatron_args(model, training, layout, 4096)
+    # what used to be exported otherwise (with a note) is refused in one line naming the field and the option
+    with pytest.raises(PlanFileError, match=r"^layout\.zero_stage = 3 with pp 2: megatron runs it only without "
+                                            r"pipelining \(--use-megatron-fsdp") as refused:
+        frameworks.megatron_args(model, training, layout, 4096)
+    assert "\n" not in str(refused.value)
+    with pytest.raises(PlanFileError, match=r"^layout\.zero_stage = 3 with pp 2: deepspeed runs it only without "
+                                            r"pipelining \(zero_optimization\.stage=3 --no-pipeline-parallel\)"):
+        frameworks.deepspeed_config(model, training, layout)
+    args, _ = frameworks.megatron_args(model, training, Layout(dp=2, pp=2, zero_stage=1, num_microbatches=16), 4096)
     assert args[args.index("--rotary-base") + 1] == "500000"
-    assert "--use-torch-fsdp2" not in args and any("pipeline parallelism" in n for n in notes)
     assert set(a for a in args if a.startswith("--")) <= frameworks.MEGATRON_OPTIONS
-    config, ds_notes = frameworks.deepspeed_config(training, layout)
-    assert config["zero_optimization"]["stage"] == 1
-    assert any("zero_optimization_stage() < 2" in n for n in ds_notes)
-    flat_args, _ = frameworks.megatron_args(model, training, Layout(dp=4, zero_stage=3, num_microbatches=8), 4096)
-    assert "--use-torch-fsdp2" in flat_args
+    flat = Layout(dp=4, zero_stage=3, num_microbatches=8)
+    flat_args, _ = frameworks.megatron_args(model, training, flat, 4096)
+    assert flat_args[flat_args.index("--data-parallel-sharding-strategy") + 1] == "optim_grads_params"
+    assert "--use-megatron-fsdp" in flat_args and "--use-torch-fsdp2" not in flat_args
+    assert set(a for a in flat_args if a.startswith("--")) <= frameworks.MEGATRON_OPTIONS
+    assert frameworks.deepspeed_config(model, training, flat)["zero_optimization"]["stage"] == 3
+    assert "--no-pipeline-parallel" in frameworks.megatron_deepspeed_args(model, training, flat)

@@ -237,9 +237,11 @@ def test_8_torchtitan_toml_reads_back_for_an_emoji_name(tmp_path):
     source = tmp_path / 'llama 🦙 "q" \\.json'
     source.write_text(json.dumps(config))
     plan = tmp_path / "plan.json"
-    assert run(["plan", "--model", str(source), *JOB[2:], "--launchable", "--out", str(plan)]).exit_code == 0
-    assert run(["launch", str(plan), "--out", str(tmp_path / "job")]).exit_code == 0
-    toml = tomllib.loads((tmp_path / "job/exports/torchtitan.toml").read_text(encoding="utf-8"))
+    planned = run(["plan", "--model", str(source), *JOB[2:], "--runtime", "torchtitan", "--out", str(plan)])
+    assert planned.exit_code == 0, planned.output
+    launched = run(["launch", str(plan), "--out", str(tmp_path / "job")])
+    assert launched.exit_code == 0, launched.output
+    toml = tomllib.loads((tmp_path / "job/torchtitan.toml").read_text(encoding="utf-8"))
     assert toml["model"]["flavor"] == str(source) and str(source) in toml["job"]["description"]
 
 

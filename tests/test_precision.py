@@ -19,6 +19,8 @@ from costmodels.training import TrainingSpec
 from hardware_specs import load_node, make_cluster
 from autoplan_base.errors import SpecError
 from planner.launch import frameworks
+from planner.launch.job import framework_files
+from planner.plan.plan_file import PlanFileError
 from planner.search.launchable import runtime_problems
 from planner.launch.torchjob.convention import FSDP2
 
@@ -160,14 +162,21 @@ def _value(args: list[str], option: str) -> str | None:
 
 @pytest.mark.parametrize("name", sorted(TRAINING))
 def test_exports_use_the_frameworks_option_names(name):
+    """Each runtime's job states the recipe in its own option names, or refuses in one line a recipe
+    it has no option for (nothing is exported in another recipe)."""
     precision, recipe = TRAINING[name]
     model = load_model("llama3-8b")
     training = TrainingSpec(global_batch_size=64, seq_len=4096, precision=precision, fp8_recipe=recipe)
     layout = Layout(dp=8, zero_stage=1, micro_batch_size=1, num_microbatches=8)
-    args, notes = frameworks.megatron_args(model, training, layout, 4096)
-    assert {a for a in args if a.startswith("--")} <= frameworks.MEGATRON_OPTIONS
+    if name == "fp8-rowwise":  # Megatron's --fp8-recipe has no rowwise choice
+        with pytest.raises(PlanFileError, match=r"^training\.precision: recipe fp8-rowwise has no Megatron "
+                                                r"--fp8-recipe .*\(the megatron job cannot run it as costed\)$"):
+            frameworks.megatron_args(model, training, layout, 4096)
+    else:
+        args, _ = frameworks.megatron_args(model, training, layout, 4096)
+        assert {a for a in args if a.startswith("--")} <= frameworks.MEGATRON_OPTIONS
     if name == "fp8-rowwise":
-        assert "--fp8-recipe" not in args and any("no rowwise choice" in n for n in notes)
+        pass  # refused above
     elif name == "nvfp4":
         assert (_value(args, "--fp4-format"), _value(args, "--fp4-recipe")) == ("e2m1", "nvfp4")
         assert "--fp4-param-gather" in args
@@ -176,28 +185,40 @@ def test_exports_use_the_frameworks_option_names(name):
         assert "--fp8-param-gather" in args  # the plan costs the gather in fp8 (ZeRO-1: distributed optimizer)
     if name == "fp8-blockwise":
         assert _value(args, "--exp-avg-dtype") == _value(args, "--exp-avg-sq-dtype") == "bf16"
-    config, t_notes = frameworks.torchtitan_config("llama3-8b", model, training, layout, 4096)
+    fsdp = Layout(dp=8, zero_stage=3, micro_batch_size=1, num_microbatches=8)  # torchtitan runs no ZeRO-1
+    if name not in ("fp8-tensorwise", "fp8-rowwise", "mxfp8"):  # torchao's float8 / mx converters have no equivalent
+        with pytest.raises(PlanFileError, match=rf"^training\.precision: recipe {name}: torchtitan runs "
+                                                r"fp8-tensorwise, fp8-rowwise, mxfp8 only \(the torchtitan job"):
+            frameworks.torchtitan_config("llama3-8b", model, training, fsdp, 4096)
+        return
+    config, _ = frameworks.torchtitan_config("llama3-8b", model, training, fsdp, 4096)
     fields = {f"{section}.{key}" for section, values in config.items() for key in values}
     assert fields <= frameworks.TORCHTITAN_KEYS
     converters = config["model"].get("converters")
     if name in ("fp8-tensorwise", "fp8-rowwise"):
-        assert converters == ["float8"] and config["float8"]["recipe_name"] == name.removeprefix("fp8-")
-        assert "output" in config["float8"]["filter_fqns"]  # the LM head stays bf16
-        assert config["float8"].get("enable_fsdp_float8_all_gather", False) == (name == "fp8-tensorwise")
-    elif name == "mxfp8":
-        assert converters == ["mx"] and config["mx"]["recipe_name"] == "mxfp8"
+        float8 = config["quantize.linear.float8"]
+        assert converters == ["quantize.linear.float8"] and float8["recipe_name"] == name.removeprefix("fp8-")
+        assert "output" in float8["filter_fqns"]  # the LM head stays bf16
+        assert float8.get("enable_fsdp_float8_all_gather", False) == (name == "fp8-tensorwise")
     else:
-        assert converters is None and any("no equivalent" in n for n in t_notes)
+        assert converters == ["quantize.linear.mx"] and config["quantize.linear.mx"]["recipe_name"] == "mxfp8"
 
 
 def test_low_precision_plans_are_exported_not_launched():
+    """The torch job refuses a low-precision recipe, naming the runtimes whose jobs run it; those jobs do."""
     training = TrainingSpec(global_batch_size=8, seq_len=64, precision="fp8")
-    problems = runtime_problems(training, Layout(dp=1, micro_batch_size=1, num_microbatches=8))
+    layout = Layout(dp=1, micro_batch_size=1, num_microbatches=8)
+    problems = runtime_problems(training, layout)
     assert len(problems) == 1 and problems[0].startswith("training.precision = fp8 (fp8-tensorwise)")
-    assert "--exports-only" in problems[0]
-    with pytest.raises(planner.PlanError, match="precision=fp8 with launchable=True"):
+    assert "--runtime megatron or torchtitan" in problems[0] and "\n" not in problems[0]
+    with pytest.raises(planner.PlanError, match="precision=fp8 with runtime=torch"):
         planner.plan(model="llama3-8b", hardware="h100", gpus=8, global_batch=64, seq_len=4096, precision="fp8",
                      launchable=True)
+    model = load_model("llama3-8b")
+    megatron = framework_files("megatron", "llama3-8b", model, training, layout)["megatron_args.sh"]
+    assert "--fp8-recipe tensorwise" in megatron
+    toml = framework_files("torchtitan", "llama3-8b", model, training, layout)["torchtitan.toml"]
+    assert 'converters = ["quantize.linear.float8"]' in toml and 'recipe_name = "tensorwise"' in toml
 
 
 def test_transformer_engine_keeps_quantised_gemm_inputs_and_torchao_does_not():

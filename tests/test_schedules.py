@@ -18,6 +18,7 @@ from costmodels.training import TrainingSpec
 from planner.cli import main
 from planner.launch import frameworks
 from planner.search.launchable import launch_problems
+from planner.plan.plan_file import PlanFileError
 
 EVAL = dict(model="llama3-8b", hardware="h100-sxm-80gb", gpus=8, global_batch=64, seq_len=4096)
 """llama3-8b, 32 layers, on one node: pp 4 × dp 2, 16 micro-batches of 2 sequences."""
@@ -117,17 +118,25 @@ def test_launch_refuses_dualpipe_with_an_option_that_exists():
 
 
 def test_exports_name_the_schedules():
-    """torchtitan takes torch's schedule class names; Megatron-LM gets a note for what it cannot run."""
+    """torchtitan takes torch's schedule class names; what a framework cannot run (Megatron-LM: any of
+    these; torchtitan: zb-h1 and DualPipe) is refused in one line naming the schedule, never exported
+    as another schedule."""
     model, training = load_model("llama3-8b"), TrainingSpec(global_batch_size=64, seq_len=4096)
     names = {}
     for schedule, v in (("zb-h1", 1), ("interleaved-zb", 2), ("zb-v", 2), ("dualpipe-v", 2), ("dualpipe", 1)):
-        layout = Layout(dp=2, pp=4, num_microbatches=16, micro_batch_size=2, schedule=schedule, virtual_stages=v)
-        config, _ = frameworks.torchtitan_config("llama3-8b", model, training, layout, 4096)
-        names[schedule] = config["parallelism"]["pipeline_parallel_schedule"]
-        _, notes = frameworks.megatron_args(model, training, layout, 4096)
-        assert any(note.startswith(f"schedule {schedule}:") for note in notes)
-    assert names == {"zb-h1": "InterleavedZeroBubble", "interleaved-zb": "InterleavedZeroBubble",
-                     "zb-v": "ZBVZeroBubble", "dualpipe-v": "DualPipeV", "dualpipe": "1F1B"}
+        kw = dict(dp=2, pp=4, num_microbatches=16, micro_batch_size=2, schedule=schedule, virtual_stages=v)
+        refused = rf"^layout\.schedule = {schedule}: torchtitan runs 1f1b, gpipe, interleaved, interleaved-zb, zb-v, " \
+                  r"dualpipe-v only \(the torchtitan job cannot run it as costed\)$"
+        if schedule in ("zb-h1", "dualpipe"):
+            with pytest.raises(PlanFileError, match=refused):
+                frameworks.torchtitan_config("llama3-8b", model, training, Layout(zero_stage=3, **kw), 4096)
+        else:
+            config, _ = frameworks.torchtitan_config("llama3-8b", model, training, Layout(zero_stage=3, **kw), 4096)
+            names[schedule] = config["parallelism"]["pipeline_parallel_schedule"]
+        with pytest.raises(PlanFileError, match=rf"^layout\.schedule = {schedule}: megatron runs 1f1b, interleaved "
+                                                r"only \(the megatron job cannot run it as costed\)$"):
+            frameworks.megatron_args(model, training, Layout(zero_stage=1, **kw), 4096)
+    assert names == {"interleaved-zb": "InterleavedZeroBubble", "zb-v": "ZBVZeroBubble", "dualpipe-v": "DualPipeV"}
 
 
 def test_plan_file_records_the_forced_split():

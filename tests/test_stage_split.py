@@ -1,6 +1,7 @@
 """Uneven pipeline stages: the split forms, their rank assignment, the CLI options and the exports."""
 
 import json
+from dataclasses import replace
 
 import pytest
 from click.testing import CliRunner
@@ -102,9 +103,11 @@ def test_the_space_holds_interleaved_layouts_for_126_layers():
 
 
 def _exports(layout, model="llama3-8b"):
+    """Megatron's arguments and torchtitan's ``[parallelism]`` for ``layout``'s pipeline, each under a
+    ZeRO stage its job runs with pp (Megatron: the distributed optimizer; torchtitan: FSDP, no ZeRO-1)."""
     m, t = load_model(model), TrainingSpec(global_batch_size=16, seq_len=1024)
-    args, _ = frameworks.megatron_args(m, t, layout, 1024)
-    config, _ = frameworks.torchtitan_config(model, m, t, layout, 1024)
+    args, _ = frameworks.megatron_args(m, t, replace(layout, zero_stage=1), 1024)
+    config, _ = frameworks.torchtitan_config(model, m, t, replace(layout, zero_stage=3), 1024)
     return dict(zip(args, args[1:])), set(a for a in args if a.startswith("--")), config["parallelism"]
 
 

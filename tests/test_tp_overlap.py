@@ -17,6 +17,7 @@ from hardware_specs import load_node, make_cluster
 from hardware_specs.units import MIB
 from planner.search.brute_force import solve_brute_force
 from planner.launch.frameworks import megatron_args, torchtitan_config
+from planner.plan.plan_file import PlanFileError
 from planner.search.launchable import launch_problems
 from planner.search.solve import solve
 from planner.search.space import SearchOptions
@@ -119,10 +120,16 @@ def test_exports_enable_it_and_launch_refuses_it():
     layout = Layout(dp=1, tp=8, pp=8, num_microbatches=512, sequence_parallel=True, tp_comm_overlap=True)
     args, _ = megatron_args(model, training, layout, 8192)
     assert "--tp-comm-overlap" in args and "--sequence-parallel" in args
-    config, _ = torchtitan_config("llama3-70b", model, training, layout, 8192)
+    # torchtitan's async TP is an inductor pass: a compiled plan gets it with compile on; an eager plan
+    # is refused (turning compile on would change what was costed)
+    compiled = TrainingSpec(global_batch_size=512, seq_len=8192, compiled=True)
+    config, _ = torchtitan_config("llama3-70b", model, compiled, layout, 8192)
     assert config["parallelism"]["enable_async_tensor_parallel"] is True
     assert config["compile"]["enable"] is True and "model" in config["compile"]["components"]
-    problems = launch_problems(model, training, layout)
+    with pytest.raises(PlanFileError, match=r"^layout\.tp_comm_overlap: torchtitan's async TP needs torch\.compile"
+                                            r".*\(the torchtitan job cannot run it as costed\)$"):
+        torchtitan_config("llama3-70b", model, training, layout, 8192)
+    problems = launch_problems(model, training, layout)  # autoplan's own (torch) job
     assert len(problems) == 1 and problems[0].startswith("layout.tp_comm_overlap = true")
     assert "--no-tp-comm-overlap" in problems[0]
 
@@ -160,11 +167,12 @@ def test_megascale_tp_overlap_ablation_step():
 
 
 def test_cli_evaluates_it_and_launch_refuses_it_in_one_line(tmp_path):
+    """The torch job refuses TP overlap in one line; a Megatron plan's job enables it."""
     from click.testing import CliRunner
 
     from planner.cli import main
 
-    plan = tmp_path / "plan.json"
+    plan, megatron_plan = tmp_path / "plan.json", tmp_path / "megatron-plan.json"
     args = ["evaluate", "--model", "llama3-8b", "--hardware", "h100-sxm-80gb", "--gpus", "8", "--global-batch", "8",
             "--seq-len", "4096", "--dp", "1", "--tp", "8", "--pp", "1"]
     on = CliRunner().invoke(main, [*args, "--tp-comm-overlap", "--format", "json"])
@@ -175,11 +183,14 @@ def test_cli_evaluates_it_and_launch_refuses_it_in_one_line(tmp_path):
     on_json, off_json = json.loads(on.stdout), json.loads(off.stdout)
     assert on_json["layout"]["tp_comm_overlap"] is True and off_json["layout"]["tp_comm_overlap"] is False
     assert on_json["predicted"]["time_s"]["tp_comm"] < off_json["predicted"]["time_s"]["tp_comm"]
-    assert CliRunner().invoke(main, [*args, "--tp-comm-overlap", "--out", str(plan)]).exit_code == 0
+    on = CliRunner().invoke(main, [*args, "--tp-comm-overlap", "--runtime", "torch", "--out", str(plan)])
+    assert on.exit_code == 0, on.output
     refused = CliRunner().invoke(main, ["launch", str(plan), "--out", str(tmp_path / "job")])
     assert refused.exit_code == 2
     assert refused.stderr.count("\n") == 1 and "layout.tp_comm_overlap = true" in refused.stderr
     assert not (tmp_path / "job").exists() or not any((tmp_path / "job").iterdir())
-    exported = CliRunner().invoke(main, ["launch", str(plan), "--out", str(tmp_path / "ex"), "--exports-only"])
-    assert exported.exit_code == 0
-    assert "--tp-comm-overlap" in (tmp_path / "ex" / "exports" / "megatron_args.sh").read_text()
+    on = CliRunner().invoke(main, [*args, "--tp-comm-overlap", "--runtime", "megatron", "--out", str(megatron_plan)])
+    assert on.exit_code == 0, on.output
+    launched = CliRunner().invoke(main, ["launch", str(megatron_plan), "--out", str(tmp_path / "mjob")])
+    assert launched.exit_code == 0, launched.output
+    assert "--tp-comm-overlap" in (tmp_path / "mjob" / "megatron_args.sh").read_text()

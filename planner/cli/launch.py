@@ -60,11 +60,12 @@ def launch_command(plan_file: str, out_dir: str, force: bool, python: str | None
         plan = read_plan_file(plan_file)
         options = kubernetes_options(plan, out_dir, scheduler, k8s)
         files = write_job(plan, out_dir, python=python)
+        run = f"{out_dir}/launch.sh" + (" --steps 20" if plan.inputs.training.runtime == "torch"
+                                        or plan.inputs.module is not None else "")
         if options is not None:
             path = write_manifest(plan, out_dir, options)
-            click.echo(f"wrote {len(files) + 1} files to {out_dir}; run: {out_dir}/launch.sh --steps 20, "
-                       f"or on Kubernetes: kubectl apply -f {path}")
+            click.echo(f"wrote {len(files) + 1} files to {out_dir}; run: {run}, or on Kubernetes: kubectl apply -f {path}")
             return
-        click.echo(f"wrote {len(files)} files to {out_dir}; run: {out_dir}/launch.sh --steps 20")
+        click.echo(f"wrote {len(files)} files to {out_dir}; run: {run}")
 
     run_command(work)

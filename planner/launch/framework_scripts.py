@@ -10,6 +10,8 @@ from __future__ import annotations
 import json
 import shlex
 
+from .scripts import job_name
+
 _COMMANDS = {
     "megatron": ('source "$HERE/megatron_args.sh"',
                  '"${MEGATRON_LM:?set MEGATRON_LM to a Megatron-LM checkout}/pretrain_gpt.py" "${MEGATRON_ARGS[@]}" '
@@ -40,8 +42,10 @@ def framework_launch_sh(runtime: str, *, nodes: int, gpus_per_node: int, summary
 
 
 def framework_sbatch(*, nodes: int, gpus_per_node: int, name: str, job_dir: str) -> str:
-    """slurm.sbatch: one launch.sh per node, the first node as the rendezvous."""
-    lines = ["#!/usr/bin/env bash", f"#SBATCH --job-name={shlex.quote(name)[:60]}", f"#SBATCH --nodes={nodes}",
+    """slurm.sbatch: one launch.sh per node, the first node as the rendezvous. The job name is
+    ``scripts.job_name``'s (letters, digits, '.', '_', '-'): a quoted name could hold a newline, which
+    would end the ``#SBATCH`` comment and run the rest of the model name as a command."""
+    lines = ["#!/usr/bin/env bash", f"#SBATCH --job-name={job_name(name)}", f"#SBATCH --nodes={nodes}",
              "#SBATCH --ntasks-per-node=1", f"#SBATCH --gpus-per-node={gpus_per_node}", "set -euo pipefail",
              'export MASTER_ADDR="$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)"',
              f"export NNODES={nodes} GPUS_PER_NODE={gpus_per_node}",
