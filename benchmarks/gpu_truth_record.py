@@ -19,9 +19,7 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import statistics
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -108,16 +106,11 @@ def finite(value: Any) -> bool:
 
 
 def write_atomic(path: Path, text: str) -> None:
-    """Write through a temporary file in the same directory and rename: never half-written."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    """Write through a temporary file in the same directory and rename: never half-written
+    (``profiles.io.write_text_atomic``, imported here so the module loads before the repo is on the path)."""
+    from profiles.io import write_text_atomic
+
+    write_text_atomic(path, text)
 
 
 def record_json(record: dict) -> str:
