@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 
+from costmodels.capabilities import capabilities
 from costmodels.layout import Layout
 from costmodels.model_spec import ModelSpec
 from costmodels.training import TrainingSpec
@@ -185,11 +186,11 @@ def torchtitan_config(model_name: str, model: ModelSpec, training: TrainingSpec,
     return config, notes
 
 
-TORCHTITAN_SCHEDULES = {"gpipe": "GPipe", "1f1b": "1F1B", "interleaved": "Interleaved1F1B",
-                        "zb-h1": "InterleavedZeroBubble", "interleaved-zb": "InterleavedZeroBubble",
-                        "zb-v": "ZBVZeroBubble", "dualpipe-v": "DualPipeV", "dualpipe": "1F1B"}
-"""torchtitan's ``parallelism.pipeline_parallel_schedule``: torch's ``get_schedule_class`` names (torchtitan
-places ZBVZeroBubble and DualPipeV stages in a V itself, two per rank)."""
+TORCHTITAN_SCHEDULES = {f.name: f.option.removeprefix("parallelism.pipeline_parallel_schedule=")
+                        for f in capabilities("torchtitan").schedules}
+"""autoplan's schedules torchtitan runs -> its ``parallelism.pipeline_parallel_schedule`` (torch's
+``get_schedule_class`` names; torchtitan places ZBVZeroBubble and DualPipeV stages in a V itself, two
+per rank), read from the capability table; ``export_problems`` refuses the others (zb-h1, dualpipe)."""
 
 
 def torchtitan_model_parts(counts: tuple[int, ...]) -> list[list[str]]:

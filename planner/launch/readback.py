@@ -16,6 +16,7 @@ from pathlib import Path
 from costmodels.layout import Layout
 from costmodels.stage_split import first_last_split
 
+from .frameworks import TORCHTITAN_SCHEDULES
 from .megatron_fields import args_to_fields
 
 _PRECISION = {("e4m3", "blockwise"): ("fp8", "blockwise"), ("hybrid", "delayed"): ("fp8", "delayed"),
@@ -112,7 +113,7 @@ def read_torchtitan_job(job: Path, num_layers: int) -> tuple[Layout, dict]:
     tp, pp, cp = p["tensor_parallel_degree"], p["pipeline_parallel_degree"], p["context_parallel_degree"]
     replicate, shard = p["data_parallel_replicate_degree"], p["data_parallel_shard_degree"]
     dp = replicate * shard
-    schedule = {v: k for k, v in TORCHTITAN_SCHEDULE_NAMES.items()}[p["pipeline_parallel_schedule"]]
+    schedule = {v: k for k, v in TORCHTITAN_SCHEDULES.items()}[p["pipeline_parallel_schedule"]]
     parts = p.get("module_fqns_per_model_part")
     counts = tuple(sum(name.startswith("layers.") for name in part) for part in parts) if parts else ()
     per_stage = p.get("pipeline_parallel_layers_per_stage")
@@ -162,11 +163,6 @@ def read_deepspeed_job(job: Path, num_layers: int) -> tuple[Layout, dict]:
                 "optimizer": "sgd" if ds["optimizer"]["type"] == "SGD" else "adamw"}
     return layout, training
 
-
-TORCHTITAN_SCHEDULE_NAMES = {"gpipe": "GPipe", "1f1b": "1F1B", "interleaved": "Interleaved1F1B",
-                             "interleaved-zb": "InterleavedZeroBubble", "zb-v": "ZBVZeroBubble",
-                             "dualpipe-v": "DualPipeV"}
-"""autoplan's schedules torchtitan runs -> its ``pipeline_parallel_schedule`` (torch ``get_schedule_class``)."""
 
 READERS = {"megatron": read_megatron_job, "megatron-bridge": read_bridge_job, "torchtitan": read_torchtitan_job,
            "deepspeed": read_deepspeed_job}

@@ -1,0 +1,136 @@
+"""Each framework job's launch.sh and slurm.sbatch run far enough to check without the framework:
+a fake ``torchrun`` (and ``srun``/``scontrol`` for Slurm) on PATH records its argv, and the test
+asserts the node count, processes per node, rendezvous, entry point and the exported options file
+passed through unchanged, with the user's extra arguments last."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from planner.cli import main
+from planner.launch.readback import bash_array
+
+# llama3-8b on 2 nodes x 4 GPUs: dp 2 · tp 2 · pp 2, a layout every framework runs
+EVALUATE = ["evaluate", "--model", "llama3-8b", "--hardware", "h100-sxm-80gb", "--gpus", "8", "--gpus-per-node", "4",
+            "--global-batch", "16", "--seq-len", "1024", "--dp", "2", "--tp", "2", "--pp", "2", "--zero", "1",
+            "--sequence-parallel"]
+CHECKOUTS = {"MEGATRON_LM": "/opt/Megatron-LM", "MEGATRON_BRIDGE": "/opt/Megatron-Bridge",
+             "MEGATRON_DEEPSPEED": "/opt/Megatron-DeepSpeed", "RECIPE": "llama3_8b_pretrain_config"}
+EXTRA = ["--data-path", "my data"]
+"""User arguments after launch.sh's own: they must arrive last and as given (one with a space)."""
+
+FAKE_TORCHRUN = """#!/usr/bin/env bash
+printf '%s\\0' "$@" > "$RECORD"
+printf '%s' "${CUDA_DEVICE_MAX_CONNECTIONS:-unset}" > "$RECORD.env"
+"""
+FAKE_SCONTROL = """#!/usr/bin/env bash
+[ "$1 $2" = "show hostnames" ] && [ "$3" = "$SLURM_JOB_NODELIST" ] || exit 9
+printf 'gpu-a\\ngpu-b\\n'
+"""
+FAKE_SRUN = """#!/usr/bin/env bash
+SLURM_NODEID=1 exec "$@"
+"""
+"""srun as the second node would run it (one task per node: the test checks that node's torchrun)."""
+
+
+@pytest.fixture(scope="module")
+def jobs(tmp_path_factory) -> dict[str, Path]:
+    jobs = {}
+    for runtime in ("megatron", "megatron-bridge", "torchtitan", "deepspeed"):
+        root = tmp_path_factory.mktemp(f"{runtime} launch")
+        plan = root / "plan.json"
+        layout = ["--zero", "3"] if runtime == "torchtitan" else []  # torchtitan's DDP runs no pp
+        result = CliRunner().invoke(main, [*EVALUATE, *layout, "--runtime", runtime, "--out", str(plan)])
+        assert result.exit_code == 0, result.output
+        launched = CliRunner().invoke(main, ["launch", str(plan), "--out", str(root / "job dir")])
+        assert launched.exit_code == 0, launched.output
+        jobs[runtime] = root / "job dir"
+    return jobs
+
+
+@pytest.fixture
+def fake_bin(tmp_path) -> Path:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for name, text in (("torchrun", FAKE_TORCHRUN), ("scontrol", FAKE_SCONTROL), ("srun", FAKE_SRUN)):
+        (bin_dir / name).write_text(text)
+        (bin_dir / name).chmod(0o755)
+    return bin_dir
+
+
+def _run(script: Path, fake_bin: Path, tmp_path: Path, **env) -> tuple[subprocess.CompletedProcess, list[str]]:
+    record = tmp_path / "argv"
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "MASTER_", "NNODES", "GPUS_PER_NODE",
+                                                                      "NODE_RANK", "MEGATRON", "RECIPE"))}
+    full = clean | {"PATH": f"{fake_bin}:{os.environ['PATH']}", "RECORD": str(record)} | env
+    proc = subprocess.run(["bash", str(script), *EXTRA], cwd=tmp_path, env=full, capture_output=True, text=True,
+                          timeout=60)
+    argv = record.read_text().split("\0")[:-1] if record.exists() else []
+    return proc, argv
+
+
+def _expected_command(runtime: str, job: Path) -> list[str]:
+    """What torchrun must run after its own options, built from the job's files independently of launch.sh."""
+    if runtime == "megatron":
+        tokens = bash_array((job / "megatron_args.sh").read_text(), "MEGATRON_ARGS")
+        return ["/opt/Megatron-LM/pretrain_gpt.py", *tokens, "--mock-data"]
+    if runtime == "megatron-bridge":
+        overrides = [line for line in (job / "bridge_overrides.txt").read_text().splitlines()
+                     if not line.startswith("#")]
+        return ["/opt/Megatron-Bridge/scripts/training/run_recipe.py", "--recipe", "llama3_8b_pretrain_config",
+                "--dataset", "mock", *overrides]
+    if runtime == "torchtitan":
+        return ["-m", "torchtitan.train", "--job.config_file", str(job / "torchtitan.toml")]
+    tokens = bash_array((job / "megatron_deepspeed_args.sh").read_text(), "MEGATRON_DS_ARGS")
+    return ["/opt/Megatron-DeepSpeed/pretrain_gpt.py", *tokens, "--deepspeed_config", str(job / "deepspeed.json"),
+            "--mock-data"]
+
+
+def _torchrun_options(nnodes: int, nproc: int, rank: int, addr: str) -> list[str]:
+    return ["--nnodes", str(nnodes), "--nproc-per-node", str(nproc), "--node-rank", str(rank),
+            "--master-addr", addr, "--master-port", "29500"]
+
+
+@pytest.mark.parametrize("runtime", ["megatron", "megatron-bridge", "torchtitan", "deepspeed"])
+def test_launch_sh_runs_torchrun_on_the_plans_world(jobs, fake_bin, tmp_path, runtime):
+    job = jobs[runtime]
+    assert subprocess.run(["bash", "-n", str(job / "launch.sh")]).returncode == 0
+    proc, argv = _run(job / "launch.sh", fake_bin, tmp_path, **CHECKOUTS)
+    assert proc.returncode == 0, proc.stderr
+    # 8 GPUs, 4 a node: 2 nodes; this is node 0 of a local rendezvous
+    assert argv == _torchrun_options(2, 4, 0, "localhost") + _expected_command(runtime, job) + EXTRA
+    assert "" not in argv  # no empty argument (a blank overrides line, an unset variable)
+    assert Path(tmp_path / "argv.env").read_text() == "1"  # CUDA_DEVICE_MAX_CONNECTIONS for TP overlap
+
+
+@pytest.mark.parametrize("runtime, variable", [("megatron", "MEGATRON_LM"), ("megatron-bridge", "MEGATRON_BRIDGE"),
+                                               ("megatron-bridge", "RECIPE"), ("deepspeed", "MEGATRON_DEEPSPEED")])
+def test_launch_sh_stops_before_torchrun_without_the_framework_checkout(jobs, fake_bin, tmp_path, runtime, variable):
+    env = {k: v for k, v in CHECKOUTS.items() if k != variable}
+    proc, argv = _run(jobs[runtime] / "launch.sh", fake_bin, tmp_path, **env)
+    assert proc.returncode != 0 and f"set {variable} to a" in proc.stderr
+    assert argv == []
+
+
+@pytest.mark.parametrize("runtime", ["megatron", "torchtitan"])
+def test_launch_sh_takes_the_world_from_the_environment(jobs, fake_bin, tmp_path, runtime):
+    env = CHECKOUTS | {"NNODES": "4", "GPUS_PER_NODE": "2", "SLURM_NODEID": "3", "MASTER_ADDR": "head",
+                       "MASTER_PORT": "29500"}
+    proc, argv = _run(jobs[runtime] / "launch.sh", fake_bin, tmp_path, **env)
+    assert proc.returncode == 0, proc.stderr
+    assert argv[:10] == _torchrun_options(4, 2, 3, "head")
+
+
+@pytest.mark.parametrize("runtime", ["megatron", "megatron-bridge", "torchtitan", "deepspeed"])
+def test_slurm_sbatch_starts_launch_sh_on_each_node_with_the_first_as_rendezvous(jobs, fake_bin, tmp_path, runtime):
+    job = jobs[runtime]
+    text = (job / "slurm.sbatch").read_text()
+    assert "#SBATCH --nodes=2\n" in text and "#SBATCH --gpus-per-node=4\n" in text
+    proc, argv = _run(job / "slurm.sbatch", fake_bin, tmp_path, SLURM_JOB_NODELIST="gpu-[a-b]", **CHECKOUTS)
+    assert proc.returncode == 0, proc.stderr
+    assert argv == _torchrun_options(2, 4, 1, "gpu-a") + _expected_command(runtime, job) + EXTRA
