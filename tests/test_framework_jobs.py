@@ -255,3 +255,15 @@ def test_readme_default_plan_launches_as_a_megatron_job(tmp_path):
     plan = read_plan_file(out)
     tokens = bash_array((tmp_path / "job" / "megatron_args.sh").read_text(encoding="utf-8"), "MEGATRON_ARGS")
     _check_megatron_core(args_to_fields(tokens), plan)
+
+
+def test_torchtitan_toml_names_torchtitans_own_llama3_flavors():
+    """torchtitan v0.2.2 registers Llama 3 as "8B", "70B" and "405B" (torchtitan/models/llama3/__init__.py);
+    the TOML names that flavor for those shapes, and keeps the plan's name (with a note) for any other."""
+    from costmodels.presets import load_model
+    from planner.launch.frameworks import torchtitan_flavor
+
+    assert [torchtitan_flavor(n, load_model(n)) for n in ("llama3-8b", "llama3-70b", "llama3-405b")] == \
+        ["8B", "70B", "405B"]
+    assert torchtitan_flavor("mixtral-8x7b", load_model("mixtral-8x7b")) == "mixtral-8x7b"  # 32 x 4096 too, but MoE
+    assert torchtitan_flavor("llama2-7b", load_model("llama2-7b")) == "llama2-7b"

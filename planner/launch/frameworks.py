@@ -154,6 +154,19 @@ def _torchtitan_parallelism(model: ModelSpec, training: TrainingSpec, L: Layout)
     return parallelism
 
 
+TORCHTITAN_LLAMA3_FLAVORS = {(32, 4096, 128256): "8B", (80, 8192, 128256): "70B", (126, 16384, 128256): "405B"}
+"""(layers, hidden, vocabulary) of a dense model -> the flavor name torchtitan v0.2.2 registers for that Llama 3 shape
+(``torchtitan/models/llama3/__init__.py``, ``llama3_args``: "debugmodel", "8B", "70B", "405B")."""
+
+
+def torchtitan_flavor(model_name: str, model: ModelSpec) -> str:
+    """The ``model.flavor`` to write: torchtitan's own name for a Llama 3 shape it registers, else
+    the plan's model name (which a user must then register; the TOML's notes say so)."""
+    if model.moe is not None:
+        return model_name
+    return TORCHTITAN_LLAMA3_FLAVORS.get((model.num_layers, model.hidden_size, model.vocab_size), model_name)
+
+
 def torchtitan_config(model_name: str, model: ModelSpec, training: TrainingSpec, layout: Layout,
                       seq_len: int) -> tuple[dict, list[str]]:
     """({section: {field: value}}, notes on what the run needs besides it) for torchtitan's
@@ -164,7 +177,7 @@ def torchtitan_config(model_name: str, model: ModelSpec, training: TrainingSpec,
     L = layout
     config = {
         "job": {"description": f"autoplan layout for {model_name}", "dump_folder": "./outputs"},
-        "model": {"name": "llama3", "flavor": model_name},
+        "model": {"name": "llama3", "flavor": torchtitan_flavor(model_name, model)},
         "optimizer": {"name": "AdamW", "lr": 3e-4, "weight_decay": 0.1},
         "training": {"local_batch_size": L.micro_batch_size * (L.num_microbatches if L.pp > 1 else 1),
                      "global_batch_size": training.global_batch_size, "seq_len": seq_len, "max_norm": 1.0,
@@ -180,9 +193,10 @@ def torchtitan_config(model_name: str, model: ModelSpec, training: TrainingSpec,
     sections, notes = torchtitan_precision_sections(model, training, L)
     for section, values in sections.items():
         config.setdefault(section, {}).update(values)
-    notes.append(f"model.flavor {model_name}: torchtitan's llama3 registry must hold a flavor of this name with "
-                 f"this architecture ({model.num_layers} layers, hidden {model.hidden_size}); the name alone does "
-                 "not define it")
+    if torchtitan_flavor(model_name, model) == model_name:
+        notes.append(f"model.flavor {model_name}: torchtitan's llama3 registry must hold a flavor of this name with "
+                     f"this architecture ({model.num_layers} layers, hidden {model.hidden_size}); the name alone "
+                     "does not define it")
     return config, notes
 
 
