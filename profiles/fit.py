@@ -151,11 +151,26 @@ def fit_throughput(flops: Sequence[float], bytes_moved: Sequence[float],
 
     A roofline with launch overhead (Williams et al., CACM 2009, summed rather than max'ed so
     the model is linear): efficiency varies with shape through the bytes-per-FLOP ratio and the
-    overhead. Rates are ``None`` when their term fitted to zero.
+    overhead. A rate is ``None`` when its term fitted to zero.
+
+    When neither rate survives (every measured time is overhead-bound, or noise made the times
+    flat in work), the model would give every larger shape the same time. The fit then falls
+    back to t = F/R through the origin: the rate that best explains the measured points with
+    no overhead term, a lower bound on the kernel's real rate since the overhead is charged
+    to it.
     """
     t0, inv_r, inv_w = fit_nonneg_relative(
         [[1.0] * len(flops), list(flops), list(bytes_moved)], times_s)
+    if inv_r <= 0 and inv_w <= 0:
+        return 0.0, _rate_through_origin(flops, times_s), None
     return t0, (1.0 / inv_r if inv_r > 0 else None), (1.0 / inv_w if inv_w > 0 else None)
+
+
+def _rate_through_origin(work: Sequence[float], times_s: Sequence[float]) -> float:
+    """R minimising Σ((W/R − t)/t)² (relative least squares of t = W/R): with a_i = W_i/t_i,
+    1/R = Σa_i / Σa_i²."""
+    a = [w / t for w, t in zip(work, times_s)]
+    return sum(x * x for x in a) / sum(a)
 
 
 def throughput_time_s(flop_count: float, bytes_moved: float, overhead_s: float,
