@@ -29,7 +29,8 @@ TIE_BAND_FILE = Path(__file__).parent / "data" / "tie_band.json"
 """Record written by ``benchmarks/tie_band.py --write``."""
 FALLBACK_BAND_REL = 0.01
 """Band used when no record is found (a chosen figure, said so in ``source``)."""
-MECHANISMS_IN_USE = ("tp", "pp", "cp", "ep", "zero_stage", "recompute", "micro_batch_size", "schedule")
+MECHANISMS_IN_USE = ("tp", "pp", "cp", "ep", "zero_stage", "recompute", "micro_batch_size", "schedule",
+                     "optimizer_offload")
 """The mechanisms ``in_use`` looks for (``planner.published.pairs.MECHANISMS``)."""
 
 
@@ -57,11 +58,13 @@ class TieBand:
 def in_use(layout: Layout) -> tuple[str, ...]:
     """The mechanisms a layout uses beyond plain data parallelism: a degree above 1, a ZeRO stage,
     recomputation, micro-batches above 1, a schedule other than 1F1B / GPipe (which differ in memory
-    only, and share their step time)."""
+    only, and share their step time), optimizer offload (no published sweep measures it alone, so it
+    is unmeasured: a tied layout that fits without it is picked before one that offloads)."""
     used = {"tp": layout.tp > 1, "pp": layout.pp > 1, "cp": layout.cp > 1, "ep": layout.ep > 1,
             "zero_stage": layout.zero_stage > 0, "recompute": layout.recompute != "none",
             "micro_batch_size": layout.micro_batch_size > 1,
-            "schedule": layout.schedule not in ("1f1b", "gpipe")}
+            "schedule": layout.schedule not in ("1f1b", "gpipe"),
+            "optimizer_offload": layout.optimizer_offload}
     return tuple(m for m in MECHANISMS_IN_USE if used[m])
 
 

@@ -85,6 +85,20 @@ def test_mechanisms_in_use_and_which_are_uncertain():
     assert num_uncertain(Layout(dp=8), MEASURED) == 0
 
 
+def test_a_tied_layout_that_fits_without_offload_beats_one_that_offloads():
+    # Optimizer offload is unmeasured (no published sweep varies it alone), so it is uncertain: the
+    # offloading plan, 5% faster and lighter, loses the tie to the one that keeps its optimizer on
+    # the GPU while that one fits; a faster offload plan outside the band still wins.
+    assert "optimizer_offload" in in_use(Layout(dp=8, zero_stage=1, optimizer_offload=True))
+    offload = _Plan(10.0, 40.0, dp=8, zero_stage=1, optimizer_offload=True)
+    on_gpu = _Plan(10.5, 70.0, dp=8, zero_stage=1)
+    ranked, num_tied, reason = prefer_simplest((offload, on_gpu), MEASURED)
+    assert ranked[0] is on_gpu and num_tied == 2
+    assert reason.startswith("fewest uncertain mechanisms (1 against 2)")
+    ranked, _, _ = prefer_simplest((offload, _Plan(11.5, 70.0, dp=8, zero_stage=1)), MEASURED)
+    assert ranked[0] is offload
+
+
 def test_two_layouts_within_the_measured_band_tie_and_the_less_risky_wins():
     # 10.0 s with ZeRO-1 (unmeasured: uncertain) and 10.8 s with tp 2 (measured 4% < 10%): 8% apart,
     # inside the 10% band, so they tie and the one without an uncertain mechanism wins though slower

@@ -23,8 +23,10 @@ from costmodels.layout import Layout
 from .scoring import RunResult
 from .stats import median
 
-MECHANISMS: tuple[str, ...] = ("tp", "pp", "cp", "ep", "zero_stage", "recompute", "micro_batch_size", "schedule")
-"""What a pair may differ in and be counted under (the issue's list, with expert parallelism)."""
+MECHANISMS: tuple[str, ...] = ("tp", "pp", "cp", "ep", "zero_stage", "recompute", "micro_batch_size", "schedule",
+                               "optimizer_offload")
+"""What a pair may differ in and be counted under (the issue's list, with expert parallelism and
+optimizer offload)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -44,13 +46,13 @@ class LayoutPair:
 
 def differences(a: Layout, b: Layout, batch_a: int, batch_b: int) -> tuple[str, ...]:
     """What differs between two layouts of one sweep, in ``MECHANISMS`` order; ``schedule`` covers
-    the schedule and its virtual stages; ``other`` the stage split, offload, expert TP, SP and TP
-    overlap; ``global_batch`` a different batch."""
+    the schedule and its virtual stages; ``other`` the stage split, activation offload, expert TP,
+    SP and TP overlap; ``global_batch`` a different batch."""
     out = [m for m in MECHANISMS if m != "schedule" and getattr(a, m) != getattr(b, m)]
     if (a.schedule, a.virtual_stages) != (b.schedule, b.virtual_stages):
         out.insert(MECHANISMS.index("schedule"), "schedule")
     if any(getattr(a, f) != getattr(b, f) for f in ("layers_per_chunk", "activation_offload_layers", "expert_tp",
-                                                    "sequence_parallel", "tp_comm_overlap", "optimizer_offload")):
+                                                    "sequence_parallel", "tp_comm_overlap")):
         out.append("other")
     if batch_a != batch_b:
         out.append("global_batch")
