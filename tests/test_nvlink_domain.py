@@ -146,3 +146,12 @@ def test_cli_plans_256_gpus_on_gb200_as_a_subprocess():
                             env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
     assert result.returncode == 0, result.stderr
     assert '"gpus": 256' in result.stdout and '"gpus_per_node": 4' in result.stdout
+
+
+def test_plan_header_names_the_nvlink_domain_where_it_spans_nodes():
+    args = ["plan", "--model", "llama3-8b", "--global-batch", "64", "--seq-len", "2048", "--top", "1"]
+    rack = CliRunner().invoke(main, [*args, "--hardware", "gb200-nvl72", "--gpus", "128"])
+    assert rack.exit_code == 0, rack.output
+    assert "on 128 x gb200-nvl72 (4 per node, NVLink domain of 72)" in rack.output.splitlines()[0]
+    node = CliRunner().invoke(main, [*args, "--hardware", "h100-sxm-80gb", "--gpus", "16"])
+    assert node.exit_code == 0 and "(8 per node)" in node.output.splitlines()[0]

@@ -10,6 +10,8 @@ from costmodels.breakdown import MEMORY_TERMS, TIME_TERMS
 from costmodels.capabilities import capabilities, runtime_summary
 from costmodels.layout import Layout
 from costmodels.stage_split import describe_split
+from autoplan_base.errors import AutoplanError
+from hardware_specs import load_node, make_cluster
 
 from .plan_file import PlanEntry, PlanFile, PlanInputs, SearchStats
 
@@ -203,10 +205,21 @@ def _version(inputs: "PlanInputs") -> str:
     return capabilities(inputs.training.runtime, inputs.runtime_version).latest
 
 
+def _placement(inputs: "PlanInputs") -> str:
+    """GPUs per node and, where one NVLink domain spans several nodes (GB200/GB300 NVL72: trays of
+    4 in a rack of 72), the domain's size; the node alone when the hardware can no longer be read."""
+    try:
+        domain = make_cluster(load_node(inputs.hardware), inputs.gpus, inputs.gpus_per_node).nvlink_domain_gpus
+    except AutoplanError:
+        domain = inputs.gpus_per_node
+    extra = f", NVLink domain of {domain}" if domain > inputs.gpus_per_node else ""
+    return f"{inputs.gpus_per_node} per node{extra}"
+
+
 def print_report(console: Console, report: PlanFile) -> None:
     """A whole plan file: inputs, best plan, alternatives, search statistics, or the closest misses."""
     i, t = report.inputs, report.inputs.training
-    console.print(f"[bold]{i.model}[/bold] on {i.gpus} x {i.hardware} ({i.gpus_per_node} per node) · "
+    console.print(f"[bold]{i.model}[/bold] on {i.gpus} x {i.hardware} ({_placement(i)}) · "
                   f"global batch {t.global_batch_size} x {t.seq_len} tokens · {t.recipe.name} · {t.optimizer}"
                   + (f" · LoRA r={t.lora_rank}" if t.lora_rank else "") + f" · {t.runtime} {_version(i)}")
     console.print(runtime_summary(t.runtime, i.runtime_version, report.best.layout if report.best else None),
