@@ -38,7 +38,7 @@ sys.path.insert(1, str(Path(__file__).resolve().parent.parent))
 import gpu_truth_env as env_mod  # noqa: E402
 import gpu_truth_jobs as jobs_mod  # noqa: E402
 import gpu_truth_record as rec  # noqa: E402
-from gpu_truth_sweep import cpu_sweep, gpu_sweep  # noqa: E402
+from gpu_truth_sweep import cpu_sweep, gpu_sweep, heldout_sweep  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_OUT = REPO / "benchmarks" / "data" / "gpu"
@@ -60,6 +60,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--warmup", type=int, default=None, help="warm-up steps per job (default 3; quick 1)")
     p.add_argument("--no-profile", action="store_true", help="skip the profile (datasheet predictions only)")
     p.add_argument("--only", default=None, help="comma-separated substrings: measure only matching layouts")
+    p.add_argument("--sweep", choices=("main", "heldout"), default="main",
+                   help="on cuda: the 12-job sweep, or 7 jobs at shapes it does not measure [%(default)s]")
     args = p.parse_args(argv)
     for name in ("steps", "warmup", "budget_s"):
         value = getattr(args, name)
@@ -74,7 +76,7 @@ def say(text: str) -> None:
 
 def settings(args: argparse.Namespace) -> dict:
     quick = args.quick or args.device == "cpu"
-    cases = cpu_sweep() if quick else gpu_sweep()
+    cases = cpu_sweep() if quick else heldout_sweep() if args.sweep == "heldout" else gpu_sweep()
     if args.only:
         wanted = [w for w in args.only.split(",") if w]
         cases = tuple(c for c in cases if any(w in c.name for w in wanted))

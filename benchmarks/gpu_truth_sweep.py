@@ -62,6 +62,21 @@ def gpu_sweep() -> tuple[Case, ...]:
     )
 
 
+def heldout_sweep() -> tuple[Case, ...]:
+    """7 jobs at shapes the GPU sweep did not measure (sequence 1k and 4k, micro-batch 8), on the
+    same three models: a record of them is held out from a fit made on the first sweep's record."""
+    q, l1, l8 = _model("qwen2.5-0.5b"), _model("llama3.2-1b"), _model("llama3-8b-4l")
+    return (
+        Case(model=q, seq_len=4096, micro_batch_size=1, recompute="none"),
+        Case(model=q, seq_len=4096, micro_batch_size=2, recompute="selective"),
+        Case(model=l1, seq_len=4096, micro_batch_size=1, recompute="none"),
+        Case(model=l1, seq_len=4096, micro_batch_size=2, recompute="selective"),
+        Case(model=l1, seq_len=1024, micro_batch_size=8, recompute="none"),
+        Case(model=l8, seq_len=4096, micro_batch_size=1, recompute="none"),
+        Case(model=l8, seq_len=4096, micro_batch_size=2, recompute="full"),
+    )
+
+
 def cpu_sweep() -> tuple[Case, ...]:
     """8 toy jobs for one CPU process (fp32), a few seconds each on one core."""
     tiny, qwen = "tiny-llama", _model("tiny-qwen")

@@ -21,7 +21,7 @@ import gpu_records  # noqa: E402
 import gpu_truth_env  # noqa: E402
 import gpu_truth_jobs  # noqa: E402
 import gpu_truth_record as rec  # noqa: E402
-from gpu_truth_sweep import cpu_sweep, gpu_sweep  # noqa: E402
+from gpu_truth_sweep import cpu_sweep, gpu_sweep, heldout_sweep  # noqa: E402
 
 GIB = 2**30
 
@@ -40,6 +40,25 @@ def test_gpu_sweep_covers_the_issue():
     assert len(cpu_sweep()) >= 8 and {c.recompute for c in cpu_sweep()} == {"none", "selective", "full"}
 
 
+def test_heldout_sweep_measures_shapes_the_gpu_sweep_does_not():
+    shape = lambda c: (c.model, c.seq_len, c.micro_batch_size)  # noqa: E731
+    held = heldout_sweep()
+    assert len(held) >= 6 and not {shape(c) for c in held} & {shape(c) for c in gpu_sweep()}
+    assert {c.model for c in held} == {c.model for c in gpu_sweep()}
+
+
+def test_fit_rows_are_the_published_runs_and_each_records_layouts(tmp_path):
+    from published import DATA
+
+    from planner.published import load_rows
+
+    assert gpu_records.fit_rows(DATA, tmp_path / "absent") == load_rows(DATA)
+    kept = [row for path, record in gpu_records.load_records() for row in gpu_records.record_rows(record, path)]
+    rows = gpu_records.fit_rows(DATA)
+    assert rows[-len(kept):] == kept and len(rows) == len(load_rows(DATA)) + len(kept)
+    assert {row["source_family"] for row in kept} == {"gpu_truth"}
+
+
 @pytest.mark.parametrize(("name", "preset"), [
     ("NVIDIA H100 80GB HBM3", "h100-sxm-80gb"), ("NVIDIA H100 PCIe", "h100-pcie-80gb"),
     ("NVIDIA H200", "h200-sxm-141gb"), ("NVIDIA A100-SXM4-40GB", "a100-sxm-40gb"),
@@ -55,11 +74,11 @@ def test_device_without_a_preset_asks_for_hardware(name):
 
 
 def test_every_gpu_layout_is_launched_and_fits_an_h100(tmp_path):
-    """plan + launch + datasheet prediction of the whole GPU sweep (no GPU needed): nothing the
+    """plan + launch + datasheet prediction of both GPU sweeps (no GPU needed): nothing the
     GPU run will meet is refused, and each predicted peak leaves room on an 80 GB device."""
     common = {"hardware": "h100-sxm-80gb", "precision": "bf16", "workdir": tmp_path, "env": _env(),
               "profile_path": None}
-    rows = gpu_truth_jobs.predict_all(gpu_sweep(), common, reserved_bytes=GIB, say=lambda _: None)
+    rows = gpu_truth_jobs.predict_all(gpu_sweep() + heldout_sweep(), common, reserved_bytes=GIB, say=lambda _: None)
     assert [r.get("error") for r in rows] == [None] * len(rows)
     for row in rows:
         assert (Path(row["job_dir"]) / "train.py").is_file()
