@@ -85,6 +85,10 @@ class LayerForward:
     host_s: float = 0.0
     """Host time to issue the layer (``Assumptions.layer_overhead_s``; ``tp_layer_overhead_s`` for a
     DTensor-parallel layer, ``RuntimeConvention.dtensor_tensor_parallel``)."""
+    host_runs_ahead: bool = True
+    """The device queues kernels while the host issues the next ones (CUDA/ROCm streams): the layer
+    takes the longer of its kernels and its host time, a launch-bound floor. False on a CPU, where
+    the host runs the kernels itself and the two add."""
     sync_s: float = 0.0
     """Host time a device-to-host sync in the forward leaves the device idle (``moe_sync_s``); the
     backward reuses the counts it fetched, so it pays none."""
@@ -97,8 +101,23 @@ class LayerForward:
     """Where each term's rate came from: ``compute``, ``attention`` and ``<axis>_comm``."""
 
     @property
+    def device_s(self) -> float:
+        """Kernel time of the forward: GEMMs, attention core, memory-bound kernels and casts."""
+        return self.gemm_s + self.attention_core_s + self.memory_s + self.cast_s
+
+    @property
     def compute_s(self) -> float:
-        return self.gemm_s + self.attention_core_s + self.memory_s + self.cast_s + self.host_s + self.sync_s
+        return issue_bound_s(self.device_s, self.host_s, self.host_runs_ahead) + self.sync_s
+
+
+def issue_bound_s(device_s: float, host_s: float, host_runs_ahead: bool) -> float:
+    """Seconds of a pass whose kernels take ``device_s`` and whose host issue takes ``host_s``.
+
+    With asynchronous launches the host enqueues kernels ahead of the device, so the pass lasts
+    max(device, host): small layers are launch-bound, large ones hide the host entirely (the
+    CPU-launch-overhead regime of PyTorch eager mode, Paszke et al., NeurIPS 2019, Sec. 5.3; it is
+    what CUDA graphs remove). Where host and device are one (a CPU), they add."""
+    return max(device_s, host_s) if host_runs_ahead else device_s + host_s
 
 
 def moe_sync_s(assumptions: Assumptions) -> float:
@@ -198,7 +217,8 @@ class LayerCosts:
         out.memory_s = rates.memory_time_s(self._memory_bound_bytes(key) + self._eager_bytes(key)) \
             + out.attention_core_memory_s
         dtensor = key.tp > 1 and self.convention.dtensor_tensor_parallel
-        out.host_s = self.assumptions.layer_overhead_s + (self.assumptions.tp_layer_overhead_s if dtensor else 0.0)
+        out.host_runs_ahead = self.cluster.hardware.device_type != "cpu"
+        out.host_s = self._host_s(dtensor, out.host_runs_ahead)
         self._add_tp(out, key, tokens)
         self._add_cp(out, key)
         if key.moe and (key.ep > 1 or key.tp > 1):
@@ -280,6 +300,18 @@ class LayerCosts:
                 model, routed, B, local_experts=model.moe.num_experts // key.ep, ep=key.ep, copies=copies)
         act = B * tokens * ffn / key.tp * (3 if model.gated_mlp else 2)
         return 10 * block + act + self._rotary_bytes(key) + (3 * 2.5 * block if model.dropout else 0.0) + permute
+
+    def _host_s(self, dtensor: bool, host_runs_ahead: bool) -> float:
+        """Host time to issue one layer's forward (``LayerForward.host_s``). On a GPU it is charged
+        to eager PyTorch layers only (``RuntimeConvention.fused_elementwise`` false, not compiled:
+        an operator a kernel, about 200 kernels per layer per step in the H100 trace of the
+        generated job, ``benchmarks/data/gpu/trace``); Megatron's fused Transformer Engine layers
+        issue a few kernels each, and its published runs fit no such floor
+        (``benchmarks/calibrate.py``). On a CPU every runtime's host time adds."""
+        eager = not self.convention.fused_elementwise and not self.training.compiled
+        if host_runs_ahead and not eager:
+            return 0.0
+        return self.assumptions.layer_overhead_s + (self.assumptions.tp_layer_overhead_s if dtensor else 0.0)
 
     def _eager_bytes(self, key: LayerKey) -> float:
         """Extra traffic of eager elementwise ops (``eager_elementwise.eager_layer_extra_bytes``) when

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 from .assignment import layer_key, rank_params, recomputed_layers
 from .compute import merge_source
 from .flops import Gemm, logits_gemm
-from .layer_costs import LayerForward
+from .layer_costs import LayerForward, issue_bound_s
 from .layout import Layout
 from .memo import memoised
 from .memory import ShardedParams
@@ -143,7 +143,8 @@ def _add_layers(cm: "CostModel", t: RankTimes, f: LayerForward, layout: Layout, 
     (ring: K, V and their gradients; all-gather: the gradients' reduce-scatter)."""
     weight_grad = 0.0 if cm.training.is_lora else f.gemm_s
     t.fwd_compute_s += n * f.compute_s
-    t.bwd_compute_s += n * (f.gemm_s + weight_grad + f.attention_core_bwd_s + 2 * (f.memory_s + f.host_s) + f.cast_bwd_s)
+    device_bwd_s = f.gemm_s + weight_grad + f.attention_core_bwd_s + 2 * f.memory_s + f.cast_bwd_s
+    t.bwd_compute_s += n * issue_bound_s(device_bwd_s, 2 * f.host_s, f.host_runs_ahead)
     t.weight_grad_s += n * weight_grad
     t.fwd_comm_s += n * (f.tp_s + f.cp_s + f.ep_s)
     t.tp_s += n * 2 * f.tp_s
@@ -317,11 +318,12 @@ def add_optimizer(cm: "CostModel", t: RankTimes, layout: Layout, params: Sharded
     states per parameter, reading the (reduced) gradient and writing the 16-bit copy. With offload, the
     gradient goes to the host and the parameter comes back over the host link, and the step
     runs on the host CPU at CPU-Adam's rate (``offload``; ZeRO-Offload, Ren et al. 2021), not
-    overlapped."""
+    overlapped. Before it, gradient clipping by global norm (``clipping_bytes``)."""
     sb = cm.states
     stepped = stepped_params(cm, layout, params)
     if not layout.optimizer_offload:
         t.optimizer_s += cm.rates.memory_time_s((2 * sb.optimizer + sb.reduced + sb.param) * stepped)  # reads the reduced gradient
+        t.optimizer_s += cm.rates.memory_time_s(clipping_bytes(sb.reduced, stepped))
         return
     node = cm.cluster.node
     link = node.host_link_bandwidth_bytes_per_s
@@ -330,6 +332,14 @@ def add_optimizer(cm: "CostModel", t: RankTimes, layout: Layout, params: Sharded
     else:
         t.offload_s += host_copy_time_s(stepped, sb, link)
     t.offload_s += cpu_adam_time_s(stepped, node.host_memory_bandwidth_bytes_per_s)
+
+
+def clipping_bytes(grad_bytes_per_param: float, stepped_params: float) -> float:
+    """HBM bytes of clipping this rank's gradient shard to a global norm: one read for the norm,
+    one read and one write to scale it (PyTorch ``clip_grad_norm_``: a foreach norm, then a foreach
+    multiply by min(1, max_norm / norm); Megatron's ``clip_grad_by_total_norm_fp32`` the same with
+    multi-tensor kernels). Every framework autoplan exports clips at norm 1.0 by default."""
+    return 3 * grad_bytes_per_param * stepped_params
 
 
 def _fsdp2_host_link_bytes(cm: "CostModel", layout: Layout, params: ShardedParams, stepped: float) -> float:

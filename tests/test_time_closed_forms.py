@@ -152,3 +152,55 @@ def test_the_shipped_calibration_is_the_default_and_matches_its_record():
     for r in residuals:  # step time error = 1 / (1 + tokens/s error) - 1, each rounded to 4 places (so a large error keeps 1e-3 of itself)
         assert r["step_time_error"] == pytest.approx(1 / (1 + r["tokens_per_s_error"]) - 1, rel=1e-3, abs=2e-4)
     assert UNCALIBRATED.with_calibration({"gemm_efficiency": 0.5}).gemm_efficiency == 0.5
+
+
+def test_optimizer_term_is_adamw_plus_clipping_by_global_norm_at_hbm_rate():
+    # Llama 2 7B on one H100, ZeRO-0, bf16 with fp32 master weights (Megatron: K = 12 bytes of
+    # states per parameter read and written, the fp32 gradient read, the bf16 weight written):
+    # (2·12 + 4 + 2) bytes per parameter, and clipping to a global norm reads the fp32 gradient
+    # once for the norm and once more to scale it, writing it back: 3·4 bytes per parameter.
+    from costmodels.rank_time import clipping_bytes
+
+    b = planner.evaluate(model="llama2-7b", hardware="h100-sxm-80gb", gpus=1, global_batch=1, seq_len=512,
+                         layout=planner.Layout(recompute="full"), runtime="megatron")
+    n = 6_738_415_616
+    rates = Rates(load_node("h100-sxm-80gb").hardware, "bf16", None, A)
+    assert clipping_bytes(4, n) == 12 * n
+    assert b.optimizer_s == pytest.approx(rates.memory_time_s(30 * n) + rates.memory_time_s(12 * n), rel=1e-6)
+
+
+def test_host_issue_is_a_floor_under_an_eager_layer_on_a_gpu_and_adds_on_a_cpu():
+    """A GPU queues kernels while the host issues more: an eager PyTorch layer lasts the longer of
+    its kernels and its host time (1x forward, 2x backward); Megatron's fused layers are charged
+    none; on a CPU host time adds to every runtime's layer."""
+    from dataclasses import replace
+
+    from costmodels.estimate import CostModel
+    from costmodels.job import Job
+    from costmodels.layer_costs import LayerForward, issue_bound_s
+    from costmodels.layout import Layout
+    from planner.launch.torchjob.convention import CONVENTIONS
+
+    assert issue_bound_s(1e-3, 3e-3, True) == 3e-3 and issue_bound_s(4e-3, 3e-3, True) == 4e-3
+    assert issue_bound_s(1e-3, 3e-3, False) == pytest.approx(4e-3)
+    assert LayerForward(gemm_s=1e-3, host_s=3e-3, sync_s=1e-4).compute_s == pytest.approx(3.1e-3)
+    model = load_model("tiny-llama")
+    layout = Layout(num_microbatches=2)
+    host = 1.0  # seconds: far above any kernel of this model, so the floor binds on every layer
+    steps = {}
+    for hardware in ("h100-sxm-80gb", "cpu"):
+        for runtime in ("torch", "megatron"):
+            training = TrainingSpec(global_batch_size=2, seq_len=64, precision="fp32", runtime=runtime)
+            job = dict(model=model, training=training, cluster=make_cluster(load_node(hardware), 1),
+                       convention=CONVENTIONS[runtime])
+            base = CostModel(Job(**job, assumptions=replace(A, layer_overhead_s=0.0))).estimate(layout)
+            charged = CostModel(Job(**job, assumptions=replace(A, layer_overhead_s=host))).estimate(layout)
+            steps[hardware, runtime] = (base.step_time_s, charged.step_time_s)
+    per_step = 2 * model.num_layers * 3 * host  # micro-batches x layers x (forward + 2 x backward)
+    gpu_base, gpu_charged = steps["h100-sxm-80gb", "torch"]
+    assert gpu_charged - gpu_base == pytest.approx(per_step, rel=1e-3)  # the kernels hide under it
+    assert gpu_charged - gpu_base < per_step  # ... floor, not sum
+    assert steps["h100-sxm-80gb", "megatron"][0] == steps["h100-sxm-80gb", "megatron"][1]
+    for runtime in ("torch", "megatron"):
+        cpu_base, cpu_charged = steps["cpu", runtime]
+        assert cpu_charged - cpu_base == pytest.approx(per_step, rel=1e-9)

@@ -77,7 +77,8 @@ def test_host_time_per_layer_is_once_forward_twice_backward_and_again_when_recom
     for runtime, tp_extra in (("megatron", 0.0), ("torch", 0.002)):
         training = TrainingSpec(global_batch_size=4, seq_len=64, precision="fp32", runtime=runtime)
         convention = CONVENTIONS[runtime]
-        base = CostModel(Job(model=model, training=training, cluster=cluster,
+        uncharged = replace(DEFAULT_ASSUMPTIONS, layer_overhead_s=0.0, tp_layer_overhead_s=0.0)
+        base = CostModel(Job(model=model, training=training, cluster=cluster, assumptions=uncharged,
                              convention=convention)).estimate(layout).step_time_s
         charged = replace(DEFAULT_ASSUMPTIONS, layer_overhead_s=x, tp_layer_overhead_s=0.002)
         step = CostModel(Job(model=model, training=training, cluster=cluster, assumptions=charged,

@@ -82,8 +82,9 @@ def test_calibration_from_a_table_recovers_the_step_times(plan_path: Path, tmp_p
     assert result.exit_code == 0, result.output
     report = json.loads(result.output)
     assert [r["origin"].split(" ")[0] for r in report["rows"]][1:3] == ["mega.log", "titan.log"]
-    for row, t in zip(report["rows"], truth):
-        assert row["measured_s"] == pytest.approx(t, rel=1e-3)
+    for i, (row, t) in enumerate(zip(report["rows"], truth)):
+        tps = 8 * 128 / (t * 4)  # torchtitan logs whole tokens/s: up to half a unit of rounding
+        assert row["measured_s"] == pytest.approx(t, rel=1e-3 if i != 2 else 0.5 / tps + 1e-6)
         assert row["fitted_s"] == pytest.approx(t, rel=0.05)
         assert row["leave_one_out_s"] == pytest.approx(t, rel=0.15)
     assert report["rows"][0]["measured_peak_gib"] == 0.5
