@@ -20,10 +20,11 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
 
 from calibrate import AXES, staged_points  # noqa: E402
+from gpu_records import fit_rows  # noqa: E402
 from published import DATA  # noqa: E402
 
 from costmodels.bands import BANDS_FILE, band_from_residuals, memory_residuals, step_residuals  # noqa: E402
-from planner.published import cross_validate_by_family, load_rows, score  # noqa: E402
+from planner.published import cross_validate_by_family, score  # noqa: E402
 from planner.published.calibration import Evaluator, make_fit  # noqa: E402
 from planner.published.scoring import FamilyScore  # noqa: E402
 from profiles.io import write_text_atomic  # noqa: E402
@@ -51,7 +52,7 @@ def lofo_scores(rows: list[dict]) -> list[FamilyScore]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--write", action="store_true", help=f"write the residuals to {BANDS_FILE}")
-    rows, args = load_rows(DATA), parser.parse_args(argv)
+    rows, args = fit_rows(DATA), parser.parse_args(argv)
     lofo = residual_records(lofo_scores(rows), "signed_error")
     memory = residual_records(score(rows), "memory_error")
     step = band_from_residuals(step_residuals([d["signed_error"] for d in lofo]), what="held-out runs (LOFO)",
@@ -66,7 +67,7 @@ def main(argv: list[str] | None = None) -> int:
             "throughput": {"residuals": lofo, "kind": "predicted / measured tokens/s per GPU - 1, leave-one-family-out"},
             "memory": {"residuals": memory, "kind": "predicted / measured peak memory - 1"},
             "provenance": {"command": ".venv/bin/python benchmarks/bands.py --write",
-                           "date": datetime.date.today().isoformat(), "data": "benchmarks/data/published_runs.json",
+                           "date": datetime.date.today().isoformat(), "data": "benchmarks/data/published_runs.json and benchmarks/data/gpu/*.json (family gpu_truth)",
                            "grid": {k: list(v) for k, v in AXES.items()}},
         }
         write_text_atomic(BANDS_FILE, json.dumps(doc, indent=1, sort_keys=True) + "\n")

@@ -20,9 +20,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 
+from gpu_records import fit_rows  # noqa: E402
 from published import DATA, print_table  # noqa: E402
 
-from planner.published import cross_validate_by_family, load_rows, score  # noqa: E402
+from planner.published import cross_validate_by_family, score  # noqa: E402
 from planner.published.calibration import Evaluator, fit_constants, grid_points, make_fit  # noqa: E402
 from planner.published.scoring import FamilyScore, overall_median  # noqa: E402
 from planner.published.stats import percentile  # noqa: E402
@@ -36,21 +37,24 @@ AXES: dict[str, tuple[float, ...]] = {
     "fp8_gemm_efficiency": (0.5, 0.6, 0.7),  # >= 0.5: fp8 GEMMs at least 1.33x bf16 ones (torchtitan measures 1.28x end to end)
     # NCCL channels' share of SMs: 8-16 of 108-132 is 0.07-0.15; 0 (no slowdown) is the physical floor
     "overlap_slowdown": (0.0, 0.03, 0.07, 0.1, 0.15),
-    "moe_sync_overhead_s": (0.0, 1e-3, 2e-3),  # device idle per MoE layer forward at the dispatcher's host sync
+    "moe_sync_overhead_s": (0.0, 1e-3, 2e-3, 3e-3, 4e-3),  # device idle per MoE layer forward at the dispatcher's host sync
+    # host time to issue one layer's forward (2x in backward), a floor under the layer's kernel time
+    # (costmodels.layer_costs.issue_bound_s); the H100 step trace of the generated eager job spends
+    # 2.6-3.5 ms of host time per layer backward (benchmarks/data/gpu/trace)
+    "layer_overhead_s": (0.0, 0.5e-3, 1e-3, 1.25e-3, 1.5e-3, 1.75e-3, 2e-3, 3e-3),
 }
-PHYSICAL_FLOORS: dict[str, float] = {"overlap_slowdown": 0.0, "moe_sync_overhead_s": 0.0}
+PHYSICAL_FLOORS: dict[str, float] = {"overlap_slowdown": 0.0, "moe_sync_overhead_s": 0.0, "layer_overhead_s": 0.0}
 """Grid ends that are physical limits (a constant there says the data want none of the effect),
 not edges of the search."""
-STAGED = ("fp8_gemm_efficiency", "moe_sync_overhead_s")
+STAGED = ("fp8_gemm_efficiency", "moe_sync_overhead_s", "layer_overhead_s")
 """Axes fitted in a second stage, with the others held at the first stage's fit (each touches only
-FP8 or MoE rows): the full product of the widened grid (1,260 points) takes hours on two cores."""
+FP8 or MoE rows, or layers whose kernels are shorter than their host issue): the full product of the widened grid (1,260 points) takes hours on two cores."""
 OVERHEAD_AXES: dict[str, tuple[float, ...]] = {
     "step_overhead_s": (0.0, 0.2),  # fixed per step (optimizer launch, data, logging)
-    "layer_overhead_s": (0.0, 60e-6),  # host issue time per layer forward not hidden (x3 with backward)
 }
-"""Fixed costs tried with ``--overheads``: the published runs do not support them (2026-11-24: the
-all-family fit picks 0 for both, and the leave-one-family-out median is 11% with them and without),
-so the shipped fit leaves them at 0."""
+"""Fixed cost tried with ``--overheads``: the published runs do not support it (2026-11-24: the
+all-family fit picks 0, and the leave-one-family-out median is 11% with it and without), so the
+shipped fit leaves it at 0."""
 OUT = Path(__file__).parents[1] / "costmodels" / "data" / "calibration.json"
 MODULE = Path(__file__).parents[1] / "costmodels" / "calibration_data.py"
 QUANTILES = (10, 50, 90)
@@ -122,9 +126,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--write", action="store_true", help=f"write the fitted set to {OUT}")
     parser.add_argument("--overheads", action="store_true",
-                        help="also fit the fixed per-step and per-layer overheads (OVERHEAD_AXES)")
+                        help="also fit the fixed per-step overhead (OVERHEAD_AXES)")
     args = parser.parse_args(argv)
-    rows = load_rows(DATA)
+    rows = fit_rows(DATA)
     axes = {**AXES, **OVERHEAD_AXES} if args.overheads else AXES
     evaluator = Evaluator()
     points = staged_points(rows, axes, evaluator)
@@ -146,7 +150,7 @@ def main(argv: list[str] | None = None) -> int:
             "provenance": {
                 "command": ".venv/bin/python benchmarks/calibrate.py --write",
                 "date": datetime.date.today().isoformat(),
-                "data": "benchmarks/data/published_runs.json",
+                "data": "benchmarks/data/published_runs.json and benchmarks/data/gpu/*.json (family gpu_truth)",
                 "grid": {k: list(v) for k, v in axes.items()},
                 "grid_search": "two stages (STAGED axes at the shipped values, then at the first stage's fit)",
                 "constants_on_grid": edge_record(dict(best), axes),

@@ -43,6 +43,15 @@ def load_records(directory: Path = GPU_DIR) -> list[tuple[Path, dict]]:
     return out
 
 
+def fit_rows(published: Path, directory: Path = GPU_DIR) -> list[dict]:
+    """The rows the fits read: the published runs in ``published`` and, as the ``gpu_truth``
+    family, every kept GPU record's measured layouts (``record_rows``)."""
+    from planner.published import load_rows
+
+    return load_rows(published) + [row for path, record in load_records(directory)
+                                   for row in record_rows(record, path)]
+
+
 def record_rows(record: dict, path: Path) -> list[dict]:
     """One published-schema row per measured layout of ``record`` (see the module docstring)."""
     device, day = record["device"], record["created"][:10]
@@ -114,9 +123,9 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     from published import DATA, print_table
 
-    from planner.published import load_rows, score
+    from planner.published import score
 
-    rows = load_rows(DATA) + [row for path, record in records for row in record_rows(record, path)]
+    rows = fit_rows(DATA, args.dir)
     print("\nPublished runs" + (f" and the {FAMILY} family:" if records else ":"))
     print_table(score(rows))
     return 0

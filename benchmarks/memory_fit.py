@@ -24,9 +24,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 
+from gpu_records import fit_rows  # noqa: E402
 from published import DATA  # noqa: E402
 
-from planner.published import load_rows, score  # noqa: E402
+from planner.published import score  # noqa: E402
 from planner.published.calibration import Evaluator, Point  # noqa: E402
 from planner.published.scoring import RunResult  # noqa: E402
 from planner.published.stats import median, percentile  # noqa: E402
@@ -109,7 +110,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--write", action="store_true", help=f"write {MODULE} and {OUT}")
     args = parser.parse_args(argv)
-    rows = memory_rows(load_rows(DATA))
+    rows = memory_rows(fit_rows(DATA))
     evaluator = Evaluator()
     best = fit(rows, evaluator)
     residuals, chosen = lofo(rows, evaluator)
@@ -150,7 +151,7 @@ def main(argv: list[str] | None = None) -> int:
             "constants": constants,
             "provenance": {
                 "command": ".venv/bin/python benchmarks/memory_fit.py --write",
-                "date": datetime.date.today().isoformat(), "data": "benchmarks/data/published_runs.json",
+                "date": datetime.date.today().isoformat(), "data": "benchmarks/data/published_runs.json and benchmarks/data/gpu/*.json (family gpu_truth)",
                 "grid": {k: list(v) for k, v in AXES.items()},
                 "fit_objective": "smallest mean over families of median |predicted / measured peak - 1|",
                 "lofo_median_abs_error_by_family": {k: round(v, 4) for k, v in by_family.items()},

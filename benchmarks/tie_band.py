@@ -21,11 +21,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 
+from gpu_records import fit_rows  # noqa: E402
 from published import DATA  # noqa: E402
 
 from costmodels.bands import percentile  # noqa: E402
 from costmodels.tie_band import TIE_BAND_FILE  # noqa: E402
-from planner.published import load_rows, score  # noqa: E402
+from planner.published import score  # noqa: E402
 from planner.published.pairs import MECHANISMS, by_mechanism, layout_pairs, relative_error  # noqa: E402
 from profiles.io import write_text_atomic  # noqa: E402
 
@@ -76,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--write", action="store_true", help=f"write the record to {TIE_BAND_FILE}")
     parser.add_argument("--json", action="store_true", help="print the record as JSON")
     args = parser.parse_args(argv)
-    doc = record(load_rows(DATA))
+    doc = record(fit_rows(DATA))
     if args.json:
         print(json.dumps(doc, indent=1, sort_keys=True))
     else:
@@ -84,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.write:
         doc["provenance"] = {"command": ".venv/bin/python benchmarks/tie_band.py --write",
                              "date": datetime.date.today().isoformat(),
-                             "data": "benchmarks/data/published_runs.json (shared/published_runs/runs.json)",
+                             "data": "benchmarks/data/published_runs.json (shared/published_runs/runs.json) and benchmarks/data/gpu/*.json (family gpu_truth)",
                              "model": "shipped cost model and calibration (costmodels/data/calibration.json)"}
         write_text_atomic(TIE_BAND_FILE, json.dumps(doc, indent=1, sort_keys=True) + "\n")
         print(f"wrote {TIE_BAND_FILE.relative_to(Path(__file__).parents[1])}")

@@ -8,6 +8,7 @@ CONSTANTS: dict[str, float] = {
     "attention_efficiency": 0.6,
     "fp8_gemm_efficiency": 0.6,
     "gemm_efficiency": 0.7,
-    "moe_sync_overhead_s": 0.001,
+    "layer_overhead_s": 0.002,
+    "moe_sync_overhead_s": 0.002,
     "overlap_slowdown": 0.03,
 }
