@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parents[1]
 RUNTIMES = tuple(CAPABILITIES)
 
 
-def _allowed_by(table, layout):
+def outside_table(table, layout):
     """Why ``layout`` is outside ``table`` (None when inside)."""
     degrees = table.names("degrees")
     for name in ("tp", "pp", "cp", "ep"):
@@ -56,7 +56,7 @@ def test_every_layout_of_a_runtime_space_is_in_its_table(runtime):
     options = search_options(table, Narrowing(), "cuda")
     seen = set()
     for layout in all_layouts(model, training, 8, 8, options):
-        assert _allowed_by(table, layout) is None, layout
+        assert outside_table(table, layout) is None, layout
         seen.add((layout.zero_stage, layout.schedule if layout.pp > 1 else "-", layout.recompute))
     # and the space is not trivially small: every stage and recompute mode of the table appears
     assert {z for z, _, _ in seen} == set(table.zero_stages)
@@ -107,7 +107,7 @@ def test_search_equals_brute_force_on_each_runtime_space(seed):
     slow = solve_brute_force(cm(), cluster.num_gpus, cluster.gpus_per_node, options, top_k=4)
     assert [b.layout for b in fast.ranked] == [b.layout for b in slow.ranked]
     assert fast.num_candidates == slow.num_candidates
-    assert all(_allowed_by(table, b.layout) is None for b in fast.ranked)
+    assert all(outside_table(table, b.layout) is None for b in fast.ranked)
 
 
 NARROW = dict(tp=[1, 2], pp=[1, 2], schedules=["1f1b"], zero_stages=[1], recompute_modes=["full"],

@@ -119,7 +119,8 @@ def read_torchtitan_job(job: Path, num_layers: int) -> tuple[Layout, dict]:
     per_stage = p.get("pipeline_parallel_layers_per_stage")
     v = (len(counts) if counts else num_layers // per_stage if per_stage else 1) // pp if pp > 1 else 1
     mb = p["pipeline_parallel_microbatch_size"] if pp > 1 else t["local_batch_size"]
-    zero = 0 if shard == 1 else 3 if p["fsdp_reshard_after_forward"] == "always" else 2
+    # torchtitan's FSDP mesh is dp_shard x cp: it shards whenever either is > 1 (parallel_dims.py fsdp_enabled)
+    zero = 0 if shard == 1 and cp == 1 else 3 if p["fsdp_reshard_after_forward"] == "always" else 2
     layout = Layout(dp=dp, tp=tp, pp=pp, cp=cp, ep=p["expert_parallel_degree"],
                     expert_tp=p["expert_tensor_parallel_degree"] if p["expert_parallel_degree"] > 1 and
                     p["expert_tensor_parallel_degree"] != tp else 0,
