@@ -5,7 +5,10 @@ Parsers: torchtitan v0.2.2's ``ConfigManager`` parses the TOML into its ``JobCon
 wheel (``megatron/training`` is not shipped), so the Megatron arguments and Megatron-Bridge overrides
 are built into Megatron-Core's own ``TransformerConfig`` (which validates degrees, stages, recompute,
 offload), ``DistributedDataParallelConfig`` and ``OptimizerConfig``. Round trip: the file read back
-(``planner.launch.readback``) and evaluated gives the plan's step time and peak memory."""
+(``planner.launch.readback``) and evaluated gives the plan's step time and peak memory, and the job
+saves at the plan's checkpoint interval: torchtitan's ``Checkpoint`` config parses it; Megatron's
+``CheckpointConfig`` (``--save-interval``) is in ``megatron/training`` too, so it is read back only, and
+Megatron-DeepSpeed takes the same argument beside its DeepSpeed JSON, which has no interval."""
 
 from __future__ import annotations
 
@@ -26,7 +29,8 @@ from planner.cli import main
 from planner.launch.export_problems import export_problems
 from planner.launch.job import write_job
 from planner.launch.megatron_fields import args_to_fields
-from planner.launch.readback import READERS, bash_array, bridge_fields, launch_world_size
+from planner.launch.readback import (READERS, bash_array, bridge_fields, launch_world_size,
+                                     read_checkpoint_every)
 from planner.plan.plan_file import PlanFile, PlanFileError, read_plan_file
 from test_runtime_space import outside_table
 
@@ -113,6 +117,8 @@ def _round_trip(tmp_path: Path, runtime: str, case: str, plan_path: Path) -> tup
     predicted = plan.best.predicted  # the plan file rounds to 6 significant digits
     assert cost.step_time_s == pytest.approx(predicted["step_time_s"], rel=1e-5)
     assert cost.peak_memory_bytes / 2**30 == pytest.approx(predicted["peak_memory_gib"], rel=1e-4)
+    # the job saves at the plan's Young/Daly interval ("checkpoint every N steps")
+    assert read_checkpoint_every(runtime, job) == predicted["goodput"]["checkpoint_every_steps"]
     return plan, job, layout
 
 
@@ -221,6 +227,8 @@ def _check_torchtitan_job(job: Path, plan: PlanFile) -> None:
     assert config.activation_checkpoint.mode == {"op-sac": "selective"}.get(L.recompute, L.recompute)
     assert config.training.global_batch_size == plan.inputs.training.global_batch_size
     assert config.training.seq_len == plan.inputs.training.seq_len
+    assert config.checkpoint.enable is True
+    assert config.checkpoint.interval == plan.best.predicted["goodput"]["checkpoint_every_steps"]
 
 
 @pytest.mark.parametrize("case", sorted(DEEPSPEED_LAYOUTS))

@@ -165,6 +165,21 @@ def read_deepspeed_job(job: Path, num_layers: int) -> tuple[Layout, dict]:
     return layout, training
 
 
+def read_checkpoint_every(runtime: str, job: Path) -> int | None:
+    """Steps between checkpoints the exported job saves at (None: it saves none): Megatron's
+    ``--save-interval`` (Megatron-LM, Megatron-DeepSpeed), Megatron-Bridge's ``checkpoint.save_interval``,
+    torchtitan's ``[checkpoint] interval`` when ``enable``."""
+    if runtime == "torchtitan":
+        section = tomllib.loads((job / "torchtitan.toml").read_text(encoding="utf-8")).get("checkpoint", {})
+        return section.get("interval") if section.get("enable") else None
+    if runtime == "megatron-bridge":
+        return bridge_fields(job).get("checkpoint.save_interval")
+    file, name = ("megatron_args.sh", "MEGATRON_ARGS") if runtime == "megatron" else \
+        ("megatron_deepspeed_args.sh", "MEGATRON_DS_ARGS")
+    tokens = bash_array((job / file).read_text(encoding="utf-8"), name)
+    return args_to_fields(tokens).get("checkpoint.save_interval")
+
+
 READERS = {"megatron": read_megatron_job, "megatron-bridge": read_bridge_job, "torchtitan": read_torchtitan_job,
            "deepspeed": read_deepspeed_job}
 """Runtime -> reader of its exported job."""
