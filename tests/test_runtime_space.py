@@ -173,3 +173,34 @@ def test_features_used_name_the_costed_dp_overlap_flags_for_megatron():
     report = planner.plan(model="llama3-8b", hardware="h100-sxm-80gb", gpus=8, global_batch=64, seq_len=8192)
     options = [f.option for f in features_used(capabilities("megatron"), report.best.layout)]
     assert "--overlap-grad-reduce --overlap-param-gather" in options
+
+
+def _dp_comm_s(runtime: str, pp: int, overlap_fraction: float) -> float:
+    """Llama 3 70B on 64 H100, dp · tp 4 · pp, ZeRO-1: the step's data-parallel term."""
+    from dataclasses import replace
+
+    from costmodels.assumptions import DEFAULT_ASSUMPTIONS
+    from costmodels.layout import Layout
+
+    dp = 64 // (4 * pp)
+    training = TrainingSpec(global_batch_size=512, seq_len=4096, runtime=runtime)
+    job = Job(model=load_model("llama3-70b"), training=training, cluster=make_cluster(load_node("h100-sxm-80gb"), 64),
+              assumptions=replace(DEFAULT_ASSUMPTIONS, overlap_fraction=overlap_fraction),
+              convention=CONVENTIONS[runtime])
+    layout = Layout(dp=dp, tp=4, pp=pp, zero_stage=1, sequence_parallel=True, num_microbatches=512 // dp)
+    return CostModel(job).estimate(layout).dp_comm_s
+
+
+def test_deepspeed_pipeline_exposes_data_parallel_sync_that_megatron_overlaps():
+    """DeepSpeed's pipeline engine reduces gradients after the last micro-batch (TrainSchedule appends
+    ReduceTiedGrads, ReduceGrads, OptimizerStep at the last step: ``capabilities.DEEPSPEED`` dp_overlap is
+    not ``pipelined``), so at pp 2 its DP term is what it is with no overlap at all (overlap_fraction 0);
+    Megatron's --overlap-grad-reduce --overlap-param-gather hide part of the same traffic. Without a
+    pipeline DeepSpeed's overlap_comm hides it too."""
+    for runtime in RUNTIMES:  # the costing (convention) and the table say the same
+        assert CONVENTIONS[runtime].pipeline_overlaps_dp_sync == capabilities(runtime).feature("dp_overlap").pipelined
+    assert not capabilities("deepspeed").feature("dp_overlap").pipelined
+    assert _dp_comm_s("deepspeed", 2, 1.0) == _dp_comm_s("deepspeed", 2, 0.0) > 0
+    assert _dp_comm_s("megatron", 2, 1.0) < _dp_comm_s("megatron", 2, 0.0)
+    assert _dp_comm_s("deepspeed", 2, 0.0) == _dp_comm_s("megatron", 2, 0.0)  # the same traffic
+    assert _dp_comm_s("deepspeed", 1, 1.0) < _dp_comm_s("deepspeed", 1, 0.0)
