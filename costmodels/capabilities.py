@@ -48,6 +48,9 @@ class Feature:
     """File in the framework's repository that defines the option (at ``RuntimeCapabilities.commit``)."""
     costed: bool = False
     """Overlaps only: the cost model always counts it as on, so every export sets ``option``."""
+    pipelined: bool = True
+    """Overlaps only: it also overlaps with pp > 1 (``dp_overlap``: the runtime's pipeline schedule
+    issues the data-parallel reduction inside the last backward, not after it)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -344,8 +347,13 @@ DEEPSPEED = RuntimeCapabilities(
         Feature(name="full", option="--checkpoint-activations", since="v0.19.5", source=_MDS_ARGS),
     ),
     overlaps=(
+        # Not with pp > 1: the pipeline engine turns the backward-hook all-reduce off and TrainSchedule
+        # (deepspeed/runtime/pipe/schedule.py, TrainSchedule.steps) appends ReduceTiedGrads, ReduceGrads
+        # and OptimizerStep after the last micro-batch's backward; engine.py's _exec_reduce_grads then
+        # all-reduces every gradient (allreduce_gradients / _bf16_reduce_grads), with no compute left to
+        # hide it, and ZeRO-1's parameter all-gather follows in the optimizer step.
         Feature(name="dp_overlap", option="zero_optimization.overlap_comm=true", since="v0.19.5",
-                source="deepspeed/runtime/zero/config.py", costed=True),
+                source="deepspeed/runtime/zero/config.py", costed=True, pipelined=False),
     ),
 )
 """Megatron-DeepSpeed: 1F1B only (the pipeline engine's ``TrainSchedule``); no context parallelism

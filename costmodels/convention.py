@@ -57,6 +57,11 @@ class RuntimeConvention:
     pipeline_defers_gradient_sync: bool
     """With pp > 1 the pipeline schedule turns gradient sync and the reshard after backward off
     for every micro-batch and reduces once at the end of the step."""
+    pipeline_overlaps_dp_sync: bool = True
+    """With pp > 1 the once-per-step gradient reduction and parameter gather overlap the last
+    micro-batch's backward and the next forward (Megatron's ``--overlap-grad-reduce
+    --overlap-param-gather``, FSDP2's prefetching); False: they run after the pipeline drains, exposed
+    whole (the capability table's ``dp_overlap`` feature, ``pipelined``)."""
     hsdp_all_reduce_each_reduce_scatter: bool
     """HSDP's all-reduce across replicas follows every reduce-scatter (else once per step)."""
     eager_activations: bool
@@ -177,13 +182,16 @@ backward and reduce-scatters every micro-batch, one layer at a time. Activations
 et al. 2022 count them (fused kernels, Megatron sequence parallelism)."""
 
 
-DEEPSPEED = replace(MEGATRON, runtime="deepspeed", keeps_16bit_grads=True)
+DEEPSPEED = replace(MEGATRON, runtime="deepspeed", keeps_16bit_grads=True,
+                    pipeline_overlaps_dp_sync=False)
 """Megatron-DeepSpeed: Megatron's layers under DeepSpeed's pipeline engine (which runs the model as
 a ``PipelineModule`` even at pp 1) with its ``BF16_Optimizer``. As ``MEGATRON``, except that after
 each backward the engine copies the bf16 gradients into the fp32 accumulation with
 ``update_hp_grads(clear_lp_grads=False)`` (``deepspeed/runtime/pipe/engine.py``,
 ``_exec_backward_pass``), so the bf16 gradients stay allocated: 2 + 6 bytes per parameter plus
-the optimizer states."""
+the optimizer states. With pp > 1 its data-parallel reduction is exposed: ``TrainSchedule``
+(``deepspeed/runtime/pipe/schedule.py``) issues ``ReduceGrads`` after the last backward, as the
+capability table's ``dp_overlap`` says (``pipelined=False``; a test checks the two agree)."""
 
 
 MEGATRON_BRIDGE = replace(MEGATRON, runtime="megatron-bridge", grad_reduce_in_fp32=False)

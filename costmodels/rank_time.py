@@ -269,10 +269,13 @@ def add_data_parallel(cm: "CostModel", t: RankTimes, layout: Layout, params: Sha
     fwd_mb = gather_s if gathers_per_mb else 0.0
     bwd_mb = (gather_s if gathers_per_mb == 2 else 0.0) + (reduce_s if reduce_per_mb else 0.0)
     t.dp_mb_s += exposed_comm_s(fwd_mb, t.fwd_compute_s, pieces, a) + exposed_comm_s(bwd_mb, t.bwd_compute_s, pieces, a)
+    # once-per-step traffic hides behind one micro-batch's compute, unless the runtime's pipeline
+    # issues it after the drain (convention.pipeline_overlaps_dp_sync): then no compute is left to hide it
+    hides = layout.pp == 1 or cm.convention.pipeline_overlaps_dp_sync
     if not gathers_per_mb:
-        t.dp_tail_s += exposed_comm_s(gather_s, t.fwd_compute_s, pieces, a)
+        t.dp_tail_s += exposed_comm_s(gather_s, t.fwd_compute_s if hides else 0.0, pieces, a)
     if not reduce_per_mb:
-        t.dp_tail_s += exposed_comm_s(reduce_s, t.bwd_compute_s, pieces, a)
+        t.dp_tail_s += exposed_comm_s(reduce_s, t.bwd_compute_s if hides else 0.0, pieces, a)
     if layout.zero_stage and cm.convention.gather_copy_kernels:
         _add_sharded_copies(cm, t, sharded_copy_bytes(weights, grads, cm.rates.elem_bytes, sb.reduced),
                             gathers_per_mb, reduce_per_mb)

@@ -5,7 +5,10 @@ Parsers: torchtitan v0.2.2's ``ConfigManager`` parses the TOML into its ``JobCon
 wheel (``megatron/training`` is not shipped), so the Megatron arguments and Megatron-Bridge overrides
 are built into Megatron-Core's own ``TransformerConfig`` (which validates degrees, stages, recompute,
 offload), ``DistributedDataParallelConfig`` and ``OptimizerConfig``. Round trip: the file read back
-(``planner.launch.readback``) and evaluated gives the plan's step time and peak memory."""
+(``planner.launch.readback``) and evaluated gives the plan's step time and peak memory, and the job
+saves at the plan's checkpoint interval: torchtitan's ``Checkpoint`` config parses it; Megatron's
+``CheckpointConfig`` (``--save-interval``) is in ``megatron/training`` too, so it is read back only, and
+Megatron-DeepSpeed takes the same argument beside its DeepSpeed JSON, which has no interval."""
 
 from __future__ import annotations
 
@@ -19,14 +22,17 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from costmodels.capabilities import capabilities
 from costmodels.layout import Layout
 from planner import api
 from planner.cli import main
 from planner.launch.export_problems import export_problems
 from planner.launch.job import write_job
 from planner.launch.megatron_fields import args_to_fields
-from planner.launch.readback import READERS, bash_array, bridge_fields
+from planner.launch.readback import (READERS, bash_array, bridge_fields, launch_world_size,
+                                     read_checkpoint_every)
 from planner.plan.plan_file import PlanFile, PlanFileError, read_plan_file
+from test_runtime_space import outside_table
 
 CASES = {
     # (model, gpus, global batch, seq len, evaluate layout options) per done-criterion size
@@ -74,15 +80,25 @@ def _evaluated_plan(tmp_path: Path, runtime: str, case: str, options: str) -> Pa
     return out
 
 
-def _round_trip(tmp_path: Path, runtime: str, case: str, options: str) -> tuple[PlanFile, Path, Layout]:
-    """Export the evaluated layout, read it back, evaluate it again: same step time and peak memory."""
-    plan = read_plan_file(_evaluated_plan(tmp_path, runtime, case, options))
+def _planned(tmp_path: Path, runtime: str, case: str) -> Path:
+    """``autoplan plan`` of a done-criterion case for ``runtime``, written to a plan file."""
+    model, hardware, gpus, batch, seq = CASES[case]
+    out = tmp_path / "plan.json"
+    result = CliRunner().invoke(main, ["plan", "--model", model, "--hardware", hardware, "--gpus", str(gpus),
+                                       "--global-batch", str(batch), "--seq-len", str(seq), "--runtime", runtime,
+                                       "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    return out
+
+
+def _round_trip(tmp_path: Path, runtime: str, case: str, plan_path: Path) -> tuple[PlanFile, Path, Layout]:
+    """Export the plan's layout, read it back, evaluate it again: same step time and peak memory."""
+    plan = read_plan_file(plan_path)
     job = tmp_path / "job"
     write_job(plan, job)
     model, hardware, gpus, *_ = CASES[case]
     layout, training = READERS[runtime](job, plan.inputs.model_spec.num_layers)
     expected = plan.best.layout
-    assert layout.chunk_layers(60) == expected.chunk_layers(60) or True
     same = {f: getattr(layout, f) for f in Layout.__slots__ if f != "layers_per_chunk"}
     assert same == {f: getattr(expected, f) for f in Layout.__slots__ if f != "layers_per_chunk"}
     num_layers = plan.inputs.model_spec.num_layers
@@ -101,6 +117,8 @@ def _round_trip(tmp_path: Path, runtime: str, case: str, options: str) -> tuple[
     predicted = plan.best.predicted  # the plan file rounds to 6 significant digits
     assert cost.step_time_s == pytest.approx(predicted["step_time_s"], rel=1e-5)
     assert cost.peak_memory_bytes / 2**30 == pytest.approx(predicted["peak_memory_gib"], rel=1e-4)
+    # the job saves at the plan's Young/Daly interval ("checkpoint every N steps")
+    assert read_checkpoint_every(runtime, job) == predicted["goodput"]["checkpoint_every_steps"]
     return plan, job, layout
 
 
@@ -157,16 +175,22 @@ def _check_megatron_core(fields: dict, plan: PlanFile) -> None:
     assert ddp_config.data_parallel_sharding_strategy == strategy
 
 
-@pytest.mark.parametrize("case", sorted(MEGATRON_LAYOUTS))
-def test_megatron_job_parses_and_round_trips(tmp_path, case):
-    plan, job, _ = _round_trip(tmp_path, "megatron", case, MEGATRON_LAYOUTS[case])
+def _check_megatron_job(job: Path, plan: PlanFile) -> None:
     tokens = bash_array((job / "megatron_args.sh").read_text(encoding="utf-8"), "MEGATRON_ARGS")
     _check_megatron_core(args_to_fields(tokens), plan)
 
 
+@pytest.mark.parametrize("case", sorted(MEGATRON_LAYOUTS))
+def test_megatron_job_parses_and_round_trips(tmp_path, case):
+    plan_path = _evaluated_plan(tmp_path, "megatron", case, MEGATRON_LAYOUTS[case])
+    plan, job, _ = _round_trip(tmp_path, "megatron", case, plan_path)
+    _check_megatron_job(job, plan)
+
+
 @pytest.mark.parametrize("case", sorted(BRIDGE_LAYOUTS))
 def test_megatron_bridge_job_parses_and_round_trips(tmp_path, case):
-    plan, job, _ = _round_trip(tmp_path, "megatron-bridge", case, BRIDGE_LAYOUTS[case])
+    plan, job, _ = _round_trip(tmp_path, "megatron-bridge", case,
+                               _evaluated_plan(tmp_path, "megatron-bridge", case, BRIDGE_LAYOUTS[case]))
     fields = bridge_fields(job)
     assert fields["ddp.grad_reduce_in_fp32"] is False  # the megatron-bridge convention's bf16 reduction
     fields = {("model.tp_comm_overlap" if k == "comm_overlap.tp_comm_overlap" else k): v for k, v in fields.items()
@@ -176,7 +200,14 @@ def test_megatron_bridge_job_parses_and_round_trips(tmp_path, case):
 
 @pytest.mark.parametrize("case", sorted(TORCHTITAN_LAYOUTS))
 def test_torchtitan_job_parses_and_round_trips(tmp_path, case):
-    plan, job, L = _round_trip(tmp_path, "torchtitan", case, TORCHTITAN_LAYOUTS[case])
+    plan_path = _evaluated_plan(tmp_path, "torchtitan", case, TORCHTITAN_LAYOUTS[case])
+    plan, job, _ = _round_trip(tmp_path, "torchtitan", case, plan_path)
+    _check_torchtitan_job(job, plan)
+
+
+def _check_torchtitan_job(job: Path, plan: PlanFile) -> None:
+    """torchtitan's own ``ConfigManager`` parses the TOML; its fields are the plan's, field by field."""
+    L = plan.best.layout
     _no_torchtitan_init()
     from torchtitan.config import ConfigManager
 
@@ -186,14 +217,24 @@ def test_torchtitan_job_parses_and_round_trips(tmp_path, case):
             p.expert_parallel_degree) == (L.tp, L.pp, L.cp, L.ep)
     assert p.data_parallel_replicate_degree * p.data_parallel_shard_degree == L.dp
     assert p.fsdp_reshard_after_forward == ("always" if L.zero_stage == 3 else "never")
+    from torchtitan.distributed.parallel_dims import ParallelDims  # it checks the degrees against the world
+
+    dims = ParallelDims(dp_replicate=p.data_parallel_replicate_degree, dp_shard=p.data_parallel_shard_degree,
+                        cp=p.context_parallel_degree, tp=p.tensor_parallel_degree, pp=p.pipeline_parallel_degree,
+                        ep=p.expert_parallel_degree, etp=p.expert_tensor_parallel_degree,
+                        world_size=launch_world_size(job))
+    assert dims.fsdp_enabled == (L.zero_stage > 0)  # FSDP over dp_shard x cp: what autoplan costs as ZeRO-2/3
     assert config.activation_checkpoint.mode == {"op-sac": "selective"}.get(L.recompute, L.recompute)
     assert config.training.global_batch_size == plan.inputs.training.global_batch_size
     assert config.training.seq_len == plan.inputs.training.seq_len
+    assert config.checkpoint.enable is True
+    assert config.checkpoint.interval == plan.best.predicted["goodput"]["checkpoint_every_steps"]
 
 
 @pytest.mark.parametrize("case", sorted(DEEPSPEED_LAYOUTS))
 def test_deepspeed_job_parses_and_round_trips(tmp_path, case, monkeypatch):
-    plan, job, L = _round_trip(tmp_path, "deepspeed", case, DEEPSPEED_LAYOUTS[case])
+    plan, job, L = _round_trip(tmp_path, "deepspeed", case,
+                               _evaluated_plan(tmp_path, "deepspeed", case, DEEPSPEED_LAYOUTS[case]))
     pytest.importorskip("deepspeed", reason="deepspeed is not installed (pip install -e '.[frameworks]')")
     from deepspeed.runtime import config as ds_config
     from deepspeed.runtime.config import DeepSpeedConfig
@@ -255,6 +296,25 @@ def test_readme_default_plan_launches_as_a_megatron_job(tmp_path):
     plan = read_plan_file(out)
     tokens = bash_array((tmp_path / "job" / "megatron_args.sh").read_text(encoding="utf-8"), "MEGATRON_ARGS")
     _check_megatron_core(args_to_fields(tokens), plan)
+
+
+CHECKS = {"megatron": _check_megatron_job, "torchtitan": _check_torchtitan_job}
+"""Runtime -> the check of its exported job by the framework's own config classes."""
+
+
+@pytest.mark.parametrize("runtime", sorted(CHECKS))
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_the_pick_runs_on_its_runtime_parses_and_round_trips(tmp_path, case, runtime):
+    """Done-criterion of issue 27: ``autoplan plan --runtime R``'s pick uses only what R runs (its
+    capability table and its job's own rules), and its exported job parses in R's config classes
+    and round-trips."""
+    plan_path = _planned(tmp_path, runtime, case)
+    plan = read_plan_file(plan_path)
+    assert plan.inputs.training.runtime == runtime
+    assert outside_table(capabilities(runtime), plan.best.layout) is None
+    assert export_problems(runtime, plan.inputs.model_spec, plan.inputs.training, plan.best.layout) == []
+    plan, job, _ = _round_trip(tmp_path, runtime, case, plan_path)
+    CHECKS[runtime](job, plan)
 
 
 def test_torchtitan_toml_names_torchtitans_own_llama3_flavors():

@@ -17,7 +17,8 @@ from costmodels.model_spec import ModelSpec
 from costmodels.training import TrainingSpec
 
 from .export_problems import require_exportable
-from .megatron_export import MEGATRON_OPTIONS, megatron_args, megatron_recompute_args, megatron_script  # noqa: F401
+from .megatron_export import (MEGATRON_OPTIONS, megatron_args, megatron_checkpoint_args,  # noqa: F401
+                              megatron_recompute_args, megatron_script)
 from .precision_export import TORCHTITAN_PRECISION_KEYS, torchtitan_precision_sections
 
 DEEPSPEED_KEYS = frozenset({
@@ -45,9 +46,10 @@ TORCHTITAN_KEYS = frozenset({
     "parallelism.module_fqns_per_model_part", "parallelism.expert_tensor_parallel_degree",
     "parallelism.context_parallel_rotate_method", "parallelism.enable_async_tensor_parallel",
     "training.enable_cpu_offload", "compile.enable", "compile.components",
+    "checkpoint.enable", "checkpoint.folder", "checkpoint.interval",
 }) | TORCHTITAN_PRECISION_KEYS
 """Fields of pytorch/torchtitan ``torchtitan/config/job_config.py`` (commit 000204a4: Job, Model,
-Optimizer, Training, Parallelism, ActivationCheckpoint), as section.field; the last three are in
+Optimizer, Training, Parallelism, ActivationCheckpoint, Checkpoint), as section.field; the last three are in
 ``torchtitan/config/configs.py`` (commit b5bcd76c), whose module names per chunk
 (``tok_embeddings``, ``layers.<i>``, ``norm``, ``lm_head``) follow
 ``torchtitan/distributed/pipeline_parallel.py``."""
@@ -198,6 +200,13 @@ def torchtitan_config(model_name: str, model: ModelSpec, training: TrainingSpec,
                      f"this architecture ({model.num_layers} layers, hidden {model.hidden_size}); the name alone "
                      "does not define it")
     return config, notes
+
+
+def torchtitan_checkpoint(every: int) -> dict:
+    """``[checkpoint]``: save every ``every`` steps (the plan's interval, ``scripts.checkpoint_every``) under
+    ``job.dump_folder``/``folder``, from which torchtitan also resumes (``Checkpoint`` of
+    ``torchtitan/config/job_config.py`` in torchtitan v0.2.2: ``enable`` default False, ``interval`` 500)."""
+    return {"enable": True, "folder": "checkpoint", "interval": every}
 
 
 TORCHTITAN_SCHEDULES = {f.name: f.option.removeprefix("parallelism.pipeline_parallel_schedule=")

@@ -184,22 +184,25 @@ def write_job(plan: PlanFile, out: str | Path, *, python: str | None = None) -> 
     return sorted(p for p in out.rglob("*") if p.is_file() and "__pycache__" not in p.parts)
 
 
-def framework_files(runtime: str, name: str, model: ModelSpec, training: TrainingSpec,
-                    layout: Layout) -> dict[str, str]:
-    """{file name: text} of the framework's own option files for ``runtime``."""
+def framework_files(runtime: str, name: str, model: ModelSpec, training: TrainingSpec, layout: Layout,
+                    checkpoint_every: int = scripts.DEFAULT_CHECKPOINT_EVERY) -> dict[str, str]:
+    """{file name: text} of the framework's own option files for ``runtime``, saving a checkpoint every
+    ``checkpoint_every`` steps."""
+    saves = frameworks.megatron_checkpoint_args(checkpoint_every)
     args, notes = frameworks.megatron_args(model, training, layout, training.seq_len) \
         if runtime in ("megatron", "megatron-bridge") else ([], [])
     if runtime == "megatron":
-        return {"megatron_args.sh": frameworks.megatron_script(args, notes)}
+        return {"megatron_args.sh": frameworks.megatron_script(args + saves, notes)}
     if runtime == "megatron-bridge":
         header = ["# Megatron-Bridge ConfigContainer overrides for this plan (run_recipe.py KEY=VALUE), as costed;",
                   "# the recipe (RECIPE) gives the architecture, which must be the plan's model."]
-        return {"bridge_overrides.txt": "\n".join(header + bridge_override_lines(args)) + "\n"}
+        return {"bridge_overrides.txt": "\n".join(header + bridge_override_lines(args + saves)) + "\n"}
     if runtime == "torchtitan":
         config, notes = frameworks.torchtitan_config(name, model, training, layout, training.seq_len)
+        config["checkpoint"] = frameworks.torchtitan_checkpoint(checkpoint_every)
         return {"torchtitan.toml": frameworks.toml_text(config, [f"torchtitan config for {name}", *notes])}
     ds = frameworks.deepspeed_config(model, training, layout)
-    ds_args = frameworks.megatron_deepspeed_args(model, training, layout)
+    ds_args = frameworks.megatron_deepspeed_args(model, training, layout) + saves
     return {"deepspeed.json": json.dumps(ds, indent=2, sort_keys=True, allow_nan=False) + "\n",
             "megatron_deepspeed_args.sh": frameworks.megatron_script(ds_args, []).replace("MEGATRON_ARGS", "MEGATRON_DS_ARGS")}
 
@@ -217,7 +220,8 @@ def write_framework_job(plan: PlanFile, out: str | Path) -> list[Path]:
                         "plan it with --runtime torch")
     if problems:
         raise PlanFileError(problems[0])
-    files = framework_files(runtime, inputs.model, inputs.model_spec, inputs.training, layout)
+    files = framework_files(runtime, inputs.model, inputs.model_spec, inputs.training, layout,
+                            scripts.checkpoint_every(plan.best.predicted))
     out = Path(out)
     per_node = min(inputs.gpus_per_node, layout.world_size)
     nodes = layout.world_size // per_node

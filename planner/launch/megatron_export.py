@@ -42,7 +42,7 @@ MEGATRON_OPTIONS = frozenset({
     "--moe-pad-expert-input-to-capacity", "--expert-tensor-parallel-size", "--recompute-modules",
     "--tp-comm-overlap", "--overlap-grad-reduce", "--overlap-param-gather", "--use-megatron-fsdp",
     "--data-parallel-sharding-strategy", "--cp-comm-type", "--optimizer-cpu-offload", "--optimizer-offload-fraction",
-    "--cpu-offloading-num-layers",
+    "--cpu-offloading-num-layers", "--save", "--load", "--save-interval",
 }) | MEGATRON_PRECISION_OPTIONS
 """Options of NVIDIA/Megatron-LM ``megatron/training/arguments.py`` (parser groups network size,
 regularization, training, mixed precision, distributed, tokenizer, moe) used by the export. The
@@ -52,7 +52,19 @@ uneven-pipeline options are in ``_add_distributed_args`` (commit d98e8a64); the 
 ``--moe-pad-expert-input-to-capacity``, ``--expert-tensor-parallel-size``), ``--mtp-num-layers`` and
 ``--recompute-modules`` as used in Megatron-LM's DeepSeek-V3 and Qwen3-MoE scripts; the virtual pipeline is
 always ``--num-virtual-stages-per-pipeline-rank`` (``validate_args`` refuses
-``--num-layers-per-virtual-pipeline-stage`` with uneven first/last stages; one form serves both)."""
+``--num-layers-per-virtual-pipeline-stage`` with uneven first/last stages; one form serves both).
+``--save``, ``--load`` and ``--save-interval`` are ``CheckpointConfig``'s ``save``, ``load`` and
+``save_interval`` (``megatron/training/config/training_config.py``, commit d98e8a64)."""
+
+CHECKPOINT_DIR = "checkpoints"
+"""Where the framework jobs save and resume (relative to the directory the job starts in)."""
+
+
+def megatron_checkpoint_args(every: int) -> list[str]:
+    """Save every ``every`` steps (the plan's interval, ``scripts.checkpoint_every``) and resume from the
+    same directory: Megatron-LM's and Megatron-DeepSpeed's ``--save``, ``--load``, ``--save-interval``
+    (deepspeedai/Megatron-DeepSpeed ``megatron/arguments.py`` at 4efb479d, ``_add_checkpointing_args``)."""
+    return ["--save", CHECKPOINT_DIR, "--load", CHECKPOINT_DIR, "--save-interval", str(every)]
 
 
 

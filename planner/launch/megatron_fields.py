@@ -5,7 +5,8 @@ Megatron-LM turns its parsed arguments into Megatron-Core's ``TransformerConfig`
 (``megatron/training/arguments.py`` ``core_transformer_config_from_args``, NVIDIA/Megatron-LM
 d98e8a64), renaming a few; Megatron-Bridge's ``ConfigContainer`` holds the same objects
 (``cfg.model`` a ``GPTModelProvider``, a ``TransformerConfig``; ``cfg.ddp``; ``cfg.optimizer``;
-``cfg.train`` for the batch; ``comm_overlap`` for the TP overlap; ``src/megatron/bridge/training/config.py``
+``cfg.train`` for the batch; ``comm_overlap`` for the TP overlap; ``cfg.checkpoint``, Megatron-LM's
+``CheckpointConfig`` (``megatron/training/config/training_config.py``), for ``--save``/``--load``/``--save-interval``; ``src/megatron/bridge/training/config.py``
 at NVIDIA-NeMo/Megatron-Bridge 067f987d). ``ARG_FIELDS`` is that mapping for the options the
 export writes, so the Bridge overrides are the Megatron arguments renamed, and one reader reads both.
 """
@@ -57,6 +58,9 @@ ARG_FIELDS: dict[str, tuple[str, ...]] = {
     "num_experts": ("model.num_moe_experts",),
     "moe_router_topk": ("model.moe_router_topk",),
     "moe_ffn_hidden_size": ("model.moe_ffn_hidden_size",),
+    "save": ("checkpoint.save",),
+    "load": ("checkpoint.load",),
+    "save_interval": ("checkpoint.save_interval",),
 }
 """Megatron-LM argument (argparse dest) -> the config fields it sets, as ``section.field``."""
 

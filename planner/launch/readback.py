@@ -119,7 +119,8 @@ def read_torchtitan_job(job: Path, num_layers: int) -> tuple[Layout, dict]:
     per_stage = p.get("pipeline_parallel_layers_per_stage")
     v = (len(counts) if counts else num_layers // per_stage if per_stage else 1) // pp if pp > 1 else 1
     mb = p["pipeline_parallel_microbatch_size"] if pp > 1 else t["local_batch_size"]
-    zero = 0 if shard == 1 else 3 if p["fsdp_reshard_after_forward"] == "always" else 2
+    # torchtitan's FSDP mesh is dp_shard x cp: it shards whenever either is > 1 (parallel_dims.py fsdp_enabled)
+    zero = 0 if shard == 1 and cp == 1 else 3 if p["fsdp_reshard_after_forward"] == "always" else 2
     layout = Layout(dp=dp, tp=tp, pp=pp, cp=cp, ep=p["expert_parallel_degree"],
                     expert_tp=p["expert_tensor_parallel_degree"] if p["expert_parallel_degree"] > 1 and
                     p["expert_tensor_parallel_degree"] != tp else 0,
@@ -162,6 +163,21 @@ def read_deepspeed_job(job: Path, num_layers: int) -> tuple[Layout, dict]:
                 "precision": precision, "fp8_recipe": None,
                 "optimizer": "sgd" if ds["optimizer"]["type"] == "SGD" else "adamw"}
     return layout, training
+
+
+def read_checkpoint_every(runtime: str, job: Path) -> int | None:
+    """Steps between checkpoints the exported job saves at (None: it saves none): Megatron's
+    ``--save-interval`` (Megatron-LM, Megatron-DeepSpeed), Megatron-Bridge's ``checkpoint.save_interval``,
+    torchtitan's ``[checkpoint] interval`` when ``enable``."""
+    if runtime == "torchtitan":
+        section = tomllib.loads((job / "torchtitan.toml").read_text(encoding="utf-8")).get("checkpoint", {})
+        return section.get("interval") if section.get("enable") else None
+    if runtime == "megatron-bridge":
+        return bridge_fields(job).get("checkpoint.save_interval")
+    file, name = ("megatron_args.sh", "MEGATRON_ARGS") if runtime == "megatron" else \
+        ("megatron_deepspeed_args.sh", "MEGATRON_DS_ARGS")
+    tokens = bash_array((job / file).read_text(encoding="utf-8"), name)
+    return args_to_fields(tokens).get("checkpoint.save_interval")
 
 
 READERS = {"megatron": read_megatron_job, "megatron-bridge": read_bridge_job, "torchtitan": read_torchtitan_job,

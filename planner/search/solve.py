@@ -321,9 +321,9 @@ def _mesh_floor_s(cost_model: CostModel, mesh: MeshChoice, state: StateChoice, p
 
 def _kept_sp_values(cost_model: CostModel, mesh: MeshChoice, options: SearchOptions) -> tuple[bool, ...]:
     """The SP values some schedule choice of the mesh keeps after ``_undominated``: without SP only where
-    it is not dominated, or where a launch rule may have dropped a choice's SP twin."""
+    it is not dominated, or where a job rule may have dropped a choice's SP twin."""
     values = sequence_parallel_values(mesh, cost_model.training)
-    return (True,) if True in values and _sp_dominates(cost_model, mesh) and not options.launchable else values
+    return (True,) if True in values and _sp_dominates(cost_model, mesh) and not options.job_rules else values
 
 
 def _sp_dominates(cost_model: CostModel, mesh: MeshChoice) -> bool:

@@ -32,7 +32,7 @@ from costmodels.model_spec import ModelSpec
 from costmodels.stage_split import StageSplitError, chunk_order, first_last_split, rank_chunks
 from costmodels.training import TrainingSpec
 
-from .launchable import launch_problems
+from .framework_rules import layout_rule_problems
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -53,9 +53,11 @@ class SearchOptions:
     """Search TP communication overlap (``Layout.tp_comm_overlap``) on and off wherever tp > 1 with
     sequence parallelism; ``planner.api.plan`` turns it off on CPU hardware (userbuffers and torch's
     symmetric memory need CUDA)."""
-    launchable: bool = False
-    """Only layouts ``autoplan launch`` applies: ``planner.search.launchable.launch_problems`` is checked
-    on every mesh, state and schedule choice (see ``_launchable``)."""
+    job_rules: str = ""
+    """The runtime whose job must run every layout searched: its rules
+    (``planner.search.framework_rules.layout_rule_problems``; for ``torch``, what ``autoplan launch``
+    applies, ``planner.search.launchable.launch_problems``) are checked on every mesh, state and
+    schedule choice (see ``_runs``); "" checks none."""
     layers_per_chunk: tuple[int, ...] = ()
     """A fixed split (layers per chunk): only pipelines with pp · v chunks of that count are searched."""
     first_stage_layers: int | None = None
@@ -92,9 +94,9 @@ def overlap_searched(device_type: str) -> bool:
     return device_type != "cpu"
 
 
-LAUNCHABLE = dict(launchable=True)
+LAUNCHABLE = dict(job_rules="torch")
 """Options that keep the search to what ``autoplan launch`` applies (``runtime_space.search_options``
-sets it for the torch runtime, with the rest of that runtime's table)."""
+sets each runtime's own, with the rest of that runtime's table)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -197,7 +199,7 @@ def mesh_choices(model: ModelSpec, training: TrainingSpec, num_gpus: int, domain
                     continue
                 for ep in _expert_degrees(model, dp, options.ep_degrees):
                     mesh = MeshChoice(dp=dp, tp=tp, pp=pp, cp=cp, ep=ep)
-                    if _launchable(options, model, training, mesh):
+                    if not options.job_rules or _neutral_state(options, model, training, mesh) is not None:
                         out.append(mesh)
     return out
 
@@ -226,11 +228,8 @@ def state_choices(mesh: MeshChoice, domain_gpus: int, options: SearchOptions, mo
                   training: TrainingSpec) -> list[StateChoice]:
     """ZeRO stages (only 0 without data parallelism; with pp > 1 only ``options.pipelined_zero_stages``),
     HSDP for ZeRO-3, offload on or off (``options.allow_offload``)."""
-    group = mesh.dp * mesh.cp
-    stages = [z for z in options.zero_stages if (group > 1 or z == 0)
-              and (mesh.pp == 1 or z in options.pipelined_zero_stages)]
     out = []
-    for zero in stages:
+    for zero in _zero_stages(mesh, options):
         shard_degrees = [0]
         node_share = domain_gpus // (mesh.tp * mesh.cp) if domain_gpus % (mesh.tp * mesh.cp) == 0 else 0
         if options.allow_hsdp and zero == 3 and 1 < node_share < mesh.dp and mesh.dp % node_share == 0:
@@ -238,9 +237,17 @@ def state_choices(mesh: MeshChoice, domain_gpus: int, options: SearchOptions, mo
         for shard in shard_degrees:
             for offload in ((False, True) if options.allow_offload else (False,)):
                 state = StateChoice(zero_stage=zero, hsdp_shard_degree=shard, optimizer_offload=offload)
-                if _launchable(options, model, training, mesh, state=state):
+                if _runs(options, model, training, mesh, state=state):
                     out.append(state)
     return out
+
+
+def _zero_stages(mesh: MeshChoice, options: SearchOptions) -> list[int]:
+    """The ZeRO stages searched at ``mesh``: only 0 without a data-parallel (or cp) group; with pp > 1
+    only ``options.pipelined_zero_stages``."""
+    group = mesh.dp * mesh.cp
+    return [z for z in options.zero_stages if (group > 1 or z == 0)
+            and (mesh.pp == 1 or z in options.pipelined_zero_stages)]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -311,15 +318,16 @@ def schedule_choices(mesh: MeshChoice, model: ModelSpec, training: TrainingSpec,
                           sequence_parallel=sp, layers_per_chunk=pipe.layers_per_chunk, tp_comm_overlap=overlap)
            for pipe in (pipeline_choices(mesh, model, training, options) if pipes is None else pipes)
            for recompute in options.recompute_modes for sp, overlap in tp_values]
-    if options.launchable:
-        out = [sched for sched in out if _launchable(options, model, training, mesh, sched=sched)]
+    if options.job_rules:
+        state = _neutral_state(options, model, training, mesh)
+        out = [sched for sched in out if state is not None and _runs(options, model, training, mesh, state, sched)]
     return out
 
 
 def num_schedule_choices(mesh: MeshChoice, model: ModelSpec, training: TrainingSpec, options: SearchOptions,
                          pipes: list[PipelineChoice]) -> int:
-    """``len(schedule_choices(...))`` without building them where no launch rule filters them."""
-    if options.launchable:
+    """``len(schedule_choices(...))`` without building them where no job rule filters them."""
+    if options.job_rules:
         return len(schedule_choices(mesh, model, training, options, pipes))
     return len(pipes) * len(options.recompute_modes) * len(tp_overlap_values(sequence_parallel_values(mesh, training),
                                                                              options))
@@ -358,21 +366,41 @@ def _requested_split(options: SearchOptions, num_layers: int, pp: int, v: int,
         return None
 
 
-def _launchable(options: SearchOptions, model: ModelSpec, training: TrainingSpec, mesh: MeshChoice, *,
-                state: StateChoice | None = None, sched: ScheduleChoice | None = None) -> bool:
-    """True unless ``options.launchable`` and ``launch_problems`` finds a problem with this choice.
+def _runs(options: SearchOptions, model: ModelSpec, training: TrainingSpec, mesh: MeshChoice,
+          state: StateChoice, sched: ScheduleChoice | None = None) -> bool:
+    """True unless ``options.job_rules`` names a runtime whose ``layout_rule_problems`` finds a problem
+    with this choice.
 
-    The choice is completed with neutral values for the levels not yet chosen (ZeRO-0 without
-    offload; one sequence per micro-batch, so the most micro-batches, 1F1B). Each rule of
-    ``launch_problems`` reads the mesh plus at most one level, so a layout passes every level's
-    check exactly when it passes the rule as a whole (``tests/test_launchable.py`` checks this)."""
-    if not options.launchable:
+    Each rule reads the mesh plus at most one level: how model states are held (``state``), or the
+    schedule choice (``sched``). So a state is checked with the neutral schedule choice
+    (``_neutral_schedule``, which passes every schedule rule some choice of the mesh passes), a
+    schedule choice with a state of the mesh that passes (``_neutral_state``), and a layout passes
+    every level's check exactly when it passes the rules as a whole (``tests/test_launchable.py``
+    and ``tests/test_framework_rules.py`` check this on every runtime)."""
+    if not options.job_rules:
         return True
-    state = state or StateChoice(zero_stage=0, hsdp_shard_degree=0, optimizer_offload=False)
+    sched = sched or _neutral_schedule(mesh, training)
+    return not layout_rule_problems(options.job_rules, model, training, make_layout(mesh, state, sched))
+
+
+def _neutral_schedule(mesh: MeshChoice, training: TrainingSpec) -> ScheduleChoice:
+    """One sequence per micro-batch (so the most micro-batches), 1F1B, no recomputation, no TP
+    overlap, and sequence parallelism wherever tp > 1 allows it (torchtitan and Megatron with ep
+    require it; no rule refuses it)."""
     per_replica = training.global_batch_size // mesh.dp
-    sched = sched or ScheduleChoice(micro_batch_size=1, num_microbatches=per_replica, schedule="1f1b",
-                                    virtual_stages=1, recompute="none", sequence_parallel=False)
-    return not launch_problems(model, training, make_layout(mesh, state, sched))
+    return ScheduleChoice(micro_batch_size=1, num_microbatches=per_replica, schedule="1f1b", virtual_stages=1,
+                          recompute="none", sequence_parallel=True in sequence_parallel_values(mesh, training))
+
+
+def _neutral_state(options: SearchOptions, model: ModelSpec, training: TrainingSpec,
+                   mesh: MeshChoice) -> StateChoice | None:
+    """The first ZeRO stage of the mesh (without HSDP or offload, which no rule asks for) that passes
+    the job rules with the neutral schedule choice; None when none does (no layout of the mesh runs)."""
+    for zero in _zero_stages(mesh, options):
+        state = StateChoice(zero_stage=zero, hsdp_shard_degree=0, optimizer_offload=False)
+        if _runs(options, model, training, mesh, state):
+            return state
+    return None
 
 
 def make_layout(mesh: MeshChoice, state: StateChoice, sched: ScheduleChoice) -> Layout:

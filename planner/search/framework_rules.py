@@ -1,0 +1,152 @@
+"""What each framework's own job cannot run as costed, beyond what its capability table says.
+
+Two halves, one home for each rule:
+
+- ``layout_rule_problems``: rules that read the layout (its mesh degrees plus at most one of how
+  model states are held, or the schedule choice: micro-batching, recomputation, sequence
+  parallelism, TP overlap). The search applies them to every mesh, state and schedule choice
+  (``planner.search.space``), so ``plan`` never offers a layout its runtime's job refuses.
+- ``job_rule_problems``: rules on the model and training alone (precision recipe, LoRA, model
+  features), which no layout changes.
+
+``planner.launch.export_problems`` joins both to the capability table's own check; autoplan's own
+job (runtime ``torch``) has its rule in ``planner.search.launchable``.
+"""
+
+from __future__ import annotations
+
+from costmodels.layout import Layout
+from costmodels.model_spec import ModelSpec
+from costmodels.training import TrainingSpec
+
+from .launchable import launch_problems
+
+MEGATRON_FP8 = ("fp8-delayed", "fp8-tensorwise", "fp8-blockwise", "mxfp8", "nvfp4")
+"""Recipes Megatron-LM's ``--fp8-recipe`` / ``--fp4-recipe`` name (``precision_export``)."""
+TORCHTITAN_FP8 = ("fp8-tensorwise", "fp8-rowwise", "mxfp8")
+"""Recipes torchtitan's ``[float8] recipe_name`` / ``[mx] recipe_name`` name (``precision_export``)."""
+
+
+def _megatron_job(model: ModelSpec, training: TrainingSpec) -> list[str]:
+    out = []
+    if model.gated_mlp and model.activation != "silu":
+        out.append(f"model.activation = {model.activation}: Megatron's gated MLP (--swiglu) is SiLU-gated only")
+    if model.sliding_window:
+        out.append("model.sliding_window: the export does not write Megatron's window attention options")
+    if model.sandwich_norm:
+        out.append("model.sandwich_norm: Megatron's GPT model has no norms after attention and MLP")
+    if model.moe is not None and model.moe.shared_expert_gate:
+        out.append("model.moe.shared_expert_gate: not written by the export (Qwen2-MoE's shared-expert gate)")
+    if training.is_lora:
+        out.append(f"training.lora_rank = {training.lora_rank}: pretrain_gpt.py trains no LoRA adapters")
+    recipe = training.recipe
+    if recipe.is_low_precision and recipe.name not in MEGATRON_FP8:
+        out.append(f"training.precision: recipe {recipe.name} has no Megatron --fp8-recipe (tensorwise, delayed, "
+                   "mxfp8, blockwise)")
+    return out
+
+
+def _megatron_layout(model: ModelSpec, training: TrainingSpec, layout: Layout) -> list[str]:
+    """Megatron-LM / Megatron-Bridge: what the Megatron-Core options cannot state as costed."""
+    L, out, recipe = layout, [], training.recipe
+    if recipe.is_low_precision and recipe.optimizer_moment_bytes == 2 and L.zero_stage != 1:
+        out.append("training.precision: bf16 Adam moments need Megatron's distributed optimizer "
+                   "(--use-precision-aware-optimizer), i.e. layout.zero_stage = 1")
+    if L.recompute == "full" and L.recompute_num_layers and L.virtual_stages > 1:
+        out.append("layout.recompute_num_layers with virtual stages: Megatron's block recomputation counts "
+                   "layers per virtual chunk, the plan per stage; use 0 (all layers)")
+    if L.activation_offload_layers and L.recompute != "none":
+        out.append("layout.activation_offload_layers: Megatron-Core's cpu_offloading refuses recomputation")
+    if L.optimizer_offload and L.zero_stage != 1:
+        out.append("layout.optimizer_offload: --optimizer-cpu-offload needs the distributed optimizer (zero_stage 1)")
+    if L.optimizer_offload and recipe.is_low_precision and recipe.name != "fp8-delayed":
+        out.append("layout.optimizer_offload: Megatron's optimizer offload with quantised parameter gathers "
+                   "needs --fp8-recipe delayed")
+    if L.ep > 1 and L.tp > 1 and not L.sequence_parallel:
+        out.append("layout.sequence_parallel = false: Megatron requires sequence parallelism with ep and tp > 1")
+    if L.zero_stage in (2, 3) and model.tied_embeddings and L.pp > 1:
+        out.append("layout.zero_stage: Megatron-FSDP with tied embeddings under pp is not run")
+    return out
+
+
+def _torchtitan_job(model: ModelSpec, training: TrainingSpec) -> list[str]:
+    out, recipe = [], training.recipe
+    if recipe.is_low_precision and recipe.name not in TORCHTITAN_FP8:
+        out.append(f"training.precision: recipe {recipe.name}: torchtitan runs {', '.join(TORCHTITAN_FP8)} only")
+    if training.precision == "fp16":
+        out.append("training.precision = fp16: torchtitan's mixed_precision_param is bfloat16 or float32")
+    if training.is_lora:
+        out.append(f"training.lora_rank = {training.lora_rank}: torchtitan trains no LoRA adapters")
+    if model.mla is not None or model.sliding_window or model.sandwich_norm or model.num_mtp_layers:
+        out.append("model: latent attention, sliding windows, sandwich norms and MTP are not in the llama3 "
+                   "model torchtitan's config names")
+    return out
+
+
+def _torchtitan_layout(model: ModelSpec, training: TrainingSpec, layout: Layout) -> list[str]:
+    L, out = layout, []
+    if L.zero_stage == 0 and L.dp > 1 and L.world_size > L.dp:
+        out.append("layout.zero_stage = 0: torchtitan's DDP runs only without other parallelism "
+                   "(parallelize.py: 'DDP has not supported > 1D parallelism')")
+    if L.zero_stage == 0 and L.cp > 1:
+        out.append(f"layout.zero_stage = 0 with cp {L.cp}: torchtitan shards with FSDP over the cp ranks whenever "
+                   "cp > 1 (distributed/parallel_dims.py: fsdp_enabled is dp_shard > 1 or cp > 1)")
+    if L.ep > 1 and L.etp not in (1, L.tp):
+        out.append(f"layout.expert_tp = {L.expert_tp}: torchtitan supports expert tp = tp or 1 only")
+    if L.tp > 1 and not L.sequence_parallel:
+        out.append("layout.sequence_parallel = false: torchtitan always applies sequence parallelism with tp")
+    if L.recompute == "full" and L.recompute_num_layers:
+        out.append("layout.recompute_num_layers: torchtitan's full checkpointing wraps every block")
+    if L.activation_offload_layers:
+        out.append("layout.activation_offload_layers: torchtitan has no activation offload")
+    if L.tp_comm_overlap and not training.compiled:
+        out.append("layout.tp_comm_overlap: torchtitan's async TP needs torch.compile, which changes what is costed; "
+                   "plan a compiled job or drop the overlap")
+    return out
+
+
+def _deepspeed_job(model: ModelSpec, training: TrainingSpec) -> list[str]:
+    out = []
+    if training.recipe.is_low_precision:
+        out.append(f"training.precision = {training.precision}: the DeepSpeed JSON has no FP8/FP4 switch")
+    if training.is_lora:
+        out.append(f"training.lora_rank = {training.lora_rank}: Megatron-DeepSpeed trains no LoRA adapters")
+    if (model.mla is not None or model.qk_norm or model.sliding_window or model.sandwich_norm
+            or model.num_mtp_layers or (model.moe is not None and (model.moe.num_shared_experts
+                                                                    or not all(map(model.is_moe_layer,
+                                                                                   range(model.num_layers)))))):
+        out.append("model: latent attention, q/k norms, sliding windows, sandwich norms, MTP, shared experts and "
+                   "dense layers among MoE ones are not Megatron-DeepSpeed GPT options")
+    if model.gated_mlp and model.activation != "silu":
+        out.append(f"model.activation = {model.activation}: Megatron-DeepSpeed's --swiglu is SiLU-gated only")
+    return out
+
+
+def _deepspeed_layout(model: ModelSpec, training: TrainingSpec, layout: Layout) -> list[str]:
+    L, out = layout, []
+    counts = L.chunk_layers(model.num_layers)
+    if L.pp > 1 and len(set(counts)) > 1:
+        out.append(f"layout.layers_per_chunk = {','.join(map(str, counts))}: Megatron-DeepSpeed splits the "
+                   "transformer layers evenly over stages (partition_method type:transformer)")
+    if L.activation_offload_layers:
+        out.append("layout.activation_offload_layers: Megatron-DeepSpeed has no layer activation offload")
+    return out
+
+
+_JOB_RULES = {"megatron": _megatron_job, "megatron-bridge": _megatron_job, "torchtitan": _torchtitan_job,
+              "deepspeed": _deepspeed_job}
+_LAYOUT_RULES = {"megatron": _megatron_layout, "megatron-bridge": _megatron_layout, "torchtitan": _torchtitan_layout,
+                 "deepspeed": _deepspeed_layout, "torch": launch_problems}
+
+
+def job_rule_problems(runtime: str, model: ModelSpec, training: TrainingSpec) -> list[str]:
+    """What ``runtime``'s job cannot run of ``model`` and ``training`` at any layout, one sentence each
+    naming the field (the torch job's are inside ``launch_problems``)."""
+    rule = _JOB_RULES.get(runtime)
+    return rule(model, training) if rule else []
+
+
+def layout_rule_problems(runtime: str, model: ModelSpec, training: TrainingSpec, layout: Layout) -> list[str]:
+    """What ``runtime``'s job cannot run of ``layout`` as costed, beyond its capability table, one
+    sentence each naming the field; for ``torch`` every rule of ``launch_problems``."""
+    return _LAYOUT_RULES[runtime](model, training, layout)
