@@ -79,6 +79,9 @@ CASES: tuple[Case, ...] = (
     Case(name="gpt3-175b", kind="GPT-3 175B", row="megatron-sc21-t2-ptdp-175b-384gpu",
          citation="Narayanan et al. SC'21 (arXiv:2104.04473) Table 2: GPT-3 175B, 384 A100, PTD-P (tp 8, pp 12, "
                   "dp 4 as Table 1), batch 1536, 153 TFLOP/s per GPU"),
+    Case(name="gpt3-175b-1024gpu", kind="GPT-3 175B at 1,024 GPUs", row="megascale-175b-meg-1024gpu",
+         citation="Jiang et al. NSDI'24 (MegaScale, arXiv:2402.15627) Table 2: Megatron-LM, 175B, 1,024 A100-class "
+                  "GPUs, tp 8, pp 8 interleaved (6 chunks), batch 768, 44.7% MFU"),
     Case(name="mixtral-8x7b", kind="MoE", request=dict(model="mixtral-8x7b", hardware="h100-sxm-80gb", gpus=64,
                                                        global_batch=256, seq_len=4096),
          published=dict(dp=16, tp=1, pp=4, ep=8, zero_stage=1, schedule="interleaved", virtual_stages=8,
