@@ -12,7 +12,7 @@ from .goodput import checkpoint_state_bytes
 from .job import Job
 from .layer_costs import LayerCosts
 from .memory import ShardedParams, StateBytes, low_precision_weight_share, state_bytes
-from .ranks import LayerPrefix, RankLayers, RankTimes
+from .ranks import RankLayers, RankTimes, layer_prefix
 
 
 class CostContext:
@@ -41,7 +41,7 @@ class CostContext:
         memory band's upper edge (``Assumptions.memory_band_upper``), so that the band's upper edge
         at its quantile stays under the usable memory."""
         self.checkpoint_bytes = checkpoint_state_bytes(model, training, job.convention)
-        self.prefix = LayerPrefix(model)
+        self.prefix = layer_prefix(model)
         self.core_memo: dict[tuple, RankTimes] = {}
         self.ranks_memo: dict[tuple, list[RankLayers]] = {}
         self.groups_memo: dict[tuple, list[tuple[RankLayers, int]]] = {}

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 from .model_spec import ModelSpec
 from .pipeline import PassTimes
@@ -96,6 +97,13 @@ class RankStatic:
 
 def state_sum(static: RankStatic) -> float:
     return static.params_bytes + static.grads_bytes + static.optimizer_bytes
+
+
+@lru_cache(maxsize=64)
+def layer_prefix(model: ModelSpec) -> "LayerPrefix":
+    """The model's ``LayerPrefix``, built once per model spec (it is read, never changed): the
+    search and the fits cost thousands of layouts of one model."""
+    return LayerPrefix(model)
 
 
 class LayerPrefix:
