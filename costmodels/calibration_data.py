@@ -10,5 +10,5 @@ CONSTANTS: dict[str, float] = {
     "gemm_efficiency": 0.7,
     "layer_overhead_s": 0.002,
     "moe_sync_overhead_s": 0.002,
-    "overlap_slowdown": 0.03,
+    "overlap_slowdown": 0.0,
 }
