@@ -28,7 +28,8 @@ READABLE_VERSIONS = (1, 2, SCHEMA_VERSION)
 
 
 ZERO_ALLOWED_CALIBRATION = ("overlap_fraction", "step_overhead_s", "layer_overhead_s", "tp_layer_overhead_s")
-"""Calibration keys whose fitted value may be 0 (``planner.validate.calibrate.ADDITIVE``)."""
+"""Calibration keys whose fitted value may be 0: the additive terms (a share, or seconds) that
+``planner.validate.calibrate`` fits on a linear grid (its ``ADDITIVE``)."""
 
 
 def profile_to_dict(profile: HardwareProfile) -> dict[str, Any]:
