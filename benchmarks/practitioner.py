@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import planner
-from hardware_specs.errors import AutoplanError
+from autoplan_base.errors import AutoplanError
 from planner.api import layout_for_batch
 from planner.explain import runner_up_differences
 from planner.plan.bands import job_bands

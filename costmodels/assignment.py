@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from .layer_costs import LayerKey
-from .layout import Layout
+from .layout import Layout, local_seq_len
 from .memo import memoised
 from .memory import ShardedParams
 from .params import embedding_params, lora_params_per_layer_per_rank, mtp_expert_params, mtp_params, output_params
@@ -95,7 +95,7 @@ def _count_rank_params(cm: "CostModel", layout: Layout, rank: RankLayers) -> Sha
 
 
 def layer_key(cm: "CostModel", layout: Layout, moe: bool) -> LayerKey:
-    return LayerKey(moe=moe, b=layout.micro_batch_size, s_local=cm.training.seq_len // layout.cp,
+    return LayerKey(moe=moe, b=layout.micro_batch_size, s_local=local_seq_len(cm.training, layout),
                     tp=layout.tp, sp=layout.sequence_parallel, cp=layout.cp, ep=layout.ep if moe else 1,
                     etp=layout.expert_tp if cm.model.moe is not None else 0,
                     tp_overlap=layout.tp_comm_overlap and layout.sequence_parallel and layout.tp > 1)

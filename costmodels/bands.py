@@ -35,13 +35,10 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-CALIBRATION_FILE = Path(__file__).parent / "data" / "calibration.json"
-"""Provenance record of the shipped calibration (``benchmarks/calibrate.py --write``), whose
-``provenance.lofo_residuals`` give the step-time band."""
+from .calibration import CALIBRATION_FILE, MEMORY_CALIBRATION_FILE
+
 BANDS_FILE = Path(__file__).parent / "data" / "bands.json"
 """Residual record written by ``benchmarks/bands.py --write``."""
-MEMORY_FILE = Path(__file__).parent / "data" / "memory_calibration.json"
-"""Memory calibration record (``benchmarks/memory_fit.py --write``): held-out memory residuals."""
 MEMORY_BAND_COVERAGE = 90.0
 """The memory band covers the 5th-95th percentiles of its held-out residuals: its upper edge is the
 fit rule's (``benchmarks/memory_fit.py``, ``MEMORY_BAND_QUANTILE``)."""
@@ -174,10 +171,10 @@ def shipped_step_band(calibration_file: Path = CALIBRATION_FILE, bands_file: Pat
 
 
 def shipped_memory_band(bands_file: Path = BANDS_FILE, memory_file: Path | None = None) -> Band | None:
-    """The peak-memory band: from the leave-one-family-out residuals of ``MEMORY_FILE``
+    """The peak-memory band: from the leave-one-family-out residuals of ``MEMORY_CALIBRATION_FILE``
     (``benchmarks/memory_fit.py --write``; the 5th-95th percentiles, the fit rule's quantile) if
     recorded, else the in-sample residuals of ``bands_file``'s memory section."""
-    memory_file = MEMORY_FILE if memory_file is None else memory_file
+    memory_file = MEMORY_CALIBRATION_FILE if memory_file is None else memory_file
     lofo = _read(str(memory_file)).get("lofo_residuals")
     if isinstance(lofo, list):
         values = [float(d["measured_over_predicted"]) for d in lofo

@@ -23,7 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
-from hardware_specs.errors import SpecError
+from autoplan_base.errors import SpecError
 
 if TYPE_CHECKING:
     from .layout import Layout

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from autoplan_base.dtypes import ELEMENT_BYTES
 from hardware_specs.schema import HardwareSpec
 
 from .assumptions import Assumptions
@@ -57,7 +58,8 @@ class Rates:
         self.low_precision = self.dtype in LOW_PRECISION_DTYPES
         """Weight GEMMs run at a low-precision peak (and pay the recipe's casts, ``layer_costs``)."""
         self.attention_dtype = "bf16" if self.low_precision else self.dtype
-        self.elem_bytes = 4 if self.dtype == "fp32" else 2
+        self.elem_bytes = ELEMENT_BYTES[self.attention_dtype]
+        """Bytes of an activation element: 16-bit around low-precision GEMMs, as attention runs."""
         self.peak = hardware.peak_flops(self.dtype)
         self.attention_peak = hardware.peak_flops(self.attention_dtype)
         self.mfu_peak = self.attention_peak

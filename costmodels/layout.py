@@ -151,6 +151,17 @@ class Layout:
             raise LayoutError(f"layout.layers_per_chunk must be a tuple of positive integers, got {stages!r}")
 
 
+def local_seq_len(training: TrainingSpec, layout: Layout) -> int:
+    """Tokens of one sequence that a context-parallel rank holds: s / cp (``layout_problems``
+    requires cp to divide s)."""
+    return training.seq_len // layout.cp
+
+
+def local_micro_batch_tokens(training: TrainingSpec, layout: Layout) -> int:
+    """Tokens of one micro-batch that a context-parallel rank holds: b · s / cp."""
+    return layout.micro_batch_size * local_seq_len(training, layout)
+
+
 def check_layout(layout: Layout, model: ModelSpec, training: TrainingSpec, num_gpus: int,
                  gpus_per_node: int) -> None:
     """Raise ``LayoutError`` naming the first rule ``layout`` breaks; return if it is valid."""

@@ -10,7 +10,7 @@ from . import activations as act
 from . import reserved
 from .assignment import layer_key, rank_params, recomputed_layers
 from .breakdown import StageMemory
-from .layout import Layout
+from .layout import Layout, local_micro_batch_tokens
 from .collectives_tp_overlap import userbuffer_bytes
 from .memo import memoised
 from .memory import ShardedParams, held_state_bytes
@@ -226,7 +226,7 @@ def rank_buffer_bytes(cm: "CostModel", layout: Layout, rank: RankLayers, params:
     ``receive_buffer_per_microbatch`` one receive buffer per micro-batch and receiving chunk, as
     ``torch.distributed.pipelining`` keeps them, plus one send)."""
     B = cm.rates.elem_bytes
-    tokens = layout.micro_batch_size * cm.training.seq_len // layout.cp
+    tokens = local_micro_batch_tokens(cm.training, layout)
     block = B * tokens * cm.model.hidden_size
     buffers = _data_parallel_buffer_bytes(cm, layout, params) if layout.dp * layout.cp > 1 else 0.0
     if layout.tp > 1:

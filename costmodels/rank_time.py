@@ -17,7 +17,7 @@ from .assignment import layer_key, rank_params, recomputed_layers
 from .compute import merge_source
 from .flops import Gemm, logits_gemm
 from .layer_costs import LayerForward, issue_bound_s
-from .layout import Layout
+from .layout import Layout, local_micro_batch_tokens
 from .memo import memoised
 from .memory import ShardedParams
 from .overlap import exposed_comm_s
@@ -172,7 +172,7 @@ def add_ends(cm: "CostModel", t: RankTimes, layout: Layout, rank: RankLayers) ->
     """Embedding lookup (vocab-parallel: one all-reduce or reduce-scatter) and the output
     projection with an fp32 cross-entropy over b·s·V/t logits (read and written 3 times)."""
     model, B = cm.model, cm.rates.elem_bytes
-    tokens = layout.micro_batch_size * cm.training.seq_len // layout.cp
+    tokens = local_micro_batch_tokens(cm.training, layout)
     if rank.first:
         t.fwd_compute_s += cm.rates.memory_time_s(2 * B * tokens * model.hidden_size)
         if layout.tp > 1:
@@ -211,7 +211,7 @@ def add_pipeline(cm: "CostModel", t: RankTimes, layout: Layout) -> None:
     """Each chunk receives its input and sends its output once forward and once backward."""
     if layout.pp == 1:
         return
-    tokens = layout.micro_batch_size * cm.training.seq_len // layout.cp
+    tokens = local_micro_batch_tokens(cm.training, layout)
     size = cm.rates.elem_bytes * tokens * cm.model.hidden_size
     if layout.sequence_parallel:
         size /= layout.tp

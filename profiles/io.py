@@ -19,7 +19,7 @@ from .schema import (CURVE_SOURCES, MEMORY_KERNELS, PROFILE_KIND, SCHEMA_VERSION
                      ThroughputFit)
 from .segments import HockneySegment
 from .shapes import legacy_placement
-from .work import ELEMENT_BYTES
+from .work import PROFILE_DTYPES
 
 DEVICE_TYPES = ("cpu", "cuda")
 READABLE_VERSIONS = (1, 2, SCHEMA_VERSION)
@@ -28,7 +28,8 @@ READABLE_VERSIONS = (1, 2, SCHEMA_VERSION)
 
 
 ZERO_ALLOWED_CALIBRATION = ("overlap_fraction", "step_overhead_s", "layer_overhead_s", "tp_layer_overhead_s")
-"""Calibration keys whose fitted value may be 0 (``planner.validate.calibrate.ADDITIVE``)."""
+"""Calibration keys whose fitted value may be 0: the additive terms (a share, or seconds) that
+``planner.validate.calibrate`` fits on a linear grid (its ``ADDITIVE``)."""
 
 
 def profile_to_dict(profile: HardwareProfile) -> dict[str, Any]:
@@ -165,7 +166,7 @@ def _tables(doc: _Doc, data: dict[str, Any], key: str, point_type: type,
     out = {}
     for dtype, body in doc.get(data, key, dict).items():
         path = f"{key}.{dtype}"
-        doc.check(dtype in ELEMENT_BYTES, path, f"unknown dtype; expected one of {', '.join(ELEMENT_BYTES)}")
+        doc.check(dtype in PROFILE_DTYPES, path, f"unknown dtype; expected one of {', '.join(PROFILE_DTYPES)}")
         doc.check(isinstance(body, dict), path, "must be an object with points and fit")
         points = []
         for ppath, p in doc.objects(body, "points", f"{path}.points"):
@@ -227,7 +228,7 @@ def _curve(doc: _Doc, c: Any, path: str, version: int, provenance: dict[str, Any
                                                  allow_zero=True)}
     return CollectiveCurve(
         op=op, num_ranks=num_ranks, **_placement(doc, c, path, version, num_ranks, provenance),
-        dtype=doc.choice(c, "dtype", tuple(ELEMENT_BYTES), f"{path}.dtype"), **series, **single,
+        dtype=doc.choice(c, "dtype", PROFILE_DTYPES, f"{path}.dtype"), **series, **single,
         segments=_segments(doc, c, path, version, sizes, single),
         source=doc.choice(c, "source", CURVE_SOURCES, f"{path}.source") if "source" in c else "measured")
 

@@ -22,6 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from autoplan_base.dtypes import ELEMENT_BYTES
+
 from .schema import ProfileError
 
 US = 1e-6
@@ -53,7 +55,6 @@ COLLECTIVE_NAMES = {
 
 DTYPE_NAMES = {"float": "fp32", "float32": "fp32", "bfloat16": "bf16", "c10::bfloat16": "bf16", "half": "fp16",
                "c10::half": "fp16", "float16": "fp16", "float8_e4m3fn": "fp8", "c10::float8_e4m3fn": "fp8"}
-DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1}
 
 
 class TraceError(ProfileError):
@@ -249,7 +250,7 @@ def _nccl_op(k: dict[str, Any], kernel_op: str, comm: dict[str, Any] | None, lan
     args = comm.get("args", {}) if comm else {}
     dtype = _dtype(comm) if comm else None
     nelems = args.get("Out msg nelems" if op == "all_gather" else "In msg nelems", 0)
-    size = int(nelems) * DTYPE_BYTES.get(dtype or "", 0) if isinstance(nelems, int) else 0
+    size = int(nelems) * ELEMENT_BYTES.get(dtype or "", 0) if isinstance(nelems, int) else 0
     group = args.get("Group size", 0)
     return Op(kind="collective", name=k["name"], start_s=k["ts"] * US, dur_s=k["dur"] * US, lane=lane, dtype=dtype,
               collective=op, size_bytes=size, group_size=int(group) if isinstance(group, int) else 0)
@@ -266,7 +267,7 @@ def _gloo_op(e: dict[str, Any], name: str, group_size: int) -> Op:
         numel = 1                                   # [] is a 0-d tensor: one element
         for d in dims[0]:
             numel *= int(d)
-    size = numel * DTYPE_BYTES.get(dtype or "", 0)
+    size = numel * ELEMENT_BYTES.get(dtype or "", 0)
     if op == "all_gather":
         size *= max(group_size, 1)
     return Op(kind="collective", name=e["name"], start_s=e["ts"] * US, dur_s=e["dur"] * US,

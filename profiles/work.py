@@ -6,9 +6,11 @@ A measured rate is only meaningful with the work count it was divided by; the ha
 
 from __future__ import annotations
 
-ELEMENT_BYTES: dict[str, int] = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1}
-"""Bytes per element of each dtype name used in profiles and hardware specs."""
-OUTPUT_BYTES: dict[str, int] = {**ELEMENT_BYTES, "fp8": 2}
+from autoplan_base.dtypes import ELEMENT_BYTES
+
+PROFILE_DTYPES: tuple[str, ...] = ("fp32", "bf16", "fp16", "fp8")
+"""Dtype names a profile times its kernels in (sizes in ``autoplan_base.dtypes.ELEMENT_BYTES``)."""
+OUTPUT_BYTES: dict[str, int] = {**{d: ELEMENT_BYTES[d] for d in PROFILE_DTYPES}, "fp8": 2}
 """Bytes per element of a GEMM's output: fp8 GEMMs write bf16 (``torch._scaled_mm(out_dtype=bf16)``)."""
 
 

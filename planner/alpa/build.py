@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import networkx as nx
 
+from .dims import tensor_bytes
 from .graph import Blocks
 from .mesh import Mesh, conversion_time_s, grad_wanted, placement_label
 from .problem import Demand, Problem, TensorUse
@@ -32,13 +33,6 @@ class Built:
     """Graph op -> problem node index."""
     key_placements: tuple[tuple[tuple[str, tuple], ...], ...]
     """Per use, per demand key: ("fwd" | "bwd", the placement the consumers ask for)."""
-
-
-def _tensor_bytes(data: dict) -> float:
-    n = 1
-    for s in data["shape"]:
-        n *= s
-    return n * {"fp32": 4, "bf16": 2, "fp16": 2}.get(data["dtype"], 4)
 
 
 PARAM_OP_KINDS = ("linear", "embedding")
@@ -69,7 +63,7 @@ def _key_cost_s(src, dst, size, mesh, ctx, at_module_edge: bool) -> float:
 def _use(graph, u, consumers, index, strategies, mesh, ctx, weight):
     """Forward and backward demand keys of tensor ``u`` read by ``consumers`` [(op, input idx)]."""
     data = graph.nodes[u]
-    size = _tensor_bytes(data)
+    size = tensor_bytes(data["shape"], data["dtype"])
     pu = index[u]
     producer_styled = [is_styled(data, p, mesh) for p in strategies[pu]]
     labels, costs, keymap, placements = [], [], {}, []

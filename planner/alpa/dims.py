@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from math import prod
 
+from autoplan_base.dtypes import ELEMENT_BYTES
+
 
 def broadcast_map(in_shape, out_shape) -> list:
     """Elementwise ops: inputs right-aligned with the output (NumPy broadcasting)."""
@@ -69,3 +71,9 @@ def identity_map(ndim: int, blocked=()) -> list:
 
 def numel(shape) -> int:
     return prod(shape) if shape else 1
+
+
+def tensor_bytes(shape, dtype: str) -> int:
+    """Bytes of a tensor of ``shape`` and dtype name ``dtype`` (``autoplan_base.dtypes``); a name
+    the table lacks (the graph output's empty one) counts 4 bytes an element, as fp32."""
+    return numel(shape) * ELEMENT_BYTES.get(dtype, 4)

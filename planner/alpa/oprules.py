@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 
 from . import dims
-from .dims import numel
+from .dims import numel, tensor_bytes
 
 SPLIT_OPS = {"split", "split_with_sizes", "chunk", "unbind", "tensor_split"}
 VIEW_OPS = {"getitem", "view", "_unsafe_view", "reshape", "expand", "transpose", "permute", "t", "unsqueeze", "squeeze",
@@ -158,7 +158,7 @@ def describe(fx_node, val, in_nodes: list[dict], in_args, params: list[dict]) ->
     for p in params:
         p["role"] = "bias" if (kind == "linear" and p["position"] == 2) else "weight"
     out_bytes = numel(_shape(val)) * val.element_size()
-    in_bytes = sum(numel(n["shape"]) * _itemsize(n["dtype"]) for n in in_nodes)
+    in_bytes = sum(tensor_bytes(n["shape"], n["dtype"]) for n in in_nodes)
     in_bytes += sum(numel(p["shape"]) * p["itemsize"] for p in params)
     labels = _labels(kind, follow, val, in_nodes)
     batch_leading = bool(in_nodes) and all(n["dim_labels"][:1] == ["batch"] and n["shape"][0] == val.shape[0]
@@ -169,13 +169,6 @@ def describe(fx_node, val, in_nodes: list[dict], in_args, params: list[dict]) ->
             "follow": follow or [], "dim_labels": labels,
             "args": {"blocked_dims": _blocked(name, fx_node, val), "partial_ok": name in PARTIAL_OK,
                      "inputs_batch_leading": batch_leading}}
-
-
-_ITEMSIZE = {"fp32": 4, "bf16": 2, "fp16": 2, "int64": 8, "int32": 4, "bool": 1, "fp64": 8, "complex64": 8}
-
-
-def _itemsize(dtype: str) -> int:
-    return _ITEMSIZE.get(dtype, 4)
 
 
 def add_getitem(graph, fx_node, alias: dict, params) -> None:

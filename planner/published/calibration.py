@@ -1,5 +1,9 @@
 """Fit a handful of physically meaningful cost-model constants on published runs, never per family.
 
+The fitting half of the shipped calibration (``costmodels.calibration`` keeps, applies and writes
+what is fitted here; ``benchmarks/calibrate.py`` and ``benchmarks/memory_fit.py`` drive the fits and
+print them). Step time:
+
 ``fit_constants(rows, grid)`` tries every point of ``grid`` (each a dict of ``Assumptions`` field
 values) on ``rows`` and keeps the one with the smallest mean over families of median |error| of
 tokens/s per GPU, then the smallest median over families of it. The mean lets every family count
@@ -7,6 +11,10 @@ once; the median alone is flat over most of the grid, since the middle families 
 left the leave-one-family-out folds choosing far apart (13.6% LOFO median against 11% with the
 mean, on the grid of ``benchmarks/calibrate.py``); ``make_fit(grid)`` wraps it for ``cross_validate_by_family``. Evaluations are
 memoised by (grid point, run), so the leave-one-family-out driver costs each run once per point.
+
+Peak memory: ``fit_memory(rows, axes)`` keeps the grid point with the smallest mean over families of
+median |memory error| on the rows that measured peak memory (``memory_rows``), and ``memory_lofo``
+scores each such family with the point fitted on the others.
 """
 
 from __future__ import annotations
@@ -19,7 +27,8 @@ from costmodels.breakdown import CostBreakdown
 from costmodels.estimate import estimate
 
 from .runs import MappedRun
-from .scoring import EvaluateFn, overall_median, score
+from .scoring import EvaluateFn, RunResult, overall_median, score
+from .stats import median
 
 Point = tuple[tuple[str, float], ...]
 
@@ -81,3 +90,51 @@ def make_fit(points: list[Point], evaluator: Evaluator, chosen: dict[str, Point]
         chosen[",".join(sorted({r["source_family"] for r in train_rows}))] = point
         return evaluator.at(point)
     return fit
+
+
+def memory_rows(rows: list[dict]) -> list[dict]:
+    """Rows that measured peak memory or recorded running out of it."""
+    return [r for r in rows if r["memory"]["peak_mem_gb"] or r["status"] == "oom"]
+
+
+def memory_results(rows: list[dict], evaluator: Evaluator, point: Point) -> list[RunResult]:
+    return [r for s in score(rows, evaluator.at(point)) for r in s.results]
+
+
+def family_memory_errors(results: list[RunResult]) -> dict[str, list[float]]:
+    out: dict[str, list[float]] = {}
+    for r in results:
+        if r.memory_error is not None:
+            out.setdefault(r.family, []).append(r.memory_error)
+    return out
+
+
+def fit_memory(rows: list[dict], axes: Mapping[str, tuple[float, ...]], evaluator: Evaluator) -> Point:
+    """The point of ``axes`` with the smallest mean over families of median |memory error| (then the first)."""
+    best: tuple[float, Point] | None = None
+    for point in grid_points(axes):
+        errors = family_memory_errors(memory_results(rows, evaluator, point))
+        if not errors:
+            continue
+        figure = sum(median([abs(e) for e in v]) for v in errors.values()) / len(errors)
+        if best is None or figure < best[0] - 1e-12:
+            best = (figure, point)
+    if best is None:
+        raise ValueError("no family measured memory")
+    return best[1]
+
+
+def memory_lofo(rows: list[dict], axes: Mapping[str, tuple[float, ...]],
+                evaluator: Evaluator) -> tuple[list[dict], dict[str, Point]]:
+    """Held-out residuals (measured / predicted - 1) of every family that measured memory, each
+    scored with the point fitted without it, and those points by family."""
+    families = sorted({r["source_family"] for r in rows if r["memory"]["peak_mem_gb"]})
+    residuals, chosen = [], {}
+    for family in families:
+        point = fit_memory([r for r in rows if r["source_family"] != family], axes, evaluator)
+        chosen[family] = point
+        for r in memory_results([r for r in rows if r["source_family"] == family], evaluator, point):
+            if r.memory_error is not None:
+                residuals.append({"family": family, "rows": list(r.row_ids),
+                                  "measured_over_predicted": round(1 / (1 + r.memory_error) - 1, 6)})
+    return residuals, chosen

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
+from autoplan_base.errors import AutoplanError
 from costmodels.capabilities import NARROWING_INTS, NARROWING_NAMES, Narrowing, RuntimeCapabilities
-from hardware_specs.errors import AutoplanError
 
 from .space import SearchOptions, overlap_searched
 

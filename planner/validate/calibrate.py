@@ -25,6 +25,7 @@ from typing import Any, Callable
 from costmodels.assumptions import DEFAULT_ASSUMPTIONS, Assumptions
 from costmodels.layout import Layout
 from planner.plan.plan_file import PlanInputs
+from profiles.io import ZERO_ALLOWED_CALIBRATION
 
 from .compare import cost_model
 
@@ -40,7 +41,7 @@ FACTORS: dict[str, tuple[float, float]] = {
 """Fitted ``Assumptions`` fields and their allowed ranges."""
 SCALES = ("compute_scale", "communication_scale", "memory_bound_scale")
 """Multiplicative factors on every time of their kind."""
-ADDITIVE = ("overlap_fraction", "step_overhead_s", "layer_overhead_s", "tp_layer_overhead_s")
+ADDITIVE = ZERO_ALLOWED_CALIBRATION
 """Factors searched on a linear grid (a share, or seconds); the rest are multiplicative scales."""
 SHRINK = 0.6
 """Grid width factor per round of coordinate descent."""
