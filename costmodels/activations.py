@@ -12,15 +12,15 @@ s local sequence length (s/cp), b micro-batch, t tensor-parallel degree, r = 1/t
 parallel else 1 (norms, dropout and block inputs are split only with SP).
 
 Under a convention with ``eager_activations`` (FSDP2, ``autoplan launch``'s job, eager PyTorch)
-dense layers count what
-autograd saves there instead (``torch_dense_layer_bytes``, measured tensor by tensor with
-saved-tensor hooks on the job's own step): the input of each column-parallel linear is the
-all-gathered full sequence (``PrepareModuleInput`` then ``ColwiseParallel`` save it, unlike
-Megatron's SP, which re-gathers in backward), RMSNorm keeps two fp32 copies, and the loss keeps
-fp32 logits over the whole vocabulary on every TP rank. Under ``torch.autocast`` (the job's
-mixed precision when there is no data parallelism) the residual stream stays fp32, each linear
-saves its own 16-bit cast of its input, and the 16-bit copy of every weight is kept per
-micro-batch.
+dense layers count what autograd saves there instead (``torch_dense_layer_bytes``, measured
+tensor by tensor with saved-tensor hooks on the job's own step): the input of each
+column-parallel linear is the all-gathered full sequence (``PrepareModuleInput`` then
+``ColwiseParallel`` save it, unlike Megatron's SP, which re-gathers in backward), RMSNorm keeps
+its input on a GPU (the fused kernel) and two fp32 copies on the CPU (the composite,
+``torch_norm_bytes``), and the loss keeps fp32 logits over the whole vocabulary on every TP
+rank. Under ``torch.autocast`` (the job's mixed precision when there is no data parallelism) the
+residual stream stays fp32, each linear saves its own 16-bit cast of its input, and the 16-bit
+copy of every weight is kept per micro-batch.
 """
 
 from __future__ import annotations
@@ -73,6 +73,10 @@ class ActivationShape:
     gathered_kv: int = 0
     """All-gather context parallelism: K/V tokens per sequence gathered from the other cp ranks and
     kept for backward, (cp - 1)·s/cp (0 for ring attention or cp = 1)."""
+    fused_rms_norm: bool = False
+    """Eager only: ``nn.RMSNorm`` runs as PyTorch's fused kernel ``aten::_fused_rms_norm``, which
+    the CUDA (and ROCm) builds register; on the CPU it decomposes into the composite
+    (``torch_norm_bytes``)."""
 
     @property
     def r(self) -> float:
@@ -208,13 +212,28 @@ def torch_received_input_saved_bytes(model: ModelSpec, x: ActivationShape, recom
 
 
 def torch_norm_bytes(model: ModelSpec, x: ActivationShape) -> float:
-    """One norm in eager PyTorch: RMSNorm's composite saves its fp32 input and the fp32 normalised
-    tensor (2·4·s·b·h·r; a fused CUDA kernel keeps less, so this bounds it); LayerNorm saves its
-    input (its fp32 mean and rstd are s·b-sized)."""
-    sbh = x.s * x.b * model.hidden_size * x.r
-    if model.norm == "rmsnorm":
-        return 2 * FP32_BYTES * sbh
-    return residual_bytes(x) * sbh
+    """One norm of the residual stream in eager PyTorch, per micro-batch.
+
+    RMSNorm (``nn.RMSNorm`` -> ``F.rms_norm`` -> ``aten::_fused_rms_norm``,
+    aten/src/ATen/native/layer_norm.cpp ``rms_norm_symint``): on a GPU the fused kernel's autograd
+    node ``FusedRmsNormBackward0`` saves its input as it comes (the residual stream, B_res =
+    ``residual_bytes``) and the fp32 reciprocal RMS, one per token (plus the weight, a parameter):
+    B_res·s·b·h·r + 4·s·b·r. The job's norms take the stream with weights of its dtype (fp32 both
+    under autocast, 16-bit both under FSDP2's mixed precision), so none falls back to the composite
+    for a dtype mismatch. On the CPU ``_fused_rms_norm`` is CompositeImplicitAutograd: its
+    composite saves the fp32 upcast input and the fp32 normalised tensor, 2·4·s·b·h·r (its
+    s·b-sized rstd left out). The 2026-11-26 H100 records (``benchmarks/data/gpu``) show the
+    fused count: with it the saved-tensor terms are within 1% of the job's probe on all 19
+    layouts; with the composite's they were 0.5-10% over (7.6% median; least under full
+    recomputation, which keeps one norm).
+
+    LayerNorm saves its input (its fp32 mean and rstd are s·b-sized)."""
+    sb, h = x.s * x.b * x.r, model.hidden_size
+    if model.norm != "rmsnorm":
+        return residual_bytes(x) * sb * h
+    if x.fused_rms_norm:
+        return residual_bytes(x) * sb * h + FP32_BYTES * sb
+    return 2 * FP32_BYTES * sb * h
 
 
 def torch_dense_layer_bytes(model: ModelSpec, x: ActivationShape, *, core: bool) -> float:

@@ -155,6 +155,7 @@ class LayerCosts:
                                tp=key.tp, sequence_parallel=key.sp, elem_bytes=self.rates.elem_bytes,
                                fused_attention=fused, eager=self.convention.eager_activations, expert_tp=key.etp,
                                loss_parallel=self.convention.loss_parallel,
+                               fused_rms_norm=self.cluster.hardware.device_type != "cpu",
                                gemm_input_bytes=0.0 if self.convention.eager_activations else saved_gemm_input_bytes(
                                    self.training.recipe, self.convention, self.rates.elem_bytes))
 

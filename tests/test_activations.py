@@ -110,6 +110,25 @@ def test_torch_runtime_dense_layer_by_hand(autocast):
     assert layer_bytes(model, x, moe_layer=False, recompute="full") == (4 if autocast else 2) * sbh / t
 
 
+
+@pytest.mark.parametrize("autocast, residual_bytes", [(True, 4), (False, 2)])
+def test_gpu_rms_norm_keeps_its_input_and_rstd(autocast, residual_bytes):
+    """On a GPU ``FusedRmsNormBackward0`` saves the input as it comes (the fp32 stream under
+    autocast, bf16 under FSDP2's mixed precision) and one fp32 rstd per token: llama3-8b's norm at
+    s = 1024, b = 2, tp 8 with SP: B_res·s·b·h/8 + 4·s·b/8; the CPU's composite keeps two fp32
+    copies, 8·s·b·h/8. A dense layer holds two norms, so it differs by twice that."""
+    from costmodels.activations import torch_dense_layer_bytes, torch_norm_bytes
+
+    model = PRESETS["llama3-8b"]
+    s, b, t, h = 1024, 2, 8, model.hidden_size
+    kw = dict(b=b, s=s, s_kv=s, tp=t, sequence_parallel=True, elem_bytes=2, fused_attention=True, eager=True,
+              autocast=autocast)
+    gpu, cpu = ActivationShape(**kw, fused_rms_norm=True), ActivationShape(**kw)
+    assert torch_norm_bytes(model, gpu) == residual_bytes * s * b * h / t + 4 * s * b / t
+    assert torch_norm_bytes(model, cpu) == 2 * 4 * s * b * h / t
+    difference = torch_dense_layer_bytes(model, cpu, core=True) - torch_dense_layer_bytes(model, gpu, core=True)
+    assert difference == pytest.approx(2 * ((8 - residual_bytes) * s * b * h / t - 4 * s * b / t))
+
 def test_moe_routed_copies_are_the_experts_input_and_output():
     # E 8, k 2, h 1024, expert f 512, no shared expert, b 1, s 1024, tp 1, dropless balanced routing.
     # The 2·1024 routed token copies are kept twice: the experts' first GEMM input (2 bytes in bf16,

@@ -14,7 +14,8 @@ micro-batch, as this step does, so the probe's own sum at one instant gives the 
 Differences from the real job, by necessity: the device is the CPU, with the precision policy
 the job applies on CUDA (bf16/fp16 compute, fp32 master weights, gradients and reduction);
 weights are not initialised (their values do not change memory); gradient clipping is skipped
-(it reads a value); and with pp > 1 the schedule's order of forwards and backwards
+(it reads a value); RMSNorm keeps what the plan's GPU keeps, not the CPU's composite
+(``fused_norm.gpu_rms_norm``); and with pp > 1 the schedule's order of forwards and backwards
 (``schedule.rank_order``) is replayed on the rank's stages, with fake tensors in place of the
 activations a neighbour would send, because the pipelining runtime exchanges shapes by value.
 Output: {"plan": ..., "ranks": [{"pp_rank", "rank", "params", "grads", "optimizer", "states",
@@ -38,6 +39,7 @@ from planner.launch.torchjob import context_parallel, experts, trainer
 from planner.plan.plan_file import read_plan_file
 from planner.launch.torchjob.parallel import build_meshes, build_parts, parallelize, shard_embedding_grads
 
+from .fused_norm import gpu_rms_norm
 from .probe import MemoryProbe
 from .schedule import rank_order
 
@@ -157,14 +159,15 @@ def run_step(job, seq_len: int, dtype: torch.dtype, batch_rows: int | None = Non
 
 
 def measure_rank(spec, layout: Layout, rank: int, seq_len: int, precision: str, optimizer: str,
-                 lora_rank: int = 0, lora_targets: tuple[str, ...] = ()) -> dict:
+                 lora_rank: int = 0, lora_targets: tuple[str, ...] = (), *, gpu: bool = True) -> dict:
     """Probe the second step of one rank (the optimizer states exist by then), stepping the
-    micro-batches of ``stepped_layout(layout)``."""
+    micro-batches of ``stepped_layout(layout)``; ``gpu``: the plan is for a GPU (its RMSNorm
+    keeps what the fused kernel keeps, ``fused_norm``)."""
     began = time.perf_counter()
     job, mode = build_fake_job(spec, stepped_layout(layout), rank, precision, optimizer, lora_rank, lora_targets)
     dtype = MIXED.get(precision, torch.float32)
     rows = layout.micro_batch_size * layout.num_microbatches
-    with mode:
+    with mode, gpu_rms_norm(gpu):
         run_step(job, seq_len, dtype, rows)
         with MemoryProbe(job) as probe:
             run_step(job, seq_len, dtype, rows)
@@ -211,10 +214,13 @@ def _rank_in_subprocess(plan_path: str, rank: int) -> dict:
 
 def _rank_here(plan_path: str, rank: int) -> dict:
     """One rank in this interpreter (which must not have made a process group before)."""
+    from hardware_specs import load_node
+
     plan = read_plan_file(plan_path)
     t = plan.inputs.training
+    gpu = load_node(plan.inputs.hardware).hardware.device_type != "cpu"
     return measure_rank(plan.inputs.model_spec, plan.best.layout, rank, t.seq_len, t.precision, t.optimizer,
-                        t.lora_rank, t.lora_targets)
+                        t.lora_rank, t.lora_targets, gpu=gpu)
 
 
 def main(argv: list[str]) -> None:
