@@ -7,5 +7,5 @@ Provenance is in ``data/memory_calibration.json``.
 
 CONSTANTS: dict[str, float] = {
     "allocator_fragmentation": 0.0,
-    "memory_band_upper": 0.2519,
+    "memory_band_upper": 0.2654,
 }
