@@ -273,7 +273,8 @@ def plan(*, model: str | ModelSpec, hardware: str | NodeSpec, gpus: int, global_
     run = solve if solver == "search" else solve_brute_force
     cost_model = job.cost_model()
     band = tie_band()
-    result = run(cost_model, gpus, job.cluster.nvlink_domain_gpus, search_options, top_k + 1, band=band)
+    result = _search_offload_last(run, cost_model, gpus, job.cluster.nvlink_domain_gpus, search_options, top_k + 1,
+                                  band)
     refined = result.ranked if search_options.fixed_split else \
         tuple(sorted((refine_stages(cost_model, b) for b in result.ranked), key=rank_key))
     ranked, num_tied, reason = prefer_simplest(refined, band, tied_in_mesh=result.tied_in_mesh)
@@ -296,6 +297,19 @@ def plan(*, model: str | ModelSpec, hardware: str | NodeSpec, gpus: int, global_
                 "tie_band": band.band_rel, "tie_band_source": band.source, "num_tied": num_tied,
                 "tie_reason": reason or None, "seconds": round(seconds, 4)},
     )
+
+
+def _search_offload_last(run: Any, cost_model: CostModel, gpus: int, domain_gpus: int, options: SearchOptions,
+                         top_k: int, band: Any) -> Any:
+    """The search with optimizer offload as a last resort: the space without offload first, and
+    the whole space only when nothing fits there. Offload trades host-link traffic and a CPU
+    optimizer step for device memory; no published sweep measures it against a layout that keeps
+    its optimizer on the GPU (``costmodels.tie_band``), so where the job fits without it, the
+    plan keeps its optimizer on the GPU."""
+    if not options.allow_offload:
+        return run(cost_model, gpus, domain_gpus, options, top_k, band=band)
+    on_gpu = run(cost_model, gpus, domain_gpus, replace(options, allow_offload=False), top_k, band=band)
+    return on_gpu if on_gpu.ranked else run(cost_model, gpus, domain_gpus, options, top_k, band=band)
 
 
 def _no_fit(result: Any, cost_model: CostModel, options: SearchOptions) -> NoFit:

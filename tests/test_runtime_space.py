@@ -204,3 +204,25 @@ def test_deepspeed_pipeline_exposes_data_parallel_sync_that_megatron_overlaps():
     assert _dp_comm_s("megatron", 2, 1.0) < _dp_comm_s("megatron", 2, 0.0)
     assert _dp_comm_s("deepspeed", 2, 0.0) == _dp_comm_s("megatron", 2, 0.0)  # the same traffic
     assert _dp_comm_s("deepspeed", 1, 1.0) < _dp_comm_s("deepspeed", 1, 0.0)
+
+
+DONE_CRITERION_JOBS = [("llama3-8b", "h100-sxm-80gb", 8, 64, 4096), ("llama3-70b", "h100-sxm-80gb", 64, 512, 8192),
+                       ("gpt3-175b", "a100-sxm-80gb", 1024, 1536, 2048),
+                       ("mixtral-8x7b", "h100-sxm-80gb", 64, 512, 4096),
+                       ("llama3-405b", "h100-sxm-80gb", 16384, 2048, 8192)]
+
+
+@pytest.mark.parametrize("job", DONE_CRITERION_JOBS, ids=lambda j: j[0])
+def test_torch_runtime_keeps_the_optimizer_on_the_gpu_where_the_job_fits_without_offload(job):
+    model, hardware, gpus, batch, seq = job
+    report = planner.plan(model=model, hardware=hardware, gpus=gpus, global_batch=batch, seq_len=seq,
+                          runtime="torch", top_k=3)
+    assert report.best is not None
+    assert not any(b.layout.optimizer_offload for b in (report.best, *report.candidates))
+
+
+def test_offload_is_picked_when_nothing_fits_without_it():
+    # Llama 3 8B on one 80 GB H100: 16 bytes of model state per parameter (128 GB) cannot stay on the GPU
+    args = dict(model="llama3-8b", hardware="h100-sxm-80gb", gpus=1, global_batch=8, seq_len=4096, runtime="torch")
+    assert planner.plan(**args).best.layout.optimizer_offload
+    assert planner.plan(**args, allow_offload=False).best is None
