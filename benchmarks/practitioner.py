@@ -1,4 +1,4 @@
-"""autoplan's pick next to a published recipe, for jobs practitioners know, per runtime (issue #28).
+"""autoplan's pick next to a published recipe, for jobs practitioners know, per runtime.
 
 Run: ``.venv/bin/python benchmarks/practitioner.py [--case NAME ...] [--runtime R ...] [--all-runtimes]``
 (prints markdown; a few seconds to a minute of CPU per case and runtime; default runtimes megatron

@@ -1,6 +1,6 @@
 """Global gradient-norm clipping that is correct under FSDP2, TP/SP and pipelining.
 
-``torch.nn.utils.clip_grad_norm_`` breaks here in three ways (issue 4, measured with torch 2.13):
+``torch.nn.utils.clip_grad_norm_`` breaks here in three ways (measured with torch 2.13):
 it refuses a mix of plain tensors and DTensors (TP without SP), it refuses DTensors on different
 meshes (TP + FSDP), and under pipelining each stage sees only its own gradients and so clips by
 a per-stage norm. This module computes the true norm of the whole model's gradient: every rank
