@@ -144,6 +144,8 @@ class LayerCosts:
         self.model, self.training, self.cluster = model, training, cluster
         self.convention = convention
         self.rates, self.profile, self.assumptions = rates, profile, assumptions
+        self.on_accelerator = cluster.hardware.device_type != "cpu"
+        """A GPU: fused kernels as CUDA runs them, and a host that queues kernels ahead of the device."""
         self._memo: dict[LayerKey, LayerForward] = {}
         self._collective_memo: dict[tuple, tuple[float, float]] = {}
 
@@ -155,7 +157,7 @@ class LayerCosts:
                                tp=key.tp, sequence_parallel=key.sp, elem_bytes=self.rates.elem_bytes,
                                fused_attention=fused, eager=self.convention.eager_activations, expert_tp=key.etp,
                                loss_parallel=self.convention.loss_parallel,
-                               fused_rms_norm=self.cluster.hardware.device_type != "cpu",
+                               fused_rms_norm=self.on_accelerator,
                                gemm_input_bytes=0.0 if self.convention.eager_activations else saved_gemm_input_bytes(
                                    self.training.recipe, self.convention, self.rates.elem_bytes))
 
@@ -218,7 +220,7 @@ class LayerCosts:
         out.memory_s = rates.memory_time_s(self._memory_bound_bytes(key) + self._eager_bytes(key)) \
             + out.attention_core_memory_s
         dtensor = key.tp > 1 and self.convention.dtensor_tensor_parallel
-        out.host_runs_ahead = self.cluster.hardware.device_type != "cpu"
+        out.host_runs_ahead = self.on_accelerator
         out.host_s = self._host_s(dtensor, out.host_runs_ahead)
         self._add_tp(out, key, tokens)
         self._add_cp(out, key)
