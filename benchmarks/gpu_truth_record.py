@@ -7,8 +7,10 @@ more time or more memory than was measured). Memory is compared three ways:
   ``planner.validate.probe.MemoryProbe`` counts in one step against the cost model's terms (its
   activations also hold the recomputation / loss-backward working set, which saved-tensor
   hooks do not see: a known positive bias where recomputation is on);
-- ``peak_allocated``: the model's tensor terms (params + grads + optimizer + activations +
-  buffers) against ``torch.cuda.max_memory_allocated``;
+- ``peak_allocated``: the model's tensor terms live at its peak (params + grads + optimizer +
+  activations + buffers; a step of one micro-batch under a runtime that frees gradients every
+  step holds only the gradients beyond its activations, ``rank_memory.grads_live_at_peak``)
+  against ``torch.cuda.max_memory_allocated``;
 - ``peak_reserved``: the model's peak less the runtime reserve (the CUDA context, outside
   the allocator), that is the tensor terms plus its fragmentation allowance, against
   ``torch.cuda.max_memory_reserved``. On CPU ``peak_rss``: the whole predicted peak against the
@@ -40,7 +42,8 @@ def prediction(evaluate_json: dict, runtime_reserved_bytes: float) -> dict[str, 
     """The parts of ``autoplan evaluate --format json`` the record keeps, memory in bytes."""
     p = evaluate_json["predicted"]
     memory = {k: v * GIB for k, v in p["memory_gib"].items()}
-    tensors = sum(memory.get(k, 0.0) for k in TENSOR_TERMS)
+    tensors = sum(memory.get(k, 0.0) for k in TENSOR_TERMS)  # live at the peak
+    memory["grads"] = memory.get("grads", 0.0) + p.get("grads_freed_gib", 0.0) * GIB  # as allocated, as probed
     peak = p["peak_memory_gib"] * GIB
     return {"step_time_s": p["step_time_s"], "time_s": p["time_s"], "memory_bytes": memory,
             "peak_memory_bytes": peak, "peak_allocated_bytes": tensors,

@@ -25,6 +25,7 @@ class StageMemory:
 
     params_bytes: float
     grads_bytes: float
+    """Gradients live at the rank's peak (``rank_memory.grads_live_at_peak``)."""
     optimizer_bytes: float
     activations_bytes: float
     """Saved for backward at the schedule's peak (in-flight micro-batches), plus recompute working set."""
@@ -34,6 +35,10 @@ class StageMemory:
     """What the process holds outside its tensors: the sum of ``overhead_parts``."""
     host_bytes: float = 0.0
     """Host RAM of this rank's offloaded optimizer states; not device memory, not in ``total_bytes``."""
+    grads_freed_bytes: float = 0.0
+    """Gradients the rank allocates during backward that are not live at its peak (a runtime that
+    frees them every step, running one micro-batch): its gradients in all are ``grads_bytes`` +
+    ``grads_freed_bytes``. Not in ``total_bytes``."""
     overhead_parts: tuple[tuple[str, float], ...] = ()
     """``overhead_bytes`` by named term (``costmodels.reserved``): cuda_context, nccl_buffers,
     workspaces, fragmentation."""
@@ -187,6 +192,7 @@ class CostBreakdown:
             "memory_usable_gib": _r(self.memory_usable_bytes / GIB),
             "memory_band_upper": _r(self.memory_band_upper),
             "memory_gib": {name.removesuffix("_bytes"): _r(getattr(peak, name) / GIB) for name in MEMORY_TERMS},
+            **({"grads_freed_gib": _r(peak.grads_freed_bytes / GIB)} if peak.grads_freed_bytes else {}),
             "overhead_gib": {name: _r(value / GIB) for name, value in peak.overhead_parts},
             "memory_gib_per_stage": [_r(st.total_bytes / GIB) for st in self.stages],
             "time_s": {name.removesuffix("_s"): _r(getattr(self, name)) for name in TIME_TERMS},

@@ -84,6 +84,14 @@ class RuntimeConvention:
     """bf16/fp8 training accumulates and reduces gradients in an fp32 ``main_grad`` buffer (Megatron
     DDP's ``grad_reduce_in_fp32``, its default for bf16); False: the buffer has the parameters'
     16-bit dtype (Megatron-LM ``--grad-reduce-in-bf16``), 2 bytes per parameter instead of 4."""
+    grads_freed_each_step: bool = False
+    """Gradients are allocated by a step's backward and freed after its optimizer step
+    (``optimizer.zero_grad(set_to_none=True)``, PyTorch's default since 2.0), so a step of one
+    micro-batch never holds them beside its saved activations: backward frees a layer's
+    activations as it allocates that layer's gradients (``rank_memory.grads_live_at_peak``). Else
+    the gradients live in a buffer allocated once, before the first step (Megatron DDP's contiguous
+    ``main_grad`` buffer, ``megatron/core/distributed/param_and_grad_buffer.py``; DeepSpeed's
+    fp32 gradient accumulation), and are held at every peak."""
     keeps_16bit_grads: bool = False
     """The 16-bit gradients each backward writes stay allocated beside the fp32 accumulation
     buffer (2 more bytes per parameter in bf16/fp8 training)."""

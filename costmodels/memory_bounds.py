@@ -12,7 +12,9 @@ block are non-negative, so leaving them (and φ on the buffers) out bounds the t
 
     total >= S + (1 + φ)·A + context,
 
-where S (params, grads, optimizer: ``rank_memory.held_states``) reads how model states are held and
+where S (params, grads, optimizer: ``rank_memory.held_states``; params and optimizer only under a
+runtime that frees gradients every step, whose peak may hold max(A, G) rather than A + G,
+``rank_memory.grads_live_at_peak``) reads how model states are held and
 which layers the rank holds, but no micro-batching, recomputation or TP-overlap field, and A reads
 those but no state field (``rank_memory.rank_activation_parts``, ``received_saved_bytes``,
 ``stage_activation_bytes``). Both are taken over the ranks that can hold the peak
@@ -45,8 +47,12 @@ def floor_from_vectors(cm: "CostModel", held: tuple[float, ...], acts: tuple[flo
 
 def held_vector(cm: "CostModel", layout: Layout) -> tuple[float, ...]:
     """S of each (rank, index) of ``CostModel.in_flight_extremes``, in its order."""
-    return tuple(sum(held_states(cm, layout, rank_params(cm, layout, rank)))
-                 for rank, indices in cm.in_flight_extremes(layout) for _ in indices)
+    out = []
+    for rank, indices in cm.in_flight_extremes(layout):
+        params, grads, optimizer = held_states(cm, layout, rank_params(cm, layout, rank))
+        held = params + optimizer + (0.0 if cm.convention.grads_freed_each_step else grads)
+        out += [held] * len(indices)
+    return tuple(out)
 
 
 def activation_vector(cm: "CostModel", layout: Layout) -> tuple[float, ...]:

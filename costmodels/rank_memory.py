@@ -85,10 +85,23 @@ def stage_memory(cm: "CostModel", layout: Layout, index: int, static: RankStatic
     fragmentation = reserved.fragmentation_bytes(activations + static.buffers_bytes, static.largest_block_bytes,
                                                  cm.assumptions.allocator_fragmentation)
     parts = fixed_overhead_parts(cm, layout) + (("fragmentation", fragmentation),)
-    return StageMemory(params_bytes=static.params_bytes, grads_bytes=static.grads_bytes,
+    grads = grads_live_at_peak(cm, layout, static.grads_bytes, activations)
+    return StageMemory(params_bytes=static.params_bytes, grads_bytes=grads, grads_freed_bytes=static.grads_bytes - grads,
                        optimizer_bytes=static.optimizer_bytes, activations_bytes=activations,
                        buffers_bytes=static.buffers_bytes, overhead_bytes=sum(v for _, v in parts),
                        host_bytes=static.host_bytes, overhead_parts=parts)
+
+
+def grads_live_at_peak(cm: "CostModel", layout: Layout, grads_bytes: float, activations_bytes: float) -> float:
+    """Gradient bytes live at the rank's peak. A runtime that frees gradients every step
+    (``RuntimeConvention.grads_freed_each_step``) and runs one micro-batch per step reaches the
+    peak of its saved activations before any gradient exists; backward then frees each layer's
+    saved activations as it allocates that layer's gradients, so the step holds the larger of the
+    two, not their sum: A + max(0, G − A) = max(A, G). With more micro-batches the gradients of the
+    first are held while the later ones run forward (and in a persistent buffer always): A + G."""
+    if layout.num_microbatches > 1 or not cm.convention.grads_freed_each_step:
+        return grads_bytes
+    return max(0.0, grads_bytes - activations_bytes)
 
 
 def fixed_overhead_parts(cm: "CostModel", layout: Layout) -> tuple[tuple[str, float], ...]:

@@ -173,6 +173,8 @@ def _assert_memory_floor(cm, layout):
                    for st in breakdown.stages)
     left_out = (1 + cm.assumptions.allocator_fragmentation) * max(st.buffers_bytes for st in breakdown.stages) \
         + unscaled
+    if cm.convention.grads_freed_each_step:  # the floor's S leaves the gradients out (rank_memory.grads_live_at_peak)
+        left_out += max(st.grads_bytes for st in breakdown.stages)
     assert floor >= (breakdown.peak_memory_bytes - left_out) * (1 - RELATIVE), layout
 
 

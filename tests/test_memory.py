@@ -227,3 +227,27 @@ def test_megatron_bridge_recipes_keep_a_bf16_gradient_buffer():
     held = held_state_bytes(params, bf16, MEGATRON_BRIDGE, zero_stage=1, shard_degree=d, expert_shard_degree=d,
                             offload=False)
     assert sum(held) == pytest.approx(5.5 * psi)
+
+
+@pytest.mark.parametrize("model", ["llama2-7b", "tiny-llama"])
+def test_one_micro_batch_under_set_to_none_holds_the_larger_of_activations_and_gradients(model):
+    """rank_memory.grads_live_at_peak: the torch job zeroes gradients with set_to_none, so a step of
+    one micro-batch peaks at params + optimizer + max(A, G) (+ buffers, overhead); with two
+    micro-batches the first one's gradients are held while the second runs forward: A + G. Megatron's
+    persistent gradient buffer is held in both."""
+    cluster = make_cluster(load_node("a100-sxm-80gb"), 1)
+    for convention, runtime in ((FSDP2, "torch"), (MEGATRON, "megatron")):
+        for seq_len in (128, 2048):  # activations below and above the gradients
+            training = TrainingSpec(global_batch_size=2, seq_len=seq_len, runtime=runtime)
+            cm = CostModel(Job(model=load_model(model), training=training, cluster=cluster, convention=convention))
+            for m in (1, 2):
+                stage = cm.estimate(Layout(num_microbatches=m)).peak_stage
+                grads = stage.grads_bytes + stage.grads_freed_bytes
+                assert grads > 0
+                rest = stage.total_bytes - stage.params_bytes - stage.optimizer_bytes - stage.buffers_bytes \
+                    - stage.overhead_bytes
+                if runtime == "torch" and m == 1:
+                    assert rest == pytest.approx(max(stage.activations_bytes, grads))
+                else:
+                    assert stage.grads_freed_bytes == 0
+                    assert rest == pytest.approx(stage.activations_bytes + grads)

@@ -53,8 +53,9 @@ def predicted_memory(cm: CostModel, breakdown: CostBreakdown) -> list[dict[str, 
     out = []
     for stage, rank in zip(breakdown.stages, rank_layers(cm, breakdown.layout)):
         working = rank_memory.unsaved_working_bytes(cm, breakdown.layout, rank)
-        states = stage.params_bytes + stage.grads_bytes + stage.optimizer_bytes
-        out.append({"params": stage.params_bytes, "grads": stage.grads_bytes, "optimizer": stage.optimizer_bytes,
+        grads = stage.grads_bytes + stage.grads_freed_bytes  # as allocated, as the probe measures them
+        states = stage.params_bytes + grads + stage.optimizer_bytes
+        out.append({"params": stage.params_bytes, "grads": grads, "optimizer": stage.optimizer_bytes,
                     "states": states, "states_peak": states + stage.buffers_bytes, "activations": stage.activations_bytes - working,
                     "recompute_working": working, "buffers": stage.buffers_bytes,
                     "overhead": stage.overhead_bytes, "total": stage.total_bytes})

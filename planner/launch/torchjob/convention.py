@@ -18,6 +18,10 @@ sm80) comes first in its fixed backend priority; cuDNN attention only when asked
 (``sdpa_kernel``), so ``attention_kernel_capability`` is 8.0.
 Optimizer offload: ``CPUOffloadPolicy`` on every FSDP unit (``parallel.offload_policy``), which
 keeps the sharded parameters, their gradients and the optimizer states on the host.
+Gradients: ``trainer.train_step`` zeroes them with ``set_to_none=True`` after every optimizer
+step, and torchtitan v0.2's trainer calls ``optimizer.zero_grad()`` (``torchtitan/train.py``;
+``torch.optim``'s default is ``set_to_none=True``), so neither holds gradients before a step's
+first backward (``grads_freed_each_step``).
 Model states: ``MixedPrecisionPolicy`` keeps the sharded parameters in their fp32 dtype (the
 optimizer's master copy) and reduces gradients in fp32. Under pipelining
 ``torch.distributed.pipelining`` turns gradient sync and the reshard after backward off for
@@ -53,6 +57,7 @@ FSDP2 = RuntimeConvention(
     dtensor_tensor_parallel=True,
     torchao_low_precision=True,
     offload_holds_all_states=True,
+    grads_freed_each_step=True,
     attention_kernel_capability=8.0,
     gather_copy_kernels=True,
     fused_elementwise=False,
