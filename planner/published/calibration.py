@@ -10,7 +10,8 @@ tokens/s per GPU, then the smallest median over families of it. The mean lets ev
 once; the median alone is flat over most of the grid, since the middle families barely move, and
 left the leave-one-family-out folds choosing far apart (13.6% LOFO median against 11% with the
 mean, on the grid of ``benchmarks/calibrate.py``); ``make_fit(grid)`` wraps it for ``cross_validate_by_family``. Evaluations are
-memoised by (grid point, run), so the leave-one-family-out driver costs each run once per point.
+memoised by (grid point, run), so the leave-one-family-out driver costs each run once per point, and
+the rows of a fit are mapped once (``scoring.mapped_rows``), not once per point.
 
 Peak memory: ``fit_memory(rows, axes)`` keeps the grid point with the smallest mean over families of
 median |memory error| on the rows that measured peak memory (``memory_rows``), and ``memory_lofo``
@@ -27,7 +28,7 @@ from costmodels.breakdown import CostBreakdown
 from costmodels.estimate import estimate
 
 from .runs import MappedRun
-from .scoring import EvaluateFn, RunResult, overall_median, score
+from .scoring import EvaluateFn, MappedRows, RunResult, mapped_rows, overall_median, score_mapped
 from .stats import median
 
 Point = tuple[tuple[str, float], ...]
@@ -69,8 +70,9 @@ def fit_constants(rows: list[dict], points: list[Point], evaluator: Evaluator) -
     """The grid point with the smallest (mean, median) over families of median |error| on ``rows``,
     and that mean (ties: the first point in ``points``)."""
     best: tuple[Point, tuple[float, float]] | None = None
+    mapped = mapped_rows(rows)
     for point in points:
-        scores = score(rows, evaluator.at(point))
+        scores = score_mapped(mapped, evaluator.at(point))
         medians = [s.abs_median for s in scores if s.abs_median is not None]
         if not medians:
             continue
@@ -97,8 +99,9 @@ def memory_rows(rows: list[dict]) -> list[dict]:
     return [r for r in rows if r["memory"]["peak_mem_gb"] or r["status"] == "oom"]
 
 
-def memory_results(rows: list[dict], evaluator: Evaluator, point: Point) -> list[RunResult]:
-    return [r for s in score(rows, evaluator.at(point)) for r in s.results]
+def memory_results(rows: list[dict] | MappedRows, evaluator: Evaluator, point: Point) -> list[RunResult]:
+    mapped = rows if isinstance(rows, MappedRows) else mapped_rows(rows)
+    return [r for s in score_mapped(mapped, evaluator.at(point)) for r in s.results]
 
 
 def family_memory_errors(results: list[RunResult]) -> dict[str, list[float]]:
@@ -112,8 +115,9 @@ def family_memory_errors(results: list[RunResult]) -> dict[str, list[float]]:
 def fit_memory(rows: list[dict], axes: Mapping[str, tuple[float, ...]], evaluator: Evaluator) -> Point:
     """The point of ``axes`` with the smallest mean over families of median |memory error| (then the first)."""
     best: tuple[float, Point] | None = None
+    mapped = mapped_rows(rows)
     for point in grid_points(axes):
-        errors = family_memory_errors(memory_results(rows, evaluator, point))
+        errors = family_memory_errors(memory_results(mapped, evaluator, point))
         if not errors:
             continue
         figure = sum(median([abs(e) for e in v]) for v in errors.values()) / len(errors)

@@ -114,20 +114,44 @@ def default_evaluate(run: MappedRun) -> CostBreakdown:
     return planner.evaluate(**run.evaluate_kwargs())
 
 
-def score(rows: Iterable[dict], evaluate_fn: EvaluateFn = default_evaluate) -> list[FamilyScore]:
-    """One ``FamilyScore`` per family in ``rows``, sorted by family name."""
+@dataclass(frozen=True, slots=True)
+class MappedRows:
+    """Rows mapped once (``mapped_rows``), to be scored under many evaluate functions: a grid
+    search scores the same rows at every point, and mapping them costs more than costing them."""
+
+    groups: tuple[tuple[MappedRun, ...], ...]
+    """Runs scored together (``_groups``)."""
+    unexpressible: dict[str, dict[str, int]]
+    """Per family, the rows not yet expressible, by reason."""
+    rows_per_family: dict[str, int]
+
+
+def mapped_rows(rows: Iterable[dict]) -> MappedRows:
     rows = list(rows)
     mapped, reasons = map_rows(rows)
-    results: dict[str, list[RunResult]] = defaultdict(list)
-    for group in _groups(mapped):
-        try:
-            results[group[0].family].append(_evaluate_group(group, evaluate_fn))
-        except AutoplanError:
-            reasons[group[0].family]["layout rejected"] += len(group)
     counts: dict[str, int] = defaultdict(int)
     for row in rows:
         counts[row["source_family"]] += 1
-    return [_family_score(f, counts[f], results.get(f, []), dict(reasons.get(f, {}))) for f in sorted(counts)]
+    return MappedRows(groups=tuple(tuple(g) for g in _groups(mapped)),
+                      unexpressible={f: dict(r) for f, r in reasons.items()}, rows_per_family=dict(counts))
+
+
+def score(rows: Iterable[dict], evaluate_fn: EvaluateFn = default_evaluate) -> list[FamilyScore]:
+    """One ``FamilyScore`` per family in ``rows``, sorted by family name."""
+    return score_mapped(mapped_rows(rows), evaluate_fn)
+
+
+def score_mapped(rows: MappedRows, evaluate_fn: EvaluateFn = default_evaluate) -> list[FamilyScore]:
+    """``score`` of rows mapped beforehand."""
+    reasons = {f: dict(r) for f, r in rows.unexpressible.items()}
+    results: dict[str, list[RunResult]] = defaultdict(list)
+    for group in rows.groups:
+        try:
+            results[group[0].family].append(_evaluate_group(list(group), evaluate_fn))
+        except AutoplanError:
+            family = reasons.setdefault(group[0].family, {})
+            family["layout rejected"] = family.get("layout rejected", 0) + len(group)
+    return [_family_score(f, n, results.get(f, []), reasons.get(f, {})) for f, n in sorted(rows.rows_per_family.items())]
 
 
 def map_rows(rows: list[dict]) -> tuple[list[MappedRun], dict[str, dict[str, int]]]:
