@@ -17,8 +17,11 @@ def case_results(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPa
     return run_all(cases, tmp_path_factory.mktemp("cases"))
 
 
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Tiers and placement.
+    """Tiers and placement. Runs before pytest-xdist's own hook, which reads the ``xdist_group``
+    markers set here into the node ids it distributes by (after it, they would be ignored and each
+    worker would run the shared launches again).
 
     - A multi-process launch (``torchrun``) is ``slow``: ``pytest -m "not slow"`` is the fast tier.
     - Under pytest-xdist (``-n 2 --dist loadgroup``) a session fixture runs once per worker, so every
