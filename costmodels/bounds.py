@@ -365,8 +365,8 @@ def tp_overlap_sign(cm: "CostModel", layout: Layout) -> int:
 
 def tp_overlap_extra_bytes(cm: "CostModel", layout: Layout) -> float:
     """Bytes TP overlap adds to every rank's memory total, so to the peak: the userbuffers in place
-    of the one gathered TP block (``rank_memory.rank_buffer_bytes``; block = s·b/cp·h·B, the same on
-    every rank) with the allocator's fragmentation on them (``rank_memory.stage_memory``: the
+    of the one gathered TP block, or the symmetric workspace beside it (``rank_memory.tp_buffer_bytes``;
+    block = s·b/cp·h·B, the same on every rank) with the allocator's fragmentation on them (``rank_memory.stage_memory``: the
     overhead is a reserve plus ``allocator_fragmentation``·(activations + buffers)). Nothing else a
     rank holds reads the overlap (``rank_memory.rank_static``)."""
     key = ("overlap bytes", layout.micro_batch_size, layout.cp, layout.tp)

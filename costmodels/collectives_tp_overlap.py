@@ -45,10 +45,20 @@ gathered activation shape (Megatron passes ``[s·b/cp, h]``)."""
 
 
 def userbuffer_bytes(block_bytes: float) -> float:
-    """Device memory the overlap's communication buffers hold, one gathered activation block
-    (s·b/cp·h·B bytes, ``block_bytes``) per userbuffer communicator: 10 · block_bytes. torch async TP
-    holds comparable symmetric-memory workspaces; the same figure stands for both."""
+    """Device memory Transformer Engine's userbuffers hold, one gathered activation block
+    (s·b/cp·h·B bytes, ``block_bytes``) per userbuffer communicator: 10 · block_bytes."""
     return USERBUFFER_COMMUNICATORS * block_bytes
+
+
+def symmetric_workspace_bytes(block_bytes: float, tp: int) -> float:
+    """Device memory torch async TP adds beside the gathered block every TP layer allocates anyway:
+    one peer-to-peer workspace per TP group (``get_symm_mem_workspace``, grown to the largest
+    request and reused), where the fused all-gather-matmul asks for its local shard, block/t, and
+    the fused matmul-reduce-scatter for two output chunks, 2·block/t
+    (``torch/distributed/_symmetric_memory/__init__.py``, torch 2.13): 2 · block_bytes / tp. The
+    symmetric-memory allocator places it outside the caching allocator; it is counted with the
+    buffers, a few hundred MiB at most on the shapes that run it."""
+    return 2 * block_bytes / tp
 
 
 def overlapped_steps_s(step_comm_s: float, step_gemm_s: float, steps: int, slowdown: float) -> float:

@@ -11,7 +11,7 @@ from . import reserved
 from .assignment import layer_key, rank_params, recomputed_layers
 from .breakdown import StageMemory
 from .layout import Layout, local_micro_batch_tokens
-from .collectives_tp_overlap import userbuffer_bytes
+from .collectives_tp_overlap import symmetric_workspace_bytes, userbuffer_bytes
 from .memo import memoised
 from .memory import ShardedParams, held_state_bytes
 from .offload import activation_offload_share, host_state_bytes
@@ -235,7 +235,7 @@ def recompute_working_bytes(cm: "CostModel", layout: Layout, x: act.ActivationSh
 
 def rank_buffer_bytes(cm: "CostModel", layout: Layout, rank: RankLayers, params: ShardedParams) -> float:
     """Communication buffers and gathered copies: data parallel (``_data_parallel_buffer_bytes``),
-    one gathered TP activation (with ``tp_comm_overlap``, the userbuffers instead), pipeline send and receive buffers (with the convention's
+    the TP buffers (``tp_buffer_bytes``), pipeline send and receive buffers (with the convention's
     ``receive_buffer_per_microbatch`` one receive buffer per micro-batch and receiving chunk, as
     ``torch.distributed.pipelining`` keeps them, plus one send)."""
     B = cm.rates.elem_bytes
@@ -243,13 +243,24 @@ def rank_buffer_bytes(cm: "CostModel", layout: Layout, rank: RankLayers, params:
     block = B * tokens * cm.model.hidden_size
     buffers = _data_parallel_buffer_bytes(cm, layout, params) if layout.dp * layout.cp > 1 else 0.0
     if layout.tp > 1:
-        buffers += userbuffer_bytes(block) if layout.tp_comm_overlap else block
+        buffers += tp_buffer_bytes(cm, layout, block)
     if layout.pp > 1 and cm.convention.receive_buffer_per_microbatch:
         received = act.received_input_bytes(cm.model, activation_shape(cm, layout))
         buffers += (layout.num_microbatches * receiving_chunks(layout, rank) + 1) * received
     elif layout.pp > 1:
         buffers += 2 * block * (1 / layout.tp if layout.sequence_parallel else 1.0)
     return buffers
+
+
+def tp_buffer_bytes(cm: "CostModel", layout: Layout, block: float) -> float:
+    """Tensor-parallel buffers of one rank (tp > 1): the gathered activation block; with
+    ``tp_comm_overlap``, Transformer Engine's userbuffers in its place (Megatron), or under DTensor
+    tensor parallelism (torch async TP) the block plus the symmetric-memory workspace."""
+    if not layout.tp_comm_overlap:
+        return block
+    if cm.convention.dtensor_tensor_parallel:
+        return block + symmetric_workspace_bytes(block, layout.tp)
+    return userbuffer_bytes(block)
 
 
 def received_saved_bytes(cm: "CostModel", layout: Layout, rank: RankLayers) -> float:
