@@ -70,6 +70,9 @@ class ActivationShape:
     (``precision.saved_gemm_input_bytes``); 0 = ``elem_bytes``."""
     loss_parallel: bool = False
     """Eager only: the loss reads vocabulary-sharded logits (``RuntimeConvention.loss_parallel``)."""
+    fused_loss: bool = False
+    """Non-eager only: the loss is Transformer Engine's fused cross-entropy, which keeps the 16-bit
+    logits as its saved gradient (``RuntimeConvention.fused_cross_entropy``)."""
     gathered_kv: int = 0
     """All-gather context parallelism: K/V tokens per sequence gathered from the other cp ranks and
     kept for backward, (cp - 1)·s/cp (0 for ring attention or cp = 1)."""
@@ -361,10 +364,14 @@ def last_stage_extra_bytes(model: ModelSpec, x: ActivationShape) -> float:
 
 
 def last_stage_logits_bytes(model: ModelSpec, x: ActivationShape) -> float:
-    """Of ``last_stage_extra_bytes``, the fp32 logits: 4·s·b·V/t (eager: 4·``eager_logits``)."""
+    """Of ``last_stage_extra_bytes``, the logits the loss keeps for backward: fp32, 4·s·b·V/t (eager:
+    4·``eager_logits``); under Transformer Engine's fused cross-entropy (``ActivationShape.fused_loss``)
+    the 16-bit logits themselves, B·s·b·V/t, into which its forward writes their gradient
+    (``transformer_engine/pytorch/triton/cross_entropy.py``, ``cross_entropy_forward``)."""
     if x.eager:
         return LOGITS_BYTES * eager_logits(model, x)
-    return LOGITS_BYTES * x.s * x.b * model.vocab_size / x.tp
+    logit_bytes = x.elem_bytes if x.fused_loss else LOGITS_BYTES
+    return logit_bytes * x.s * x.b * model.vocab_size / x.tp
 
 
 def eager_logits(model: ModelSpec, x: ActivationShape) -> float:
@@ -394,18 +401,32 @@ def loss_working_bytes(model: ModelSpec, x: ActivationShape) -> float:
     ``compute_language_model_loss``): (2 + 4)·s·b·V/t."""
     if x.eager:
         return eager_loss_working_bytes(model, x)
+    if x.fused_loss:
+        return fused_loss_working_bytes(x)
     return (x.elem_bytes + LOGITS_BYTES) * x.s * x.b * model.vocab_size / x.tp
 
 
+def fused_loss_working_bytes(x: ActivationShape) -> float:
+    """What Transformer Engine's fused cross-entropy allocates beside the 16-bit logits it keeps, per
+    row (token) of the logits: the fp32 unreduced loss, this rank's fp32 (max, sum, target logit)
+    triple and, under tp, the triples all-gathered from the t ranks (NVIDIA/TransformerEngine
+    ``transformer_engine/pytorch/triton/cross_entropy.py``, ``cross_entropy_forward``: ``loss_1d``,
+    ``m_d_X_y``, ``m_d_X_y_gathered``): 4·s·b·(1 + 3 + 3·t) with t > 1, else 4·s·b·(1 + 3)."""
+    rows = x.s * x.b
+    loss = LOGITS_BYTES * rows
+    triple = 3 * LOGITS_BYTES * rows
+    gathered = triple * x.tp if x.tp > 1 else 0.0
+    return loss + triple + gathered
+
+
 def largest_block_bytes(model: ModelSpec, x: ActivationShape, *, last: bool) -> float:
-    """The largest single tensor a rank allocates and frees every micro-batch: one fp32 logits
-    tensor on the last stage (4·s·b·V/t, or the eager loss's ``eager_logits``), else a layer's
+    """The largest single tensor a rank allocates and frees every micro-batch: one logits tensor
+    the loss keeps on the last stage (``last_stage_logits_bytes``), else a layer's
     MLP intermediate (B·s·b·f/t; the gated MLP's two halves are allocated apart)."""
     mlp = x.elem_bytes * x.s * x.b * model.ffn_hidden_size / x.tp
     if not last:
         return mlp
-    logits = LOGITS_BYTES * (eager_logits(model, x) if x.eager else x.s * x.b * model.vocab_size / x.tp)
-    return max(mlp, logits)
+    return max(mlp, last_stage_logits_bytes(model, x))
 
 
 def mtp_bytes(model: ModelSpec, x: ActivationShape, *, recompute: str) -> float:

@@ -125,6 +125,16 @@ class RuntimeConvention:
     device, each reduce-scatter copies the gradient shard back). Else ZeRO-Offload's split
     (Ren et al. 2021): optimizer states on the host, parameters and gradients on the device."""
 
+    fused_cross_entropy: bool = False
+    """Non-eager activations only: the loss is Transformer Engine's fused cross-entropy on the 16-bit
+    logits, whose forward writes the logits' gradient in place into them and saves them for
+    backward (Megatron-Core ``compute_language_model_loss`` with ``cross_entropy_loss_fusion`` and
+    ``cross_entropy_fusion_impl='te'`` calls ``te_parallel_cross_entropy``; NVIDIA/TransformerEngine
+    ``transformer_engine/pytorch/triton/cross_entropy.py``, ``cross_entropy_forward`` returns its
+    ``_input``, release_v2.9 to v2.17): 2 bytes per logit kept and no fp32 copy
+    (``activations.last_stage_logits_bytes``). Else Megatron's unfused vocabulary-parallel loss on
+    an fp32 copy of the logits (``activations.loss_working_bytes``)."""
+
     moe_gathers_sequence: bool = False
     """Under tensor parallelism the MoE layer routes the whole (tp-gathered) sequence on every tp
     rank, all-to-alls it over ep groups strided by tp · cp, and sums the f/tp expert slices with an
@@ -202,10 +212,15 @@ the optimizer states. With pp > 1 its data-parallel reduction is exposed: ``Trai
 capability table's ``dp_overlap`` says (``pipelined=False``; a test checks the two agree)."""
 
 
-MEGATRON_BRIDGE = replace(MEGATRON, runtime="megatron-bridge", grad_reduce_in_fp32=False)
+MEGATRON_BRIDGE = replace(MEGATRON, runtime="megatron-bridge", grad_reduce_in_fp32=False, fused_cross_entropy=True)
 """Megatron-Core as NVIDIA's NeMo / Megatron-Bridge performance recipes configure it (the published
 NeMo performance tables): as ``MEGATRON``, except that the recipes turn fp32 gradient reduction off
 (``cfg.ddp.grad_reduce_in_fp32 = False`` and ``cfg.mixed_precision.grad_reduce_in_fp32 = False`` in
 Megatron-Bridge ``scripts/performance/configs/{llama,deepseek,qwen}/*_llm_pretrain.py``; NeMo 2's
 performance scripts set ``recipe.trainer.plugins.grad_reduce_in_fp32 = False``), so the
-distributed optimizer's gradient buffer holds bf16: 2 + 2 + 12/d bytes per parameter."""
+distributed optimizer's gradient buffer holds bf16: 2 + 2 + 12/d bytes per parameter; and the loss is
+Transformer Engine's fused cross-entropy (``fused_cross_entropy``): ``GPTModelProvider``'s
+``cross_entropy_loss_fusion`` defaults True (Megatron-Bridge ``src/megatron/bridge/models/gpt_provider.py``)
+and every performance run sets ``cross_entropy_fusion_impl = "te"`` (``set_common_perf_overrides`` in
+``scripts/performance/utils/helpers.py`` at v0.2.0, ``overrides.py`` at v0.3.0 and v0.4.0,
+``_benchmark_common`` in ``src/megatron/bridge/perf_recipes/_common.py`` since)."""

@@ -157,6 +157,7 @@ class LayerCosts:
                                tp=key.tp, sequence_parallel=key.sp, elem_bytes=self.rates.elem_bytes,
                                fused_attention=fused, eager=self.convention.eager_activations, expert_tp=key.etp,
                                loss_parallel=self.convention.loss_parallel,
+                               fused_loss=self.convention.fused_cross_entropy and not self.convention.eager_activations,
                                fused_rms_norm=self.on_accelerator,
                                gemm_input_bytes=0.0 if self.convention.eager_activations else saved_gemm_input_bytes(
                                    self.training.recipe, self.convention, self.rates.elem_bytes))

@@ -13,7 +13,8 @@ Each is a named term of ``StageMemory.overhead_parts`` (their sum is ``overhead_
 * ``fragmentation``: what the caching allocator holds beyond the live tensors
   (``fragmentation_bytes``).
 
-The loss's transient (the 16-bit logits and their fp32 copy in the unfused cross-entropy) is
+The loss's transient (the 16-bit logits and their fp32 copy in the unfused cross-entropy; a few
+fp32 values per token in Transformer Engine's fused one) is
 a working-set term of the activations (``activations.loss_working_bytes``).
 """
 

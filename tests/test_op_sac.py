@@ -86,3 +86,41 @@ def test_torchtitan_loss_parallel_holds_a_tp_share_of_the_logits():
     torch_job, titan = _evaluate("op-sac", "torch", tp=2), _evaluate("op-sac", "torchtitan", tp=2)
     half = B * S * 128256 / 2
     assert torch_job.peak_stage.activations_bytes - titan.peak_stage.activations_bytes == pytest.approx(12 * half)
+
+
+def test_fused_cross_entropy_keeps_the_16bit_logits_by_hand():
+    """Transformer Engine's fused cross-entropy (Megatron-Bridge's loss) writes the gradient into the
+    bf16 logits and keeps them: 2 bytes per logit, against Megatron's unfused loss, which keeps
+    fp32 logits (4) and allocates their bf16 and fp32 copies beside them (2 + 4). tp 8, b 2,
+    s 8192: 16384 rows x 128256 / 8 = 262,668,288 logits per rank; the fused loss's working set
+    is 4 bytes per row for the loss, 3·4 for this rank's triple, 3·4·8 for the gathered ones:
+    16384·(4 + 12 + 96) = 1,835,008 bytes."""
+    from dataclasses import replace
+
+    from costmodels.activations import largest_block_bytes, last_stage_logits_bytes, loss_working_bytes
+
+    x = ActivationShape(b=B, s=S, s_kv=S, tp=8, sequence_parallel=True, elem_bytes=2, fused_attention=True)
+    fused = replace(x, fused_loss=True)
+    logits = B * S * 128256 // 8
+    assert last_stage_logits_bytes(LLAMA, x) == 4 * logits
+    assert loss_working_bytes(LLAMA, x) == 6 * logits
+    assert last_stage_logits_bytes(LLAMA, fused) == 2 * logits
+    assert loss_working_bytes(LLAMA, fused) == 1_835_008
+    assert largest_block_bytes(LLAMA, fused, last=True) == 2 * logits
+
+
+def test_megatron_bridge_runs_the_fused_loss_and_megatron_does_not():
+    """The NeMo performance recipes' loss (``RuntimeConvention.fused_cross_entropy``) reaches the
+    activation shape: one tp 1 rank of Llama 3 8B at b 2, s 8192 keeps 2 instead of 4 bytes per
+    logit and drops the unfused loss's 6 bytes per logit of working set, so its peak is at least
+    (2 + 6)·16384·128256 bytes below Megatron-LM's (less the fused loss's few bytes per row)."""
+    def peak(runtime):
+        return planner.evaluate(model="llama3-8b", hardware="h100-hbm2e-96gb-500w", gpus=8, global_batch=16,
+                                seq_len=S, runtime=runtime,
+                                layout=planner.Layout(dp=8, micro_batch_size=2, zero_stage=1,
+                                                      num_microbatches=1)).peak_stage
+
+    bridge, megatron = peak("megatron-bridge"), peak("megatron")
+    logits = B * S * 128256
+    saved = (megatron.activations_bytes - bridge.activations_bytes)
+    assert saved == pytest.approx(8 * logits - 16 * B * S, rel=1e-9)
