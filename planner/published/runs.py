@@ -321,6 +321,7 @@ def _layout(row: dict, model: ModelSpec, num_gpus: int, global_batch: int, notes
     if global_batch % (dp * micro):
         raise Unexpressible("batch not divisible", f"global batch {global_batch} over dp {dp} x micro-batch {micro}")
     microbatches = global_batch // (dp * micro)
+    _check_grad_accum(par, global_batch, dp, micro, microbatches)
     if vpp > 1 and microbatches % pp:
         raise Unexpressible("interleaving needs m % pp == 0", f"{microbatches} micro-batches, pp {pp}")
     ep = par["ep"] or 1
@@ -335,6 +336,17 @@ def _layout(row: dict, model: ModelSpec, num_gpus: int, global_batch: int, notes
                   num_microbatches=microbatches, schedule="interleaved" if vpp > 1 else "1f1b",
                   virtual_stages=vpp, layers_per_chunk=split,
                   recompute=_recompute(par["recompute"], family, notes, model))
+
+
+def _check_grad_accum(par: dict, global_batch: int, dp: int, micro: int, microbatches: int) -> None:
+    """Raise ``Unexpressible`` where the row states a gradient-accumulation count that its own
+    global batch, dp and micro-batch contradict (GA = GBS / (dp · MBS), the definition NeMo's
+    tables follow in every other row that gives GA): one of the stated figures is wrong, and the
+    row does not say which, so its layout is not guessed."""
+    stated = par.get("grad_accum")
+    if stated and int(stated) != microbatches:
+        raise Unexpressible("layout inconsistent", f"gradient accumulation {stated} stated, but global batch {global_batch} "
+                            f"/ (dp {dp} x micro-batch {micro}) = {microbatches}")
 
 
 def _virtual_stages(par: dict, family: str, pp: int, notes: Notes) -> int:
