@@ -82,6 +82,11 @@ def test_rows_run_the_convention_of_their_framework(rows, row_id, runtime):
     ("nemo-mb-25-11-nemo-container-dgx-h100-gpt-oss-120b-64gpu-bf16-tp1pp4cp1vp1ep8-gbs512-mbs4", "layout inconsistent"),
     ("nemo-mb-25-11-nemo-container-dgx-gb300-qwen3-235b-a22b-256gpu-bf16-tp1pp4cp1vp12ep16-gbs8192-mbs2",
      "layout inconsistent"),
+    # 26.02.01's GB300 Llama 3 70B NVFP4 / MXFP8 rows against r0.3.0's presets (pp 4, vp 5, MBS 1)
+    ("nemo-mb-26-02-01-nemo-container-dgx-gb300-llama3-70b-64gpu-nvfp4-tp1pp1cp1vpnoneepnone-gbs256-mbs2",
+     "layout contradicts its recipe"),
+    ("nemo-mb-26-02-01-nemo-container-dgx-gb300-llama3-70b-64gpu-mxfp8-tp1pp4cp1vpnoneepnone-gbs256-mbs2",
+     "layout contradicts its recipe"),
 ])
 def test_not_yet_expressible_rows(rows, row_id, reason):
     with pytest.raises(Unexpressible) as err:

@@ -76,6 +76,22 @@ NEMO_EMBEDDING_LOSS_SPLIT = frozenset({"LLAMA3.1_405B"})
 the pipeline (Megatron-Bridge ``recipes/llama/llama31_405b.py``: ``account_for_embedding_in_pipeline_split``
 and ``account_for_loss_in_pipeline_split`` default True): (L + 2) / (pp·v) layers per chunk, one fewer
 on the first and the last."""
+NEMO_LAYOUT_ERRATA: dict[str, str] = {
+    "nemo-mb-26-02-01-nemo-container-dgx-gb300-llama3-70b-64gpu-nvfp4-tp1pp1cp1vpnoneepnone-gbs256-mbs2":
+        "states tp 1, pp 1, MBS 2 without FSDP, where the bf16 weights and bf16 gradient buffer of 70.6B "
+        "parameters alone are 282 GB of the GB300's 288; the release's recipe (LLAMA3_70B_PRETRAIN_CONFIG_GB300_NVFP4_V2) and "
+        "the 26.02 table's same row run pp 4, vp 5, MBS 1",
+    "nemo-mb-26-02-01-nemo-container-dgx-gb300-llama3-70b-64gpu-mxfp8-tp1pp4cp1vpnoneepnone-gbs256-mbs2":
+        "states pp 4 without interleaving at MBS 2; the release's recipe (LLAMA3_70B_PRETRAIN_CONFIG_GB300_FP8_MX_V2) "
+        "and the 26.02 table's same row run pp 4, vp 5, MBS 1",
+}
+"""NeMo rows whose stated layout contradicts the recipe of their own release, by row id: the
+26.02.01 patch tables (Megatron-Bridge ``docs/performance-summary-archive.md``, '26.02.01 NeMo
+Container') list the GB300 Llama 3 70B NVFP4 and MXFP8 runs with layouts that neither the
+release branch's presets (Megatron-Bridge ``r0.3.0``
+``scripts/performance/configs/llama/llama3_workload_base_configs.py``, unchanged for these since
+v0.3.0) nor the 26.02 table's same configurations have. Which figure is right the row cannot
+say, so it is not scored rather than re-mapped."""
 OP_SAC = re.compile(r"op-level SAC|per-op SAC", re.IGNORECASE)
 """Row recompute text naming torchtitan's op-level selective checkpointing (``selective_ac_option =
 "op"``), which keeps every other matmul output (``costmodels.op_sac``), not Megatron's selective."""
@@ -168,6 +184,8 @@ def map_row(row: dict, load_node) -> MappedRun:
     family, par, status = row["source_family"], row["parallel"], row["status"]
     if status not in ("ok", "oom"):
         raise Unexpressible("no measurement", f"status {status}")
+    if row["id"] in NEMO_LAYOUT_ERRATA:
+        raise Unexpressible("layout contradicts its recipe", NEMO_LAYOUT_ERRATA[row["id"]])
     notes = Notes()
     preset = _gpu_preset(row["hardware"]["gpu"])
     node = load_node(preset)
