@@ -382,12 +382,27 @@ def eager_logits(model: ModelSpec, x: ActivationShape) -> float:
 
 def eager_loss_working_bytes(model: ModelSpec, x: ActivationShape) -> float:
     """Eager PyTorch's cross-entropy backward beyond the fp32 log-softmax output it keeps
-    (``last_stage_extra_bytes``): ``F.cross_entropy`` is ``log_softmax`` then ``nll_loss``
-    (torch/nn/functional.py); ``nll_loss``'s backward allocates a zero fp32 gradient of the
-    logits' size and ``_log_softmax_backward_data`` a second one for its result, both live with
-    the kept output: 2·4 bytes per logit (``eager_logits``). 0 for Megatron's fused
-    vocabulary-parallel loss, whose backward overwrites the kept softmax in place."""
-    return 2 * LOGITS_BYTES * eager_logits(model, x) if x.eager else 0.0
+    (``last_stage_extra_bytes``), at its largest: k·4 bytes per logit (``eager_logits``), k fp32
+    tensors of the logits' size live at once beside the kept output (``loss_backward_tensors``).
+    0 for Megatron's fused vocabulary-parallel loss, whose backward overwrites the kept softmax
+    in place."""
+    return loss_backward_tensors(x) * LOGITS_BYTES * eager_logits(model, x) if x.eager else 0.0
+
+
+def loss_backward_tensors(x: ActivationShape) -> int:
+    """fp32 logits-sized tensors an eager cross-entropy backward holds at once beside the kept
+    log-softmax output (a count, per micro-batch).
+
+    Plain (``F.cross_entropy`` is ``log_softmax`` then ``nll_loss``, torch/nn/functional.py):
+    ``nll_loss``'s backward allocates a zero gradient and ``_log_softmax_backward_data`` a second
+    tensor for its result: 2.
+    Vocabulary-parallel (``ActivationShape.loss_parallel``, only under tp > 1 as torchtitan's
+    ``ParallelDims.loss_parallel_enabled``): DTensor's handler fuses both backwards
+    (torch/distributed/tensor/parallel/loss.py, ``_nll_loss_and_log_softmax_backward``), whose
+    ``grad_input = torch.zeros_like(x)`` stays referenced while it returns
+    ``(grad_input + torch.exp(x)) * grad_output``: the zeros, ``exp(x)`` and their sum are live at
+    the add, the zeros, the sum and the product at the multiply: 3."""
+    return 3 if x.loss_parallel and x.tp > 1 else 2
 
 
 def loss_working_bytes(model: ModelSpec, x: ActivationShape) -> float:

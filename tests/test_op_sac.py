@@ -54,13 +54,18 @@ def test_recomputed_share_and_flops_by_hand():
 
 def test_eager_loss_working_set_by_hand():
     """nll_loss's and log_softmax's backward each allocate fp32 logits: 8 bytes per logit; 16384
-    tokens x 128256 = 2,101,346,304 logits whole, 1/8 of them with a vocabulary-parallel loss."""
+    tokens x 128256 = 2,101,346,304 logits whole. A vocabulary-parallel loss reads 1/8 of them, and
+    its fused backward (``_nll_loss_and_log_softmax_backward``: zeros, exp and their sum, then the
+    sum and the product) holds three fp32 tensors at once: 12 bytes per logit. At tp 1 torchtitan
+    runs the plain loss (``loss_parallel_enabled`` needs tp > 1)."""
     x = ActivationShape(b=B, s=S, s_kv=S, tp=8, sequence_parallel=True, elem_bytes=2, fused_attention=True,
                         eager=True)
     logits = B * S * 128256
     assert eager_loss_working_bytes(LLAMA, x) == 8 * logits
     from dataclasses import replace
-    assert eager_loss_working_bytes(LLAMA, replace(x, loss_parallel=True)) == 8 * logits / 8
+    assert eager_loss_working_bytes(LLAMA, replace(x, loss_parallel=True)) == 12 * logits / 8
+    assert eager_loss_working_bytes(LLAMA, replace(x, loss_parallel=True, tp=1, sequence_parallel=False)) == \
+        8 * logits
     assert eager_loss_working_bytes(LLAMA, replace(x, eager=False)) == 0.0  # Megatron's fused loss
 
 
@@ -81,11 +86,13 @@ def test_op_sac_costs_time_and_saves_memory_between_none_and_full():
 
 
 def test_torchtitan_loss_parallel_holds_a_tp_share_of_the_logits():
-    """Same layout at tp 2: the torch job gathers the logits, torchtitan keeps V/2 per rank; the
-    difference on the last rank is (4 kept + 8 working) bytes x half the logits of a micro-batch."""
+    """Same layout at tp 2: the torch job gathers the logits and holds (4 kept + 8 working) bytes per
+    logit, torchtitan keeps V/2 per rank and holds (4 kept + 12 working) bytes per logit (its fused
+    vocabulary-parallel backward); the difference on the last rank is 12·2 − 16 = 8 bytes x half
+    the logits of a micro-batch."""
     torch_job, titan = _evaluate("op-sac", "torch", tp=2), _evaluate("op-sac", "torchtitan", tp=2)
     half = B * S * 128256 / 2
-    assert torch_job.peak_stage.activations_bytes - titan.peak_stage.activations_bytes == pytest.approx(12 * half)
+    assert torch_job.peak_stage.activations_bytes - titan.peak_stage.activations_bytes == pytest.approx(8 * half)
 
 
 def test_fused_cross_entropy_keeps_the_16bit_logits_by_hand():
