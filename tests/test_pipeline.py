@@ -79,3 +79,28 @@ def test_interleaving_does_not_multiply_the_last_stage_logits():
 
     for v in (1, 2):
         assert last_rank(128256 + 1024, v) - last_rank(128256, v) == pytest.approx((4 + 2 + 4) * 4096 * 1024)
+
+
+def test_the_generated_job_keeps_no_micro_batch_outputs_on_the_last_stage():
+    # The model holds one micro-batch of logits on the last stage (above), so the job must not let
+    # torch.distributed.pipelining keep every micro-batch's output until the next step: its
+    # schedules save each last-stage output unless step(..., return_outputs=False).
+    from types import SimpleNamespace
+
+    import torch
+
+    from planner.launch.torchjob.pipelining import pipeline_step
+
+    calls = []
+
+    class Schedule:
+        def step(self, *args, target=None, losses=None, return_outputs=True):
+            calls.append((len(args), return_outputs))
+            if target is not None:
+                losses += [torch.tensor(2.0), torch.tensor(4.0)]
+
+    for first, last in ((True, False), (False, False), (False, True), (True, True)):
+        job = SimpleNamespace(schedule=Schedule(), has_first=first, has_last=last)
+        loss = pipeline_step(job, torch.zeros(2, 3), torch.zeros(2, 3))
+        assert (loss is None) == (not last) and (loss is None or loss.item() == 3.0)
+    assert calls == [(1, False), (0, False), (0, False), (1, False)]

@@ -34,13 +34,18 @@ def build_schedule(job, loss_fn):
 
 
 def pipeline_step(job, inputs: torch.Tensor, labels: torch.Tensor) -> torch.Tensor | None:
-    """Run the schedule for one step; the mean micro-batch loss on the last stage, else None."""
+    """Run the schedule for one step; the mean micro-batch loss on the last stage, else None.
+
+    ``return_outputs=False``: otherwise the last stage keeps every micro-batch's output, the
+    logits, until the next step (``PipelineStage.forward_one_chunk`` appends them to
+    ``output_chunks``; ``save_forward_output`` in torch/distributed/pipelining/schedules.py), m
+    logits tensors the step never reads and the cost model does not count."""
     losses: list[torch.Tensor] = []
     target = labels if job.has_last else None
     if job.has_first:
-        job.schedule.step(inputs, target=target, losses=losses)
+        job.schedule.step(inputs, target=target, losses=losses, return_outputs=False)
     else:
-        job.schedule.step(target=target, losses=losses)
+        job.schedule.step(target=target, losses=losses, return_outputs=False)
     if not job.has_last:
         return None
     return torch.stack([loss.detach().float() for loss in losses]).mean()
