@@ -9,6 +9,6 @@ CONSTANTS: dict[str, float] = {
     "fp8_gemm_efficiency": 0.6,
     "gemm_efficiency": 0.7,
     "layer_overhead_s": 0.002,
-    "moe_sync_overhead_s": 0.002,
+    "moe_sync_overhead_s": 0.003,
     "overlap_slowdown": 0.0,
 }

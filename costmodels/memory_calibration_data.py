@@ -6,6 +6,6 @@ Provenance is in ``data/memory_calibration.json``.
 """
 
 CONSTANTS: dict[str, float] = {
-    "allocator_fragmentation": 0.1,
+    "allocator_fragmentation": 0.0,
     "memory_band_upper": 0.2654,
 }
