@@ -193,6 +193,7 @@ def test_megatron_bridge_job_parses_and_round_trips(tmp_path, case):
                                _evaluated_plan(tmp_path, "megatron-bridge", case, BRIDGE_LAYOUTS[case]))
     fields = bridge_fields(job)
     assert fields["ddp.grad_reduce_in_fp32"] is False  # the megatron-bridge convention's bf16 reduction
+    assert fields["model.cross_entropy_fusion_impl"] == "te"  # and its fused loss (fused_cross_entropy)
     fields = {("model.tp_comm_overlap" if k == "comm_overlap.tp_comm_overlap" else k): v for k, v in fields.items()
               if not k.startswith(("mixed_precision.", "train.")) and k != "ddp.grad_reduce_in_fp32"}
     _check_megatron_core(fields, plan)

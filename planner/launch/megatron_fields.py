@@ -67,9 +67,11 @@ ARG_FIELDS: dict[str, tuple[str, ...]] = {
 BRIDGE_RENAMES = {"model.tp_comm_overlap": "comm_overlap.tp_comm_overlap"}
 """Where Megatron-Bridge sets a field elsewhere (``CommOverlapConfig`` applies it to the model)."""
 
-BRIDGE_FIXED = {"ddp.grad_reduce_in_fp32": False, "mixed_precision.grad_reduce_in_fp32": False}
+BRIDGE_FIXED = {"ddp.grad_reduce_in_fp32": False, "mixed_precision.grad_reduce_in_fp32": False,
+                "model.cross_entropy_loss_fusion": True, "model.cross_entropy_fusion_impl": "te"}
 """What the megatron-bridge cost convention assumes beside the layout (``costmodels.convention.MEGATRON_BRIDGE``:
-the recipes reduce gradients in bf16)."""
+the recipes reduce gradients in bf16, and their loss is Transformer Engine's fused cross-entropy,
+where Megatron-Core's default ``cross_entropy_fusion_impl`` is ``native``, ``model_parallel_config.py``)."""
 
 
 def args_to_fields(tokens: list[str]) -> dict[str, object]:
