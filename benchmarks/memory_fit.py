@@ -29,7 +29,7 @@ from published import DATA  # noqa: E402
 
 from costmodels.calibration import MEMORY_CALIBRATION_FILE, MEMORY_CALIBRATION_MODULE, module_text, write_text  # noqa: E402
 from planner.published.calibration import Evaluator, fit_memory, memory_lofo, memory_results, memory_rows  # noqa: E402
-from planner.published.scoring import RunResult  # noqa: E402
+from planner.published.scoring import RunResult, mapped_rows  # noqa: E402
 from planner.published.stats import median, percentile  # noqa: E402
 
 AXES: dict[str, tuple[float, ...]] = {
@@ -83,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"memory band (held-out, {len(values)} runs): measured / predicted in "
           f"[{1 + lower:.3f}, {1 + upper:.3f}] at the {100 - MEMORY_BAND_QUANTILE:g}th-{MEMORY_BAND_QUANTILE:g}th "
           f"percentiles; fits only when predicted x {1 + upper:.3f} <= cap")
-    results = memory_results(rows, evaluator, best)
+    results = memory_results(mapped_rows(rows), evaluator, best)
     cells = [r for r in results if r.run.status == "oom"]
     print(f"\nout-of-memory cells ({len(cells)}), with {dict(best)} and the band:")
     for r in cells:

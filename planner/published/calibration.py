@@ -99,9 +99,9 @@ def memory_rows(rows: list[dict]) -> list[dict]:
     return [r for r in rows if r["memory"]["peak_mem_gb"] or r["status"] == "oom"]
 
 
-def memory_results(rows: list[dict] | MappedRows, evaluator: Evaluator, point: Point) -> list[RunResult]:
-    mapped = rows if isinstance(rows, MappedRows) else mapped_rows(rows)
-    return [r for s in score_mapped(mapped, evaluator.at(point)) for r in s.results]
+def memory_results(rows: MappedRows, evaluator: Evaluator, point: Point) -> list[RunResult]:
+    """The scored runs of ``rows`` (mapped once, ``scoring.mapped_rows``) at ``point``."""
+    return [r for s in score_mapped(rows, evaluator.at(point)) for r in s.results]
 
 
 def family_memory_errors(results: list[RunResult]) -> dict[str, list[float]]:
@@ -137,7 +137,7 @@ def memory_lofo(rows: list[dict], axes: Mapping[str, tuple[float, ...]],
     for family in families:
         point = fit_memory([r for r in rows if r["source_family"] != family], axes, evaluator)
         chosen[family] = point
-        for r in memory_results([r for r in rows if r["source_family"] == family], evaluator, point):
+        for r in memory_results(mapped_rows(r for r in rows if r["source_family"] == family), evaluator, point):
             if r.memory_error is not None:
                 residuals.append({"family": family, "rows": list(r.row_ids),
                                   "measured_over_predicted": round(1 / (1 + r.memory_error) - 1, 6)})
