@@ -134,3 +134,14 @@ def test_slurm_sbatch_starts_launch_sh_on_each_node_with_the_first_as_rendezvous
     proc, argv = _run(job / "slurm.sbatch", fake_bin, tmp_path, SLURM_JOB_NODELIST="gpu-[a-b]", **CHECKOUTS)
     assert proc.returncode == 0, proc.stderr
     assert argv == _torchrun_options(2, 4, 1, "gpu-a") + _expected_command(runtime, job) + EXTRA
+
+
+@pytest.mark.parametrize("runtime", ["megatron", "megatron-bridge", "torchtitan", "deepspeed"])
+def test_launch_rewrites_its_own_framework_job_directory(jobs, runtime):
+    # an earlier job of any runtime is a place launch may write again (the README launches the
+    # default plan, then the same plan with --scheduler kubernetes into the same directory)
+    job = jobs[runtime]
+    again = CliRunner().invoke(main, ["launch", str(job / "plan.json"), "--out", str(job),
+                                      "--scheduler", "kubernetes"])
+    assert again.exit_code == 0, again.output
+    assert (job / "jobset.yaml").is_file()

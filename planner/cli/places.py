@@ -15,7 +15,7 @@ from pathlib import Path
 from autoplan_base.errors import AutoplanError
 
 PSEUDO_FILESYSTEMS = ("/proc", "/sys", "/dev")
-JOB_MARKERS = ("plan.json", "launch.sh", "train.py")
+JOB_MARKERS = ("plan.json", "launch.sh", "slurm.sbatch")
 """Files every ``autoplan launch`` job directory holds: a directory with all of them is an earlier job."""
 
 
