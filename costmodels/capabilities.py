@@ -168,14 +168,19 @@ MEGATRON = RuntimeCapabilities(
         ShardingOption(zero_stage=0, option="(DDP, no flag)", since="core_v0.12.0", source=_MLM_DDP),
         # The distributed optimizer shards the fp32 main parameters and Adam states only: every rank
         # keeps the full gradient buffer (costmodels.convention.MEGATRON's ZeRO-1 rule).
-        ShardingOption(zero_stage=1, option="--use-distributed-optimizer", since="core_v0.12.0", source=_MLM_DDP),
+        # --overlap-param-gather, the gathers' half of dp_overlap, needs the distributed optimizer
+        # (arguments.py validate_args), so it is this stage's option and the FSDP stages'.
+        ShardingOption(zero_stage=1, option="--use-distributed-optimizer --overlap-param-gather", since="core_v0.12.0",
+                       source=_MLM_DDP),
         # Megatron-FSDP (--use-custom-fsdp in 0.12-0.13, renamed in 0.14). Not offered with pp > 1:
         # its docs (docs/user-guide/features/megatron_fsdp.md) state no pipeline combination, so the
         # table keeps to the one it shows (dp x tp x cp).
-        ShardingOption(zero_stage=2, option="--use-megatron-fsdp --data-parallel-sharding-strategy optim_grads",
-                       since="core_v0.14.0", source=_MLM_ARGS, pipelined=False),
-        ShardingOption(zero_stage=3, option="--use-megatron-fsdp --data-parallel-sharding-strategy "
-                       "optim_grads_params", since="core_v0.14.0", source=_MLM_ARGS, pipelined=False),
+        ShardingOption(zero_stage=2, option="--use-distributed-optimizer --overlap-param-gather --use-megatron-fsdp "
+                       "--data-parallel-sharding-strategy optim_grads", since="core_v0.14.0", source=_MLM_ARGS,
+                       pipelined=False),
+        ShardingOption(zero_stage=3, option="--use-distributed-optimizer --overlap-param-gather --use-megatron-fsdp "
+                       "--data-parallel-sharding-strategy optim_grads_params", since="core_v0.14.0", source=_MLM_ARGS,
+                       pipelined=False),
     ),
     schedules=(
         Feature(name="1f1b", option="--pipeline-model-parallel-size P", since="core_v0.12.0",
@@ -191,10 +196,10 @@ MEGATRON = RuntimeCapabilities(
     ),
     overlaps=(
         Feature(name="tp_comm_overlap", option="--tp-comm-overlap", since="core_v0.12.0", source=_MLM_MPC),
-        # store_true, default False (arguments.py): the cost counts DP traffic as overlapped, so the
-        # export sets both (--overlap-param-gather only with the distributed optimizer).
-        Feature(name="dp_overlap", option="--overlap-grad-reduce --overlap-param-gather", since="core_v0.12.0",
-                source=_MLM_ARGS, costed=True),
+        # store_true, default False (arguments.py): the cost counts DP traffic as overlapped, so every
+        # export sets it; its gathers' half, --overlap-param-gather, comes with the sharded stages.
+        Feature(name="dp_overlap", option="--overlap-grad-reduce", since="core_v0.12.0", source=_MLM_ARGS,
+                costed=True),
         Feature(name="optimizer_offload", option="--optimizer-cpu-offload", since="core_v0.12.0",
                 source="megatron/core/optimizer/optimizer_config.py"),
     ),

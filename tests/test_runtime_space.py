@@ -169,10 +169,25 @@ def test_cli_refusal_names_the_flag_and_launchable_warns_on_stderr_only():
     assert "deprecated" in run.stderr and json.loads(run.stdout)["inputs"]["training"]["runtime"] == "torch"
 
 
-def test_features_used_name_the_costed_dp_overlap_flags_for_megatron():
-    report = planner.plan(model="llama3-8b", hardware="h100-sxm-80gb", gpus=8, global_batch=64, seq_len=8192)
-    options = [f.option for f in features_used(capabilities("megatron"), report.best.layout)]
-    assert "--overlap-grad-reduce --overlap-param-gather" in options
+@pytest.mark.parametrize("layout", [
+    dict(dp=8, zero_stage=0), dict(dp=8, zero_stage=1), dict(dp=2, tp=2, pp=2, zero_stage=1, sequence_parallel=True),
+    dict(dp=2, tp=4, zero_stage=0, sequence_parallel=True, tp_comm_overlap=True, recompute="full"),
+    dict(dp=8, zero_stage=3)])
+def test_the_megatron_options_a_plan_names_are_the_ones_its_job_sets(layout):
+    """The plan header's "sets ..." (``features_used``) names only flags that ``megatron_args.sh``
+    writes, among them the costed DP overlap (``--overlap-param-gather`` only with the distributed
+    optimizer, as Megatron requires)."""
+    from planner.launch.megatron_export import megatron_args
+
+    kwargs = dict(model="llama3-8b", hardware="h100-sxm-80gb", gpus=8, global_batch=64, seq_len=4096)
+    L = planner.Layout(num_microbatches=64 // layout["dp"], **layout)
+    breakdown = planner.evaluate(layout=L, **kwargs)
+    job = planner.resolve_job(**kwargs)
+    args, _ = megatron_args(job.model, job.training, breakdown.layout, 4096)
+    named = {t for f in features_used(capabilities("megatron"), L) for t in f.option.split() if t.startswith("--")}
+    assert "--overlap-grad-reduce" in named
+    assert ("--overlap-param-gather" in named) == (L.zero_stage > 0)
+    assert named <= set(args)
 
 
 def _dp_comm_s(runtime: str, pp: int, overlap_fraction: float) -> float:
