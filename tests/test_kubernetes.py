@@ -189,6 +189,31 @@ def test_framework_runtime_pods_run_launch_sh_with_the_node_rank(readme_plan, tm
     assert "/opt/megatron-lm/pretrain_gpt.py" in args
 
 
+@pytest.mark.parametrize("kind", ["jobset", "pytorchjob"])
+def test_k8s_env_reaches_the_container_and_the_header_names_what_launch_sh_still_needs(readme_plan, tmp_path, kind):
+    """--k8s-env sets container variables (a framework's checkout, NCCL settings); the header's
+    Needs lines name the framework image and each variable the megatron job's launch.sh requires
+    (MEGATRON_LM) that the manifest does not set."""
+    texts = {}
+    for name, env in (("bare", []), ("set", ["--k8s-env", "MEGATRON_LM=/opt/megatron-lm",
+                                             "--k8s-env", "NCCL_IB_QPS_PER_CONNECTION=4"])):
+        result = CliRunner().invoke(main, ["launch", str(readme_plan), "--out", str(tmp_path / name),
+                                           "--scheduler", "kubernetes", "--k8s-kind", kind, *env])
+        assert result.exit_code == 0, result.output
+        texts[name] = (tmp_path / name / MANIFEST_FILES[kind]).read_text()
+        document = yaml.safe_load(texts[name])
+        check_against_api(document, kind)
+        for template in pod_templates(document):
+            variables = {e["name"]: e["value"] for e in template["spec"]["containers"][0]["env"]}
+            assert ("MEGATRON_LM" in variables) == (name == "set")
+            if name == "set":
+                assert variables["MEGATRON_LM"] == "/opt/megatron-lm" and variables["NCCL_IB_QPS_PER_CONNECTION"] == "4"
+    needs = {name: [line for line in text.splitlines() if line.startswith("# Needs:")] for name, text in texts.items()}
+    assert any("runs the megatron job" in line for line in needs["bare"])
+    assert any("MEGATRON_LM set in the container" in line for line in needs["bare"])
+    assert not any("MEGATRON_LM" in line for line in needs["set"])
+
+
 def test_manifest_is_deterministic_and_reads_back_as_built(readme_plan, tmp_path):
     texts = []
     for name in ("a", "b"):
@@ -242,6 +267,9 @@ BAD_OPTIONS = [
     (["--k8s-name", "n" * 50], "--k8s-name"),  # its JobSet pod names would pass 63 characters
     (["--k8s-claim", "a/b"], "--k8s-claim"),
     (["--k8s-mount", "relative"], "--k8s-mount"),
+    (["--k8s-env", "NO_VALUE"], "--k8s-env"),
+    (["--k8s-env", "1X=a"], "--k8s-env"),
+    (["--k8s-env", "MASTER_ADDR=a"], "--k8s-env"),  # the manifest's own rendezvous
 ]
 
 

@@ -11,6 +11,14 @@ SCHEDULERS = ("torchrun", "slurm", "kubernetes")
 """torchrun and slurm name the files every job has (launch.sh, slurm.sbatch); kubernetes adds a manifest."""
 
 
+def _env_pair(text: str) -> tuple[str, str]:
+    """``NAME=VALUE`` of ``--k8s-env`` as (name, value); the name is checked with the other options."""
+    name, sep, value = text.partition("=")
+    if not sep:
+        raise AutoplanError(f"--k8s-env {text!r}: expected NAME=VALUE")
+    return name, value
+
+
 def kubernetes_options(plan: Any, out_dir: str, scheduler: str, given: dict[str, str | None]):
     """``K8sOptions`` from the ``--k8s-*`` values (``given``, keyed ``k8s_kind`` ...) with their
     defaults, or None when ``scheduler`` is not kubernetes; a ``--k8s-*`` option without
@@ -19,7 +27,7 @@ def kubernetes_options(plan: Any, out_dir: str, scheduler: str, given: dict[str,
                                          default_image, default_name, node_shape)
 
     if scheduler != "kubernetes":
-        named = sorted(f"--{key.replace('_', '-')}" for key, value in given.items() if value is not None)
+        named = sorted(f"--{key.replace('_', '-')}" for key, value in given.items() if value not in (None, ()))
         if named:
             raise AutoplanError(f"{named[0]}: only used with --scheduler kubernetes (got --scheduler {scheduler})")
         return None
@@ -32,6 +40,6 @@ def kubernetes_options(plan: Any, out_dir: str, scheduler: str, given: dict[str,
                          namespace=given["k8s_namespace"] if given["k8s_namespace"] is not None else DEFAULT_NAMESPACE,
                          image=given["k8s_image"] if given["k8s_image"] is not None else default_image(),
                          claim_name=given["k8s_claim"] if given["k8s_claim"] is not None else DEFAULT_CLAIM,
-                         mount_path=mount, job_dir=job_dir)
+                         mount_path=mount, job_dir=job_dir, env=tuple(_env_pair(text) for text in given["k8s_env"]))
     check_options(options, node_shape(plan)[0])
     return options

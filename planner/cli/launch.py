@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import click
 
 from planner.launch.kubernetes import (DEFAULT_CLAIM, DEFAULT_MOUNT, DEFAULT_NAMESPACE, IMAGE_REPOSITORY, IMAGE_TAG_SUFFIX,
@@ -36,8 +38,11 @@ from .k8s_options import SCHEDULERS, kubernetes_options
 @click.option("--k8s-mount", default=None, help=f"where the claim is mounted in each pod (default: {DEFAULT_MOUNT})")
 @click.option("--k8s-job-dir", default=None,
               help="this job directory's path inside the pods (default: the mount path / DIR's name)")
+@click.option("--k8s-env", multiple=True, metavar="NAME=VALUE",
+              help="container environment variable, repeatable: a framework job's checkout (MEGATRON_LM=..., "
+                   "MEGATRON_BRIDGE=... with RECIPE=..., MEGATRON_DEEPSPEED=...) or NCCL settings")
 def launch_command(plan_file: str, out_dir: str, force: bool, python: str | None,
-                   scheduler: str, **k8s: str | None) -> None:
+                   scheduler: str, **k8s: Any) -> None:
     """Write the job of PLAN_FILE's runtime; run it with DIR/launch.sh.
 
     \b

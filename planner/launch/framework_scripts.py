@@ -26,6 +26,11 @@ _COMMANDS = {
                   '"${MEGATRON_DS_ARGS[@]}" --deepspeed_config "$HERE/deepspeed.json" --mock-data "$@"'),
 }
 """Runtime -> (bash line that loads the exported options, what torchrun runs)."""
+FRAMEWORK_VARIABLES: dict[str, tuple[str, ...]] = {
+    "megatron": ("MEGATRON_LM",), "megatron-bridge": ("MEGATRON_BRIDGE", "RECIPE"), "torchtitan": (),
+    "deepspeed": ("MEGATRON_DEEPSPEED",)}
+"""The variables each runtime's launch.sh requires (``${VAR:?...}`` in ``_COMMANDS``): where the
+framework's checkout is, and for Megatron-Bridge the recipe that gives the architecture."""
 
 
 def framework_launch_sh(runtime: str, *, nodes: int, gpus_per_node: int, summary: str) -> str:

@@ -66,6 +66,9 @@ POD_NAME_SUFFIX = len("-abcde")
 (``longestPodName`` in pkg/webhooks/jobset_webhook.go) when it checks names against 63 characters."""
 
 _DNS1035 = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+RESERVED_ENV = ("MASTER_ADDR", "MASTER_PORT", "PYTHONUNBUFFERED")
+"""Container variables the manifest sets itself (the rendezvous), which ``--k8s-env`` may not override."""
 _DNS1123 = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 
 
@@ -91,6 +94,9 @@ class K8sOptions:
     """Where the claim is mounted in each pod (absolute)."""
     job_dir: str
     """The job directory inside the pod (absolute): ``train.py`` is run from here."""
+    env: tuple[tuple[str, str], ...] = ()
+    """More container environment, (name, value) pairs (``--k8s-env NAME=VALUE``): a framework job's
+    checkout variables (``framework_scripts.FRAMEWORK_VARIABLES``), NCCL settings."""
 
 
 def default_name(model: str) -> str:
@@ -132,6 +138,10 @@ def check_options(options: K8sOptions, nodes: int) -> None:
     if not options.image.strip() or options.image != options.image.strip() or any(c.isspace() for c in options.image):
         raise KubernetesOptionError(f"--k8s-image {options.image!r}: expected an image reference such as "
                                     f"{IMAGE_REPOSITORY}:TAG (not empty, no spaces)")
+    for name, _ in options.env:
+        if not _ENV_NAME.fullmatch(name) or name in RESERVED_ENV:
+            raise KubernetesOptionError(f"--k8s-env {name!r}: expected NAME=VALUE with NAME a C identifier (letters, "
+                                        f"digits, '_', not starting with a digit), not one of {', '.join(RESERVED_ENV)}")
     _absolute(options.mount_path, "--k8s-mount")
     _absolute(options.job_dir, "--k8s-job-dir")
     longest_pod = len(f"{options.name}-{REPLICATED_JOB}-0-{nodes - 1}") + POD_NAME_SUFFIX
@@ -176,7 +186,8 @@ def _container(options: K8sOptions, *, name: str, command: list[str], env: list[
     resources = ({"limits": {GPU_RESOURCE: str(per_node)}} if on_gpus
                  else {"requests": {"cpu": str(per_node)}})
     return {"name": name, "image": options.image, "command": command,
-            "env": [*env, {"name": "PYTHONUNBUFFERED", "value": "1"}],
+            "env": [*env, {"name": "PYTHONUNBUFFERED", "value": "1"},
+                    *({"name": name, "value": value} for name, value in options.env)],
             "ports": [port], "resources": resources,
             "volumeMounts": [{"name": "job", "mountPath": options.mount_path},
                              {"name": "dshm", "mountPath": SHM_PATH}]}
@@ -241,8 +252,27 @@ def header(plan: PlanFile, options: K8sOptions, summary: str, *, file: str) -> t
              f"  directory at {options.job_dir} (mounted at {options.mount_path}); checkpoints and logs go under it.",
              "Needs: the JobSet controller (jobset.x-k8s.io/v1alpha2)" if options.kind == "jobset"
              else "Needs: the Kubeflow training operator (kubeflow.org/v1 PyTorchJob)",
+             *_framework_needs(plan, options),
              f"Start: kubectl apply -f {file}"]
     return tuple(lines)
+
+
+def _framework_needs(plan: PlanFile, options: K8sOptions) -> list[str]:
+    """For a framework runtime: the image must hold the framework, and launch.sh's variables
+    (``FRAMEWORK_VARIABLES``) must be set, with ``--k8s-env`` or by the image."""
+    from .framework_scripts import FRAMEWORK_VARIABLES
+
+    runtime = "torch" if plan.inputs.module is not None else plan.inputs.training.runtime
+    if runtime == "torch":
+        return []
+    lines = [f"Needs: an image (--k8s-image {options.image}) that runs the {runtime} job: the framework and its "
+             "dependencies installed"]
+    given = {name for name, _ in options.env}
+    missing = [v for v in FRAMEWORK_VARIABLES[runtime] if v not in given]
+    if missing:
+        lines.append(f"Needs: {', '.join(missing)} set in the container (launch.sh requires "
+                     f"{'them' if len(missing) > 1 else 'it'}): --k8s-env {missing[0]}=... or the image's environment")
+    return lines
 
 
 def write_manifest(plan: PlanFile, out: str | Path, options: K8sOptions) -> Path:
