@@ -242,7 +242,8 @@ def test_exports_say_what_does_not_map_with_the_frameworks_own_names():
     layout = Layout(dp=2, pp=2, zero_stage=3, num_microbatches=16)
     # what used to be exported otherwise (with a note) is refused in one line naming the field and the option
     with pytest.raises(PlanFileError, match=r"^layout\.zero_stage = 3 with pp 2: megatron runs it only without "
-                                            r"pipelining \(--use-megatron-fsdp") as refused:
+                                            r"pipelining \(--use-distributed-optimizer --overlap-param-gather "
+                                            r"--use-megatron-fsdp") as refused:
         frameworks.megatron_args(model, training, layout, 4096)
     assert "\n" not in str(refused.value)
     with pytest.raises(PlanFileError, match=r"^layout\.zero_stage = 3 with pp 2: deepspeed runs it only without "

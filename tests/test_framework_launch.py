@@ -145,3 +145,21 @@ def test_launch_rewrites_its_own_framework_job_directory(jobs, runtime):
                                       "--scheduler", "kubernetes"])
     assert again.exit_code == 0, again.output
     assert (job / "jobset.yaml").is_file()
+
+
+def test_launch_refuses_a_plan_that_does_not_fit_unless_allowed(tmp_path):
+    # evaluate --out writes any layout, marked "fits": false when it does not fit; launching it would
+    # write a job that runs out of memory: exit 1 (valid, but it does not fit) in one line, nothing written
+    plan = tmp_path / "plan.json"
+    result = CliRunner().invoke(main, ["evaluate", "--model", "llama3-70b", "--hardware", "h100-sxm-80gb", "--gpus",
+                                       "8", "--global-batch", "64", "--seq-len", "4096", "--dp", "8", "--tp", "1",
+                                       "--pp", "1", "--out", str(plan)])
+    assert result.exit_code == 0, result.output
+    refused = CliRunner().invoke(main, ["launch", str(plan), "--out", str(tmp_path / "job")])
+    assert refused.exit_code == 1
+    lines = refused.output.strip().splitlines()
+    assert len(lines) == 1 and "predicted not to fit" in lines[0] and "--allow-no-fit" in lines[0]
+    assert not (tmp_path / "job").exists()
+    allowed = CliRunner().invoke(main, ["launch", str(plan), "--out", str(tmp_path / "job"), "--allow-no-fit"])
+    assert allowed.exit_code == 0, allowed.output
+    assert (tmp_path / "job" / "launch.sh").is_file()

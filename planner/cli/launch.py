@@ -3,13 +3,14 @@
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 import click
 
 from planner.launch.kubernetes import (DEFAULT_CLAIM, DEFAULT_MOUNT, DEFAULT_NAMESPACE, IMAGE_REPOSITORY, IMAGE_TAG_SUFFIX,
                                KINDS)
-from .common import run_command
+from .common import EXIT_INFEASIBLE, run_command
 from .k8s_options import SCHEDULERS, kubernetes_options
 
 
@@ -38,11 +39,14 @@ from .k8s_options import SCHEDULERS, kubernetes_options
 @click.option("--k8s-mount", default=None, help=f"where the claim is mounted in each pod (default: {DEFAULT_MOUNT})")
 @click.option("--k8s-job-dir", default=None,
               help="this job directory's path inside the pods (default: the mount path / DIR's name)")
+@click.option("--allow-no-fit", is_flag=True,
+              help="write the job even when the plan's layout is predicted not to fit in memory (it would run "
+                   "out of memory as costed; exit 1 without this flag)")
 @click.option("--k8s-env", multiple=True, metavar="NAME=VALUE",
               help="container environment variable, repeatable: a framework job's checkout (MEGATRON_LM=..., "
                    "MEGATRON_BRIDGE=... with RECIPE=..., MEGATRON_DEEPSPEED=...) or NCCL settings")
 def launch_command(plan_file: str, out_dir: str, force: bool, python: str | None,
-                   scheduler: str, **k8s: Any) -> None:
+                   scheduler: str, allow_no_fit: bool, **k8s: Any) -> None:
     """Write the job of PLAN_FILE's runtime; run it with DIR/launch.sh.
 
     \b
@@ -54,6 +58,7 @@ def launch_command(plan_file: str, out_dir: str, force: bool, python: str | None
     refused with one line naming the field. --scheduler kubernetes also writes the manifest that runs
     DIR/launch.sh's command on each node.
     """
+    from planner.launch.export_problems import require_exportable
     from planner.launch.job import write_job
     from planner.launch.kubernetes import write_manifest
     from planner.plan.plan_file import read_plan_file
@@ -63,6 +68,10 @@ def launch_command(plan_file: str, out_dir: str, force: bool, python: str | None
 
         check_output_dir(out_dir, "--out", job=True, force=force)
         plan = read_plan_file(plan_file)
+        if plan.best is not None and plan.inputs.module is None:  # what the runtime cannot run: exit 2, first
+            require_exportable(plan.inputs.training.runtime, plan.inputs.model_spec, plan.inputs.training,
+                               plan.best.layout)
+        _refuse_no_fit(plan_file, plan, allow_no_fit)
         options = kubernetes_options(plan, out_dir, scheduler, k8s)
         files = write_job(plan, out_dir, python=python)
         run = f"{out_dir}/launch.sh" + (" --steps 20" if plan.inputs.training.runtime == "torch"
@@ -74,3 +83,15 @@ def launch_command(plan_file: str, out_dir: str, force: bool, python: str | None
         click.echo(f"wrote {len(files)} files to {out_dir}; run: {run}")
 
     run_command(work)
+
+
+def _refuse_no_fit(plan_file: str, plan: Any, allow: bool) -> None:
+    """Exit 1 (valid, but it does not fit) for a plan whose layout is predicted not to fit in memory:
+    ``evaluate --out`` writes such a plan, marked ``"fits": false``, and its job would run out of memory."""
+    predicted = plan.best.predicted if plan.best is not None else {}
+    if allow or predicted.get("fits", True):
+        return
+    click.echo(f"error: {plan_file}: its layout is predicted not to fit ({predicted.get('peak_memory_gib', 0):.1f} GiB "
+               f"per GPU against a cap of {predicted.get('memory_capacity_gib', 0):.1f}), so its job would run out of "
+               "memory; plan or evaluate a layout that fits, or pass --allow-no-fit", err=True)
+    sys.exit(EXIT_INFEASIBLE)
