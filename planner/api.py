@@ -283,7 +283,9 @@ def plan(*, model: str | ModelSpec, hardware: str | NodeSpec, gpus: int, global_
         rejected["slower"] = rejected.get("slower", 0) + len(ranked) - (top_k + 1)
         ranked = ranked[:top_k + 1]
     seconds = time.perf_counter() - started
-    fit = None if ranked else _no_fit(result, cost_model, search_options)
+    node_gpus = options.get("gpus_per_node") or (hardware if isinstance(hardware, NodeSpec)
+                                                 else load_node(hardware)).gpus_per_node
+    fit = None if ranked else _no_fit(result, cost_model, search_options, node_gpus)
     fixes = suggestions(fit, gpus) if result.closest_misses else ()
     misses = tuple(ClosestMiss(breakdown=b, suggestions=fixes) for b in result.closest_misses)
     return PlanReport(
@@ -312,10 +314,10 @@ def _search_offload_last(run: Any, cost_model: CostModel, gpus: int, domain_gpus
     return on_gpu if on_gpu.ranked else run(cost_model, gpus, domain_gpus, options, top_k, band=band)
 
 
-def _no_fit(result: Any, cost_model: CostModel, options: SearchOptions) -> NoFit:
+def _no_fit(result: Any, cost_model: CostModel, options: SearchOptions, node_gpus: int) -> NoFit:
     """Why a search found no plan: its closest miss's memory, or why no layout could be formed."""
     if result.closest_misses:
-        return no_fit(result.closest_misses[0], cost_model, options)
+        return no_fit(result.closest_misses[0], cost_model, options, node_gpus)
     reason = empty_space_reason(cost_model.model, cost_model.training, cost_model.cluster.num_gpus,
                                 cost_model.cluster.gpus_per_node, options)
     return NoFit(reason=reason, model_state_gib=0.0, smallest_fitting_gpus=None, fitting_layout=None)

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 import planner
+from planner.launch.export_problems import export_problems
 from costmodels.capabilities import CAPABILITIES, Narrowing, capabilities, features_used
 from costmodels.estimate import CostModel
 from costmodels.job import Job
@@ -241,3 +242,15 @@ def test_offload_is_picked_when_nothing_fits_without_it():
     args = dict(model="llama3-8b", hardware="h100-sxm-80gb", gpus=1, global_batch=8, seq_len=4096, runtime="torch")
     assert planner.plan(**args).best.layout.optimizer_offload
     assert planner.plan(**args, allow_offload=False).best is None
+
+
+def test_megatron_offloads_without_data_parallelism_under_its_distributed_optimizer():
+    """Megatron runs --optimizer-cpu-offload only with the distributed optimizer (ZeRO-1), which it
+    also runs at dp 1: Llama 3.1 405B on 64 H100 at batch 64 fits only as dp 1 · tp 8 · pp 8 with
+    the optimizer offloaded, so that is what plan finds (it reported nothing fits while the space
+    held ZeRO-0 alone at dp 1)."""
+    report = planner.plan(model="llama3-405b", hardware="h100-sxm-80gb", gpus=64, global_batch=64, seq_len=8192)
+    best = report.best.layout
+    assert (best.dp, best.cp, best.zero_stage, best.optimizer_offload) == (1, 1, 1, True)
+    job = planner.resolve_job(model="llama3-405b", hardware="h100-sxm-80gb", gpus=64, global_batch=64, seq_len=8192)
+    assert export_problems("megatron", job.model, job.training, best) == []  # the exported job runs it

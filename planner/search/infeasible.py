@@ -31,11 +31,14 @@ def model_state_gib(cost_model: CostModel) -> float:
     return total_params(cost_model.model) * per_param / GIB
 
 
-def smallest_fitting_gpus(cost_model: CostModel, options: SearchOptions) -> tuple[int, CostBreakdown] | None:
+def smallest_fitting_gpus(cost_model: CostModel, options: SearchOptions,
+                          node_gpus: int) -> tuple[int, CostBreakdown] | None:
     """The smallest count, among the requested count times 2, 4, ... ``MAX_SCALE_UP`` (whole nodes
-    past one node), at which some layout fits, with its best plan; None when none does."""
+    of ``node_gpus`` past one node), at which some layout fits, with its best plan; None when none
+    does. ``node_gpus``: GPUs per node of the hardware (or the request's ``gpus_per_node``), not the
+    request's cluster, whose node holds only the requested GPUs when they are fewer than a node."""
     cluster = cost_model.cluster
-    per_node = cluster.gpus_per_node
+    per_node = node_gpus
     gpus = cluster.num_gpus * 2
     while gpus <= cluster.num_gpus * MAX_SCALE_UP:
         if gpus <= per_node or gpus % per_node == 0:
@@ -47,13 +50,14 @@ def smallest_fitting_gpus(cost_model: CostModel, options: SearchOptions) -> tupl
     return None
 
 
-def no_fit(miss: CostBreakdown, cost_model: CostModel, options: SearchOptions) -> NoFit:
-    """What binds the closest miss, and the smallest GPU count that fits (checked by the search)."""
+def no_fit(miss: CostBreakdown, cost_model: CostModel, options: SearchOptions, node_gpus: int) -> NoFit:
+    """What binds the closest miss, and the smallest GPU count that fits (checked by the search;
+    ``smallest_fitting_gpus``)."""
     states = model_state_gib(cost_model)
     gpus = cost_model.cluster.num_gpus
     reason = (f"model states need {states:,.1f} GiB in all ({states / gpus:,.1f} GiB per GPU even fully sharded "
               f"over {gpus} GPUs); each GPU holds {miss.memory_capacity_bytes / GIB:.1f} GiB")
-    found = smallest_fitting_gpus(cost_model, options)
+    found = smallest_fitting_gpus(cost_model, options, node_gpus)
     return NoFit(reason=reason, model_state_gib=states, smallest_fitting_gpus=found[0] if found else None,
                  fitting_layout=found[1].layout if found else None)
 

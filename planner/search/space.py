@@ -227,7 +227,9 @@ class StateChoice:
 def state_choices(mesh: MeshChoice, domain_gpus: int, options: SearchOptions, model: ModelSpec,
                   training: TrainingSpec) -> list[StateChoice]:
     """ZeRO stages (only 0 without data parallelism; with pp > 1 only ``options.pipelined_zero_stages``),
-    HSDP for ZeRO-3, offload on or off (``options.allow_offload``)."""
+    HSDP for ZeRO-3, offload on or off (``options.allow_offload``). Without a data-parallel group
+    ZeRO-1 holds what ZeRO-0 holds, so it is searched there only with offload, which Megatron runs
+    only under its distributed optimizer (``--optimizer-cpu-offload``, a ZeRO-1 option)."""
     out = []
     for zero in _zero_stages(mesh, options):
         shard_degrees = [0]
@@ -239,6 +241,11 @@ def state_choices(mesh: MeshChoice, domain_gpus: int, options: SearchOptions, mo
                 state = StateChoice(zero_stage=zero, hsdp_shard_degree=shard, optimizer_offload=offload)
                 if _runs(options, model, training, mesh, state=state):
                     out.append(state)
+    if mesh.dp * mesh.cp == 1 and options.allow_offload and 1 in options.zero_stages \
+            and (mesh.pp == 1 or 1 in options.pipelined_zero_stages):
+        state = StateChoice(zero_stage=1, hsdp_shard_degree=0, optimizer_offload=True)
+        if _runs(options, model, training, mesh, state=state):
+            out.append(state)
     return out
 
 
