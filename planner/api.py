@@ -283,9 +283,7 @@ def plan(*, model: str | ModelSpec, hardware: str | NodeSpec, gpus: int, global_
         rejected["slower"] = rejected.get("slower", 0) + len(ranked) - (top_k + 1)
         ranked = ranked[:top_k + 1]
     seconds = time.perf_counter() - started
-    node_gpus = options.get("gpus_per_node") or (hardware if isinstance(hardware, NodeSpec)
-                                                 else load_node(hardware)).gpus_per_node
-    fit = None if ranked else _no_fit(result, cost_model, search_options, node_gpus)
+    fit = None if ranked else _no_fit(result, cost_model, search_options, _node_gpus(hardware, options))
     fixes = suggestions(fit, gpus) if result.closest_misses else ()
     misses = tuple(ClosestMiss(breakdown=b, suggestions=fixes) for b in result.closest_misses)
     return PlanReport(
@@ -312,6 +310,12 @@ def _search_offload_last(run: Any, cost_model: CostModel, gpus: int, domain_gpus
         return run(cost_model, gpus, domain_gpus, options, top_k, band=band)
     on_gpu = run(cost_model, gpus, domain_gpus, replace(options, allow_offload=False), top_k, band=band)
     return on_gpu if on_gpu.ranked else run(cost_model, gpus, domain_gpus, options, top_k, band=band)
+
+
+def _node_gpus(hardware: str | NodeSpec, options: dict[str, Any]) -> int:
+    """GPUs per node to scale a request up by: ``gpus_per_node`` as given, else the hardware's own
+    (the request's cluster holds fewer when it asked for less than a node)."""
+    return options.get("gpus_per_node") or (hardware if isinstance(hardware, NodeSpec) else load_node(hardware)).gpus_per_node
 
 
 def _no_fit(result: Any, cost_model: CostModel, options: SearchOptions, node_gpus: int) -> NoFit:

@@ -230,6 +230,12 @@ def pytorchjob(options: K8sOptions, *, runtime: str, nodes: int, per_node: int, 
             "spec": {"nprocPerNode": str(per_node), "pytorchReplicaSpecs": replicas}}
 
 
+def job_runtime(plan: PlanFile) -> str:
+    """The runtime whose job ``launch`` writes: the plan's, except that a user model
+    (``inputs.module``) only autoplan's own torch job can build."""
+    return "torch" if plan.inputs.module is not None else plan.inputs.training.runtime
+
+
 def manifest(plan: PlanFile, options: K8sOptions, *, on_gpus: bool) -> dict[str, Any]:
     """The manifest of ``options.kind`` for ``plan``; refuses bad options in one line."""
     if plan.best is None:
@@ -237,8 +243,7 @@ def manifest(plan: PlanFile, options: K8sOptions, *, on_gpus: bool) -> dict[str,
     nodes, per_node = node_shape(plan)
     check_options(options, nodes)
     build = jobset if options.kind == "jobset" else pytorchjob
-    runtime = "torch" if plan.inputs.module is not None else plan.inputs.training.runtime
-    return build(options, runtime=runtime, nodes=nodes, per_node=per_node, on_gpus=on_gpus,
+    return build(options, runtime=job_runtime(plan), nodes=nodes, per_node=per_node, on_gpus=on_gpus,
                  every=checkpoint_every(plan.best.predicted))
 
 
@@ -262,7 +267,7 @@ def _framework_needs(plan: PlanFile, options: K8sOptions) -> list[str]:
     (``FRAMEWORK_VARIABLES``) must be set, with ``--k8s-env`` or by the image."""
     from .framework_scripts import FRAMEWORK_VARIABLES
 
-    runtime = "torch" if plan.inputs.module is not None else plan.inputs.training.runtime
+    runtime = job_runtime(plan)
     if runtime == "torch":
         return []
     lines = [f"Needs: an image (--k8s-image {options.image}) that runs the {runtime} job: the framework and its "
