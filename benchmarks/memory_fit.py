@@ -6,8 +6,10 @@ Run: ``.venv/bin/python benchmarks/memory_fit.py [--write]``. Tries every value 
 allocator holds beyond them) on the runs that measured peak memory; leave-one-family-out scores
 each such family with the value fitted on the others. A residual is ``measured / predicted - 1``
 (the predicted peak as the family measures it, ``scoring.ALLOCATOR_MEMORY_FAMILIES``). The band's
-upper edge is the ``MEMORY_BAND_QUANTILE`` of those held-out residuals; a layout fits only when
-its predicted peak × (1 + upper edge) is under the memory cap. Then it checks the development
+upper edge is the ``MEMORY_BAND_QUANTILE`` of those held-out residuals, one edge for the deepspeed
+runtime from the families that ran it and one for every other runtime from the rest
+(``costmodels.bands.memory_band_group``); a layout fits only when its predicted peak × (1 + its
+runtime's upper edge) is under the memory cap. Then it checks the development
 set's out-of-memory cells against that rule (an OOM cell that a run of the same sweep with the
 same layout and a micro-batch at least as large contradicts is counted apart). ``--write`` stores
 the constants as the generated module ``costmodels/memory_calibration_data.py`` and the record
@@ -27,6 +29,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from gpu_records import fit_rows  # noqa: E402
 from published import DATA  # noqa: E402
 
+from costmodels.bands import memory_band_group  # noqa: E402
 from costmodels.calibration import MEMORY_CALIBRATION_FILE, MEMORY_CALIBRATION_MODULE, module_text, write_text  # noqa: E402
 from planner.published.calibration import Evaluator, fit_memory, memory_lofo, memory_results, memory_rows  # noqa: E402
 from planner.published.scoring import RunResult, mapped_rows  # noqa: E402
@@ -53,8 +56,20 @@ def contradicted(cell: RunResult, results: list[RunResult]) -> bool:
     return False
 
 
-def fits_at_band(r: RunResult, upper: float) -> bool:
-    """The fit rule: the predicted peak × (1 + upper) under the device's memory (scoring caps at 100%)."""
+def band_groups(residuals: list[dict], runtime_of: dict[str, str]) -> dict[str, list[float]]:
+    """Held-out residuals by memory band group (``costmodels.bands.memory_band_group`` of the
+    runtime each family ran); tags each residual with its group."""
+    groups: dict[str, list[float]] = {}
+    for d in residuals:
+        d["band_group"] = memory_band_group(runtime_of[d["family"]])
+        groups.setdefault(d["band_group"], []).append(d["measured_over_predicted"])
+    return groups
+
+
+def fits_at_band(r: RunResult, uppers: dict[str, float]) -> bool:
+    """The fit rule: the predicted peak × (1 + its runtime's upper edge) under the device's memory
+    (scoring caps at 100%)."""
+    upper = uppers[memory_band_group(r.run.runtime)]
     return r.predicted_peak_memory_gib * (1 + upper) <= r.run.node.hardware.memory_bytes / 2**30
 
 
@@ -66,9 +81,11 @@ def main(argv: list[str] | None = None) -> int:
     evaluator = Evaluator()
     best = fit_memory(rows, AXES, evaluator)
     residuals, chosen = memory_lofo(rows, AXES, evaluator)
-    values = [d["measured_over_predicted"] for d in residuals]
-    upper = percentile(values, MEMORY_BAND_QUANTILE)
-    lower = percentile(values, 100 - MEMORY_BAND_QUANTILE)
+    results = memory_results(mapped_rows(rows), evaluator, best)
+    runtime_of = {r.family: r.run.runtime for r in results}
+    groups = band_groups(residuals, runtime_of)
+    uppers = {g: percentile(v, MEMORY_BAND_QUANTILE) for g, v in groups.items()}
+    lowers = {g: percentile(v, 100 - MEMORY_BAND_QUANTILE) for g, v in groups.items()}
     print(f"all families: {dict(best)}; leave-one-family-out choices: "
           + ", ".join(f"{f} <- {dict(p)['allocator_fragmentation']}" for f, p in chosen.items()))
     print("leave-one-family-out |predicted / measured - 1| (residual = measured / predicted - 1):")
@@ -76,29 +93,36 @@ def main(argv: list[str] | None = None) -> int:
     for family in sorted({d["family"] for d in residuals}):
         own = [abs(1 / (1 + d["measured_over_predicted"]) - 1) for d in residuals if d["family"] == family]
         by_family[family] = median(own)
-        print(f"  {family:27} {len(own):3} runs  median {median(own):.1%}  p90 {percentile(own, 90):.1%}")
+        print(f"  {family:27} {len(own):3} runs  median {median(own):.1%}  p90 {percentile(own, 90):.1%}"
+              f"  (runtime {runtime_of[family]})")
     overall = median(list(by_family.values()))
+    values = [d["measured_over_predicted"] for d in residuals]
     all_runs = median([abs(1 / (1 + v) - 1) for v in values])
     print(f"  median over families {overall:.1%}; over all {len(values)} runs {all_runs:.1%}")
-    print(f"memory band (held-out, {len(values)} runs): measured / predicted in "
-          f"[{1 + lower:.3f}, {1 + upper:.3f}] at the {100 - MEMORY_BAND_QUANTILE:g}th-{MEMORY_BAND_QUANTILE:g}th "
-          f"percentiles; fits only when predicted x {1 + upper:.3f} <= cap")
-    results = memory_results(mapped_rows(rows), evaluator, best)
+    for group in sorted(groups):
+        runtimes = "deepspeed" if group != "shared" else "every other runtime"
+        print(f"memory band for {runtimes} ({group}: {len(groups[group])} held-out runs of "
+              f"{', '.join(sorted(f for f in by_family if memory_band_group(runtime_of[f]) == group))}): "
+              f"measured / predicted in [{1 + lowers[group]:.3f}, {1 + uppers[group]:.3f}] at the "
+              f"{100 - MEMORY_BAND_QUANTILE:g}th-{MEMORY_BAND_QUANTILE:g}th percentiles; fits only when "
+              f"predicted x {1 + uppers[group]:.3f} <= cap")
     cells = [r for r in results if r.run.status == "oom"]
-    print(f"\nout-of-memory cells ({len(cells)}), with {dict(best)} and the band:")
+    print(f"\nout-of-memory cells ({len(cells)}), with {dict(best)} and their runtime's band:")
     for r in cells:
         L = r.run.layout
-        verdict = "predicted OOM" if not fits_at_band(r, upper) else "PREDICTED TO FIT"
+        upper = uppers[memory_band_group(r.run.runtime)]
+        verdict = "predicted OOM" if not fits_at_band(r, uppers) else "PREDICTED TO FIT"
         note = " (contradicted by a run of the same layout)" if contradicted(r, results) else ""
         print(f"  {r.row_ids[0]:22} dp{L.dp} tp{L.tp} pp{L.pp} mb{L.micro_batch_size}: predicted "
               f"{r.predicted_peak_memory_gib:6.1f} GiB x {1 + upper:.3f} = {r.predicted_peak_memory_gib * (1 + upper):6.1f}"
               f" vs {r.run.node.hardware.memory_bytes / 2**30:.0f}: {verdict}{note}")
     fair = [r for r in cells if not contradicted(r, results)]
-    print(f"  uncontradicted OOM cells predicted not to fit: {sum(not fits_at_band(r, upper) for r in fair)}/{len(fair)}")
+    print(f"  uncontradicted OOM cells predicted not to fit: {sum(not fits_at_band(r, uppers) for r in fair)}/{len(fair)}")
     ok = [r for r in results if r.run.status == "ok"]
-    print(f"  runs that ran, predicted to fit: {sum(fits_at_band(r, upper) for r in ok)}/{len(ok)}")
+    print(f"  runs that ran, predicted to fit: {sum(fits_at_band(r, uppers) for r in ok)}/{len(ok)}")
     if args.write:
-        constants = {**dict(best), "memory_band_upper": round(upper, 4)}
+        constants = {**dict(best), "memory_band_upper": round(uppers["shared"], 4),
+                     "deepspeed_memory_band_upper": round(uppers["deepspeed"], 4)}
         record = {
             "constants": constants,
             "provenance": {
@@ -110,8 +134,10 @@ def main(argv: list[str] | None = None) -> int:
                 "lofo_median_over_families_abs_error": round(overall, 4),
                 "band_quantile_pct": MEMORY_BAND_QUANTILE,
                 "band_quantile_why": " ".join(_QUANTILE_WHY.split()),
-                "band_measured_over_predicted": [round(1 + lower, 4), round(1 + upper, 4)],
-                "fit_rule": "a layout fits when predicted peak x (1 + memory_band_upper) <= memory cap",
+                "band_groups_why": " ".join(_GROUPS_WHY.split()),
+                "band_measured_over_predicted": {g: [round(1 + lowers[g], 4), round(1 + uppers[g], 4)] for g in groups},
+                "fit_rule": "a layout fits when predicted peak x (1 + the memory band upper edge of its runtime: "
+                            "deepspeed_memory_band_upper for deepspeed, memory_band_upper otherwise) <= memory cap",
             },
             "lofo_residuals": sorted(residuals, key=lambda d: (d["family"], d["rows"][0])),
         }
@@ -119,6 +145,11 @@ def main(argv: list[str] | None = None) -> int:
         write_text(MODULE, module_text(MODULE_DOCSTRING, constants))
         print(f"\nwrote {MODULE} and {OUT}")
     return 0
+
+
+_GROUPS_WHY = """The deepspeed runtime's band is made from the residuals of the families that ran it (the BLOOM
+sweep: Megatron-DeepSpeed and PyTorch of early 2022, read with nvidia-smi), every other runtime's from
+the other families' (costmodels.assumptions.OWN_MEMORY_BAND_RUNTIMES)."""
 
 
 _QUANTILE_WHY = """An OOM costs a whole attempt (crash in the first steps, relaunch, reload, re-queue); passing

@@ -151,9 +151,9 @@ def measured_tokens_per_s_per_gpu(case: Case) -> float | None:
 
 def evaluate_published(case: Case, runtime: str | None = None) -> PlanEntry:
     """The published layout costed under the case's request and ``runtime`` (default: its own)."""
-    breakdown = planner.evaluate(layout=published_layout(case), runtime=runtime or recipe_runtime(case),
-                                 **request(case))
-    return plan_entry(breakdown, job_bands(None))
+    runtime = runtime or recipe_runtime(case)
+    breakdown = planner.evaluate(layout=published_layout(case), runtime=runtime, **request(case))
+    return plan_entry(breakdown, job_bands(None, runtime=runtime))
 
 
 def pick(case: Case, runtime: str) -> PlanEntry | None:

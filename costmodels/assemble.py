@@ -48,7 +48,7 @@ def assemble(cm: "CostModel", layout: Layout, memory: tuple[StageMemory, ...], t
         peak_flops_per_gpu=cm.rates.mfu_peak, low_precision_peak_flops_per_gpu=cm.rates.low_precision_peak,
         sources=term_sources(cm, layout, times),
         host_memory_capacity_bytes=cm.cluster.node.host_memory_bytes,
-        memory_band_upper=cm.assumptions.memory_band_upper,
+        memory_band_upper=cm.assumptions.memory_band_upper_for(cm.training.runtime),
         ranks_per_node=min(cm.cluster.gpus_per_node, layout.world_size),
     )
     plan = goodput(cm.checkpoint_bytes, cm.cluster, num_gpus=layout.world_size,

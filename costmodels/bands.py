@@ -10,11 +10,13 @@ whatever its family (so a large sweep weighs more than a single published run; t
 how many runs and families).
 
 Peak memory. A run's memory residual is ``measured / predicted - 1`` of peak device memory, over
-the development set's rows that measured it (the BLOOM sweep, torchtitan), each scored with the
-allocator constant fitted without its family (``benchmarks/memory_fit.py``, recorded in
-``data/memory_calibration.json``; the bands file's memory residuals, scored in sample, are only a
-fallback). The band spans their 5th-95th percentiles; its upper edge is folded into the memory cap
-(``Assumptions.memory_band_upper``), so a layout fits only when ``peak × (1 + hi)`` is under the
+the development set's rows that measured it (the BLOOM sweep, torchtitan, the GPU truth records),
+each scored with the allocator constant fitted without its family (``benchmarks/memory_fit.py``,
+recorded in ``data/memory_calibration.json``; the bands file's memory residuals, scored in sample,
+are only a fallback). A job's band is made from the residuals of its runtime's group
+(``memory_band_group``: the deepspeed runtime's own, else the shared ones) and spans their
+5th-95th percentiles; its upper edge is folded into the memory cap
+(``Assumptions.memory_band_upper_for``), so a layout fits only when ``peak × (1 + hi)`` is under the
 usable memory. A layout whose ``peak × (1 + memory hi)`` exceeds the usable memory is a *memory
 risk* (with the shipped records no fitting layout is one: the cap already holds the margin).
 
@@ -35,6 +37,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+from .assumptions import OWN_MEMORY_BAND_RUNTIMES
 from .calibration import CALIBRATION_FILE, MEMORY_CALIBRATION_FILE
 
 BANDS_FILE = Path(__file__).parent / "data" / "bands.json"
@@ -170,16 +173,26 @@ def shipped_step_band(calibration_file: Path = CALIBRATION_FILE, bands_file: Pat
     return None
 
 
-def shipped_memory_band(bands_file: Path = BANDS_FILE, memory_file: Path | None = None) -> Band | None:
-    """The peak-memory band: from the leave-one-family-out residuals of ``MEMORY_CALIBRATION_FILE``
-    (``benchmarks/memory_fit.py --write``; the 5th-95th percentiles, the fit rule's quantile) if
-    recorded, else the in-sample residuals of ``bands_file``'s memory section."""
+def memory_band_group(runtime: str) -> str:
+    """Which residuals make the memory band of a job ``runtime`` runs: its own for
+    ``OWN_MEMORY_BAND_RUNTIMES``, else the shared ones."""
+    return runtime if runtime in OWN_MEMORY_BAND_RUNTIMES else "shared"
+
+
+def shipped_memory_band(runtime: str = "megatron", bands_file: Path = BANDS_FILE,
+                        memory_file: Path | None = None) -> Band | None:
+    """The peak-memory band of a job ``runtime`` runs: from the leave-one-family-out residuals of
+    ``MEMORY_CALIBRATION_FILE`` in its ``memory_band_group`` (``benchmarks/memory_fit.py --write``;
+    the 5th-95th percentiles, the fit rule's quantile) if recorded, else the in-sample residuals of
+    ``bands_file``'s memory section."""
     memory_file = MEMORY_CALIBRATION_FILE if memory_file is None else memory_file
     lofo = _read(str(memory_file)).get("lofo_residuals")
     if isinstance(lofo, list):
-        values = [float(d["measured_over_predicted"]) for d in lofo
-                  if isinstance(d, Mapping) and isinstance(d.get("measured_over_predicted"), (int, float))]
-        families = len({d.get("family") for d in lofo if isinstance(d, Mapping)})
+        group = memory_band_group(runtime)
+        mine = [d for d in lofo if isinstance(d, Mapping) and d.get("band_group", group) == group]
+        values = [float(d["measured_over_predicted"]) for d in mine
+                  if isinstance(d.get("measured_over_predicted"), (int, float))]
+        families = len({d.get("family") for d in mine})
         if values:
             return band_from_residuals(values, quantile=MEMORY_BAND_COVERAGE, what="held-out runs (LOFO)",
                                        record=f"{_repo_path(memory_file)} lofo_residuals", num_families=families)

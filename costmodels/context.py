@@ -36,10 +36,11 @@ class CostContext:
         self.low_precision_share = low_precision_weight_share(model) if self.rates.low_precision else 0.0
         """Share of the weights in low-precision GEMMs (``memory.low_precision_weight_share``)."""
         self.states: StateBytes = state_bytes(training, job.convention, low_precision_share=self.low_precision_share)
-        self.capacity_bytes = job.memory_fraction * cluster.hardware.memory_bytes / (1 + assumptions.memory_band_upper)
+        band_upper = assumptions.memory_band_upper_for(training.runtime)
+        self.capacity_bytes = job.memory_fraction * cluster.hardware.memory_bytes / (1 + band_upper)
         """The memory cap a layout's point peak must stay under: the usable memory over 1 + the
-        memory band's upper edge (``Assumptions.memory_band_upper``), so that the band's upper edge
-        at its quantile stays under the usable memory."""
+        memory band's upper edge for the runtime (``Assumptions.memory_band_upper_for``), so that the
+        band's upper edge at its quantile stays under the usable memory."""
         self.checkpoint_bytes = checkpoint_state_bytes(model, training, job.convention)
         self.prefix = layer_prefix(model)
         self.core_memo: dict[tuple, RankTimes] = {}

@@ -28,6 +28,7 @@ from autoplan_base.errors import AutoplanError, SpecError, field
 from planner.plan.bands import job_bands
 from planner.search.brute_force import solve_brute_force
 from planner.search.infeasible import no_fit, suggestions
+from costmodels.bands import shipped_memory_band
 from planner.search.ranking import prefer_simplest, rank_key, tie_band
 from planner.plan.report import ClosestMiss, NoFit, PlanReport
 from planner.launch.torchjob.convention import CONVENTIONS
@@ -277,7 +278,8 @@ def plan(*, model: str | ModelSpec, hardware: str | NodeSpec, gpus: int, global_
                                   band)
     refined = result.ranked if search_options.fixed_split else \
         tuple(sorted((refine_stages(cost_model, b) for b in result.ranked), key=rank_key))
-    ranked, num_tied, reason = prefer_simplest(refined, band, tied_in_mesh=result.tied_in_mesh)
+    ranked, num_tied, reason = prefer_simplest(refined, band, tied_in_mesh=result.tied_in_mesh,
+                                               memory_band=shipped_memory_band(cost_model.training.runtime))
     rejected = dict(result.rejected)
     if len(ranked) > top_k + 1:  # compared for ties, then beaten: counted as slower
         rejected["slower"] = rejected.get("slower", 0) + len(ranked) - (top_k + 1)
@@ -292,7 +294,8 @@ def plan(*, model: str | ModelSpec, hardware: str | NodeSpec, gpus: int, global_
                        layers_per_chunk=tuple(layers_per_chunk) or None, first_stage_layers=first_stage_layers,
                        last_stage_layers=last_stage_layers),
         best=ranked[0] if ranked else None, candidates=ranked[1:], rejected=rejected,
-        closest_misses=misses, bands=job_bands(job.profile, job.inputs.profile), no_fit=fit, warnings=job.warnings,
+        closest_misses=misses, bands=job_bands(job.profile, job.inputs.profile, job.training.runtime), no_fit=fit,
+        warnings=job.warnings,
         search={"solver": solver, "space_size": result.num_candidates, "evaluated": result.num_evaluated,
                 "tie_band": band.band_rel, "tie_band_source": band.source, "num_tied": num_tied,
                 "tie_reason": reason or None, "seconds": round(seconds, 4)},

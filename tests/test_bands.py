@@ -55,7 +55,7 @@ def test_calibration_lofo_residuals_win_over_the_bands_file(tmp_path):
     calibration.write_text(json.dumps({"provenance": {"lofo_residuals": [0.1, -0.1]}}))
     step = shipped_step_band(calibration, bands)
     assert step.half_width_rel == pytest.approx(0.1) and "lofo_residuals" in step.record
-    assert shipped_memory_band(bands, tmp_path / "absent.json").half_width_rel == pytest.approx(0.2)
+    assert shipped_memory_band(bands_file=bands, memory_file=tmp_path / "absent.json").half_width_rel == pytest.approx(0.2)
 
 
 def test_memory_band_comes_from_the_held_out_memory_residuals(tmp_path):
@@ -65,9 +65,38 @@ def test_memory_band_comes_from_the_held_out_memory_residuals(tmp_path):
     bands.write_text(json.dumps({"memory": {"residuals": [0.25]}}))
     values = [i / 100 for i in range(-20, 21)]  # -0.20 .. 0.20
     memory.write_text(json.dumps({"lofo_residuals": [{"family": "f", "measured_over_predicted": v} for v in values]}))
-    band = shipped_memory_band(bands, memory)
+    band = shipped_memory_band(bands_file=bands, memory_file=memory)
     assert band.high_rel == pytest.approx(0.18) and band.low_rel == pytest.approx(-0.18)
     assert "lofo_residuals" in band.record and "held-out" in band.basis
+
+
+def test_the_deepspeed_runtime_has_a_memory_band_of_its_own(tmp_path):
+    """Residuals tagged with a band group make only that group's band: the deepspeed runtime's from
+    its own, every other runtime's from the shared ones."""
+    bands, memory = tmp_path / "bands.json", tmp_path / "memory.json"
+    bands.write_text(json.dumps({"memory": {"residuals": [0.25]}}))
+    shared = [{"family": "a", "band_group": "shared", "measured_over_predicted": i / 100} for i in range(-10, 11)]
+    own = [{"family": "b", "band_group": "deepspeed", "measured_over_predicted": 0.3 + i / 100} for i in range(-10, 11)]
+    memory.write_text(json.dumps({"lofo_residuals": shared + own}))
+    assert shipped_memory_band("megatron", bands_file=bands, memory_file=memory).high_rel == pytest.approx(0.09)
+    assert shipped_memory_band("torchtitan", bands_file=bands, memory_file=memory).high_rel == pytest.approx(0.09)
+    deep = shipped_memory_band("deepspeed", bands_file=bands, memory_file=memory)
+    assert deep.high_rel == pytest.approx(0.39) and "21 held-out runs (LOFO), 1 families" in deep.basis
+
+
+def test_the_fit_rule_takes_the_runtime_band():
+    """One layout, two runtimes: its memory cap is the usable memory over 1 + its runtime's edge."""
+    import planner
+    from costmodels.assumptions import DEFAULT_ASSUMPTIONS
+    from planner import api
+    kw = dict(model="llama3-8b", hardware="h100-sxm-80gb", gpus=8, global_batch=64, seq_len=4096,
+              layout=api.layout_for_batch(64, dp=8, tp=1, pp=1, zero_stage=1, micro_batch_size=1))
+    for runtime in ("megatron", "deepspeed"):
+        b = planner.evaluate(runtime=runtime, **kw)
+        upper = DEFAULT_ASSUMPTIONS.memory_band_upper_for(runtime)
+        assert b.memory_band_upper == pytest.approx(upper)
+        assert b.memory_capacity_bytes == pytest.approx(b.memory_usable_bytes / (1 + upper))
+    assert DEFAULT_ASSUMPTIONS.deepspeed_memory_band_upper > DEFAULT_ASSUMPTIONS.memory_band_upper > 0
 
 
 def test_profile_band_from_validate_calibrate_or_none():

@@ -312,3 +312,30 @@ def test_silent_fields_are_recorded_and_counted(rows):
     assert {"micro_batch_size=1", "virtual_stages=1", "recompute=full (family)"} <= set(mt.assumed)
     counts = assumption_counts(list(rows.values()))
     assert counts["micro_batch_size=1"][0] >= 3 and counts["virtual_stages=1"][0] >= 3
+
+
+def test_bloom_rows_before_the_bf16_optimizer_keep_16_bit_gradients(rows):
+    """The BLOOM prequel's runs before 02-28 kept 16-bit gradients (its chronicle: the BF16_Optimizer
+    that accumulates in fp32 came then, at 4 bytes per parameter more); from 02-28 they are fp32."""
+    import planner
+    from hardware_specs.units import GIB
+    before, after = map_row(rows["bloom-prequel-087"], _node), map_row(rows["bloom-prequel-089"], _node)
+    early_bf16 = map_row(rows["bloom-prequel-112"], _node)  # 02-17, stated bf16
+    assert (before.precision, early_bf16.precision, after.precision) == ("fp16", "fp16", "bf16")
+    assert before.layout == after.layout
+    assert any("BF16_Optimizer" in note for note in before.assumptions)
+    stage = {run.row_id: planner.evaluate(**run.evaluate_kwargs()).peak_stage for run in (before, after)}
+    a, b = stage["bloom-prequel-087"], stage["bloom-prequel-089"]
+    assert a.grads_bytes == pytest.approx(a.params_bytes)          # 2 bytes a parameter
+    assert b.grads_bytes == pytest.approx(3 * b.params_bytes)      # 4 (fp32) + 2 (bf16 kept by the engine)
+    assert (b.grads_bytes - a.grads_bytes) / GIB == pytest.approx(2 * b.params_bytes / GIB)
+
+
+def test_rows_on_omni_path_take_the_network_they_state(rows):
+    """Jean Zay's A100 nodes have four 100 Gb/s Omni-Path links, not a DGX A100's eight 200 Gb/s NICs."""
+    bloom = map_row(rows["bloom-prequel-001"], _node)
+    dgx = map_row(rows["megatron-sc21-t1-1.7B"], _node)
+    assert bloom.hardware_name == dgx.hardware_name == "a100-sxm-80gb"
+    assert (bloom.node.inter_node.nics_per_node, bloom.node.inter_node.nic_bandwidth_bytes_per_s) == (4, 12.5e9)
+    assert (dgx.node.inter_node.nics_per_node, dgx.node.inter_node.nic_bandwidth_bytes_per_s) == (8, 25e9)
+    assert any("OPA" in note for note in bloom.assumptions)

@@ -310,7 +310,7 @@ def evaluate_command(fmt: str, out: str | None, dp: int, tp: int, pp: int, cp: i
                                       tp_comm_overlap=tp_comm_overlap, optimizer_offload=offload, layers_per_chunk=split,
                                       activation_offload_layers=activation_offload_layers)
         breakdown = api.evaluate(layout=layout, **job_kwargs)
-        bands = job_bands(job.profile, job.inputs.profile)
+        bands = job_bands(job.profile, job.inputs.profile, job.training.runtime)
         _warn(job.warnings)
         report = PlanReport(inputs=job.inputs, best=breakdown, candidates=(), bands=bands,
                             search={"solver": "evaluate", "space_size": 1, "evaluated": 1}, warnings=job.warnings)

@@ -46,9 +46,11 @@ class JobBands:
         return out
 
 
-def job_bands(profile: "HardwareProfile | None", profile_where: str | None = None) -> JobBands:
-    """The bands of a request costed with ``profile`` (None: the shipped calibration)."""
-    memory = shipped_memory_band()
+def job_bands(profile: "HardwareProfile | None", profile_where: str | None = None,
+              runtime: str = "megatron") -> JobBands:
+    """The bands of a request costed with ``profile`` (None: the shipped calibration) that
+    ``runtime`` runs (its memory band, ``costmodels.bands.memory_band_group``)."""
+    memory = shipped_memory_band(runtime)
     if profile is None:
         step = shipped_step_band()
         return JobBands(step=step, memory=memory,

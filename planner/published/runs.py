@@ -92,6 +92,16 @@ release branch's presets (Megatron-Bridge ``r0.3.0``
 ``scripts/performance/configs/llama/llama3_workload_base_configs.py``, unchanged for these since
 v0.3.0) nor the 26.02 table's same configurations have. Which figure is right the row cannot
 say, so it is not scored rather than re-mapped."""
+BLOOM_FP32_ACCUMULATION_FROM = (2, 28)
+"""(month, day) of 2022 from which the BLOOM prequel sweep ran DeepSpeed's BF16_Optimizer, which
+accumulates gradients in fp32 (its rows' precision text says so). Its 'Rebalancing layers'
+section (bigscience-workshop/bigscience ``train/tr11-176B-ml/chronicles-prequel.md``) says the
+runs before it used fp16, 'which grad accumulates in fp16', and that the new optimizer costs
+'4bytes x params' more; its 02-17 'Best TFLOPs' tables read 67 GB in fp16 and 68 GB in bf16 for
+one layout, so the bf16 of that date kept 16-bit gradients too. Earlier rows are therefore costed
+with 16-bit gradients: fp16 where the row states no precision or fp16, and as fp16 where it states
+bf16 (the A100's fp16 and bf16 rates are equal, and fp16 is how the cost model keeps 16-bit gradients
+under DeepSpeed)."""
 OP_SAC = re.compile(r"op-level SAC|per-op SAC", re.IGNORECASE)
 """Row recompute text naming torchtitan's op-level selective checkpointing (``selective_ac_option =
 "op"``), which keeps every other matmul output (``costmodels.op_sac``), not Megatron's selective."""
@@ -188,7 +198,7 @@ def map_row(row: dict, load_node) -> MappedRun:
         raise Unexpressible("layout contradicts its recipe", NEMO_LAYOUT_ERRATA[row["id"]])
     notes = Notes()
     preset = _gpu_preset(row["hardware"]["gpu"])
-    node = load_node(preset)
+    node = _with_row_network(load_node(preset), row, notes)
     try:
         model = model_spec_for(row)
     except ShapeError as err:
@@ -289,6 +299,9 @@ def _precision(row: dict, node: NodeSpec, notes: Notes) -> tuple[str, str | None
     if text is None and row["source_family"] == "nemo_megatron_bridge_perf":
         raise Unexpressible("precision not stated", "NeMo row without a precision (its tables run BF16 and FP8)")
     sixteen = "bf16" if node.hardware.supports("bf16") else "fp16"
+    if row["source_family"] == "bloom_prequel_sweep" and _bloom_date(row) < BLOOM_FP32_ACCUMULATION_FROM:
+        notes.append(f"precision {text!r} before BF16_Optimizer (BLOOM_FP32_ACCUMULATION_FROM): fp16, 16-bit gradients")
+        return "fp16", None
     if text is None:
         notes.assume(f"precision={sixteen}", f"precision not stated: {sixteen}")
         return sixteen, None
@@ -306,6 +319,34 @@ def _precision(row: dict, node: NodeSpec, notes: Notes) -> tuple[str, str | None
         return "bf16", None
     notes.append(f"precision {text!r}: bf16")
     return sixteen, None
+
+
+OMNI_PATH_LINK_GBIT_PER_S = 100
+"""Intel Omni-Path Architecture 100 Series: 100 Gb/s per port and direction (Intel OPA 100 Series
+product brief)."""
+
+
+def _with_row_network(node: NodeSpec, row: dict, notes: Notes) -> NodeSpec:
+    """The preset node, with the network the row states where it names one the preset lacks: Jean
+    Zay's A100 nodes (the BLOOM rows) have 'N OPA links per node', Omni-Path at 100 Gb/s each, not
+    the DGX A100's eight 200 Gb/s HDR InfiniBand NICs."""
+    text = row["hardware"].get("inter_node") or ""
+    found = re.search(r"(\d+)\s+OPA links per node", text)
+    if not found:
+        return node
+    links = int(found.group(1))
+    notes.append(f"network {text!r}: {links} x {OMNI_PATH_LINK_GBIT_PER_S} Gb/s per node")
+    network = replace(node.inter_node, nics_per_node=links, nic_bandwidth_bytes_per_s=OMNI_PATH_LINK_GBIT_PER_S * 1e9 / 8)
+    return replace(node, inter_node=network)
+
+
+def _bloom_date(row: dict) -> tuple[int, int]:
+    """(month, day) of a BLOOM prequel row, from its location's date ('... 02-21)')."""
+    found = re.findall(r"\b(\d\d)-(\d\d)\b", row["source"].get("location") or "")
+    if not found:
+        raise Unexpressible("no date", "BLOOM prequel row without a date in its location")
+    month, day = found[-1]
+    return int(month), int(day)
 
 
 def _global_batch(par: dict, seq_len: int) -> int:

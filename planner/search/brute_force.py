@@ -13,6 +13,7 @@ from collections import Counter
 
 from costmodels.estimate import CostModel
 
+from costmodels.bands import shipped_memory_band
 from costmodels.tie_band import TieBand
 
 from .ranking import MeshBand, layout_key, mesh_of, ranked_plans, tie_band
@@ -24,6 +25,7 @@ def solve_brute_force(cost_model: CostModel, num_gpus: int, domain_gpus: int, op
                       top_k: int, num_misses: int = 3, band: TieBand | None = None) -> SolverResult:
     band = band or tie_band()
     bands: dict[tuple, MeshBand] = {}
+    memory_band = shipped_memory_band(cost_model.training.runtime)
     rejected: Counter = Counter()
     misses = []
     total = 0
@@ -34,7 +36,7 @@ def solve_brute_force(cost_model: CostModel, num_gpus: int, domain_gpus: int, op
             rejected["memory"] += 1
             misses.append((round(overshoot_bytes), layout_key(layout), layout))
             continue
-        bands.setdefault(mesh_of(layout), MeshBand(band)).offer(cost_model.estimate(layout))
+        bands.setdefault(mesh_of(layout), MeshBand(band, memory_band)).offer(cost_model.estimate(layout))
     ranked, tied = ranked_plans(bands, top_k, band)
     rejected["slower"] = total - rejected["memory"] - len(ranked)
     closest = () if ranked else \

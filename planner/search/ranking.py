@@ -109,8 +109,10 @@ def tie_reason(pick: CostBreakdown, tied: list[CostBreakdown], memory_band: Band
 class MeshBand:
     """One mesh's fastest plan (by ``rank_key``) and its plans within ``band`` of it, as plans arrive."""
 
-    def __init__(self, band: TieBand) -> None:
+    def __init__(self, band: TieBand, memory_band: Band | None = None) -> None:
+        """``memory_band``: the job's (``shipped_memory_band(runtime)``; None: the shared runtimes')."""
         self.tie_band = band
+        self.memory_band = shipped_memory_band() if memory_band is None else memory_band
         self.band = band.band_rel
         self.fastest: CostBreakdown | None = None
         self.fastest_key: tuple = ()
@@ -130,22 +132,22 @@ class MeshBand:
 
     def simplest(self) -> tuple[CostBreakdown, int]:
         """The simplest plan within the band, and how many simplicity classes the band holds."""
-        memory_band = shipped_memory_band()
-        pick = min(self.plans, key=lambda b: tie_key(b, memory_band, self.tie_band))
+        pick = min(self.plans, key=lambda b: tie_key(b, self.memory_band, self.tie_band))
         return pick, len({simplicity_class(b.layout) for b in self.plans})
 
 
-def prefer_simplest(ranked: tuple[CostBreakdown, ...], band: TieBand,
-                    tied_in_mesh: dict[tuple, int] | None = None) -> tuple[tuple[CostBreakdown, ...], int, str]:
+def prefer_simplest(ranked: tuple[CostBreakdown, ...], band: TieBand, tied_in_mesh: dict[tuple, int] | None = None,
+                    memory_band: Band | None = None) -> tuple[tuple[CostBreakdown, ...], int, str]:
     """``ranked`` (fastest first) with the least risky plan within ``band`` of the fastest
     (``tie_key``) moved to the front; how many layouts were within the band (each tied plan counts
     the simplicity classes its mesh had within the band: ``tied_in_mesh``, by ``mesh_of``; 1 where
-    not given); and why the pick won (``tie_reason``)."""
+    not given); and why the pick won (``tie_reason``). ``memory_band``: the job's
+    (``shipped_memory_band(runtime)``; None: the shared runtimes')."""
     if not ranked:
         return ranked, 0, ""
     limit_s = ranked[0].step_time_s * (1 + band.band_rel)
     tied = [b for b in ranked if b.step_time_s <= limit_s]
-    memory_band = shipped_memory_band()
+    memory_band = shipped_memory_band() if memory_band is None else memory_band
     pick = min(tied, key=lambda b: tie_key(b, memory_band, band))
     counts = tied_in_mesh or {}
     num_tied = sum(counts.get(mesh_of(b.layout), 1) for b in tied)

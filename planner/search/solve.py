@@ -55,6 +55,7 @@ from costmodels.pipeline import DUALPIPE
 
 from .floors import MemoryFloors
 from .twins import OverlapTwins
+from costmodels.bands import Band, shipped_memory_band
 from costmodels.tie_band import TieBand
 
 from .ranking import MeshBand, ranked_plans, tie_band
@@ -73,9 +74,10 @@ class _Ranking:
     """Each mesh's band of plans (``ranking.MeshBand``), and the step time a new mesh must beat to
     enter the top K."""
 
-    def __init__(self, top_k: int, band: TieBand) -> None:
+    def __init__(self, top_k: int, band: TieBand, memory_band: Band | None) -> None:
         self.top_k = top_k
         self.tie_band = band
+        self.memory_band = memory_band
         self.band_rel = band.band_rel
         self.bands: dict[MeshChoice, MeshBand] = {}
         self._threshold_s = float("inf")
@@ -91,7 +93,7 @@ class _Ranking:
         return self._threshold_s
 
     def offer(self, mesh: MeshChoice, breakdown: CostBreakdown) -> None:
-        band = self.bands.setdefault(mesh, MeshBand(self.tie_band))
+        band = self.bands.setdefault(mesh, MeshBand(self.tie_band, self.memory_band))
         before = band.fastest
         band.offer(breakdown)
         if band.fastest is not before and len(self.bands) >= self.top_k:
@@ -166,7 +168,7 @@ def _collector_paused() -> Iterator[None]:
 def _solve(cost_model: CostModel, num_gpus: int, domain_gpus: int, options: SearchOptions, top_k: int,
            num_misses: int, band: TieBand) -> SolverResult:
     model, training = cost_model.model, cost_model.training
-    ranking, tally = _Ranking(top_k, band), _Tally(num_misses)
+    ranking, tally = _Ranking(top_k, band, shipped_memory_band(training.runtime)), _Tally(num_misses)
     total = 0
     work: list[tuple] = []
     pipes_of: dict[tuple[int, int], list[PipelineChoice]] = {}  # they read the mesh's dp and pp only
