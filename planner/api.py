@@ -35,7 +35,7 @@ from planner.launch.torchjob.convention import CONVENTIONS
 from planner.plan.plan_file import PlanInputs
 from planner.search.solve import solve
 from planner.search.space import SearchOptions, empty_space_reason, overlap_searched
-from planner.search.runtime_space import check_narrowing, narrowing_from
+from planner.search.runtime_space import check_narrowing, check_narrowing_gpus, narrowing_from
 from planner.search.runtime_space import search_options as runtime_search_options
 from planner.search.stages import refine_stages
 
@@ -258,6 +258,7 @@ def plan(*, model: str | ModelSpec, hardware: str | NodeSpec, gpus: int, global_
     check_narrowing(table, narrowing)
     job = resolve_job(model=model, hardware=hardware, gpus=gpus, global_batch=global_batch,
                       seq_len=seq_len, **options)
+    check_narrowing_gpus(narrowing, gpus)
     if table.applies_launch_rule and job.training.recipe.is_low_precision:
         raise PlanError(f"{field('precision', job.training.precision)} with {field('runtime', 'torch')}: the generated "
                         f"job does not apply low-precision recipes; plan with {field('runtime', 'megatron')} or "

@@ -24,8 +24,9 @@ def binding_constraint(best: PlanEntry) -> dict[str, Any]:
     share = p["peak_memory_gib"] / p["memory_capacity_gib"]
     risk = "; its memory band crosses the cap (memory risk)" if (p.get("band") or {}).get("memory_risk") else ""
     if share >= MEMORY_BOUND_SHARE:
-        return {"kind": "memory", "text": f"memory: peak {p['peak_memory_gib']:.1f} of "
-                                          f"{p['memory_capacity_gib']:.1f} GiB per GPU ({share:.0%}){risk}"}
+        return {"kind": "memory", "text": f"memory: peak {p['peak_memory_gib']:.1f} of the "
+                                          f"{p['memory_capacity_gib']:.1f} GiB per GPU the fit rule allows "
+                                          f"({share:.0%}){risk}"}
     term, seconds = max(p["time_s"].items(), key=lambda kv: (kv[1], kv[0]))
     return {"kind": "time", "term": term,
             "text": f"time: {term} is {seconds:.3f} s of the {p['step_time_s']:.3f} s step "
@@ -96,7 +97,7 @@ def ties(plan: PlanFile) -> dict[str, Any]:
     else:
         source = f" ({s.tie_band_source})" if s.tie_band_source else ""
         text = f"{count} layout{'s' if count != 1 else ''} indistinguishable within the {s.tie_band:.1%} tie band{source}"
-        if s.tie_reason:
+        if s.tie_reason and count > 1:
             text += f"; picked for {s.tie_reason}"
     return {"num_indistinguishable": count, "band_rel": s.tie_band, "source": s.tie_band_source,
             "reason": s.tie_reason, "text": text}

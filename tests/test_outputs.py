@@ -79,6 +79,34 @@ def test_nothing_fits_names_the_smallest_gpu_count_that_fits_and_it_does():
     assert count == 8 or planner.plan(gpus=count // 2, **request).best is None
 
 
+def test_the_plan_json_of_nothing_fits_carries_the_no_fit_numbers_and_reads_back(tmp_path):
+    """A scheduler reading the plan JSON gets why nothing fits and the smallest GPU count that does,
+    with its layout, as numbers; the plan file round-trips them."""
+    import json
+    import subprocess
+    import sys
+
+    import planner
+    from planner.plan.plan_file import read_plan_file
+
+    out = tmp_path / "plan.json"
+    args = ["plan", "--model", "llama3-70b", "--hardware", "a100-sxm-40gb", "--gpus", "4", "--global-batch", "8",
+            "--seq-len", "2048"]
+    run = subprocess.run([sys.executable, "-c", "from planner.cli import main; main()", *args, "--format", "json"],
+                         capture_output=True, text=True)
+    assert run.returncode == 1
+    doc = json.loads(run.stdout)
+    assert doc["best"] is None
+    no_fit = doc["no_fit"]
+    assert no_fit["reason"].startswith("model states need ") and no_fit["model_state_gib"] > 0
+    api = planner.plan(model="llama3-70b", hardware="a100-sxm-40gb", gpus=4, global_batch=8, seq_len=2048).no_fit
+    assert no_fit["smallest_fitting_gpus"] == api.smallest_fitting_gpus > 4
+    assert no_fit["fitting_layout"] == api.fitting_layout.to_dict()
+    assert CliRunner().invoke(main, [*args, "--out", str(out)]).exit_code == 1
+    assert read_plan_file(out).no_fit.fitting_layout == api.fitting_layout
+    assert "no_fit" not in json.loads(_invoke(["plan", *JOB, "--format", "json"]).stdout)
+
+
 def test_predictions_say_whether_they_are_datasheet_estimates_or_measured():
     from planner.plan.render import prediction_status
 

@@ -143,6 +143,31 @@ def test_api_refuses_what_the_runtime_cannot_run_naming_the_parameter(kwargs, me
         planner.plan(model="tiny-llama", hardware="h100-sxm-80gb", gpus=2, global_batch=4, seq_len=64, **kwargs)
 
 
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(tp=[16]), r"tp= 16: no value divides the 8 GPUs; use one of 1,2,4,8"),
+    (dict(tp=[3, 5]), r"tp= 3,5: no value divides the 8 GPUs"),
+    (dict(tp=[8], pp=[2]), r"tp= 8 x pp= 2 needs 16 GPUs, more than the 8 requested"),
+    (dict(tp=[4], pp=[2], cp=[2]), r"tp= 4 x pp= 2 x cp= 2 needs 16 GPUs"),
+])
+def test_a_narrowing_no_layout_on_the_gpus_can_take_is_bad_input(kwargs, message):
+    """Degrees that cannot divide the GPU count are refused as bad input naming the option (not
+    searched and answered "nothing fits")."""
+    from planner.search.runtime_space import NarrowingError
+    with pytest.raises(NarrowingError, match=message):
+        planner.plan(model="llama3-8b", hardware="h100-sxm-80gb", gpus=8, global_batch=64, seq_len=4096, **kwargs)
+    # a narrowing with one value that divides is searched
+    report = planner.plan(model="llama3-8b", hardware="h100-sxm-80gb", gpus=8, global_batch=64, seq_len=4096,
+                          tp=(3, 4))
+    assert report.best.layout.tp == 4
+
+
+def test_cli_refuses_a_tp_that_cannot_divide_the_gpus_with_exit_2():
+    run = _cli("plan", "--model", "llama3-8b", "--hardware", "h100-sxm-80gb", "--gpus", "8", "--global-batch", "64",
+               "--seq-len", "4096", "--tp", "16")
+    assert run.returncode == 2 and run.stdout == ""
+    assert run.stderr.strip().splitlines() == ["error: --tp 16: no value divides the 8 GPUs; use one of 1,2,4,8"]
+
+
 def _cli(*args):
     return subprocess.run([sys.executable, "-c", "from planner.cli import main; main()", *args], cwd=ROOT,
                           capture_output=True, text=True, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})

@@ -189,14 +189,16 @@ def _narrowing_kwargs(kw: dict[str, Any], runtime: str) -> dict[str, Any]:
     """The narrowing options as ``planner.plan`` keywords, checked against ``runtime``'s table first
     so a refusal names the flag (``--tp``), not the API keyword."""
     from costmodels.capabilities import capabilities
-    from planner.search.runtime_space import check_narrowing, flag_name, narrowing_from
+    from planner.search.runtime_space import check_narrowing, check_narrowing_gpus, flag_name, narrowing_from
 
     out = {key: kw.pop(key) for key in _NARROWING_KEYS}
     out = {key: value for key, value in out.items() if value is not None}
     out["allow_offload"] = not kw.pop("no_offload")
     version = kw.pop("runtime_version")
     table = capabilities(runtime, version)
-    check_narrowing(table, narrowing_from(out, flag_name), flag_name)
+    narrowing = narrowing_from(out, flag_name)
+    check_narrowing(table, narrowing, flag_name)
+    check_narrowing_gpus(narrowing, kw["gpus"], flag_name)
     return {**out, "runtime_version": version}
 
 

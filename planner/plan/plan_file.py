@@ -242,6 +242,35 @@ class MissEntry:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class NoFitEntry:
+    """Why nothing fits, as a scheduler reads it (``planner.plan.report.NoFit``): the binding
+    reason, the whole model's states, and the smallest GPU count that fits with its layout."""
+
+    reason: str
+    model_state_gib: float
+    smallest_fitting_gpus: int | None
+    fitting_layout: Layout | None
+
+    @classmethod
+    def from_dict(cls, raw: Any, where: str) -> "NoFitEntry":
+        if not isinstance(raw, dict):
+            raise PlanFileError(f"{where}: expected an object")
+        gpus = raw.get("smallest_fitting_gpus")
+        if gpus is not None and (not isinstance(gpus, int) or isinstance(gpus, bool) or gpus < 1):
+            raise PlanFileError(f"{where}.smallest_fitting_gpus: expected a positive integer or null, got {gpus!r}")
+        layout = raw.get("fitting_layout")
+        return cls(reason=_get(raw, "reason", where, str),
+                   model_state_gib=_get(raw, "model_state_gib", where, (int, float)),
+                   smallest_fitting_gpus=gpus,
+                   fitting_layout=None if layout is None else _spec(Layout.from_dict, layout, f"{where}.fitting_layout"))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"reason": self.reason, "model_state_gib": self.model_state_gib,
+                "smallest_fitting_gpus": self.smallest_fitting_gpus,
+                "fitting_layout": None if self.fitting_layout is None else self.fitting_layout.to_dict()}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class SearchStats:
     """How the plan was found: solver, layouts in the space, layouts evaluated in full, rejected
     counts by reason; ``seconds`` (wall time) only outside plan files, which stay byte-identical."""
@@ -302,6 +331,8 @@ class PlanFile:
     candidates: tuple[PlanEntry, ...]
     search: SearchStats
     closest_misses: tuple[MissEntry, ...] = ()
+    no_fit: NoFitEntry | None = None
+    """Why nothing fits, when ``best`` is None and the plan was searched; written only then."""
     warnings: tuple[str, ...] = ()
     """What the request asks that the model was not built for (``api.Job.warnings``); written only when any."""
 
@@ -318,6 +349,7 @@ class PlanFile:
         candidates = _get(raw, "candidates", "", list)
         misses = _get(raw, "closest_misses", "", list, optional=True) or []
         warnings = _get(raw, "warnings", "", list, optional=True) or []
+        no_fit = raw.get("no_fit")
         if not all(isinstance(w, str) for w in warnings):
             raise PlanFileError("warnings: expected a list of strings")
         return cls(inputs=PlanInputs.from_dict(raw.get("inputs")),
@@ -326,6 +358,7 @@ class PlanFile:
                    candidates=tuple(PlanEntry.from_dict(c, f"candidates.{i}") for i, c in enumerate(candidates)),
                    search=SearchStats.from_dict(raw.get("search")),
                    closest_misses=tuple(MissEntry.from_dict(m, f"closest_misses.{i}") for i, m in enumerate(misses)),
+                   no_fit=None if no_fit is None else NoFitEntry.from_dict(no_fit, "no_fit"),
                    warnings=tuple(warnings))
 
     @classmethod
@@ -344,6 +377,8 @@ class PlanFile:
         }
         if self.closest_misses:
             out["closest_misses"] = [m.to_dict() for m in self.closest_misses]
+        if self.no_fit is not None:
+            out["no_fit"] = self.no_fit.to_dict()
         if self.warnings:
             out["warnings"] = list(self.warnings)
         return out

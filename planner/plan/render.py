@@ -108,8 +108,8 @@ def print_plan(console: Console, plan: PlanEntry, title: str, tie_note: str = ""
         fits = "[red]fits on the GPU, but host RAM cannot hold the offloaded states[/red]"
     elif band.get("memory_risk"):
         fits = "[yellow]fits, but its band crosses the cap: memory risk[/yellow]"
-    console.print(f"  peak memory {p['peak_memory_gib']:.1f}{_pm(band.get('peak_memory_gib'))} / "
-                  f"{p['memory_capacity_gib']:.1f} GiB per GPU ({fits})")
+    console.print(f"  peak memory {p['peak_memory_gib']:.1f}{_pm(band.get('peak_memory_gib'))} GiB per GPU, of "
+                  f"{p['memory_capacity_gib']:.1f} the fit rule allows ({fits})")
     if p.get("memory_band_upper"):
         console.print(f"  fit rule: peak x {1 + p['memory_band_upper']:.3f} (95th percentile of held-out measured / "
                       f"predicted peaks: an OOM costs a restart, a miss a few per cent) <= "

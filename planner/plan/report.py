@@ -11,7 +11,7 @@ from costmodels.layout import Layout
 from hardware_specs.units import GIB
 
 from .bands import JobBands
-from .plan_file import MissEntry, PlanEntry, PlanFile, PlanInputs, SearchStats
+from .plan_file import MissEntry, NoFitEntry, PlanEntry, PlanFile, PlanInputs, SearchStats
 
 
 def plan_entry(breakdown: CostBreakdown, bands: JobBands | None = None) -> PlanEntry:
@@ -92,10 +92,13 @@ class PlanReport:
         misses = tuple(MissEntry(entry=plan_entry(m.breakdown, self.bands), needed_gib=round(m.needed_gib, 3),
                                  available_gib=round(m.available_gib, 3), suggestions=m.suggestions)
                        for m in self.closest_misses)
+        no_fit = None if self.no_fit is None else NoFitEntry(
+            reason=self.no_fit.reason, model_state_gib=round(self.no_fit.model_state_gib, 3),
+            smallest_fitting_gpus=self.no_fit.smallest_fitting_gpus, fitting_layout=self.no_fit.fitting_layout)
         return PlanFile(inputs=self.inputs, inputs_digest=self.inputs.digest(),
                         best=plan_entry(self.best, self.bands) if self.best else None,
                         candidates=tuple(plan_entry(c, self.bands) for c in self.candidates), search=search,
-                        closest_misses=misses, warnings=self.warnings)
+                        closest_misses=misses, no_fit=no_fit, warnings=self.warnings)
 
     def to_dict(self, *, with_timing: bool = False) -> dict[str, Any]:
         return self.to_plan_file(with_timing=with_timing).to_dict()

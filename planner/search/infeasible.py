@@ -56,7 +56,7 @@ def no_fit(miss: CostBreakdown, cost_model: CostModel, options: SearchOptions, n
     states = model_state_gib(cost_model)
     gpus = cost_model.cluster.num_gpus
     reason = (f"model states need {states:,.1f} GiB in all ({states / gpus:,.1f} GiB per GPU even fully sharded "
-              f"over {gpus} GPUs); each GPU holds {miss.memory_capacity_bytes / GIB:.1f} GiB")
+              f"over {gpus} GPUs); the fit rule allows {miss.memory_capacity_bytes / GIB:.1f} GiB per GPU")
     found = smallest_fitting_gpus(cost_model, options, node_gpus)
     return NoFit(reason=reason, model_state_gib=states, smallest_fitting_gpus=found[0] if found else None,
                  fitting_layout=found[1].layout if found else None)

@@ -90,12 +90,13 @@ TIE_REASONS = ("memory band under the cap", "fewest uncertain mechanisms", "simp
 
 def tie_reason(pick: CostBreakdown, tied: list[CostBreakdown], memory_band: Band | None, band: TieBand) -> str:
     """One line on why ``pick`` won among ``tied``: the ``tie_key`` part that separates it from the
-    next in that order, and whether its own memory band crosses the cap."""
+    next in that order, and whether its own memory band crosses the cap. With no other mesh tied,
+    the pick is its mesh's least risky layout (``MeshBand.simplest``)."""
     risky = memory_risk(pick.peak_memory_bytes, pick.memory_usable_bytes, memory_band)
     risk = "its memory band crosses the cap (every tied layout's does)" if risky else "no memory risk"
     others = [b for b in tied if b is not pick]
     if not others:
-        return f"no other layout within the band; {risk}"
+        return f"least risky of the layouts tied in its own mesh; {risk}"
     key = tie_key(pick, memory_band, band)
     runner = min((tie_key(b, memory_band, band) for b in others))
     part = next(i for i, (a, b) in enumerate(zip(key, runner)) if a != b)

@@ -70,6 +70,26 @@ def check_narrowing(table: RuntimeCapabilities, narrowing: Narrowing,
             raise NarrowingError(f"{name(key)} {_show(bad)}: {who} runs {_show(supported)}")
 
 
+def check_narrowing_gpus(narrowing: Narrowing, gpus: int, name: Callable[[str], str] = parameter_name) -> None:
+    """Refuse a narrowing no layout on ``gpus`` GPUs can take: a degree option none of whose values
+    divides the GPU count, or degrees whose smallest values multiply past it (dp x tp x pp x cp
+    is the GPU count)."""
+    for key in ("tp", "pp", "cp"):
+        values = getattr(narrowing, key)
+        if values and not any(gpus % v == 0 for v in values):
+            divisors = [d for d in range(1, gpus + 1) if gpus % d == 0]
+            raise NarrowingError(f"{name(key)} {_show(values)}: no value divides the {gpus} GPUs; "
+                                 f"use one of {_show(divisors) if len(divisors) <= 12 else 'its divisors'}")
+    narrowed = [key for key in ("tp", "pp", "cp") if getattr(narrowing, key)]
+    smallest = 1
+    for key in narrowed:
+        smallest *= min(getattr(narrowing, key))
+    if smallest > gpus:
+        parts = " x ".join(f"{name(key)} {min(getattr(narrowing, key))}" for key in narrowed)
+        raise NarrowingError(f"{parts} needs {smallest} GPUs, more than the {gpus} requested; "
+                             f"lower one of them or raise the GPU count")
+
+
 def _show(values: tuple | list) -> str:
     return ",".join(str(v) for v in values)
 
