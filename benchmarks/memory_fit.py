@@ -58,10 +58,10 @@ def contradicted(cell: RunResult, results: list[RunResult]) -> bool:
 
 def band_groups(residuals: list[dict], runtime_of: dict[str, str]) -> dict[str, list[float]]:
     """Held-out residuals by memory band group (``costmodels.bands.memory_band_group`` of the
-    runtime each family ran); tags each residual with its group."""
+    runtime its run ran, by row id); tags each residual with its group."""
     groups: dict[str, list[float]] = {}
     for d in residuals:
-        d["band_group"] = memory_band_group(runtime_of[d["family"]])
+        d["band_group"] = memory_band_group(runtime_of[d["rows"][0]])
         groups.setdefault(d["band_group"], []).append(d["measured_over_predicted"])
     return groups
 
@@ -82,8 +82,10 @@ def main(argv: list[str] | None = None) -> int:
     best = fit_memory(rows, AXES, evaluator)
     residuals, chosen = memory_lofo(rows, AXES, evaluator)
     results = memory_results(mapped_rows(rows), evaluator, best)
-    runtime_of = {r.family: r.run.runtime for r in results}
+    runtime_of = {row: r.run.runtime for r in results for row in r.row_ids}
     groups = band_groups(residuals, runtime_of)
+    if "deepspeed" not in groups:  # no family ran it: it takes the shared band
+        groups["deepspeed"] = groups["shared"]
     uppers = {g: percentile(v, MEMORY_BAND_QUANTILE) for g, v in groups.items()}
     lowers = {g: percentile(v, 100 - MEMORY_BAND_QUANTILE) for g, v in groups.items()}
     print(f"all families: {dict(best)}; leave-one-family-out choices: "
@@ -93,8 +95,9 @@ def main(argv: list[str] | None = None) -> int:
     for family in sorted({d["family"] for d in residuals}):
         own = [abs(1 / (1 + d["measured_over_predicted"]) - 1) for d in residuals if d["family"] == family]
         by_family[family] = median(own)
+        runtimes = sorted({runtime_of[d["rows"][0]] for d in residuals if d["family"] == family})
         print(f"  {family:27} {len(own):3} runs  median {median(own):.1%}  p90 {percentile(own, 90):.1%}"
-              f"  (runtime {runtime_of[family]})")
+              f"  (runtime {', '.join(runtimes)})")
     overall = median(list(by_family.values()))
     values = [d["measured_over_predicted"] for d in residuals]
     all_runs = median([abs(1 / (1 + v) - 1) for v in values])
@@ -102,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
     for group in sorted(groups):
         runtimes = "deepspeed" if group != "shared" else "every other runtime"
         print(f"memory band for {runtimes} ({group}: {len(groups[group])} held-out runs of "
-              f"{', '.join(sorted(f for f in by_family if memory_band_group(runtime_of[f]) == group))}): "
+              f"{', '.join(sorted({d['family'] for d in residuals if d.get('band_group') == group}))}): "
               f"measured / predicted in [{1 + lowers[group]:.3f}, {1 + uppers[group]:.3f}] at the "
               f"{100 - MEMORY_BAND_QUANTILE:g}th-{MEMORY_BAND_QUANTILE:g}th percentiles; fits only when "
               f"predicted x {1 + uppers[group]:.3f} <= cap")
@@ -149,7 +152,7 @@ def main(argv: list[str] | None = None) -> int:
 
 _GROUPS_WHY = """The deepspeed runtime's band is made from the residuals of the families that ran it (the BLOOM
 sweep: Megatron-DeepSpeed and PyTorch of early 2022, read with nvidia-smi), every other runtime's from
-the other families' (costmodels.assumptions.OWN_MEMORY_BAND_RUNTIMES)."""
+the other families' (costmodels.assumptions.OWN_MEMORY_BAND_RUNTIME)."""
 
 
 _QUANTILE_WHY = """An OOM costs a whole attempt (crash in the first steps, relaunch, reload, re-queue); passing

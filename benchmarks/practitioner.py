@@ -153,7 +153,7 @@ def evaluate_published(case: Case, runtime: str | None = None) -> PlanEntry:
     """The published layout costed under the case's request and ``runtime`` (default: its own)."""
     runtime = runtime or recipe_runtime(case)
     breakdown = planner.evaluate(layout=published_layout(case), runtime=runtime, **request(case))
-    return plan_entry(breakdown, job_bands(None, runtime=runtime))
+    return plan_entry(breakdown, job_bands(None, None, runtime))
 
 
 def pick(case: Case, runtime: str) -> PlanEntry | None:

@@ -17,9 +17,9 @@ from hardware_specs.units import MIB
 from .calibration import SHIPPED_CALIBRATION
 
 
-OWN_MEMORY_BAND_RUNTIMES = ("deepspeed",)
-"""Runtimes whose memory band is made from the residuals of the families that ran them alone. The
-deepspeed runtime's only measured family is the BLOOM sweep (Megatron-DeepSpeed and PyTorch of
+OWN_MEMORY_BAND_RUNTIME = "deepspeed"
+"""The runtime whose memory band is made from the residuals of the families that ran it alone
+(``Assumptions.deepspeed_memory_band_upper``). Its only measured family is the BLOOM sweep (Megatron-DeepSpeed and PyTorch of
 early 2022, read with ``nvidia-smi``), whose peaks the model under-predicts by a median 24%
 (``docs/published.md``); pooled, its residuals would refuse runs of the other runtimes that ran
 (29 of 32 torchtitan runs, 55 of 93 NeMo configurations). The other runtimes share one band, made
@@ -109,17 +109,17 @@ class Assumptions:
     """Upper edge of the memory band, as measured / predicted peak - 1 at ``MEMORY_BAND_QUANTILE``
     of the leave-one-family-out residuals (``benchmarks/memory_fit.py``): a layout fits only when
     its peak × (1 + this) is under the memory cap (``CostModel.capacity_bytes``). Every runtime but
-    those of ``OWN_MEMORY_BAND_RUNTIMES`` takes it (``memory_band_upper_for``)."""
+    ``OWN_MEMORY_BAND_RUNTIME`` takes it (``memory_band_upper_for``)."""
     deepspeed_memory_band_upper: float = 0.0
     """The same edge for the deepspeed runtime, from the residuals of the families that ran it alone
-    (``OWN_MEMORY_BAND_RUNTIMES``)."""
+    (``OWN_MEMORY_BAND_RUNTIME``)."""
     dp_bucket_bytes: float = 25 * MIB
     """Gradient bucket size for DDP / ZeRO-1/2 reduction (PyTorch DDP default bucket_cap_mb=25);
     two buckets are in flight."""
 
     def memory_band_upper_for(self, runtime: str) -> float:
-        """The memory band's upper edge for a job that ``runtime`` runs (``OWN_MEMORY_BAND_RUNTIMES``)."""
-        return self.deepspeed_memory_band_upper if runtime in OWN_MEMORY_BAND_RUNTIMES else self.memory_band_upper
+        """The memory band's upper edge for a job that ``runtime`` runs (``OWN_MEMORY_BAND_RUNTIME``)."""
+        return self.deepspeed_memory_band_upper if runtime == OWN_MEMORY_BAND_RUNTIME else self.memory_band_upper
 
     def with_calibration(self, calibration: Mapping[str, float]) -> "Assumptions":
         """A copy with the fields named in ``calibration`` replaced; unknown keys are ignored."""

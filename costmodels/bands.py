@@ -37,7 +37,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from .assumptions import OWN_MEMORY_BAND_RUNTIMES
+from .assumptions import OWN_MEMORY_BAND_RUNTIME
 from .calibration import CALIBRATION_FILE, MEMORY_CALIBRATION_FILE
 
 BANDS_FILE = Path(__file__).parent / "data" / "bands.json"
@@ -175,8 +175,8 @@ def shipped_step_band(calibration_file: Path = CALIBRATION_FILE, bands_file: Pat
 
 def memory_band_group(runtime: str) -> str:
     """Which residuals make the memory band of a job ``runtime`` runs: its own for
-    ``OWN_MEMORY_BAND_RUNTIMES``, else the shared ones."""
-    return runtime if runtime in OWN_MEMORY_BAND_RUNTIMES else "shared"
+    ``OWN_MEMORY_BAND_RUNTIME``, else the shared ones."""
+    return runtime if runtime == OWN_MEMORY_BAND_RUNTIME else "shared"
 
 
 def shipped_memory_band(runtime: str = "megatron", bands_file: Path = BANDS_FILE,

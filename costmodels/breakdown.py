@@ -97,7 +97,7 @@ class CostBreakdown:
     """Index of the rank with the most memory; -1 = found on construction."""
     memory_band_upper: float = 0.0
     """The memory band's upper edge folded into ``memory_capacity_bytes`` (measured / predicted - 1
-    at its quantile, ``Assumptions.memory_band_upper``)."""
+    at its quantile, the runtime's: ``Assumptions.memory_band_upper_for``)."""
     host_memory_capacity_bytes: float = float("inf")
     """Host RAM of one node (``NodeSpec.host_memory_bytes``)."""
     ranks_per_node: int = 1

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 from costmodels.breakdown import CostBreakdown
 from costmodels.capabilities import capabilities
 from costmodels.assumptions import DEFAULT_ASSUMPTIONS, Assumptions
+from costmodels.bands import shipped_memory_band
 from costmodels.estimate import CostModel, estimate
 from costmodels.job import Job as CostJob
 from costmodels.layout import Layout, LayoutError, check_layout
@@ -27,8 +28,7 @@ from autoplan_base.errors import AutoplanError, SpecError, field
 
 from planner.plan.bands import job_bands
 from planner.search.brute_force import solve_brute_force
-from planner.search.infeasible import no_fit, suggestions
-from costmodels.bands import shipped_memory_band
+from planner.search.infeasible import model_state_gib, no_fit, suggestions
 from planner.search.ranking import prefer_simplest, rank_key, tie_band
 from planner.plan.report import ClosestMiss, NoFit, PlanReport
 from planner.launch.torchjob.convention import CONVENTIONS
@@ -279,8 +279,8 @@ def plan(*, model: str | ModelSpec, hardware: str | NodeSpec, gpus: int, global_
                                   band)
     refined = result.ranked if search_options.fixed_split else \
         tuple(sorted((refine_stages(cost_model, b) for b in result.ranked), key=rank_key))
-    ranked, num_tied, reason = prefer_simplest(refined, band, tied_in_mesh=result.tied_in_mesh,
-                                               memory_band=shipped_memory_band(cost_model.training.runtime))
+    ranked, num_tied, reason = prefer_simplest(refined, band, memory_band=shipped_memory_band(job.training.runtime),
+                                               tied_in_mesh=result.tied_in_mesh)
     rejected = dict(result.rejected)
     if len(ranked) > top_k + 1:  # compared for ties, then beaten: counted as slower
         rejected["slower"] = rejected.get("slower", 0) + len(ranked) - (top_k + 1)
@@ -328,7 +328,8 @@ def _no_fit(result: Any, cost_model: CostModel, options: SearchOptions, node_gpu
         return no_fit(result.closest_misses[0], cost_model, options, node_gpus)
     reason = empty_space_reason(cost_model.model, cost_model.training, cost_model.cluster.num_gpus,
                                 cost_model.cluster.gpus_per_node, options)
-    return NoFit(reason=reason, model_state_gib=0.0, smallest_fitting_gpus=None, fitting_layout=None)
+    return NoFit(reason=reason, model_state_gib=model_state_gib(cost_model), smallest_fitting_gpus=None,
+                 fitting_layout=None)
 
 
 def evaluate(*, model: str | ModelSpec, hardware: str | NodeSpec, gpus: int, global_batch: int, seq_len: int,

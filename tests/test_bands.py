@@ -100,10 +100,10 @@ def test_the_fit_rule_takes_the_runtime_band():
 
 
 def test_profile_band_from_validate_calibrate_or_none():
-    band = profile_step_band({"step_time_log_sd": 0.1}, "p.json")
+    band = profile_step_band({"step_time_log_sd": 0.1}, "p.json", "megatron")
     assert band.high_rel == pytest.approx(math.exp(0.196) - 1)
     assert band.low_rel == pytest.approx(math.exp(-0.196) - 1)
-    assert profile_step_band({"compute_scale": 1.2}, "p.json") is None
+    assert profile_step_band({"compute_scale": 1.2}, "p.json", "megatron") is None
 
 
 def test_no_step_band_is_said_in_the_json():
@@ -138,14 +138,14 @@ def test_job_bands_follow_the_status_label():
 
     from planner.plan.bands import job_bands
 
-    shipped = job_bands(None)
+    shipped = job_bands(None, None, "megatron")
     assert shipped.step == shipped_step_band() and shipped.memory == shipped_memory_band()
     calibrated = job_bands(SimpleNamespace(calibration={"step_time_log_sd": 0.05},
-                                           provenance={"calibration": {"runs": 6}}), "p.json")
+                                           provenance={"calibration": {"runs": 6}}), "p.json", "megatron")
     assert calibrated.step.high_rel == pytest.approx(math.exp(1.96 * 0.05) - 1)
     assert calibrated.step.basis.endswith("validate --calibrate fit, 6 runs")
     assert calibrated.step.record == "p.json calibration.step_time_log_sd"
-    measured_only = job_bands(SimpleNamespace(calibration={}, provenance={}), "p.json")
+    measured_only = job_bands(SimpleNamespace(calibration={}, provenance={}), "p.json", "megatron")
     assert measured_only.step is None and "validate --calibrate" in measured_only.step_note
     assert measured_only.memory == shipped_memory_band()
 

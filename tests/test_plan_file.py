@@ -65,8 +65,10 @@ def _plan_dict() -> dict:
     (lambda d: d.update(no_fit=[]), "no_fit: expected an object"),
     (lambda d: d.update(no_fit={"reason": "x", "model_state_gib": 1.0, "smallest_fitting_gpus": "8"}),
      "no_fit.smallest_fitting_gpus: expected a positive integer or null"),
-    (lambda d: d.update(no_fit={"reason": "x", "model_state_gib": 1.0, "fitting_layout": {"dp": 0}}),
-     "no_fit.fitting_layout"),
+    (lambda d: d.update(no_fit={"reason": "x", "model_state_gib": 1.0, "smallest_fitting_gpus": 8,
+                                "fitting_layout": {"dp": 0}}), "no_fit.fitting_layout"),
+    (lambda d: d.update(no_fit={"reason": "x", "model_state_gib": 1.0, "smallest_fitting_gpus": 8}),
+     "no_fit: smallest_fitting_gpus and fitting_layout must be both set or both null"),
 ])
 def test_bad_field_is_named_by_its_dotted_path(edit, field):
     data = _plan_dict()

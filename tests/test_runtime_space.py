@@ -146,8 +146,9 @@ def test_api_refuses_what_the_runtime_cannot_run_naming_the_parameter(kwargs, me
 @pytest.mark.parametrize("kwargs, message", [
     (dict(tp=[16]), r"tp= 16: no value divides the 8 GPUs; use one of 1,2,4,8"),
     (dict(tp=[3, 5]), r"tp= 3,5: no value divides the 8 GPUs"),
-    (dict(tp=[8], pp=[2]), r"tp= 8 x pp= 2 needs 16 GPUs, more than the 8 requested"),
-    (dict(tp=[4], pp=[2], cp=[2]), r"tp= 4 x pp= 2 x cp= 2 needs 16 GPUs"),
+    (dict(tp=[8], pp=[2]), r"tp= 8 with pp= 2: no combination multiplies to a divisor of the 8 GPUs \(products 16\)"),
+    (dict(tp=[4], pp=[2], cp=[2]), r"tp= 4 with pp= 2 with cp= 2: no combination .* \(products 16\)"),
+    (dict(ep=[16]), r"ep= 16: no value divides the 8 GPUs"),
 ])
 def test_a_narrowing_no_layout_on_the_gpus_can_take_is_bad_input(kwargs, message):
     """Degrees that cannot divide the GPU count are refused as bad input naming the option (not
@@ -159,6 +160,14 @@ def test_a_narrowing_no_layout_on_the_gpus_can_take_is_bad_input(kwargs, message
     report = planner.plan(model="llama3-8b", hardware="h100-sxm-80gb", gpus=8, global_batch=64, seq_len=4096,
                           tp=(3, 4))
     assert report.best.layout.tp == 4
+
+
+def test_degrees_whose_product_cannot_divide_the_gpus_are_bad_input():
+    """tp 4 and pp 6 each divide 36 GPUs, but 24 does not: no layout exists, so it is bad input."""
+    from planner.search.runtime_space import NarrowingError
+    with pytest.raises(NarrowingError, match=r"tp= 4 with pp= 6: no combination .* of the 36 GPUs \(products 24\)"):
+        planner.plan(model="llama3-8b", hardware="h100-sxm-80gb", gpus=36, gpus_per_node=12, global_batch=72,
+                     seq_len=4096, tp=(4,), pp=(6,))
 
 
 def test_cli_refuses_a_tp_that_cannot_divide_the_gpus_with_exit_2():

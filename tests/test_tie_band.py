@@ -8,10 +8,11 @@ from pathlib import Path
 
 import pytest
 
+from costmodels.bands import shipped_memory_band
 from costmodels.layout import Layout
 from costmodels.tie_band import (MECHANISMS_IN_USE, TIE_BAND_FILE, TieBand, in_use, num_uncertain,
                                  shipped_tie_band, tie_band_from_record)
-from planner.search.ranking import MeshBand, prefer_simplest, tie_key, tie_reason
+from planner.search.ranking import MeshBand, mesh_of, prefer_simplest, tie_key, tie_reason
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "benchmarks"))
 
@@ -90,10 +91,10 @@ def test_a_tied_layout_that_fits_without_offload_beats_one_that_offloads():
     assert "optimizer_offload" in in_use(Layout(dp=8, zero_stage=1, optimizer_offload=True))
     offload = _Plan(10.0, 40.0, dp=8, zero_stage=1, optimizer_offload=True)
     on_gpu = _Plan(10.5, 70.0, dp=8, zero_stage=1)
-    ranked, num_tied, reason = prefer_simplest((offload, on_gpu), MEASURED)
+    ranked, num_tied, reason = prefer_simplest((offload, on_gpu), MEASURED, memory_band=shipped_memory_band())
     assert ranked[0] is on_gpu and num_tied == 2
     assert reason.startswith("fewest uncertain mechanisms (1 against 2)")
-    ranked, _, _ = prefer_simplest((offload, _Plan(11.5, 70.0, dp=8, zero_stage=1)), MEASURED)
+    ranked, _, _ = prefer_simplest((offload, _Plan(11.5, 70.0, dp=8, zero_stage=1)), MEASURED, memory_band=shipped_memory_band())
     assert ranked[0] is offload
 
 
@@ -102,12 +103,15 @@ def test_two_layouts_within_the_measured_band_tie_and_the_less_risky_wins():
     # inside the 10% band, so they tie and the one without an uncertain mechanism wins though slower
     fast = _Plan(10.0, dp=8, zero_stage=1)
     certain = _Plan(10.8, dp=4, tp=2, sequence_parallel=True)
-    ranked, num_tied, reason = prefer_simplest((fast, certain), MEASURED)
+    ranked, num_tied, reason = prefer_simplest((fast, certain), MEASURED, memory_band=shipped_memory_band())
     assert ranked[0] is certain and num_tied == 2
     assert reason.startswith("fewest uncertain mechanisms (0 against 1)") and "no memory risk" in reason
-    # outside the band (12% apart) the faster one stands
-    ranked, num_tied, _ = prefer_simplest((fast, _Plan(11.2, dp=4, tp=2, sequence_parallel=True)), MEASURED)
-    assert ranked[0] is fast and num_tied == 1
+    # outside the band (12% apart) the faster one stands, and with nothing tied there is no reason to give
+    ranked, num_tied, reason = prefer_simplest((fast, _Plan(11.2, dp=4, tp=2, sequence_parallel=True)), MEASURED, memory_band=shipped_memory_band())
+    assert ranked[0] is fast and num_tied == 1 and reason == ""
+    # one plan whose mesh held several tied layouts: the reason says the tie was settled in its mesh
+    _, num_tied, reason = prefer_simplest((fast,), MEASURED, memory_band=shipped_memory_band(), tied_in_mesh={mesh_of(fast.layout): 3})
+    assert num_tied == 3 and reason.startswith("least risky of the layouts tied in its own mesh")
 
 
 def test_memory_risk_comes_before_uncertain_mechanisms_inside_a_mesh():
@@ -115,7 +119,7 @@ def test_memory_risk_comes_before_uncertain_mechanisms_inside_a_mesh():
 
     high = shipped_memory_band().high_rel
     assert 99 * (1 + high) > 100 > 50 * (1 + high)
-    band = MeshBand(MEASURED)
+    band = MeshBand(MEASURED, shipped_memory_band())
     for plan in (_Plan(10.0, 99.0, dp=8), _Plan(10.5, 50.0, dp=8, zero_stage=3)):
         band.offer(plan)
     pick, classes = band.simplest()

@@ -2,6 +2,7 @@
 Both solvers return the same plans under the rule: ``tests/test_search.py`` compares them, tie
 counts included."""
 
+from costmodels.bands import shipped_memory_band
 from costmodels.tie_band import MECHANISMS_IN_USE, TieBand
 
 import planner
@@ -67,7 +68,7 @@ def test_mesh_band_picks_the_lowest_zero_stage_within_one_percent_of_the_mesh_fa
     # ZeRO-0 at 10.2 s does not; two simplicity classes lie in the band
     from planner.search.ranking import MeshBand
 
-    band = MeshBand(ONE_PERCENT)
+    band = MeshBand(ONE_PERCENT, shipped_memory_band())
     for plan in (_Plan(10.2, zero_stage=0), _Plan(10.05, zero_stage=1), _Plan(10.0, zero_stage=3)):
         band.offer(plan)
     pick, classes = band.simplest()
@@ -83,11 +84,11 @@ def test_a_tied_plan_whose_memory_band_stays_under_the_cap_beats_a_simpler_one_w
 
     high = shipped_memory_band().high_rel
     assert 99 * (1 + high) > 100 > 50 * (1 + high)
-    band = MeshBand(ONE_PERCENT)
+    band = MeshBand(ONE_PERCENT, shipped_memory_band())
     for plan in (_Plan(10.05, 99.0, zero_stage=1), _Plan(10.0, 50.0, zero_stage=3)):
         band.offer(plan)
     assert band.simplest()[0].layout.zero_stage == 3
-    band = MeshBand(ONE_PERCENT)
+    band = MeshBand(ONE_PERCENT, shipped_memory_band())
     for plan in (_Plan(10.05, 40.0, zero_stage=1), _Plan(10.0, 50.0, zero_stage=3)):
         band.offer(plan)
     assert band.simplest()[0].layout.zero_stage == 1
@@ -97,7 +98,7 @@ def test_mesh_band_drops_plans_that_a_later_faster_plan_puts_out_of_the_band():
     # 10.05 s ties with 10.0 s, but 9.9 s arrives: the band ends at 9.999 s, so ZeRO-1 drops out
     from planner.search.ranking import MeshBand
 
-    band = MeshBand(ONE_PERCENT)
+    band = MeshBand(ONE_PERCENT, shipped_memory_band())
     for plan in (_Plan(10.0, zero_stage=3), _Plan(10.05, zero_stage=1), _Plan(9.9, zero_stage=2)):
         band.offer(plan)
     assert [p.layout.zero_stage for p in band.plans] == [2]
@@ -138,7 +139,7 @@ def test_ranked_plans_keep_every_mesh_tied_with_the_fastest_beyond_the_top_k():
     for dp, seconds in ((8, 10.0), (4, 10.05), (2, 10.08), (1, 10.5)):
         plan = _Plan(seconds)
         plan.layout = Layout(dp=dp, tp=8 // dp, zero_stage=1 if dp > 1 else 0)
-        bands[dp] = MeshBand(ONE_PERCENT)
+        bands[dp] = MeshBand(ONE_PERCENT, shipped_memory_band())
         bands[dp].offer(plan)
     assert [p.step_time_s for p in ranked_plans(bands, 1, ONE_PERCENT)[0]] == [10.0, 10.05, 10.08]
     assert [p.step_time_s for p in ranked_plans(bands, 4, ONE_PERCENT)[0]] == [10.0, 10.05, 10.08, 10.5]

@@ -46,8 +46,7 @@ class JobBands:
         return out
 
 
-def job_bands(profile: "HardwareProfile | None", profile_where: str | None = None,
-              runtime: str = "megatron") -> JobBands:
+def job_bands(profile: "HardwareProfile | None", profile_where: str | None, runtime: str) -> JobBands:
     """The bands of a request costed with ``profile`` (None: the shipped calibration) that
     ``runtime`` runs (its memory band, ``costmodels.bands.memory_band_group``)."""
     memory = shipped_memory_band(runtime)

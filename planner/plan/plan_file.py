@@ -242,23 +242,29 @@ class MissEntry:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class NoFitEntry:
-    """Why nothing fits, as a scheduler reads it (``planner.plan.report.NoFit``): the binding
-    reason, the whole model's states, and the smallest GPU count that fits with its layout."""
+class NoFit:
+    """Why nothing fits (``PlanReport.no_fit`` whenever ``best`` is None), as numbers a scheduler can act on."""
 
     reason: str
+    """One line: what binds (memory, or why no layout could be formed at all)."""
     model_state_gib: float
+    """Parameters, gradients and optimizer states of the whole model, GiB."""
     smallest_fitting_gpus: int | None
+    """The smallest GPU count, among the requested count times 2, 4, ... 64, at which some layout
+    fits; None when none does or when no layout could be formed (``reason`` says which)."""
     fitting_layout: Layout | None
+    """The best layout at ``smallest_fitting_gpus``; None with it."""
 
     @classmethod
-    def from_dict(cls, raw: Any, where: str) -> "NoFitEntry":
+    def from_dict(cls, raw: Any, where: str) -> "NoFit":
         if not isinstance(raw, dict):
             raise PlanFileError(f"{where}: expected an object")
         gpus = raw.get("smallest_fitting_gpus")
         if gpus is not None and (not isinstance(gpus, int) or isinstance(gpus, bool) or gpus < 1):
             raise PlanFileError(f"{where}.smallest_fitting_gpus: expected a positive integer or null, got {gpus!r}")
         layout = raw.get("fitting_layout")
+        if (gpus is None) != (layout is None):
+            raise PlanFileError(f"{where}: smallest_fitting_gpus and fitting_layout must be both set or both null")
         return cls(reason=_get(raw, "reason", where, str),
                    model_state_gib=_get(raw, "model_state_gib", where, (int, float)),
                    smallest_fitting_gpus=gpus,
@@ -331,8 +337,8 @@ class PlanFile:
     candidates: tuple[PlanEntry, ...]
     search: SearchStats
     closest_misses: tuple[MissEntry, ...] = ()
-    no_fit: NoFitEntry | None = None
-    """Why nothing fits, when ``best`` is None and the plan was searched; written only then."""
+    no_fit: NoFit | None = None
+    """Why nothing fits, written whenever a search left ``best`` None."""
     warnings: tuple[str, ...] = ()
     """What the request asks that the model was not built for (``api.Job.warnings``); written only when any."""
 
@@ -358,7 +364,7 @@ class PlanFile:
                    candidates=tuple(PlanEntry.from_dict(c, f"candidates.{i}") for i, c in enumerate(candidates)),
                    search=SearchStats.from_dict(raw.get("search")),
                    closest_misses=tuple(MissEntry.from_dict(m, f"closest_misses.{i}") for i, m in enumerate(misses)),
-                   no_fit=None if no_fit is None else NoFitEntry.from_dict(no_fit, "no_fit"),
+                   no_fit=None if no_fit is None else NoFit.from_dict(no_fit, "no_fit"),
                    warnings=tuple(warnings))
 
     @classmethod

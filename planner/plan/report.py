@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from costmodels.breakdown import CostBreakdown
@@ -11,7 +11,7 @@ from costmodels.layout import Layout
 from hardware_specs.units import GIB
 
 from .bands import JobBands
-from .plan_file import MissEntry, NoFitEntry, PlanEntry, PlanFile, PlanInputs, SearchStats
+from .plan_file import MissEntry, NoFit, PlanEntry, PlanFile, PlanInputs, SearchStats
 
 
 def plan_entry(breakdown: CostBreakdown, bands: JobBands | None = None) -> PlanEntry:
@@ -37,21 +37,6 @@ class ClosestMiss:
     @property
     def available_gib(self) -> float:
         return self.breakdown.memory_capacity_bytes / GIB
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class NoFit:
-    """Why nothing fits (``PlanReport.no_fit`` whenever ``best`` is None), as numbers a scheduler can act on."""
-
-    reason: str
-    """One line: what binds (memory, or why no layout could be formed at all)."""
-    model_state_gib: float
-    """Parameters, gradients and optimizer states of the whole model, GiB (0 when nothing was searched)."""
-    smallest_fitting_gpus: int | None
-    """The smallest GPU count, among the requested count times 2, 4, ... 64, at which some layout
-    fits; None when none does or when no layout could be formed (``reason`` says which)."""
-    fitting_layout: Layout | None
-    """The best layout at ``smallest_fitting_gpus``; None with it."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -92,9 +77,8 @@ class PlanReport:
         misses = tuple(MissEntry(entry=plan_entry(m.breakdown, self.bands), needed_gib=round(m.needed_gib, 3),
                                  available_gib=round(m.available_gib, 3), suggestions=m.suggestions)
                        for m in self.closest_misses)
-        no_fit = None if self.no_fit is None else NoFitEntry(
-            reason=self.no_fit.reason, model_state_gib=round(self.no_fit.model_state_gib, 3),
-            smallest_fitting_gpus=self.no_fit.smallest_fitting_gpus, fitting_layout=self.no_fit.fitting_layout)
+        no_fit = None if self.no_fit is None else \
+            replace(self.no_fit, model_state_gib=round(self.no_fit.model_state_gib, 3))
         return PlanFile(inputs=self.inputs, inputs_digest=self.inputs.digest(),
                         best=plan_entry(self.best, self.bands) if self.best else None,
                         candidates=tuple(plan_entry(c, self.bands) for c in self.candidates), search=search,

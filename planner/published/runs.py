@@ -21,6 +21,7 @@ from costmodels.layout import Layout
 from costmodels.model_spec import ModelSpec
 from costmodels.stage_split import first_last_split
 from hardware_specs import NodeSpec
+from hardware_specs.units import GBIT
 
 from .conventions import HARDWARE_FLOP_FAMILIES, measured_tokens_per_s_per_gpu
 from .shapes import PRESET_SHAPES, ShapeError, model_spec_for
@@ -294,13 +295,19 @@ def _precision(row: dict, node: NodeSpec, notes: Notes) -> tuple[str, str | None
     NeMo's performance tables run every configuration in BF16 and in FP8 (the rows beside an
     unlabelled one state both), and their 25.09 archive writes "n/a" for some: such a row is
     either, and the two predictions differ by up to 2x, so it is not scored rather than guessed.
-    Other families' unlabelled rows are the 16-bit type of their GPU (they predate FP8 training)."""
+    Other families' unlabelled rows are the 16-bit type of their GPU (they predate FP8 training),
+    except the BLOOM sweep's before its BF16_Optimizer, which kept 16-bit gradients: fp16
+    (``BLOOM_FP32_ACCUMULATION_FROM``)."""
     text = row["precision"]
     if text is None and row["source_family"] == "nemo_megatron_bridge_perf":
         raise Unexpressible("precision not stated", "NeMo row without a precision (its tables run BF16 and FP8)")
     sixteen = "bf16" if node.hardware.supports("bf16") else "fp16"
     if row["source_family"] == "bloom_prequel_sweep" and _bloom_date(row) < BLOOM_FP32_ACCUMULATION_FROM:
-        notes.append(f"precision {text!r} before BF16_Optimizer (BLOOM_FP32_ACCUMULATION_FROM): fp16, 16-bit gradients")
+        line = "fp16, 16-bit gradients (before BF16_Optimizer, BLOOM_FP32_ACCUMULATION_FROM)"
+        if text is None:
+            notes.assume("precision=fp16 (BLOOM chronicle)", f"precision not stated: {line}")
+        else:
+            notes.append(f"precision {text!r}: {line}")
         return "fp16", None
     if text is None:
         notes.assume(f"precision={sixteen}", f"precision not stated: {sixteen}")
@@ -336,7 +343,7 @@ def _with_row_network(node: NodeSpec, row: dict, notes: Notes) -> NodeSpec:
         return node
     links = int(found.group(1))
     notes.append(f"network {text!r}: {links} x {OMNI_PATH_LINK_GBIT_PER_S} Gb/s per node")
-    network = replace(node.inter_node, nics_per_node=links, nic_bandwidth_bytes_per_s=OMNI_PATH_LINK_GBIT_PER_S * 1e9 / 8)
+    network = replace(node.inter_node, nics_per_node=links, nic_bandwidth_bytes_per_s=OMNI_PATH_LINK_GBIT_PER_S * GBIT)
     return replace(node, inter_node=network)
 
 

@@ -5,7 +5,7 @@ and which of them is picked (``tie_key``)."""
 
 from __future__ import annotations
 
-from costmodels.bands import Band, memory_risk, shipped_memory_band
+from costmodels.bands import Band, memory_risk
 from costmodels.breakdown import CostBreakdown
 from costmodels.layout import Layout
 from costmodels.tie_band import TieBand, num_uncertain, shipped_tie_band
@@ -74,9 +74,9 @@ def simplicity_key(layout: Layout) -> tuple:
 
 def tie_key(breakdown: CostBreakdown, memory_band: Band | None, band: TieBand) -> tuple:
     """How tied plans are ordered, least risky first: a plan whose memory band stays under the cap
-    before one whose band crosses it (``costmodels.bands.memory_risk``; callers pass
-    ``shipped_memory_band()``, read once per ranking: an out-of-memory crash costs more than a tie
-    may give up); then fewer mechanisms in use whose between-layout error is large or unmeasured
+    before one whose band crosses it (``costmodels.bands.memory_risk``; callers pass the job's
+    ``shipped_memory_band(runtime)``, read once per ranking: an out-of-memory crash costs more than
+    a tie may give up); then fewer mechanisms in use whose between-layout error is large or unmeasured
     (``costmodels.tie_band.num_uncertain``: the model's word on them is weakest); then
     ``simplicity_key``. Twins a solver skips (GPipe, no sequence parallelism) use the same
     mechanisms as the twin it keeps, so the order between them is still ``simplicity_key``'s."""
@@ -110,10 +110,10 @@ def tie_reason(pick: CostBreakdown, tied: list[CostBreakdown], memory_band: Band
 class MeshBand:
     """One mesh's fastest plan (by ``rank_key``) and its plans within ``band`` of it, as plans arrive."""
 
-    def __init__(self, band: TieBand, memory_band: Band | None = None) -> None:
-        """``memory_band``: the job's (``shipped_memory_band(runtime)``; None: the shared runtimes')."""
+    def __init__(self, band: TieBand, memory_band: Band | None) -> None:
+        """``memory_band``: the job's (``shipped_memory_band(runtime)``; None: no band)."""
         self.tie_band = band
-        self.memory_band = shipped_memory_band() if memory_band is None else memory_band
+        self.memory_band = memory_band
         self.band = band.band_rel
         self.fastest: CostBreakdown | None = None
         self.fastest_key: tuple = ()
@@ -137,22 +137,22 @@ class MeshBand:
         return pick, len({simplicity_class(b.layout) for b in self.plans})
 
 
-def prefer_simplest(ranked: tuple[CostBreakdown, ...], band: TieBand, tied_in_mesh: dict[tuple, int] | None = None,
-                    memory_band: Band | None = None) -> tuple[tuple[CostBreakdown, ...], int, str]:
+def prefer_simplest(ranked: tuple[CostBreakdown, ...], band: TieBand, *, memory_band: Band | None,
+                    tied_in_mesh: dict[tuple, int] | None = None) -> tuple[tuple[CostBreakdown, ...], int, str]:
     """``ranked`` (fastest first) with the least risky plan within ``band`` of the fastest
     (``tie_key``) moved to the front; how many layouts were within the band (each tied plan counts
     the simplicity classes its mesh had within the band: ``tied_in_mesh``, by ``mesh_of``; 1 where
-    not given); and why the pick won (``tie_reason``). ``memory_band``: the job's
-    (``shipped_memory_band(runtime)``; None: the shared runtimes')."""
+    not given); and why the pick won (``tie_reason``; empty when nothing tied). ``memory_band``:
+    the job's (``shipped_memory_band(runtime)``; None: no band)."""
     if not ranked:
         return ranked, 0, ""
     limit_s = ranked[0].step_time_s * (1 + band.band_rel)
     tied = [b for b in ranked if b.step_time_s <= limit_s]
-    memory_band = shipped_memory_band() if memory_band is None else memory_band
     pick = min(tied, key=lambda b: tie_key(b, memory_band, band))
     counts = tied_in_mesh or {}
     num_tied = sum(counts.get(mesh_of(b.layout), 1) for b in tied)
-    return (pick,) + tuple(b for b in ranked if b is not pick), num_tied, tie_reason(pick, tied, memory_band, band)
+    reason = tie_reason(pick, tied, memory_band, band) if num_tied > 1 else ""
+    return (pick,) + tuple(b for b in ranked if b is not pick), num_tied, reason
 
 
 def ranked_plans(bands: dict, top_k: int, band: TieBand) -> tuple[tuple[CostBreakdown, ...], dict[tuple, int]]:

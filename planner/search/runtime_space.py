@@ -7,6 +7,8 @@ enters, a value the runtime cannot run, naming the option (``--tp`` on the CLI, 
 
 from __future__ import annotations
 
+import itertools
+import math
 from typing import Any, Callable
 
 from autoplan_base.errors import AutoplanError
@@ -71,23 +73,27 @@ def check_narrowing(table: RuntimeCapabilities, narrowing: Narrowing,
 
 
 def check_narrowing_gpus(narrowing: Narrowing, gpus: int, name: Callable[[str], str] = parameter_name) -> None:
-    """Refuse a narrowing no layout on ``gpus`` GPUs can take: a degree option none of whose values
-    divides the GPU count, or degrees whose smallest values multiply past it (dp x tp x pp x cp
-    is the GPU count)."""
-    for key in ("tp", "pp", "cp"):
+    """Refuse a narrowing no layout on ``gpus`` GPUs can take: a degree option (tp, pp, cp, ep) none
+    of whose values divides the GPU count, or tp, pp and cp options no combination of whose values
+    multiplies to a divisor of it (dp x tp x pp x cp is the GPU count)."""
+    for key in ("tp", "pp", "cp", "ep"):
         values = getattr(narrowing, key)
         if values and not any(gpus % v == 0 for v in values):
-            divisors = [d for d in range(1, gpus + 1) if gpus % d == 0]
             raise NarrowingError(f"{name(key)} {_show(values)}: no value divides the {gpus} GPUs; "
-                                 f"use one of {_show(divisors) if len(divisors) <= 12 else 'its divisors'}")
+                                 f"use {_divisors(gpus)}")
     narrowed = [key for key in ("tp", "pp", "cp") if getattr(narrowing, key)]
-    smallest = 1
-    for key in narrowed:
-        smallest *= min(getattr(narrowing, key))
-    if smallest > gpus:
-        parts = " x ".join(f"{name(key)} {min(getattr(narrowing, key))}" for key in narrowed)
-        raise NarrowingError(f"{parts} needs {smallest} GPUs, more than the {gpus} requested; "
-                             f"lower one of them or raise the GPU count")
+    if len(narrowed) < 2:
+        return
+    products = {math.prod(combo) for combo in itertools.product(*(getattr(narrowing, k) for k in narrowed))}
+    if not any(gpus % p == 0 for p in products):
+        options = " with ".join(f"{name(k)} {_show(getattr(narrowing, k))}" for k in narrowed)
+        raise NarrowingError(f"{options}: no combination multiplies to a divisor of the {gpus} GPUs "
+                             f"(products {_show(sorted(products))}); change one of them or the GPU count")
+
+
+def _divisors(gpus: int) -> str:
+    divisors = [d for d in range(1, gpus + 1) if gpus % d == 0]
+    return f"one of {_show(divisors)}" if len(divisors) <= 12 else f"a divisor of {gpus}"
 
 
 def _show(values: tuple | list) -> str:

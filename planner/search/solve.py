@@ -48,6 +48,7 @@ from collections import Counter
 from contextlib import contextmanager
 from typing import Iterator
 
+from costmodels.bands import Band, shipped_memory_band
 from costmodels.bounds import mean_floor_s, pipeline_floor_s, tp_overlap_sign
 from costmodels.breakdown import CostBreakdown
 from costmodels.estimate import CostModel
@@ -55,7 +56,6 @@ from costmodels.pipeline import DUALPIPE
 
 from .floors import MemoryFloors
 from .twins import OverlapTwins
-from costmodels.bands import Band, shipped_memory_band
 from costmodels.tie_band import TieBand
 
 from .ranking import MeshBand, ranked_plans, tie_band

@@ -4,7 +4,7 @@
   backward (with recomputation and exposed collectives), point-to-point transfers; the gaps
   are the bubble. Times per micro-batch and chunk come from the cost model (``rank_core_times``),
   the order from ``schedule.rank_order``, the timing from ``schedule.simulate``.
-- ``memory``: per-GPU memory by component on each pipeline rank, against the usable capacity.
+- ``memory``: per-GPU memory by component on each pipeline rank, against the fit rule's cap.
 - ``candidates``: every layout of the search space (up to ``MAX_POINTS``, evenly sampled) as
   step time against peak memory; the chosen plan and the memory cap are marked.
 """
@@ -110,7 +110,7 @@ def plot_schedule(plan: PlanFile, cm: CostModel, out_dir: Path) -> list[Path]:
 
 
 def plot_memory(plan: PlanFile, cm: CostModel, out_dir: Path) -> list[Path]:
-    """Stacked memory components per pipeline rank, with the usable capacity."""
+    """Stacked memory components per pipeline rank, with the fit rule's cap."""
     plt = _pyplot()
     breakdown = cm.estimate(plan.best.layout)
     fig, ax = plt.subplots(figsize=(1.6 + 0.9 * len(breakdown.stages), 4))
@@ -121,7 +121,7 @@ def plot_memory(plan: PlanFile, cm: CostModel, out_dir: Path) -> list[Path]:
         values = [getattr(st, term) / GIB for st in breakdown.stages]
         ax.bar(xs, values, bottom=bottom, color=COLORS[name], label=name)
         bottom = [b + v for b, v in zip(bottom, values)]
-    ax.axhline(breakdown.memory_capacity_bytes / GIB, color="black", linestyle="--", label="usable capacity")
+    ax.axhline(breakdown.memory_capacity_bytes / GIB, color="black", linestyle="--", label="fit rule's cap")
     ax.set_xticks(xs, [f"pp {i}" for i in xs])
     ax.set_ylabel("GiB per GPU")
     ax.set_title("memory per GPU by component")
