@@ -15,7 +15,7 @@ the rows of a fit are mapped once (``scoring.mapped_rows``), not once per point.
 
 Peak memory: ``fit_memory(rows, axes)`` keeps the grid point with the smallest mean over families of
 median |memory error| on the rows that measured peak memory (``memory_rows``), and ``memory_lofo``
-scores each such family with the point fitted on the others.
+scores each such family with the point fitted on the others (or on the pool a caller names).
 """
 
 from __future__ import annotations
@@ -128,14 +128,16 @@ def fit_memory(rows: list[dict], axes: Mapping[str, tuple[float, ...]], evaluato
     return best[1]
 
 
-def memory_lofo(rows: list[dict], axes: Mapping[str, tuple[float, ...]],
-                evaluator: Evaluator) -> tuple[list[dict], dict[str, Point]]:
+def memory_lofo(rows: list[dict], axes: Mapping[str, tuple[float, ...]], evaluator: Evaluator,
+                pool: Callable[[str], list[dict]] | None = None) -> tuple[list[dict], dict[str, Point]]:
     """Held-out residuals (measured / predicted - 1) of every family that measured memory, each
-    scored with the point fitted without it, and those points by family."""
+    scored with the point fitted without it, and those points by family. ``pool(family)``: the
+    rows a fold fits on (default: every other family's)."""
     families = sorted({r["source_family"] for r in rows if r["memory"]["peak_mem_gb"]})
     residuals, chosen = [], {}
     for family in families:
-        point = fit_memory([r for r in rows if r["source_family"] != family], axes, evaluator)
+        training = pool(family) if pool else [r for r in rows if r["source_family"] != family]
+        point = fit_memory(training, axes, evaluator)
         chosen[family] = point
         for r in memory_results(mapped_rows(r for r in rows if r["source_family"] == family), evaluator, point):
             if r.memory_error is not None:
