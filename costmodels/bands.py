@@ -93,7 +93,7 @@ def band_from_residuals(residuals: Sequence[float], *, quantile: float = BAND_QU
     edges at the (100 ∓ quantile)/2 percentiles, half-width the ``quantile`` percentile of |r|.
     ``what`` names the runs in the basis phrase (``held-out runs (LOFO)``)."""
     tail = (100 - quantile) / 2
-    families = f", {num_families} families" if num_families else ""
+    families = f", {num_families} {'family' if num_families == 1 else 'families'}" if num_families else ""
     return Band(low_rel=min(0.0, percentile(residuals, tail)), high_rel=max(0.0, percentile(residuals, 100 - tail)),
                 half_width_rel=percentile([abs(r) for r in residuals], quantile),
                 basis=f"covers {quantile:g}% of {len(residuals)} {what}{families}", record=record)

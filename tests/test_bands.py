@@ -81,7 +81,7 @@ def test_the_deepspeed_runtime_has_a_memory_band_of_its_own(tmp_path):
     assert shipped_memory_band("megatron", bands_file=bands, memory_file=memory).high_rel == pytest.approx(0.09)
     assert shipped_memory_band("torchtitan", bands_file=bands, memory_file=memory).high_rel == pytest.approx(0.09)
     deep = shipped_memory_band("deepspeed", bands_file=bands, memory_file=memory)
-    assert deep.high_rel == pytest.approx(0.39) and "21 held-out runs (LOFO), 1 families" in deep.basis
+    assert deep.high_rel == pytest.approx(0.39) and "21 held-out runs (LOFO), 1 family" in deep.basis
 
 
 def test_the_fit_rule_takes_the_runtime_band():
@@ -177,3 +177,16 @@ def test_profile_without_a_calibrate_fit_has_no_step_band_and_says_so():
     table = CliRunner().invoke(main, args).output
     assert "predicted from the measured profile" in table and "no step-time band" in table
     assert f"step {doc['predicted']['step_time_s']:.3f} s ·" in table      # no ± after the step
+
+
+def test_a_one_sided_band_shows_its_edges_not_a_plus_minus():
+    """A band wholly on one side of the prediction (the deepspeed runtime's memory: every residual
+    of its family is above) is a bias, shown as its edges; a band around it keeps the ± form."""
+    from planner.plan.render import _pm
+
+    assert _pm({"low": 45.0, "high": 67.9, "half_width_rel": 0.46}, 45.0) == " +0% to +51%"
+    assert _pm({"low": 51.9, "high": 74.0, "half_width_rel": 0.17}, 62.0) == " ± 17%"
+    assert _pm(None, 62.0) == ""
+    run = CliRunner().invoke(main, ["plan", "--model", "llama3-8b", "--hardware", "h100-sxm-80gb", "--gpus", "8",
+                                    "--global-batch", "64", "--seq-len", "4096", "--runtime", "deepspeed"])
+    assert run.exit_code == 0 and "+0% to +" in run.output.split("peak memory")[1].splitlines()[0]

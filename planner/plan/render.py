@@ -92,7 +92,7 @@ def print_plan(console: Console, plan: PlanEntry, title: str, tie_note: str = ""
     if tie_note:
         console.print(f"  {tie_note}")
     band = p.get("band") or {}
-    console.print(f"  step {p['step_time_s']:.3f} s{_pm(band.get('step_time_s'))} · {p['tokens_per_s']:,.0f} tokens/s "
+    console.print(f"  step {p['step_time_s']:.3f} s{_pm(band.get('step_time_s'), p['step_time_s'])} · {p['tokens_per_s']:,.0f} tokens/s "
                   f"({p['tokens_per_s_per_gpu']:,.0f}/GPU)")
     low = f" ({p['mfu_low_precision_peak']:.1%} of the low-precision peak)" if "mfu_low_precision_peak" in p else ""
     console.print(f"  MFU {p['mfu']:.1%}{low} · HFU {p['hfu']:.1%} · bubble {p['bubble_fraction']:.1%}")
@@ -108,7 +108,7 @@ def print_plan(console: Console, plan: PlanEntry, title: str, tie_note: str = ""
         fits = "[red]fits on the GPU, but host RAM cannot hold the offloaded states[/red]"
     elif band.get("memory_risk"):
         fits = "[yellow]fits, but its band crosses the cap: memory risk[/yellow]"
-    console.print(f"  peak memory {p['peak_memory_gib']:.1f}{_pm(band.get('peak_memory_gib'))} GiB per GPU, of "
+    console.print(f"  peak memory {p['peak_memory_gib']:.1f}{_pm(band.get('peak_memory_gib'), p['peak_memory_gib'])} GiB per GPU, of "
                   f"{p['memory_capacity_gib']:.1f} the fit rule allows ({fits})")
     if p.get("memory_band_upper"):
         console.print(f"  fit rule: peak x {1 + p['memory_band_upper']:.3f} (95th percentile of held-out measured / "
@@ -138,9 +138,15 @@ def print_plan(console: Console, plan: PlanEntry, title: str, tie_note: str = ""
         console.print("  sources: " + ", ".join(f"{k}={v}" for k, v in sources.items()), style="dim")
 
 
-def _pm(band: dict | None) -> str:
-    """`` ± 9%`` for a band object of ``predicted.band``, empty without one."""
-    return f" ± {band['half_width_rel']:.0%}" if band else ""
+def _pm(band: dict | None, value: float) -> str:
+    """`` ± 9%`` for a band object of ``predicted.band`` around ``value``; its edges, `` +0% to +51%``,
+    when one side is under a quarter of the other (a bias more than a spread); empty without one."""
+    if not band:
+        return ""
+    low, high = (band["low"] / value - 1, band["high"] / value - 1) if value > 0 else (0.0, 0.0)
+    if value > 0 and min(-low, high) < 0.25 * max(-low, high):
+        return f" {low:+.0%} to {high:+.0%}"
+    return f" ± {band['half_width_rel']:.0%}"
 
 
 def band_lines(band: dict) -> list[str]:
