@@ -225,16 +225,21 @@ MEGATRON_BRIDGE = replace(
                                                      "expert_tensor_parallel_size",
                                                      "virtual_pipeline_model_parallel_size"))),
     sharding=(
+        # The same fields as Megatron-LM's options (planner.launch.megatron_fields): the param-gather
+        # overlap needs the distributed optimizer, so it comes with the sharded stages.
         ShardingOption(zero_stage=0, option="ddp.use_distributed_optimizer=False", since="v0.5.0", source=_MB_CONFIG),
-        ShardingOption(zero_stage=1, option="ddp.use_distributed_optimizer=True", since="v0.5.0", source=_MB_CONFIG),
-        ShardingOption(zero_stage=2, option="ddp.use_megatron_fsdp=True ddp.data_parallel_sharding_strategy="
-                       "optim_grads", since="v0.5.0", source=_MB_CONFIG, pipelined=False),
-        ShardingOption(zero_stage=3, option="ddp.use_megatron_fsdp=True ddp.data_parallel_sharding_strategy="
-                       "optim_grads_params", since="v0.5.0", source=_MB_CONFIG, pipelined=False),
+        ShardingOption(zero_stage=1, option="ddp.use_distributed_optimizer=True ddp.overlap_param_gather=True",
+                       since="v0.5.0", source=_MB_CONFIG),
+        ShardingOption(zero_stage=2, option="ddp.use_distributed_optimizer=True ddp.overlap_param_gather=True "
+                       "ddp.use_megatron_fsdp=True ddp.data_parallel_sharding_strategy=optim_grads", since="v0.5.0",
+                       source=_MB_CONFIG, pipelined=False),
+        ShardingOption(zero_stage=3, option="ddp.use_distributed_optimizer=True ddp.overlap_param_gather=True "
+                       "ddp.use_megatron_fsdp=True ddp.data_parallel_sharding_strategy=optim_grads_params",
+                       since="v0.5.0", source=_MB_CONFIG, pipelined=False),
     ),
     schedules=(
-        Feature(name="1f1b", option="model.pipeline_model_parallel_size", since="v0.5.0", source=_MB_CONFIG),
-        Feature(name="interleaved", option="model.virtual_pipeline_model_parallel_size", since="v0.5.0",
+        Feature(name="1f1b", option="model.pipeline_model_parallel_size=P", since="v0.5.0", source=_MB_CONFIG),
+        Feature(name="interleaved", option="model.virtual_pipeline_model_parallel_size=V", since="v0.5.0",
                 source=_MB_CONFIG),
     ),
     recompute=(
@@ -246,8 +251,8 @@ MEGATRON_BRIDGE = replace(
     overlaps=(
         Feature(name="tp_comm_overlap", option="comm_overlap.tp_comm_overlap=True", since="v0.5.0",
                 source=_MB_OVERLAP),
-        Feature(name="dp_overlap", option="comm_overlap.overlap_grad_reduce=True "
-                "comm_overlap.overlap_param_gather=True", since="v0.5.0", source=_MB_OVERLAP, costed=True),
+        Feature(name="dp_overlap", option="ddp.overlap_grad_reduce=True", since="v0.5.0", source=_MB_CONFIG,
+                costed=True),
         Feature(name="optimizer_offload", option="optimizer.optimizer_cpu_offload=True", since="v0.5.0",
                 source=_MB_CONFIG),
     ),

@@ -63,12 +63,13 @@ def fake_bin(tmp_path) -> Path:
     return bin_dir
 
 
-def _run(script: Path, fake_bin: Path, tmp_path: Path, **env) -> tuple[subprocess.CompletedProcess, list[str]]:
+def _run(script: Path, fake_bin: Path, tmp_path: Path, args: tuple[str, ...] = tuple(EXTRA),
+         **env) -> tuple[subprocess.CompletedProcess, list[str]]:
     record = tmp_path / "argv"
     clean = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "MASTER_", "NNODES", "GPUS_PER_NODE",
                                                                       "NODE_RANK", "MEGATRON", "RECIPE"))}
     full = clean | {"PATH": f"{fake_bin}:{os.environ['PATH']}", "RECORD": str(record)} | env
-    proc = subprocess.run(["bash", str(script), *EXTRA], cwd=tmp_path, env=full, capture_output=True, text=True,
+    proc = subprocess.run(["bash", str(script), *args], cwd=tmp_path, env=full, capture_output=True, text=True,
                           timeout=60)
     argv = record.read_text().split("\0")[:-1] if record.exists() else []
     return proc, argv
@@ -78,7 +79,7 @@ def _expected_command(runtime: str, job: Path) -> list[str]:
     """What torchrun must run after its own options, built from the job's files independently of launch.sh."""
     if runtime == "megatron":
         tokens = bash_array((job / "megatron_args.sh").read_text(), "MEGATRON_ARGS")
-        return ["/opt/Megatron-LM/pretrain_gpt.py", *tokens, "--mock-data"]
+        return ["/opt/Megatron-LM/pretrain_gpt.py", *tokens]  # EXTRA names data: no --mock-data
     if runtime == "megatron-bridge":
         overrides = [line for line in (job / "bridge_overrides.txt").read_text().splitlines()
                      if not line.startswith("#")]
@@ -87,8 +88,7 @@ def _expected_command(runtime: str, job: Path) -> list[str]:
     if runtime == "torchtitan":
         return ["-m", "torchtitan.train", "--job.config_file", str(job / "torchtitan.toml")]
     tokens = bash_array((job / "megatron_deepspeed_args.sh").read_text(), "MEGATRON_DS_ARGS")
-    return ["/opt/Megatron-DeepSpeed/pretrain_gpt.py", *tokens, "--deepspeed_config", str(job / "deepspeed.json"),
-            "--mock-data"]
+    return ["/opt/Megatron-DeepSpeed/pretrain_gpt.py", *tokens, "--deepspeed_config", str(job / "deepspeed.json")]
 
 
 def _torchrun_options(nnodes: int, nproc: int, rank: int, addr: str) -> list[str]:
@@ -106,6 +106,19 @@ def test_launch_sh_runs_torchrun_on_the_plans_world(jobs, fake_bin, tmp_path, ru
     assert argv == _torchrun_options(2, 4, 0, "localhost") + _expected_command(runtime, job) + EXTRA
     assert "" not in argv  # no empty argument (a blank overrides line, an unset variable)
     assert Path(tmp_path / "argv.env").read_text() == "1"  # CUDA_DEVICE_MAX_CONNECTIONS for TP overlap
+
+
+@pytest.mark.parametrize("runtime", ["megatron", "deepspeed"])
+@pytest.mark.parametrize("data", [["--data-path", "/data/tokens_text_document"], ["--data-path=/data/x"],
+                                  ["--train-data-path", "/data/train"], ["--mock-data"], ["--lr", "1e-4"]])
+def test_launch_sh_gives_mock_data_only_when_no_data_is_named(jobs, fake_bin, tmp_path, runtime, data):
+    """Megatron's --mock-data wins over --data-path, so launch.sh passes it only when the arguments
+    name no data (else the job would train on random tokens whatever data it was given)."""
+    proc, argv = _run(jobs[runtime] / "launch.sh", fake_bin, tmp_path, args=tuple(data), **CHECKOUTS)
+    assert proc.returncode == 0, proc.stderr
+    assert argv[-len(data):] == data
+    real_data = any(a.startswith(("--data-path", "--train-data-path")) for a in data)
+    assert argv.count("--mock-data") == (0 if real_data else 1)  # once: ours, or the user's own
 
 
 @pytest.mark.parametrize("runtime, variable", [("megatron", "MEGATRON_LM"), ("megatron-bridge", "MEGATRON_BRIDGE"),

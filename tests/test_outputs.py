@@ -79,6 +79,20 @@ def test_nothing_fits_names_the_smallest_gpu_count_that_fits_and_it_does():
     assert count == 8 or planner.plan(gpus=count // 2, **request).best is None
 
 
+def test_the_smallest_fitting_count_is_bisected_over_whole_nodes_between_doublings():
+    """Llama 3 70B at batch 512 without offload does not fit on 8 or 16 H100s; 32 (a doubling) fits
+    and so does 24 (three nodes), which the bisection between 16 and 32 finds."""
+    import planner
+
+    request = dict(model="llama3-70b", hardware="h100-sxm-80gb", global_batch=512, seq_len=8192,
+                   allow_offload=False)
+    fit = planner.plan(gpus=8, **request).no_fit
+    assert fit.smallest_fitting_gpus == 24
+    assert planner.plan(gpus=16, **request).best is None and planner.plan(gpus=24, **request).best is not None
+    L = fit.fitting_layout
+    assert L.dp * L.tp * L.pp * L.cp == 24
+
+
 def test_the_plan_json_of_nothing_fits_carries_the_no_fit_numbers_and_reads_back(tmp_path):
     """A scheduler reading the plan JSON gets why nothing fits and the smallest GPU count that does,
     with its layout, as numbers; the plan file round-trips them."""

@@ -225,6 +225,42 @@ def test_the_megatron_options_a_plan_names_are_the_ones_its_job_sets(layout):
     assert named <= set(args)
 
 
+@pytest.mark.parametrize("layout", [
+    dict(dp=8, zero_stage=0), dict(dp=8, zero_stage=1), dict(dp=2, tp=2, pp=2, zero_stage=1, sequence_parallel=True),
+    dict(dp=2, tp=4, zero_stage=0, sequence_parallel=True, tp_comm_overlap=True, recompute="full"),
+    dict(dp=2, pp=4, zero_stage=1, schedule="interleaved", virtual_stages=2)])
+def test_the_bridge_fields_a_plan_names_are_the_ones_its_overrides_set(layout):
+    """The Megatron-Bridge plan header's "sets ..." names fields the job's bridge_overrides.txt writes,
+    with the same values; and every layout field is written, so a recipe's own defaults (the
+    distributed optimizer, virtual stages) cannot run instead of the plan's."""
+    from planner.launch.megatron_export import megatron_args
+    from planner.launch.megatron_fields import BRIDGE_LAYOUT_DEFAULTS, bridge_override_lines
+
+    kwargs = dict(model="llama3-8b", hardware="h100-sxm-80gb", gpus=8, global_batch=64, seq_len=4096,
+                  runtime="megatron-bridge")
+    L = planner.Layout(num_microbatches=64 // layout["dp"], **layout)
+    breakdown = planner.evaluate(layout=L, **kwargs)
+    job = planner.resolve_job(**kwargs)
+    args, _ = megatron_args(job.model, job.training, breakdown.layout, 4096)
+    written = dict(line.split("=", 1) for line in bridge_override_lines(args))
+    assert set(BRIDGE_LAYOUT_DEFAULTS) <= set(written)
+    for feature in features_used(capabilities("megatron-bridge"), L):
+        for token in feature.option.split():
+            key, _, value = token.partition("=")
+            assert key in written, (feature.name, key)
+            if value not in ("P", "V"):
+                assert written[key] == json.dumps(_number_or_bool(value)), (key, written[key], value)
+    assert written["ddp.use_distributed_optimizer"] == json.dumps(L.zero_stage > 0)
+    assert written["ddp.overlap_param_gather"] == json.dumps(L.zero_stage > 0)
+    assert written["model.virtual_pipeline_model_parallel_size"] == ("2" if L.virtual_stages == 2 else "null")
+
+
+def _number_or_bool(text: str):
+    if text in ("True", "False"):
+        return text == "True"
+    return int(text) if text.isdigit() else text
+
+
 def _dp_comm_s(runtime: str, pp: int, overlap_fraction: float) -> float:
     """Llama 3 70B on 64 H100, dp · tp 4 · pp, ZeRO-1: the step's data-parallel term."""
     from dataclasses import replace

@@ -93,7 +93,7 @@ def test_a_tied_layout_that_fits_without_offload_beats_one_that_offloads():
     on_gpu = _Plan(10.5, 70.0, dp=8, zero_stage=1)
     ranked, num_tied, reason = prefer_simplest((offload, on_gpu), MEASURED, memory_band=shipped_memory_band())
     assert ranked[0] is on_gpu and num_tied == 2
-    assert reason.startswith("fewest uncertain mechanisms (1 against 2)")
+    assert reason.startswith("fewest uncertain mechanisms (1 against 2: the runner-up's optimizer_offload)")
     ranked, _, _ = prefer_simplest((offload, _Plan(11.5, 70.0, dp=8, zero_stage=1)), MEASURED, memory_band=shipped_memory_band())
     assert ranked[0] is offload
 
@@ -105,7 +105,8 @@ def test_two_layouts_within_the_measured_band_tie_and_the_less_risky_wins():
     certain = _Plan(10.8, dp=4, tp=2, sequence_parallel=True)
     ranked, num_tied, reason = prefer_simplest((fast, certain), MEASURED, memory_band=shipped_memory_band())
     assert ranked[0] is certain and num_tied == 2
-    assert reason.startswith("fewest uncertain mechanisms (0 against 1)") and "no memory risk" in reason
+    assert reason.startswith("fewest uncertain mechanisms (0 against 1: the runner-up's zero_stage)")
+    assert "no memory risk" in reason
     # outside the band (12% apart) the faster one stands, and with nothing tied there is no reason to give
     ranked, num_tied, reason = prefer_simplest((fast, _Plan(11.2, dp=4, tp=2, sequence_parallel=True)), MEASURED, memory_band=shipped_memory_band())
     assert ranked[0] is fast and num_tied == 1 and reason == ""

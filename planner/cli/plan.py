@@ -217,7 +217,8 @@ def _narrowing_kwargs(kw: dict[str, Any], runtime: str) -> dict[str, Any]:
 def plan_command(fmt: str, out: str | None, top_k: int, allow_cross_node_tp: bool, launchable: bool, solver: str,
                  plot_dir: str | None, layers_per_chunk: str | None, first_stage_layers: int | None,
                  last_stage_layers: int | None, **kw: Any) -> None:
-    """Find the fastest layout that fits, with ranked alternatives.
+    """Find the layout to run: among those that fit, the least risky one the model cannot tell
+    from the fastest (within its measured tie band), with ranked alternatives.
 
     Exits 1 when no layout fits, printing the closest misses and what would make them fit.
     """

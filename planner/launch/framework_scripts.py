@@ -3,7 +3,9 @@ slurm.sbatch, for Megatron-LM, Megatron-Bridge, torchtitan and Megatron-DeepSpee
 
 Each script reads its framework checkout from one variable (``MEGATRON_LM``, ``MEGATRON_BRIDGE``,
 ``MEGATRON_DEEPSPEED``; torchtitan runs as the installed module ``torchtitan.train``) and passes
-extra arguments through (``"$@"``: data, tokenizer, checkpoints)."""
+extra arguments through (``"$@"``: data, tokenizer, checkpoints). Synthetic data is the default
+and gives way to data the arguments name (``MOCK_DATA_UNLESS_GIVEN``; Megatron-Bridge: a later
+``--dataset`` wins over ``--dataset mock``)."""
 
 from __future__ import annotations
 
@@ -12,18 +14,25 @@ import shlex
 
 from .scripts import job_name
 
+MOCK_DATA_UNLESS_GIVEN = ('DATA=(--mock-data)\n'
+                          'for arg in "$@"; do case "$arg" in --mock-data|--data-path*|--train-data-path*|'
+                          '--data-args-path*|--per-split-data-args-path*|--train-weighted-split-paths*) '
+                          'DATA=() ;; esac; done')
+"""Bash lines that give Megatron's ``pretrain_gpt.py`` synthetic data only when the arguments name
+none: ``--mock-data`` takes precedence over ``--data-path`` in Megatron, so a job that always passed
+it would train on random tokens whatever data the user gave."""
 _COMMANDS = {
-    "megatron": ('source "$HERE/megatron_args.sh"',
+    "megatron": ('source "$HERE/megatron_args.sh"\n' + MOCK_DATA_UNLESS_GIVEN,
                  '"${MEGATRON_LM:?set MEGATRON_LM to a Megatron-LM checkout}/pretrain_gpt.py" "${MEGATRON_ARGS[@]}" '
-                 '--mock-data "$@"'),
+                 '"${DATA[@]}" "$@"'),
     "megatron-bridge": ('mapfile -t OVERRIDES < <(grep -v "^#" "$HERE/bridge_overrides.txt")',
                         '"${MEGATRON_BRIDGE:?set MEGATRON_BRIDGE to a Megatron-Bridge checkout}/scripts/training/'
                         'run_recipe.py" --recipe "${RECIPE:?set RECIPE to a pretrain recipe of the model}" '
                         '--dataset mock "${OVERRIDES[@]}" "$@"'),
     "torchtitan": (":", '-m torchtitan.train --job.config_file "$HERE/torchtitan.toml" "$@"'),
-    "deepspeed": ('source "$HERE/megatron_deepspeed_args.sh"',
+    "deepspeed": ('source "$HERE/megatron_deepspeed_args.sh"\n' + MOCK_DATA_UNLESS_GIVEN,
                   '"${MEGATRON_DEEPSPEED:?set MEGATRON_DEEPSPEED to a Megatron-DeepSpeed checkout}/pretrain_gpt.py" '
-                  '"${MEGATRON_DS_ARGS[@]}" --deepspeed_config "$HERE/deepspeed.json" --mock-data "$@"'),
+                  '"${MEGATRON_DS_ARGS[@]}" --deepspeed_config "$HERE/deepspeed.json" "${DATA[@]}" "$@"'),
 }
 """Runtime -> (bash line that loads the exported options, what torchrun runs)."""
 FRAMEWORK_VARIABLES: dict[str, tuple[str, ...]] = {

@@ -74,6 +74,26 @@ the recipes reduce gradients in bf16, and their loss is Transformer Engine's fus
 where Megatron-Core's default ``cross_entropy_fusion_impl`` is ``native``, ``model_parallel_config.py``)."""
 
 
+BRIDGE_LAYOUT_DEFAULTS: dict[str, object] = {
+    "model.virtual_pipeline_model_parallel_size": None, "model.context_parallel_size": 1,
+    "model.expert_model_parallel_size": 1, "model.sequence_parallel": False,
+    "comm_overlap.tp_comm_overlap": False, "model.num_layers_in_first_pipeline_stage": None,
+    "model.num_layers_in_last_pipeline_stage": None, "model.pipeline_model_parallel_layout": None,
+    "model.recompute_granularity": None, "model.recompute_method": None, "model.recompute_num_layers": None,
+    "model.cpu_offloading": False, "model.cpu_offloading_num_layers": 0,
+    "ddp.use_distributed_optimizer": False, "optimizer.use_distributed_optimizer": False,
+    "ddp.overlap_grad_reduce": False, "ddp.overlap_param_gather": False, "ddp.use_megatron_fsdp": False,
+    "ddp.data_parallel_sharding_strategy": "no_shard", "optimizer.optimizer_cpu_offload": False,
+    "model.fp8": None, "model.fp4": None,
+}
+"""The value each layout field takes when the Megatron-LM arguments leave its option out (its
+argparse default, ``megatron/training/arguments.py``; ``data_parallel_sharding_strategy`` and the
+cpu-offload pair: Megatron-Core's config defaults). Megatron-LM starts from these; a Bridge recipe
+starts from its own (``llama3_70b``'s: the distributed optimizer with param-gather overlap, 5
+virtual stages), so the overrides write them out, and the recipe runs the plan's layout, not one
+of its fields mixed with the recipe's others."""
+
+
 def args_to_fields(tokens: list[str]) -> dict[str, object]:
     """``{section.field: value}`` of Megatron-LM argument tokens (the options in ``ARG_FIELDS``;
     flags are True, a list option keeps its list, numbers become int or float)."""
@@ -107,7 +127,8 @@ def _number(text: str) -> object:
 
 def bridge_override_lines(megatron_tokens: list[str]) -> list[str]:
     """Megatron-Bridge ``KEY=VALUE`` overrides (``scripts/training/run_recipe.py``'s trailing overrides on
-    the recipe's ``ConfigContainer``) of the Megatron-LM arguments, values as JSON, plus ``BRIDGE_FIXED``."""
+    the recipe's ``ConfigContainer``) of the Megatron-LM arguments, values as JSON: every layout field,
+    at ``BRIDGE_LAYOUT_DEFAULTS`` where the arguments leave it out, plus ``BRIDGE_FIXED``."""
     fields = args_to_fields(megatron_tokens)
-    values = {BRIDGE_RENAMES.get(k, k): v for k, v in fields.items()} | BRIDGE_FIXED
+    values = BRIDGE_LAYOUT_DEFAULTS | {BRIDGE_RENAMES.get(k, k): v for k, v in fields.items()} | BRIDGE_FIXED
     return [f"{key}={json.dumps(value)}" for key, value in sorted(values.items())]

@@ -56,7 +56,7 @@ def _megatron_zero(fields: dict) -> int:
 
 def megatron_fields_layout(fields: dict, world_size: int, num_layers: int) -> tuple[Layout, dict]:
     """(Layout, training options) of Megatron-Core config fields (``section.field``)."""
-    get = lambda key, default=None: fields.get(key, default)  # noqa: E731
+    get = lambda key, default=None: default if fields.get(key) is None else fields[key]  # noqa: E731  null = unset
     tp, pp, cp = get("model.tensor_model_parallel_size", 1), get("model.pipeline_model_parallel_size", 1), \
         get("model.context_parallel_size", 1)
     layout_string = get("model.pipeline_model_parallel_layout")  # it carries the virtual stages itself
@@ -146,7 +146,7 @@ def read_deepspeed_job(job: Path, num_layers: int) -> tuple[Layout, dict]:
     ds = json.loads((job / "deepspeed.json").read_text(encoding="utf-8"))
     tokens = bash_array((job / "megatron_deepspeed_args.sh").read_text(encoding="utf-8"), "MEGATRON_DS_ARGS")
     fields = args_to_fields(tokens)
-    get = lambda key, default=None: fields.get(key, default)  # noqa: E731
+    get = lambda key, default=None: default if fields.get(key) is None else fields[key]  # noqa: E731  null = unset
     tp, pp = get("model.tensor_model_parallel_size"), get("model.pipeline_model_parallel_size")
     dp = launch_world_size(job) // (tp * pp)
     ep = int(tokens[tokens.index("--moe-expert-parallel-size") + 1]) if "--moe-expert-parallel-size" in tokens else 1

@@ -250,8 +250,9 @@ class NoFit:
     model_state_gib: float
     """Parameters, gradients and optimizer states of the whole model, GiB."""
     smallest_fitting_gpus: int | None
-    """The smallest GPU count, among the requested count times 2, 4, ... 64, at which some layout
-    fits; None when none does or when no layout could be formed (``reason`` says which)."""
+    """The smallest GPU count found at which some layout fits (the requested count times 2, 4, ...
+    64, then whole nodes bisected below the first that fits: ``search.infeasible.smallest_fitting_gpus``);
+    None when none does or when no layout could be formed (``reason`` says which)."""
     fitting_layout: Layout | None
     """The best layout at ``smallest_fitting_gpus``; None with it."""
 

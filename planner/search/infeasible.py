@@ -33,21 +33,44 @@ def model_state_gib(cost_model: CostModel) -> float:
 
 def smallest_fitting_gpus(cost_model: CostModel, options: SearchOptions,
                           node_gpus: int) -> tuple[int, CostBreakdown] | None:
-    """The smallest count, among the requested count times 2, 4, ... ``MAX_SCALE_UP`` (whole nodes
-    of ``node_gpus`` past one node), at which some layout fits, with its best plan; None when none
-    does. ``node_gpus``: GPUs per node of the hardware (or the request's ``gpus_per_node``), not the
-    request's cluster, whose node holds only the requested GPUs when they are fewer than a node."""
-    cluster = cost_model.cluster
+    """The smallest count found at which some layout fits, with its best plan; None when none does.
+    The requested count times 2, 4, ... ``MAX_SCALE_UP`` (whole nodes of ``node_gpus`` past one
+    node) first; then, between the last doubling that does not fit and the first that does, whole
+    nodes by bisection (fitting need not grow monotonically with the count, so the bisection finds
+    a fitting count, not always the least). ``node_gpus``: GPUs per node of the hardware (or the
+    request's ``gpus_per_node``), not the request's cluster, whose node holds only the requested
+    GPUs when they are fewer than a node."""
     per_node = node_gpus
-    gpus = cluster.num_gpus * 2
-    while gpus <= cluster.num_gpus * MAX_SCALE_UP:
-        if gpus <= per_node or gpus % per_node == 0:
-            job = replace(cost_model.job, cluster=make_cluster(cluster.node, gpus, per_node if gpus >= per_node else gpus))
-            result = solve(CostModel(job), gpus, job.cluster.nvlink_domain_gpus, options, top_k=1)
-            if result.ranked:
-                return gpus, result.ranked[0]
-        gpus *= 2
+    low, gpus = cost_model.cluster.num_gpus, cost_model.cluster.num_gpus * 2
+    while gpus <= cost_model.cluster.num_gpus * MAX_SCALE_UP:
+        plan = _best_at(cost_model, options, gpus, per_node) if gpus <= per_node or gpus % per_node == 0 else None
+        if plan is not None:
+            return _bisect_nodes(cost_model, options, per_node, low, gpus, plan)
+        low, gpus = gpus, gpus * 2
     return None
+
+
+def _bisect_nodes(cost_model: CostModel, options: SearchOptions, per_node: int, low: int, high: int,
+                  plan: CostBreakdown) -> tuple[int, CostBreakdown]:
+    """Whole-node counts between ``low`` (no fit) and ``high`` (fits with ``plan``), bisected."""
+    while True:
+        nodes = [n for n in range(low // per_node + 1, -(-high // per_node)) if n * per_node > low]
+        if low < per_node or not nodes:
+            return high, plan
+        middle = nodes[len(nodes) // 2] * per_node
+        found = _best_at(cost_model, options, middle, per_node)
+        if found is None:
+            low = middle
+        else:
+            high, plan = middle, found
+
+
+def _best_at(cost_model: CostModel, options: SearchOptions, gpus: int, per_node: int) -> CostBreakdown | None:
+    """The best plan of ``cost_model``'s job on ``gpus`` GPUs, ``per_node`` a node; None when nothing fits."""
+    cluster = make_cluster(cost_model.cluster.node, gpus, per_node if gpus >= per_node else gpus)
+    job = replace(cost_model.job, cluster=cluster)
+    result = solve(CostModel(job), gpus, job.cluster.nvlink_domain_gpus, options, top_k=1)
+    return result.ranked[0] if result.ranked else None
 
 
 def no_fit(miss: CostBreakdown, cost_model: CostModel, options: SearchOptions, node_gpus: int) -> NoFit:

@@ -8,7 +8,7 @@ from __future__ import annotations
 from costmodels.bands import Band, memory_risk
 from costmodels.breakdown import CostBreakdown
 from costmodels.layout import Layout
-from costmodels.tie_band import TieBand, num_uncertain, shipped_tie_band
+from costmodels.tie_band import TieBand, in_use, num_uncertain, shipped_tie_band
 
 
 _FIELDS = tuple(Layout.__dataclass_fields__)
@@ -98,10 +98,13 @@ def tie_reason(pick: CostBreakdown, tied: list[CostBreakdown], memory_band: Band
     if not others:
         return f"least risky of the layouts tied in its own mesh; {risk}"
     key = tie_key(pick, memory_band, band)
-    runner = min((tie_key(b, memory_band, band) for b in others))
+    runner_plan = min(others, key=lambda b: tie_key(b, memory_band, band))
+    runner = tie_key(runner_plan, memory_band, band)
     part = next(i for i, (a, b) in enumerate(zip(key, runner)) if a != b)
     if part == 1:
-        why = f"fewest uncertain mechanisms ({key[1]} against {runner[1]})"
+        theirs = [m for m in in_use(runner_plan.layout) if band.uncertain(m) and m not in in_use(pick.layout)]
+        named = f": the runner-up's {', '.join(theirs)}" if theirs else ""
+        why = f"fewest uncertain mechanisms ({key[1]} against {runner[1]}{named})"
     else:
         why = TIE_REASONS[min(part, 2)]
     return f"{why}; {risk}"
