@@ -501,6 +501,18 @@ def runtime_summary(runtime: str, version: str | None, layout: "Layout | None") 
     table = capabilities(runtime, version)
     line = f"runtime {runtime} {table.latest} ({table.framework})"
     if layout is not None:
-        flags = [f.option for f in features_used(table, layout) if not f.option.startswith("(")]  # "(no flag)"
+        flags = [_with_values(f.option, layout) for f in features_used(table, layout)
+                 if not f.option.startswith("(")]  # "(no flag)"
         line += "; sets " + " ".join(flags) if flags else "; no options beyond the degrees"
     return line
+
+
+def _with_values(option: str, layout: "Layout") -> str:
+    """``option`` with the table's placeholders (``P`` pipeline stages, ``V`` virtual stages) set to
+    the layout's values: ``--pipeline-model-parallel-size 4``."""
+    values = {"P": str(layout.pp), "V": str(layout.virtual_stages)}
+    tokens = []
+    for token in option.split():
+        key, eq, value = token.rpartition("=")
+        tokens.append(f"{key}={values[value]}" if eq and value in values else values.get(token, token))
+    return " ".join(tokens)
