@@ -4,17 +4,17 @@ leave-one-family-out, and build the memory band and its fit rule from those held
 Run: ``.venv/bin/python benchmarks/memory_fit.py [--write]``. Tries every value of ``AXES``
 (``Assumptions.allocator_fragmentation``: the share of live activations and buffers the caching
 allocator holds beyond them) on the runs that measured peak memory. The shipped value is fitted on
-the families of the shared band group (``costmodels.bands.memory_band_group``); leave-one-family-out
-scores each family with the value fitted on the other families of its group (the shared group's
-where its own has no other), and, for comparison, with the value fitted on every other family. A residual is ``measured / predicted - 1``
-(the predicted peak as the family measures it, ``scoring.ALLOCATOR_MEMORY_FAMILIES``). The band's
-upper edge is the ``MEMORY_BAND_QUANTILE`` of those held-out residuals, one edge for the deepspeed
-runtime from the families that ran it and one for every other runtime from the rest
-(``costmodels.bands.memory_band_group``); a layout fits only when its predicted peak × (1 + its
-runtime's upper edge) is under the memory cap. Then it checks the development
-set's out-of-memory cells against that rule (an OOM cell that a run of the same sweep with the
-same layout and a micro-batch at least as large contradicts is counted apart). ``--write`` stores
-the constants as the generated module ``costmodels/memory_calibration_data.py`` and the record
+the families of the shared band group (``costmodels.bands.memory_band_group``);
+leave-one-family-out scores each family with the value fitted on the other families of its group
+(the shared group's where its own has no other) and, for comparison, with the value fitted on
+every other family. A residual is ``measured / predicted - 1`` (the predicted peak as the family
+measures it, ``scoring.ALLOCATOR_MEMORY_FAMILIES``). The band's upper edge is the
+``MEMORY_BAND_QUANTILE`` of those held-out residuals, one edge for the deepspeed runtime from the
+families that ran it and one for every other runtime from the rest; a layout fits only when its
+predicted peak × (1 + its runtime's upper edge) is under the memory cap. Then it checks the
+development set's out-of-memory cells against that rule (an OOM cell that a run of the same sweep
+with the same layout and a micro-batch at least as large contradicts is counted apart). ``--write``
+stores the constants as the generated module ``costmodels/memory_calibration_data.py`` and the record
 ``costmodels/data/memory_calibration.json``.
 """
 
@@ -140,7 +140,8 @@ def main(argv: list[str] | None = None) -> int:
               f"{r.predicted_peak_memory_gib:6.1f} GiB x {1 + upper:.3f} = {r.predicted_peak_memory_gib * (1 + upper):6.1f}"
               f" vs {r.run.node.hardware.memory_bytes / 2**30:.0f}: {verdict}{note}")
     fair = [r for r in cells if not contradicted(r, results)]
-    print(f"  uncontradicted OOM cells predicted not to fit: {sum(not fits_at_band(r, uppers) for r in fair)}/{len(fair)}")
+    refused = sum(not fits_at_band(r, uppers) for r in fair)
+    print(f"  uncontradicted OOM cells predicted not to fit: {refused}/{len(fair)}")
     ok = [r for r in results if r.run.status == "ok"]
     print(f"  runs that ran, predicted to fit: {sum(fits_at_band(r, uppers) for r in ok)}/{len(ok)}")
     if args.write:

@@ -19,11 +19,11 @@ from .calibration import SHIPPED_CALIBRATION
 
 OWN_MEMORY_BAND_RUNTIME = "deepspeed"
 """The runtime whose memory band is made from the residuals of the families that ran it alone
-(``Assumptions.deepspeed_memory_band_upper``). Its only measured family is the BLOOM sweep (Megatron-DeepSpeed and PyTorch of
-early 2022, read with ``nvidia-smi``), whose peaks the model under-predicts by a median 24%
-(``docs/published.md``); pooled, its residuals would refuse runs of the other runtimes that ran
-(29 of 32 torchtitan runs, 55 of 93 NeMo configurations). The other runtimes share one band, made
-from the residuals of the other families (``benchmarks/memory_fit.py``)."""
+(``Assumptions.deepspeed_memory_band_upper``). Its only measured family is the BLOOM sweep
+(Megatron-DeepSpeed and PyTorch of early 2022, read with ``nvidia-smi``), whose peaks the model
+under-predicts by a median 24% (``docs/published.md``); pooled, its residuals would refuse runs of
+the other runtimes that ran (29 of 32 torchtitan runs, 55 of 93 NeMo configurations). The other
+runtimes share one band, made from the residuals of the other families (``benchmarks/memory_fit.py``)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
