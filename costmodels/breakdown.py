@@ -42,6 +42,9 @@ class StageMemory:
     overhead_parts: tuple[tuple[str, float], ...] = ()
     """``overhead_bytes`` by named term (``costmodels.reserved``): cuda_context, nccl_buffers,
     workspaces, fragmentation."""
+    buffer_parts: tuple[tuple[str, float], ...] = ()
+    """``buffers_bytes`` by parallelism (``rank_memory.rank_buffer_parts``): data_parallel,
+    tensor_parallel, pipeline; only the non-zero ones."""
 
     @property
     def total_bytes(self) -> float:
@@ -194,6 +197,8 @@ class CostBreakdown:
             "memory_gib": {name.removesuffix("_bytes"): _r(getattr(peak, name) / GIB) for name in MEMORY_TERMS},
             **({"grads_freed_gib": _r(peak.grads_freed_bytes / GIB)} if peak.grads_freed_bytes else {}),
             "overhead_gib": {name: _r(value / GIB) for name, value in peak.overhead_parts},
+            **({"buffers_gib": {name: _r(value / GIB) for name, value in peak.buffer_parts}}
+               if peak.buffer_parts else {}),
             "memory_gib_per_stage": [_r(st.total_bytes / GIB) for st in self.stages],
             "time_s": {name.removesuffix("_s"): _r(getattr(self, name)) for name in TIME_TERMS},
             "comm_gib_per_gpu": {k: _r(v / GIB) for k, v in sorted(self.comm_bytes_per_gpu.items())},

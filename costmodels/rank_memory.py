@@ -43,8 +43,9 @@ def rank_static(cm: "CostModel", layout: Layout, rank: RankLayers) -> RankStatic
     p, g, o = held_states(cm, layout, params)
     stored, working = rank_activation_parts(cm, layout, rank)
     host = host_state_bytes(stepped_params(cm, layout, params), cm.states) if layout.optimizer_offload else 0.0
+    buffer_parts = rank_buffer_parts(cm, layout, rank, params)
     return RankStatic(params_bytes=p, grads_bytes=g, optimizer_bytes=o, host_bytes=host,
-                       buffers_bytes=rank_buffer_bytes(cm, layout, rank, params),
+                       buffers_bytes=sum(v for _, v in buffer_parts), buffer_parts=buffer_parts,
                        stored_per_microbatch_bytes=stored, working_bytes=working,
                        received_per_microbatch_bytes=received_saved_bytes(cm, layout, rank),
                        largest_block_bytes=act.largest_block_bytes(cm.model, activation_shape(cm, layout),
@@ -89,7 +90,7 @@ def stage_memory(cm: "CostModel", layout: Layout, index: int, static: RankStatic
     return StageMemory(params_bytes=static.params_bytes, grads_bytes=grads, grads_freed_bytes=static.grads_bytes - grads,
                        optimizer_bytes=static.optimizer_bytes, activations_bytes=activations,
                        buffers_bytes=static.buffers_bytes, overhead_bytes=sum(v for _, v in parts),
-                       host_bytes=static.host_bytes, overhead_parts=parts)
+                       host_bytes=static.host_bytes, overhead_parts=parts, buffer_parts=static.buffer_parts)
 
 
 def grads_live_at_peak(cm: "CostModel", layout: Layout, grads_bytes: float, activations_bytes: float) -> float:
@@ -234,22 +235,30 @@ def recompute_working_bytes(cm: "CostModel", layout: Layout, x: act.ActivationSh
 
 
 def rank_buffer_bytes(cm: "CostModel", layout: Layout, rank: RankLayers, params: ShardedParams) -> float:
-    """Communication buffers and gathered copies: data parallel (``_data_parallel_buffer_bytes``),
-    the TP buffers (``tp_buffer_bytes``), pipeline send and receive buffers (with the convention's
-    ``receive_buffer_per_microbatch`` one receive buffer per micro-batch and receiving chunk, as
-    ``torch.distributed.pipelining`` keeps them, plus one send)."""
+    """The sum of ``rank_buffer_parts``."""
+    return sum(v for _, v in rank_buffer_parts(cm, layout, rank, params))
+
+
+def rank_buffer_parts(cm: "CostModel", layout: Layout, rank: RankLayers,
+                      params: ShardedParams) -> tuple[tuple[str, float], ...]:
+    """Communication buffers and gathered copies by parallelism, the non-zero ones: data parallel
+    (``_data_parallel_buffer_bytes``), the TP buffers (``tp_buffer_bytes``), pipeline send and
+    receive buffers (with the convention's ``receive_buffer_per_microbatch`` one receive buffer per
+    micro-batch and receiving chunk, as ``torch.distributed.pipelining`` keeps them, plus one send)."""
     B = cm.rates.elem_bytes
     tokens = local_micro_batch_tokens(cm.training, layout)
     block = B * tokens * cm.model.hidden_size
-    buffers = _data_parallel_buffer_bytes(cm, layout, params) if layout.dp * layout.cp > 1 else 0.0
-    if layout.tp > 1:
-        buffers += tp_buffer_bytes(cm, layout, block)
+    data = _data_parallel_buffer_bytes(cm, layout, params) if layout.dp * layout.cp > 1 else 0.0
+    tensor = tp_buffer_bytes(cm, layout, block) if layout.tp > 1 else 0.0
     if layout.pp > 1 and cm.convention.receive_buffer_per_microbatch:
         received = act.received_input_bytes(cm.model, activation_shape(cm, layout))
-        buffers += (layout.num_microbatches * receiving_chunks(layout, rank) + 1) * received
+        pipeline = (layout.num_microbatches * receiving_chunks(layout, rank) + 1) * received
     elif layout.pp > 1:
-        buffers += 2 * block * (1 / layout.tp if layout.sequence_parallel else 1.0)
-    return buffers
+        pipeline = 2 * block * (1 / layout.tp if layout.sequence_parallel else 1.0)
+    else:
+        pipeline = 0.0
+    parts = (("data_parallel", data), ("tensor_parallel", tensor), ("pipeline", pipeline))
+    return tuple((name, value) for name, value in parts if value)
 
 
 def tp_buffer_bytes(cm: "CostModel", layout: Layout, block: float) -> float:

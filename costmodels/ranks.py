@@ -81,6 +81,8 @@ class RankStatic:
     grads_bytes: float
     optimizer_bytes: float
     buffers_bytes: float
+    buffer_parts: tuple[tuple[str, float], ...]
+    """``buffers_bytes`` by parallelism (``rank_memory.rank_buffer_parts``)."""
     stored_per_microbatch_bytes: float
     """Activations one micro-batch leaves for backward, first/last-stage extras included."""
     working_bytes: float

@@ -251,3 +251,34 @@ def test_one_micro_batch_under_set_to_none_holds_the_larger_of_activations_and_g
                 else:
                     assert stage.grads_freed_bytes == 0
                     assert rest == pytest.approx(stage.activations_bytes + grads)
+
+
+def test_buffers_are_split_by_parallelism_and_the_table_names_the_split():
+    """``buffers`` sums its named parts (data parallel, tensor parallel, pipeline), which the plan
+    JSON carries as ``buffers_gib`` and the table prints under the memory column. Under torchtitan
+    with pp, FSDP defers the gradient reduce-scatter to the last micro-batch, so the unsharded
+    gradients and parameters are the data-parallel part, and send/receive buffers the pipeline part."""
+    import json as _json
+
+    from click.testing import CliRunner
+
+    import planner
+    from planner.cli import main
+
+    kwargs = dict(model="llama3-8b", hardware="h100-sxm-80gb", gpus=8, global_batch=16, seq_len=4096)
+    L = planner.Layout(dp=2, tp=2, pp=2, zero_stage=2, sequence_parallel=True, num_microbatches=8)
+    b = planner.evaluate(layout=L, runtime="torchtitan", **kwargs)
+    stage = b.peak_stage
+    parts = dict(stage.buffer_parts)
+    assert set(parts) == {"data_parallel", "tensor_parallel", "pipeline"}
+    assert sum(parts.values()) == pytest.approx(stage.buffers_bytes)
+    assert min(parts.values()) > 0
+    doc = b.predicted_dict()
+    assert doc["buffers_gib"] == {k: pytest.approx(v / 2**30, rel=1e-5) for k, v in parts.items()}
+    plain = planner.evaluate(layout=planner.Layout(dp=8, num_microbatches=2), **kwargs).predicted_dict()
+    assert set(plain["buffers_gib"]) == {"data_parallel"}  # dp 8 ZeRO-0: its gradient buckets only
+    args = ["evaluate", "--model", "llama3-8b", "--hardware", "h100-sxm-80gb", "--gpus", "8", "--global-batch", "16",
+            "--seq-len", "4096", "--dp", "2", "--tp", "2", "--pp", "2", "--zero", "2", "--runtime", "torchtitan"]
+    table = CliRunner().invoke(main, args).output
+    assert "  buffers: data parallel " in table and " GiB" in table.split("  buffers: ")[1].splitlines()[0]
+    assert _json.loads(CliRunner().invoke(main, [*args, "--format", "json"]).output)["predicted"]["buffers_gib"]

@@ -133,6 +133,10 @@ def print_plan(console: Console, plan: PlanEntry, title: str, tie_note: str = ""
             row += [items[i][0], fmt.format(items[i][1])] if i < len(items) else ["", ""]
         table.add_row(*row)
     console.print(table)
+    buffers = p.get("buffers_gib") or {}
+    if buffers:
+        console.print("  buffers: " + ", ".join(f"{name.replace('_', ' ')} {gib:.2f}" for name, gib in buffers.items())
+                      + " GiB", style="dim")
     sources = p.get("sources", {})
     if sources:
         console.print("  sources: " + ", ".join(f"{k}={v}" for k, v in sources.items()), style="dim")
