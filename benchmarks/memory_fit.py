@@ -31,6 +31,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from gpu_records import fit_rows  # noqa: E402
 from published import DATA  # noqa: E402
 
+from costmodels.assumptions import OWN_MEMORY_BAND_RUNTIME  # noqa: E402
 from costmodels.bands import memory_band_group  # noqa: E402
 from costmodels.calibration import MEMORY_CALIBRATION_FILE, MEMORY_CALIBRATION_MODULE, module_text, write_text  # noqa: E402
 from planner.published.calibration import Evaluator, fit_memory, memory_lofo, memory_results, memory_rows  # noqa: E402
@@ -98,8 +99,8 @@ def main(argv: list[str] | None = None) -> int:
     pooled_residuals, pooled_chosen = memory_lofo(rows, AXES, evaluator)
     results = memory_results(mapped_rows(rows), evaluator, best)
     groups = band_groups(residuals, runtime_of)
-    if "deepspeed" not in groups:  # no family ran it: it takes the shared band
-        groups["deepspeed"] = groups["shared"]
+    if OWN_MEMORY_BAND_RUNTIME not in groups:  # no family ran it: it takes the shared band
+        groups[OWN_MEMORY_BAND_RUNTIME] = groups["shared"]
     uppers = {g: percentile(v, MEMORY_BAND_QUANTILE) for g, v in groups.items()}
     lowers = {g: percentile(v, 100 - MEMORY_BAND_QUANTILE) for g, v in groups.items()}
     print(f"fit on the shared group's families: {dict(best)}; leave-one-family-out choices: "
@@ -123,7 +124,7 @@ def main(argv: list[str] | None = None) -> int:
           + f"; median over families {median(list(pooled.values())):.1%}; choices "
           + ", ".join(f"{f} <- {dict(p)['allocator_fragmentation']}" for f, p in pooled_chosen.items()))
     for group in sorted(groups):
-        runtimes = "deepspeed" if group != "shared" else "every other runtime"
+        runtimes = OWN_MEMORY_BAND_RUNTIME if group != "shared" else "every other runtime"
         print(f"memory band for {runtimes} ({group}: {len(groups[group])} held-out runs of "
               f"{', '.join(sorted({d['family'] for d in residuals if d.get('band_group') == group}))}): "
               f"measured / predicted in [{1 + lowers[group]:.3f}, {1 + uppers[group]:.3f}] at the "
@@ -146,7 +147,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"  runs that ran, predicted to fit: {sum(fits_at_band(r, uppers) for r in ok)}/{len(ok)}")
     if args.write:
         constants = {**dict(best), "memory_band_upper": round(uppers["shared"], 4),
-                     "deepspeed_memory_band_upper": round(uppers["deepspeed"], 4)}
+                     "deepspeed_memory_band_upper": round(uppers[OWN_MEMORY_BAND_RUNTIME], 4)}
         record = {
             "constants": constants,
             "provenance": {
