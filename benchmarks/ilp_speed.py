@@ -72,7 +72,7 @@ def main() -> None:
 
 
 def _stage_dp() -> None:
-    from planner.alpa.stage_dp import slice_stages
+    from planner.search.stage_dp import slice_stages
 
     costs = [1.0 + 0.01 * (i % 7) for i in range(80)]
     for stages in (4, 8, 16):

@@ -3,9 +3,8 @@ the cost model needs it (bytes per state element, which data-parallel collective
 micro-batch or per step at each ZeRO stage, the buffers it keeps, the activations it saves).
 
 The cost model asks a convention and never branches on a runtime name. ``MEGATRON`` (the
-default) is defined here; the FSDP2 convention of ``autoplan launch``'s job lives beside the code
-that applies it (``planner/launch/torchjob/convention.py``), which reads the same table, and reaches the
-cost model through ``costmodels.job.Job.convention``.
+default) and the conventions derived from it are defined here; ``costmodels.runtimes`` adds the
+FSDP2 convention of ``autoplan launch``'s job and maps every runtime name to its convention.
 """
 
 from __future__ import annotations

@@ -33,10 +33,10 @@ class Job:
     """Share of device memory a plan may use, in (0, 1]."""
     convention: RuntimeConvention = MEGATRON
     """How the runtime that runs the plan holds, syncs and saves; must be the convention of
-    ``training.runtime`` (``planner.launch.torchjob.convention.CONVENTIONS`` has the torch one, FSDP2)."""
+    ``training.runtime`` (``costmodels.runtimes.CONVENTIONS`` has the torch one, FSDP2)."""
 
     def __post_init__(self) -> None:
         if self.convention.runtime != self.training.runtime:
             raise SpecError(f"Job.convention is the {self.convention.runtime} convention but training.runtime is "
                             f"{self.training.runtime!r}; pass the convention of that runtime "
-                            f"(planner.launch.torchjob.convention.CONVENTIONS[{self.training.runtime!r}])")
+                            f"(costmodels.runtimes.CONVENTIONS[{self.training.runtime!r}])")

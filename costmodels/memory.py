@@ -11,7 +11,7 @@ ZeRO-1 divides the KΨ term by the shard degree N_d, ZeRO-2 also the gradients, 
 parameters. LoRA (Hu et al. 2021): frozen base weights keep only their parameter bytes.
 
 Second convention, ``RuntimeConvention.fp32_model_states`` (FSDP2, ``autoplan launch``'s job;
-``planner/launch/torchjob/convention.py``): with optimizer offload all three live on the host
+``costmodels/runtimes.py``): with optimizer offload all three live on the host
 (``RuntimeConvention.offload_holds_all_states``, FSDP2's ``CPUOffloadPolicy``); otherwise the sharded parameters stay in their original dtype (fp32;
 they are the optimizer's master copy, so there is no separate one), gradients are sharded in the
 fp32 reduce dtype, and the optimizer keeps fp32 states of those shards: 4Ψ + 4Ψ + KΨ with K = 8

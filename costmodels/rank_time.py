@@ -231,7 +231,7 @@ def add_data_parallel(cm: "CostModel", t: RankTimes, layout: Layout, params: Sha
     all-reduce). ZeRO-3: all-gather in forward and backward and reduce-scatter per micro-batch
     (3Ψ per micro-batch; ZeRO paper Sec. 7). HSDP adds an all-reduce of 1/N_shard across replicas.
     Those are Megatron's counts; the convention's ``dp_sync`` gives each runtime's (FSDP2's as
-    launched, ``planner/launch/torchjob/convention.py``). Each is issued in pieces that each pay the
+    launched, ``costmodels/runtimes.py``). Each is issued in pieces that each pay the
     latency: gradient buckets (PyTorch DDP, Megatron ZeRO 0-2) or one piece per FSDP unit (each
     block, plus the root), as the convention's ZeRO stage rule says.
     """

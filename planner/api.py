@@ -31,7 +31,7 @@ from planner.search.brute_force import solve_brute_force
 from planner.search.infeasible import model_state_gib, no_fit, suggestions
 from planner.search.ranking import prefer_simplest, rank_key, tie_band
 from planner.plan.report import ClosestMiss, NoFit, PlanReport
-from planner.launch.torchjob.convention import CONVENTIONS
+from costmodels.runtimes import CONVENTIONS
 from planner.plan.plan_file import PlanInputs
 from planner.search.solve import solve
 from planner.search.space import SearchOptions, empty_space_reason, overlap_searched
@@ -82,7 +82,7 @@ class Job:
 
     def cost_job(self, assumptions: Assumptions = DEFAULT_ASSUMPTIONS) -> CostJob:
         """What the cost model needs of this request, with the convention of its runtime
-        (``planner.launch.torchjob.convention.CONVENTIONS``)."""
+        (``costmodels.runtimes.CONVENTIONS``)."""
         return CostJob(model=self.model, training=self.training, cluster=self.cluster, profile=self.profile,
                        assumptions=assumptions, memory_fraction=self.memory_fraction,
                        convention=CONVENTIONS[self.training.runtime])

@@ -10,6 +10,10 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 LAYERS = ("autoplan_base", "hardware_specs", "profiles", "costmodels", "planner")
 """Top-level packages, lowest first: a module imports only from its own package or a lower one."""
+PLANNER_LAYERS = ("plan", "search", "", "launch", "alpa", "published", "validate", "cli")
+"""``planner``'s sub-packages, lowest first ("" is its top level: ``api``, ``explain``): the search
+stands on the plan file and report, the API on the search, the launcher and Alpa's passes above
+them, the command line on everything."""
 
 
 def modules() -> dict[str, Path]:
@@ -20,6 +24,12 @@ def modules() -> dict[str, Path]:
             parts = path.relative_to(REPO).with_suffix("").parts
             out[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
     return out
+
+
+def planner_layer(module: str) -> int:
+    """The index in ``PLANNER_LAYERS`` of a ``planner`` module's sub-package."""
+    parts = module.split(".")
+    return PLANNER_LAYERS.index(parts[1] if len(parts) > 2 or parts[1:] and parts[1] in PLANNER_LAYERS else "")
 
 
 def _package_of(name: str, path: Path) -> str:

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from planner.alpa.stage_dp import brute_force_slice_stages, pipeline_latency_s, slice_stages, stage_memory_bytes
+from planner.search.stage_dp import brute_force_slice_stages, pipeline_latency_s, slice_stages, stage_memory_bytes
 
 
 def _instance(rng: random.Random):
@@ -67,6 +67,6 @@ def test_memory_cap_moves_layers_and_reports_infeasible():
 
 
 def test_importing_planner_alpa_does_not_import_torch():
-    code = ("import sys, planner, planner.alpa, planner.alpa.stage_dp, planner.alpa.ilp, planner.alpa.shard; "
+    code = ("import sys, planner, planner.alpa, planner.search.stage_dp, planner.alpa.ilp, planner.alpa.shard; "
             "assert 'torch' not in sys.modules, 'torch imported'")
     subprocess.run([sys.executable, "-c", code], check=True)

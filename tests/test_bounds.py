@@ -18,7 +18,7 @@ from costmodels.presets import load_model
 from costmodels.training import TrainingSpec
 from dataclasses import replace
 from hardware_specs import load_node, make_cluster
-from planner.launch.torchjob.convention import CONVENTIONS
+from costmodels.runtimes import CONVENTIONS
 from planner.search.space import SearchOptions, all_layouts
 
 RELATIVE = 1e-12

@@ -12,7 +12,7 @@ from costmodels.flops import Gemm
 from costmodels.kernel_efficiency import attention_kernel_share
 from hardware_specs import load_node
 from autoplan_base.errors import SpecError
-from planner.launch.torchjob.convention import FSDP2
+from costmodels.runtimes import FSDP2
 
 
 def test_a_500w_h100_sustains_the_cube_root_of_its_power_share_of_the_clock():

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from planner.launch.torchjob.convention import FSDP2
+from costmodels.runtimes import FSDP2
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -69,7 +69,7 @@ def test_llama3_70b_on_64_h100_by_hand():
 def test_lora_checkpoint_holds_frozen_weights_once_and_adapter_states():
     """FSDP2 keeps everything fp32: frozen weights 4 B, adapters 4 + 8 B (AdamW) per element."""
     from costmodels.params import lora_params_per_layer
-    from planner.launch.torchjob.convention import FSDP2
+    from costmodels.runtimes import FSDP2
 
     model = load_model("tiny-llama")
     training = TrainingSpec(global_batch_size=8, seq_len=64, lora_rank=8, runtime="torch")

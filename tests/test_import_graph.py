@@ -1,8 +1,8 @@
 """The packages' imports, read with ``ast`` (``tests/import_graph.py``): no circle inside a package,
 every import points down the chain autoplan_base <- hardware_specs <- profiles <- costmodels <- planner,
-no module takes another's private names, and ``planner/`` keeps a small top level."""
+no module takes another's private names, planner's sub-packages import down their own order, and ``planner/`` keeps a small top level."""
 
-from import_graph import LAYERS, REPO, cycles, edges, modules, private_uses
+from import_graph import LAYERS, PLANNER_LAYERS, REPO, cycles, edges, modules, planner_layer, private_uses
 
 
 def _layer(module: str) -> int:
@@ -30,6 +30,16 @@ def test_a_planted_circle_is_found():
 def test_imports_point_down_the_package_chain():
     upward = [f"{a} -> {b}" for a, targets in edges().items() for b in targets if _layer(b) > _layer(a)]
     assert upward == []
+
+
+def test_planner_sub_packages_import_down_their_order():
+    """``planner.search`` imports neither Alpa's passes nor the launcher; the API no command line."""
+    inside = [(a, b) for a, targets in edges().items() for b in targets
+              if a.startswith("planner.") and b.startswith("planner.")]
+    upward = [f"{a} -> {b}" for a, b in inside if planner_layer(b) > planner_layer(a)]
+    assert upward == []
+    assert planner_layer("planner.search.stages") < planner_layer("planner.alpa.shard") < planner_layer("planner.cli.plan")
+    assert planner_layer("planner.api") == PLANNER_LAYERS.index("")
 
 
 def test_no_module_imports_private_names_of_another():

@@ -14,7 +14,7 @@ from costmodels.presets import load_model
 from costmodels.rank_memory import rank_buffer_bytes
 from costmodels.training import TrainingSpec
 from hardware_specs import load_node, make_cluster
-from planner.launch.torchjob.convention import FSDP2
+from costmodels.runtimes import FSDP2
 
 
 @pytest.mark.parametrize("stage", [0, 1, 2, 3])

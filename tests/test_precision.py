@@ -22,7 +22,7 @@ from planner.launch import frameworks
 from planner.launch.job import framework_files
 from planner.plan.plan_file import PlanFileError
 from planner.search.launchable import runtime_problems
-from planner.launch.torchjob.convention import FSDP2
+from costmodels.runtimes import FSDP2
 
 # Llama 3 8B, one sequence of s = 4096 tokens, tp 1: h = 4096, q = 4096, kv = 2 x 1024, f = 14336 (gated).
 # Weight GEMMs (m x k)(k x n), m = 4096 tokens:
@@ -226,7 +226,7 @@ def test_transformer_engine_keeps_quantised_gemm_inputs_and_torchao_does_not():
     torchao (the torch runtimes) and 16-bit training keep the 2-byte input."""
     from costmodels.convention import MEGATRON
     from costmodels.precision import precision_recipe, saved_gemm_input_bytes
-    from planner.launch.torchjob.convention import FSDP2
+    from costmodels.runtimes import FSDP2
 
     assert saved_gemm_input_bytes(precision_recipe("fp8", "delayed"), MEGATRON, 2) == 1.0
     assert saved_gemm_input_bytes(precision_recipe("mxfp8"), MEGATRON, 2) == 1 + 1 / 32

@@ -16,7 +16,7 @@ from costmodels.job import Job
 from costmodels.presets import load_model
 from costmodels.training import TrainingSpec
 from hardware_specs import load_node, make_cluster
-from planner.launch.torchjob.convention import CONVENTIONS
+from costmodels.runtimes import CONVENTIONS
 from planner.search.brute_force import solve_brute_force
 from planner.search.runtime_space import search_options
 from planner.search.solve import solve

@@ -12,7 +12,7 @@ from costmodels.presets import load_model
 from costmodels.training import TrainingSpec
 from hardware_specs import load_node, make_cluster
 from planner.search.brute_force import solve_brute_force
-from planner.launch.torchjob.convention import CONVENTIONS
+from costmodels.runtimes import CONVENTIONS
 from planner.search.solve import solve
 from planner.search.space import SearchOptions, all_layouts
 

@@ -179,7 +179,7 @@ def test_host_issue_is_a_floor_under_an_eager_layer_on_a_gpu_and_adds_on_a_cpu()
     from costmodels.job import Job
     from costmodels.layer_costs import LayerForward, issue_bound_s
     from costmodels.layout import Layout
-    from planner.launch.torchjob.convention import CONVENTIONS
+    from costmodels.runtimes import CONVENTIONS
 
     assert issue_bound_s(1e-3, 3e-3, True) == 3e-3 and issue_bound_s(4e-3, 3e-3, True) == 4e-3
     assert issue_bound_s(1e-3, 3e-3, False) == pytest.approx(4e-3)

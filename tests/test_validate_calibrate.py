@@ -69,7 +69,7 @@ def test_host_time_per_layer_is_once_forward_twice_backward_and_again_when_recom
     from costmodels.presets import load_model
     from costmodels.training import TrainingSpec
     from hardware_specs import load_node, make_cluster
-    from planner.launch.torchjob.convention import CONVENTIONS
+    from costmodels.runtimes import CONVENTIONS
 
     model, cluster = load_model("tiny-llama"), make_cluster(load_node("cpu"), 2)
     layout = Layout(dp=1, tp=2, pp=1, sequence_parallel=True, num_microbatches=4, recompute=recompute)

@@ -6,6 +6,6 @@ Importing this package imports neither torch nor a solver; only ``trace`` and ``
 torch, and they import it themselves.
 """
 
-from .stage_dp import brute_force_slice_stages, pipeline_latency_s, slice_stages
+from planner.search.stage_dp import brute_force_slice_stages, pipeline_latency_s, slice_stages
 
 __all__ = ["brute_force_slice_stages", "pipeline_latency_s", "slice_stages"]

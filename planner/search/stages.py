@@ -22,7 +22,7 @@ from costmodels.estimate import CostModel
 from costmodels.stage_inputs import stage_slicing_inputs
 from costmodels.stage_split import weighted_split
 
-from planner.alpa.stage_dp import slice_stages
+from planner.search.stage_dp import slice_stages
 from .ranking import rank_key
 
 MAX_END_WEIGHT = 2

@@ -26,7 +26,7 @@ from costmodels.layout import Layout
 from costmodels.model_spec import ModelSpec
 from costmodels.stage_split import rank_chunks
 
-from .convention import FSDP2
+from costmodels.runtimes import FSDP2
 from .lora import apply_lora, freeze
 from .model import Transformer
 

@@ -19,7 +19,7 @@ from autoplan_base.errors import AutoplanError
 
 from . import context_parallel, experts
 from .clip import clip_grads
-from .convention import FSDP2
+from costmodels.runtimes import FSDP2
 from .init import init_weights
 from .parallel import Meshes, build_meshes, build_parts, dp_dim_names, parallelize, shard_embedding_grads
 from .tied import embedding_group, sum_tied_grads, tied_weights

@@ -1,7 +1,9 @@
-"""``FSDP2``: the runtime convention of ``autoplan launch``'s job, read by both the cost model
-(through ``costmodels.job.Job.convention``) and the code that runs the plan (``parallel.py``
-picks ``replicate`` or ``fully_shard`` and ``reshard_after_forward`` from it, ``trainer.py``
-when gradients reduce and parameters reshard), so the two change together. torch-free.
+"""The runtime registry: every ``TrainingSpec.runtime`` name and its ``RuntimeConvention``.
+
+``FSDP2`` is autoplan's own launched job; its code (``planner/launch/torchjob/parallel.py`` and
+``trainer.py``) reads the same table to decide what it applies, so the cost model and the job
+change together: ``parallel.py`` picks ``replicate`` or ``fully_shard`` and
+``reshard_after_forward`` from it, ``trainer.py`` when gradients reduce and parameters reshard.
 
 ZeRO mapping onto FSDP2 (written down in docs/launch.md):
   0 -> ``replicate`` (FSDP2's DDP): all-reduce of gradients after the last micro-batch, nothing
