@@ -35,6 +35,7 @@ from costmodels.runtimes import CONVENTIONS
 from planner.plan.plan_file import PlanInputs
 from planner.search.solve import solve
 from planner.search.space import SearchOptions, empty_space_reason, overlap_searched
+from planner.search.framework_rules import runtime_refusal
 from planner.search.runtime_space import check_narrowing, check_narrowing_gpus, narrowing_from
 from planner.search.runtime_space import search_options as runtime_search_options
 from planner.search.stages import refine_stages
@@ -263,6 +264,9 @@ def plan(*, model: str | ModelSpec, hardware: str | NodeSpec, gpus: int, global_
         raise PlanError(f"{field('precision', job.training.precision)} with {field('runtime', 'torch')}: the generated "
                         f"job does not apply low-precision recipes; plan with {field('runtime', 'megatron')} or "
                         f"torchtitan, or {field('precision', 'bf16')}")
+    refusal = runtime_refusal(job.training.runtime, job.model, job.training)
+    if refusal is not None:
+        raise PlanError(refusal)
     if not isinstance(top_k, int) or isinstance(top_k, bool) or top_k < 1:
         raise PlanError(f"{field('top_k')} must be a positive integer, got {top_k!r}")
     if solver not in ("search", "brute-force"):

@@ -23,6 +23,7 @@ from costmodels.training import TrainingSpec
 
 from .export_problems import require_exportable
 from .precision_export import MEGATRON_PRECISION_OPTIONS, megatron_precision_args
+from .training_settings import megatron_training_args
 
 MEGATRON_OPTIONS = frozenset({
     "--num-layers", "--hidden-size", "--ffn-hidden-size", "--num-attention-heads", "--group-query-attention",
@@ -43,6 +44,7 @@ MEGATRON_OPTIONS = frozenset({
     "--tp-comm-overlap", "--overlap-grad-reduce", "--overlap-param-gather", "--use-megatron-fsdp",
     "--data-parallel-sharding-strategy", "--cp-comm-type", "--optimizer-cpu-offload", "--optimizer-offload-fraction",
     "--cpu-offloading-num-layers", "--save", "--load", "--save-interval",
+    "--train-iters", "--lr", "--min-lr", "--lr-decay-style", "--lr-decay-iters", "--lr-warmup-iters", "--weight-decay",
 }) | MEGATRON_PRECISION_OPTIONS
 """Options of NVIDIA/Megatron-LM ``megatron/training/arguments.py`` (parser groups network size,
 regularization, training, mixed precision, distributed, tokenizer, moe) used by the export. The
@@ -68,6 +70,14 @@ def megatron_checkpoint_args(every: int) -> list[str]:
 
 
 
+def rope_base_text(model: ModelSpec) -> str:
+    """The rotary base as Megatron's integer options take it (``--rotary-base`` of Megatron-LM and
+    ``--rotary-position-embeddings-theta`` of Megatron-DeepSpeed are ``type=int``): ``1000000``, never
+    ``1e+06``, which ``int()`` refuses. A fractional base is refused before (``framework_rules``)."""
+    assert model.rope_theta == int(model.rope_theta), model.rope_theta
+    return str(int(model.rope_theta))
+
+
 def megatron_model_args(model: ModelSpec) -> list[str]:
     """The architecture: sizes, attention, norms, positions, MLP, MLA, MoE, MTP."""
     args = ["--num-layers", str(model.num_layers), "--hidden-size", str(model.hidden_size),
@@ -77,7 +87,7 @@ def megatron_model_args(model: ModelSpec) -> list[str]:
             "--normalization", "RMSNorm" if model.norm == "rmsnorm" else "LayerNorm",
             "--position-embedding-type", "rope" if model.positions == "rotary" else "learned_absolute"]
     if model.positions == "rotary":
-        args += ["--rotary-base", f"{model.rope_theta:g}"]
+        args += ["--rotary-base", rope_base_text(model)]
     if model.num_kv_heads != model.num_attention_heads:
         args += ["--group-query-attention", "--num-query-groups", str(model.num_kv_heads)]
     args += ["--swiglu"] if model.gated_mlp else []
@@ -177,6 +187,7 @@ def megatron_args(model: ModelSpec, training: TrainingSpec, layout: Layout, seq_
     args += ["--seq-length", str(seq_len), "--max-position-embeddings", str(max(seq_len, model.max_position_embeddings)),
              "--micro-batch-size", str(L.micro_batch_size), "--global-batch-size", str(training.global_batch_size),
              "--optimizer", "sgd" if training.optimizer == "sgd" else "adam", "--clip-grad", "1.0"]
+    args += megatron_training_args()
     args += megatron_parallel_args(training, L) + _megatron_stage_args(model, L)
     args += megatron_sharding_args(L) + megatron_recompute_args(model, L)
     precision_args, notes = megatron_precision_args(training, L)
