@@ -281,7 +281,7 @@ def plan(*, model: str | ModelSpec, hardware: str | NodeSpec, gpus: int, global_
     band = tie_band()
     result = _search_offload_last(run, cost_model, gpus, job.cluster.nvlink_domain_gpus, search_options, top_k + 1,
                                   band)
-    refined = result.ranked if search_options.fixed_split else \
+    refined = result.ranked if search_options.fixed_split or not table.uneven_stages else \
         tuple(sorted((refine_stages(cost_model, b) for b in result.ranked), key=rank_key))
     ranked, num_tied, reason = prefer_simplest(refined, band, memory_band=shipped_memory_band(job.training.runtime),
                                                tied_in_mesh=result.tied_in_mesh)

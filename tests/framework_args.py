@@ -42,11 +42,9 @@ def schema_parser(schema: dict) -> argparse.ArgumentParser:
         kwargs: dict = {"dest": entry["dest"], "default": entry["default"]}
         if action in ("StoreTrue", "StoreFalse"):
             kwargs["action"] = "store_true" if action == "StoreTrue" else "store_false"
-        elif action == "StoreConst":
-            kwargs["action"] = "store_const"
-            kwargs["const"] = True
-        elif action == "Append":
-            kwargs["action"] = "append"
+        elif action == "BooleanOptional":  # --x / --no-x: argparse adds the negative itself
+            kwargs["action"] = argparse.BooleanOptionalAction
+            names = [n for n in names if not (n.startswith("--no-") and "--" + n[5:] in names)]
         else:
             kwargs["nargs"] = entry["nargs"]
             kwargs["type"] = _TYPES.get(entry["type"], str)

@@ -108,7 +108,21 @@ def test_launch_sh_runs_torchrun_on_the_plans_world(jobs, fake_bin, tmp_path, ru
     assert Path(tmp_path / "argv.env").read_text() == "1"  # CUDA_DEVICE_MAX_CONNECTIONS for TP overlap
 
 
-@pytest.mark.parametrize("runtime", ["megatron", "deepspeed"])
+@pytest.mark.parametrize("data", [["--data-path", "/data/tokens_text_document"], ["--data-path=/data/x"],
+                                  ["--train-data-path", "/data/train"], ["--lr", "1e-4"]])
+def test_deepspeed_launch_sh_never_passes_mock_data_and_stops_without_data(jobs, fake_bin, tmp_path, data):
+    """Megatron-DeepSpeed has no --mock-data ('unrecognized arguments'): launch.sh passes none, and
+    without a data argument stops before torchrun with one line saying what to pass."""
+    proc, argv = _run(jobs["deepspeed"] / "launch.sh", fake_bin, tmp_path, args=tuple(data), **CHECKOUTS)
+    if any(a.startswith(("--data-path", "--train-data-path")) for a in data):
+        assert proc.returncode == 0, proc.stderr
+        assert argv[-len(data):] == data and "--mock-data" not in argv
+    else:
+        assert proc.returncode == 2 and argv == []
+        assert "Megatron-DeepSpeed has no synthetic data" in proc.stderr and "--data-path" in proc.stderr
+
+
+@pytest.mark.parametrize("runtime", ["megatron"])
 @pytest.mark.parametrize("data", [["--data-path", "/data/tokens_text_document"], ["--data-path=/data/x"],
                                   ["--train-data-path", "/data/train"], ["--mock-data"], ["--lr", "1e-4"]])
 def test_launch_sh_gives_mock_data_only_when_no_data_is_named(jobs, fake_bin, tmp_path, runtime, data):
