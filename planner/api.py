@@ -36,7 +36,8 @@ from planner.plan.plan_file import PlanInputs
 from planner.search.solve import solve
 from planner.search.space import SearchOptions, empty_space_reason, overlap_searched
 from planner.search.framework_rules import runtime_refusal
-from planner.search.runtime_space import check_narrowing, check_narrowing_gpus, narrowing_from
+from planner.search.narrowing_conflicts import narrowing_conflicts
+from planner.search.runtime_space import NarrowingError, check_narrowing, check_narrowing_gpus, narrowing_from
 from planner.search.runtime_space import search_options as runtime_search_options
 from planner.search.stages import refine_stages
 
@@ -271,6 +272,10 @@ def plan(*, model: str | ModelSpec, hardware: str | NodeSpec, gpus: int, global_
         raise PlanError(f"{field('top_k')} must be a positive integer, got {top_k!r}")
     if solver not in ("search", "brute-force"):
         raise PlanError(f"solver must be 'search' or 'brute-force', got {solver!r}")
+    conflicts = narrowing_conflicts(table, narrowing, job.model, job.training, gpus, job.cluster.nvlink_domain_gpus,
+                                    allow_cross_node_tp, name=field)
+    if conflicts:  # every value of an option is excluded: the user's narrowing, not capacity, leaves nothing
+        raise NarrowingError("; ".join(conflicts) + "; nothing else is left to search: widen or drop the option")
     search_options = runtime_search_options(table, narrowing, job.cluster.hardware.device_type,
                                             allow_cross_node_tp=allow_cross_node_tp,
                                             layers_per_chunk=tuple(layers_per_chunk),
