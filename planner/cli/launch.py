@@ -10,6 +10,7 @@ import click
 
 from planner.launch.kubernetes import (DEFAULT_CLAIM, DEFAULT_MOUNT, DEFAULT_NAMESPACE, IMAGE_REPOSITORY, IMAGE_TAG_SUFFIX,
                                KINDS)
+from planner.launch.slurm import SlurmOptions, submit_line
 from .common import EXIT_INFEASIBLE, run_command
 from .k8s_options import SCHEDULERS, kubernetes_options
 
@@ -45,8 +46,15 @@ from .k8s_options import SCHEDULERS, kubernetes_options
 @click.option("--k8s-env", multiple=True, metavar="NAME=VALUE",
               help="container environment variable, repeatable: a framework job's checkout (MEGATRON_LM=..., "
                    "MEGATRON_BRIDGE=... with RECIPE=..., MEGATRON_DEEPSPEED=...) or NCCL settings")
+@click.option("--slurm-time", default="24:00:00", show_default=True,
+              help="slurm.sbatch's wall-clock limit (#SBATCH --time: minutes, HH:MM:SS or D-HH:MM:SS)")
+@click.option("--slurm-exclusive/--no-slurm-exclusive", default=True, show_default=True,
+              help="slurm.sbatch asks for whole nodes (#SBATCH --exclusive), as the plan assumes")
+@click.option("--slurm-partition", default=None, help="slurm.sbatch's #SBATCH --partition (default: the cluster's)")
+@click.option("--slurm-account", default=None, help="slurm.sbatch's #SBATCH --account (default: the user's)")
 def launch_command(plan_file: str, out_dir: str, force: bool, python: str | None,
-                   scheduler: str, allow_no_fit: bool, **k8s: Any) -> None:
+                   scheduler: str, allow_no_fit: bool, slurm_time: str, slurm_exclusive: bool,
+                   slurm_partition: str | None, slurm_account: str | None, **k8s: Any) -> None:
     """Write the job of PLAN_FILE's runtime; run it with DIR/launch.sh.
 
     \b
@@ -73,13 +81,17 @@ def launch_command(plan_file: str, out_dir: str, force: bool, python: str | None
                                plan.best.layout)
         _refuse_no_fit(plan_file, plan, allow_no_fit)
         options = kubernetes_options(plan, out_dir, scheduler, k8s)
-        files = write_job(plan, out_dir, python=python)
+        slurm = SlurmOptions(time=slurm_time, exclusive=slurm_exclusive, partition=slurm_partition,
+                             account=slurm_account)
+        files = write_job(plan, out_dir, python=python, slurm=slurm)
         run = f"{out_dir}/launch.sh" + (" --steps 20" if plan.inputs.training.runtime == "torch"
                                         or plan.inputs.module is not None else "")
         if options is not None:
             path = write_manifest(plan, out_dir, options)
-            click.echo(f"wrote {len(files) + 1} files to {out_dir}; run: {run}, or on Kubernetes: kubectl apply -f {path}")
+            click.echo(f"wrote {len(files) + 1} files to {out_dir}; run: kubectl apply -f {path}")
             return
+        if scheduler == "slurm":
+            run = submit_line(out_dir)
         click.echo(f"wrote {len(files)} files to {out_dir}; run: {run}")
 
     run_command(work)

@@ -11,9 +11,9 @@ and gives way to data the arguments name (``MOCK_DATA_UNLESS_GIVEN``; Megatron-B
 from __future__ import annotations
 
 import json
-import shlex
 
 from .scripts import job_name
+from .slurm import SlurmOptions, sbatch_lines
 
 MOCK_DATA_UNLESS_GIVEN = ('DATA=(--mock-data)\n'
                           'for arg in "$@"; do case "$arg" in --mock-data|--data-path*|--train-data-path*|'
@@ -60,13 +60,14 @@ def framework_launch_sh(runtime: str, *, nodes: int, gpus_per_node: int, summary
     return "\n".join(lines) + "\n"
 
 
-def framework_sbatch(*, nodes: int, gpus_per_node: int, name: str, job_dir: str) -> str:
-    """slurm.sbatch: one launch.sh per node, the first node as the rendezvous. The job name is
-    ``scripts.job_name``'s (letters, digits, '.', '_', '-'): a quoted name could hold a newline, which
-    would end the ``#SBATCH`` comment and run the rest of the model name as a command."""
-    lines = ["#!/usr/bin/env bash", f"#SBATCH --job-name={job_name(name)}", f"#SBATCH --nodes={nodes}",
-             "#SBATCH --ntasks-per-node=1", f"#SBATCH --gpus-per-node={gpus_per_node}", "set -euo pipefail",
-             'export MASTER_ADDR="$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)"',
-             f"export NNODES={nodes} GPUS_PER_NODE={gpus_per_node}",
-             f'srun bash {shlex.quote(job_dir + "/launch.sh")} "$@"']
+def framework_sbatch(*, nodes: int, gpus_per_node: int, name: str, slurm: SlurmOptions = SlurmOptions()) -> str:
+    """slurm.sbatch: one launch.sh per node, the first node as the rendezvous; the allocation and the
+    job directory as ``planner.launch.slurm`` states them. The job name is ``scripts.job_name``'s
+    (letters, digits, '.', '_', '-'): a quoted name could hold a newline, which would end the
+    ``#SBATCH`` comment and run the rest of the model name as a command."""
+    lines = ["#!/usr/bin/env bash", "# Submit with: sbatch slurm.sbatch [arguments for launch.sh], from any directory"]
+    lines += sbatch_lines(slurm, name=job_name(name), nodes=nodes, resources=f"#SBATCH --gpus-per-node={gpus_per_node}")
+    lines += ['export MASTER_ADDR="$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)"',
+              f"export NNODES={nodes} GPUS_PER_NODE={gpus_per_node}",
+              'srun --kill-on-bad-exit=1 bash "$HERE/launch.sh" "$@"']
     return "\n".join(lines) + "\n"

@@ -28,6 +28,7 @@ from profiles.io import write_text_atomic
 from . import frameworks, scripts
 from .framework_scripts import framework_launch_sh, framework_sbatch
 from .megatron_fields import bridge_override_lines
+from .slurm import SlurmOptions
 
 JOB_PACKAGE = "planner.launch.torchjob"
 """The package of the generated job; its module ``main`` is the entry the bundle starts from."""
@@ -158,14 +159,15 @@ def runs_on_gpus(hardware: str) -> bool:
         return True
 
 
-def write_job(plan: PlanFile, out: str | Path, *, python: str | None = None) -> list[Path]:
+def write_job(plan: PlanFile, out: str | Path, *, python: str | None = None,
+              slurm: SlurmOptions = SlurmOptions()) -> list[Path]:
     """Write the job of the plan's runtime (``training.runtime``) for ``plan``; returns the files written.
     torch: autoplan's own torchrun job; megatron, megatron-bridge, torchtitan, deepspeed: that
     framework's options with its run scripts (``write_framework_job``). A user model (``inputs.module``)
     only the torch job can build, whatever the runtime it was costed for. Refuses, with one line naming
     the field, a layout the runtime cannot run as costed."""
     if plan.best is not None and plan.inputs.training.runtime != "torch" and plan.inputs.module is None:
-        return write_framework_job(plan, out)
+        return write_framework_job(plan, out, slurm)
     model, training, layout = check_plan(plan)
     out = Path(out)
     name = plan.inputs.model
@@ -179,7 +181,7 @@ def write_job(plan: PlanFile, out: str | Path, *, python: str | None = None) -> 
                                                 every=scripts.checkpoint_every(plan.best.predicted)), executable=True)
     per_node = plan.inputs.gpus_per_node
     write_job_file(out / "slurm.sbatch", scripts.slurm_sbatch(world_size=layout.world_size, gpus_per_node=per_node,
-                                                       name=name, summary=summary, job_dir=out.resolve(),
+                                                       name=name, summary=summary, slurm=slurm,
                                                        on_gpus=runs_on_gpus(plan.inputs.hardware)))
     return sorted(p for p in out.rglob("*") if p.is_file() and "__pycache__" not in p.parts)
 
@@ -207,7 +209,7 @@ def framework_files(runtime: str, name: str, model: ModelSpec, training: Trainin
             "megatron_deepspeed_args.sh": frameworks.megatron_script(ds_args, []).replace("MEGATRON_ARGS", "MEGATRON_DS_ARGS")}
 
 
-def write_framework_job(plan: PlanFile, out: str | Path) -> list[Path]:
+def write_framework_job(plan: PlanFile, out: str | Path, slurm: SlurmOptions = SlurmOptions()) -> list[Path]:
     """plan.json, the framework's option files, launch.sh and slurm.sbatch for a plan whose runtime is
     megatron, megatron-bridge, torchtitan or deepspeed."""
     if plan.best is None:
@@ -231,5 +233,5 @@ def write_framework_job(plan: PlanFile, out: str | Path) -> list[Path]:
     write_job_file(out / "launch.sh", framework_launch_sh(runtime, nodes=nodes, gpus_per_node=per_node,
                                                   summary=job_summary(plan, layout)), executable=True)
     write_job_file(out / "slurm.sbatch", framework_sbatch(nodes=nodes, gpus_per_node=per_node, name=inputs.model,
-                                                  job_dir=str(out.resolve())))
+                                                  slurm=slurm))
     return sorted(p for p in out.rglob("*") if p.is_file())
