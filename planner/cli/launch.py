@@ -46,6 +46,17 @@ from .k8s_options import SCHEDULERS, kubernetes_options
 @click.option("--k8s-env", multiple=True, metavar="NAME=VALUE",
               help="container environment variable, repeatable: a framework job's checkout (MEGATRON_LM=..., "
                    "MEGATRON_BRIDGE=... with RECIPE=..., MEGATRON_DEEPSPEED=...) or NCCL settings")
+@click.option("--k8s-rdma-resource", default=None,
+              help="RDMA device-plugin resource each pod requests for NCCL (default: rdma/ib; e.g. "
+                   "nvidia.com/hostdev; 'none': TCP only)")
+@click.option("--k8s-rdma-count", type=int, default=None, help="how many of it each pod requests (default: 1)")
+@click.option("--k8s-ipc-lock/--no-k8s-ipc-lock", default=None,
+              help="add the IPC_LOCK capability NCCL needs to pin memory for RDMA (default: on)")
+@click.option("--k8s-shm-gib", type=int, default=None, help="size of each pod's memory-backed /dev/shm (default: 64)")
+@click.option("--k8s-node-selector", multiple=True, metavar="KEY=VALUE",
+              help="node label each pod requires, repeatable (e.g. nvidia.com/gpu.product=NVIDIA-H100-80GB-HBM3)")
+@click.option("--k8s-topology-key", default=None,
+              help="JobSet: node label whose domain holds all pods (exclusive-topology annotation)")
 @click.option("--slurm-time", default="24:00:00", show_default=True,
               help="slurm.sbatch's wall-clock limit (#SBATCH --time: minutes, HH:MM:SS or D-HH:MM:SS)")
 @click.option("--slurm-exclusive/--no-slurm-exclusive", default=True, show_default=True,
