@@ -89,8 +89,22 @@ def megatron_validate(args: argparse.Namespace, world_size: int) -> list[str]:
         out.append("sequence parallelism must be used with expert and tensor parallelism")
     if a.optimizer_cpu_offload and not a.use_precision_aware_optimizer:
         out.append("--optimizer-cpu-offload needs --use-precision-aware-optimizer")
+    return out + required_missing(a)
+
+
+REQUIRED = ("num_layers", "hidden_size", "num_attention_heads", "seq_length", "max_position_embeddings",
+            "micro_batch_size", "lr", "tokenizer_type")
+"""Arguments both Megatrons need set to start (``validate_args`` asserts the model sizes, sequence and
+position lengths; ``training.py`` needs iterations or samples; the optimizer needs ``--lr``, which
+defaults to None; ``build_tokenizer`` needs a tokenizer, and ``NullTokenizer`` a vocabulary size)."""
+
+
+def required_missing(a: argparse.Namespace) -> list[str]:
+    out = [f"--{name.replace('_', '-')} is required" for name in REQUIRED if getattr(a, name) is None]
     if a.train_iters is None and getattr(a, "train_samples", None) is None:
         out.append("either train-iters or train-samples should be provided")
+    if a.tokenizer_type == "NullTokenizer" and a.vocab_size is None:
+        out.append("NullTokenizer needs --vocab-size")
     return out
 
 
@@ -108,9 +122,7 @@ def megatron_deepspeed_validate(args: argparse.Namespace, ds_config: dict, world
         out.append(f"--zero-stage {a.zero_stage} disagrees with the JSON's zero_optimization.stage {stage}")
     if stage >= 2 and not a.no_pipeline_parallel:  # the pipeline engine asserts ZeRO below 2
         out.append("ZeRO-2 and ZeRO-3 are incompatible with pipeline parallelism")
-    if a.train_iters is None and a.train_samples is None:
-        out.append("either train-iters or train-samples should be provided")
-    return out
+    return out + required_missing(a)
 
 
 def megatron_fields(schema_name: str, args: argparse.Namespace) -> dict[str, object]:

@@ -19,7 +19,7 @@ from costmodels.training import TrainingSpec
 from .export_problems import require_exportable
 from .megatron_export import (MEGATRON_OPTIONS, megatron_args, megatron_checkpoint_args,  # noqa: F401
                               megatron_recompute_args, megatron_script, rope_base_text)
-from .training_settings import DEFAULT_SETTINGS, megatron_training_args
+from .training_settings import DEFAULT_SETTINGS
 from .precision_export import TORCHTITAN_PRECISION_KEYS, torchtitan_precision_sections
 
 DEEPSPEED_KEYS = frozenset({
@@ -48,6 +48,8 @@ TORCHTITAN_KEYS = frozenset({
     "parallelism.context_parallel_rotate_method", "parallelism.enable_async_tensor_parallel",
     "training.enable_cpu_offload", "compile.enable", "compile.components",
     "checkpoint.enable", "checkpoint.folder", "checkpoint.interval",
+    "lr_scheduler.warmup_steps", "lr_scheduler.decay_type", "lr_scheduler.min_lr_factor",
+    "metrics.enable_tensorboard", "metrics.save_tb_folder", "metrics.log_freq",
 }) | TORCHTITAN_PRECISION_KEYS
 """Fields of pytorch/torchtitan ``torchtitan/config/job_config.py`` (commit 000204a4: Job, Model,
 Optimizer, Training, Parallelism, ActivationCheckpoint, Checkpoint), as section.field; the last three are in
@@ -112,7 +114,10 @@ def megatron_deepspeed_args(model: ModelSpec, training: TrainingSpec, layout: La
         # the plan costs expert tp = tp
         args += ["--enable-expert-tensor-parallelism"] if L.etp > 1 else []
     args += {"bf16": ["--bf16"], "fp16": ["--fp16"]}.get(training.precision, [])
-    return args + megatron_recompute_args(model, L) + megatron_training_args() + ["--deepspeed"]
+    # the attention the plan costed: fused is FlashAttention-2 (megatron/model/transformer.py
+    # FlashSelfAttention); without the flag Megatron-DeepSpeed runs its unfused core, which holds the scores
+    args += ["--use-flash-attn-v2"] if training.attention == "fused" else []
+    return args + megatron_recompute_args(model, L) + ["--deepspeed"]
 
 
 def _toml_value(value) -> str:

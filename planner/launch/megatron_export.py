@@ -23,7 +23,6 @@ from costmodels.training import TrainingSpec
 
 from .export_problems import require_exportable
 from .precision_export import MEGATRON_PRECISION_OPTIONS, megatron_precision_args
-from .training_settings import megatron_training_args
 
 MEGATRON_OPTIONS = frozenset({
     "--num-layers", "--hidden-size", "--ffn-hidden-size", "--num-attention-heads", "--group-query-attention",
@@ -44,7 +43,8 @@ MEGATRON_OPTIONS = frozenset({
     "--tp-comm-overlap", "--overlap-grad-reduce", "--overlap-param-gather", "--use-megatron-fsdp",
     "--data-parallel-sharding-strategy", "--cp-comm-type", "--optimizer-cpu-offload", "--optimizer-offload-fraction",
     "--cpu-offloading-num-layers", "--save", "--load", "--save-interval",
-    "--train-iters", "--lr", "--min-lr", "--lr-decay-style", "--lr-decay-iters", "--lr-warmup-iters", "--weight-decay",
+    "--attention-backend", "--train-iters", "--lr", "--min-lr", "--lr-decay-style", "--lr-decay-iters",
+    "--lr-warmup-iters", "--weight-decay", "--tensorboard-dir", "--log-interval",
 }) | MEGATRON_PRECISION_OPTIONS
 """Options of NVIDIA/Megatron-LM ``megatron/training/arguments.py`` (parser groups network size,
 regularization, training, mixed precision, distributed, tokenizer, moe) used by the export. The
@@ -134,6 +134,18 @@ MEGATRON_FSDP_STRATEGY = {2: "optim_grads", 3: "optim_grads_params"}
 """ZeRO stage -> Megatron-FSDP ``--data-parallel-sharding-strategy`` (``capabilities.MEGATRON``)."""
 
 
+MEGATRON_ATTENTION = {"fused": "flash", "eager": "unfused"}
+"""The plan's attention -> Megatron-LM's ``--attention-backend`` (``AttnBackend``: flash, fused, unfused,
+local, auto). ``fused`` is costed as FlashAttention (no s x s scores in memory, ``costmodels.activations``):
+``flash``; ``eager`` keeps the scores, as Megatron's ``unfused`` (DotProductAttention) does. ``auto``,
+the default, would let Transformer Engine choose either."""
+
+
+def megatron_attention_args(training: TrainingSpec) -> list[str]:
+    """The attention kernel the plan costed, by Megatron-LM's ``--attention-backend``."""
+    return ["--attention-backend", MEGATRON_ATTENTION[training.attention]]
+
+
 def megatron_sharding_args(layout: Layout) -> list[str]:
     """ZeRO stage and the data-parallel overlap the cost model counts (``capabilities`` ``dp_overlap``):
     DDP overlaps its gradient reduce; the distributed optimizer and Megatron-FSDP also the gathers."""
@@ -187,7 +199,7 @@ def megatron_args(model: ModelSpec, training: TrainingSpec, layout: Layout, seq_
     args += ["--seq-length", str(seq_len), "--max-position-embeddings", str(max(seq_len, model.max_position_embeddings)),
              "--micro-batch-size", str(L.micro_batch_size), "--global-batch-size", str(training.global_batch_size),
              "--optimizer", "sgd" if training.optimizer == "sgd" else "adam", "--clip-grad", "1.0"]
-    args += megatron_training_args()
+    args += megatron_attention_args(training)
     args += megatron_parallel_args(training, L) + _megatron_stage_args(model, L)
     args += megatron_sharding_args(L) + megatron_recompute_args(model, L)
     precision_args, notes = megatron_precision_args(training, L)

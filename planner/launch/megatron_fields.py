@@ -68,6 +68,8 @@ ARG_FIELDS: dict[str, tuple[str, ...]] = {
     "lr_decay_style": ("scheduler.lr_decay_style",),
     "lr_decay_iters": ("scheduler.lr_decay_iters",),
     "lr_warmup_iters": ("scheduler.lr_warmup_iters",),
+    "tensorboard_dir": ("logger.tensorboard_dir",),
+    "log_interval": ("logger.log_interval",),
 }
 """Megatron-LM argument (argparse dest) -> the config fields it sets, as ``section.field``."""
 

@@ -85,6 +85,9 @@ def _torchtitan_job(model: ModelSpec, training: TrainingSpec) -> list[str]:
         out.append("training.precision = fp16: torchtitan's mixed_precision_param is bfloat16 or float32")
     if training.is_lora:
         out.append(f"training.lora_rank = {training.lora_rank}: torchtitan trains no LoRA adapters")
+    if training.attention == "eager":
+        out.append("training.attention = eager: torchtitan's llama3 attends through SDPA or FlexAttention, "
+                   "never materialising the scores as costed")
     out += _torchtitan_llama3(model)
     return out
 
