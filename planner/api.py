@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
 
 from costmodels.breakdown import CostBreakdown
-from costmodels.capabilities import capabilities
+from costmodels.capabilities import Narrowing, capabilities
 from costmodels.assumptions import DEFAULT_ASSUMPTIONS, Assumptions
 from costmodels.bands import shipped_memory_band
 from costmodels.estimate import CostModel, estimate
@@ -276,7 +276,8 @@ def plan(*, model: str | ModelSpec, hardware: str | NodeSpec, gpus: int, global_
                                     allow_cross_node_tp, name=field)
     if conflicts:  # every value of an option is excluded: the user's narrowing, not capacity, leaves nothing
         raise NarrowingError("; ".join(conflicts) + "; nothing else is left to search: widen or drop the option")
-    search_options = runtime_search_options(table, narrowing, job.cluster.hardware.device_type,
+    search_options = runtime_search_options(table, pipelined_for_virtual_stages(narrowing, gpus, job.model.num_layers),
+                                            job.cluster.hardware.device_type,
                                             allow_cross_node_tp=allow_cross_node_tp,
                                             layers_per_chunk=tuple(layers_per_chunk),
                                             first_stage_layers=first_stage_layers, last_stage_layers=last_stage_layers)
@@ -329,6 +330,19 @@ def _node_gpus(hardware: str | NodeSpec, options: dict[str, Any]) -> int:
     """GPUs per node to scale a request up by: ``gpus_per_node`` as given, else the hardware's own
     (the request's cluster holds fewer when it asked for less than a node)."""
     return options.get("gpus_per_node") or (hardware if isinstance(hardware, NodeSpec) else load_node(hardware)).gpus_per_node
+
+
+def pipelined_for_virtual_stages(narrowing: Narrowing, gpus: int, num_layers: int) -> Narrowing:
+    """The narrowing the search walks: virtual stages exist only in a pipeline, so a ``virtual_stages``
+    narrowing without 1 searches pp > 1 only (else a pp 1 layout, which has no virtual stages, would
+    answer ``--virtual-stages 3``). The plan file records the user's narrowing as given."""
+    if not narrowing.virtual_stages or 1 in narrowing.virtual_stages:
+        return narrowing
+    pps = tuple(p for p in narrowing.pp or range(2, min(gpus, num_layers) + 1) if p > 1 and gpus % p == 0)
+    if not pps:
+        raise NarrowingError(f"{field('virtual_stages')} {','.join(map(str, narrowing.virtual_stages))}: virtual "
+                             f"stages need pp > 1, and no pp above 1 divides the {gpus} GPUs; drop the option")
+    return replace(narrowing, pp=pps)
 
 
 def _no_fit(result: Any, cost_model: CostModel, options: SearchOptions, node_gpus: int) -> NoFit:

@@ -89,3 +89,21 @@ def test_torchtitan_refuses_eager_attention_at_plan_time():
                                        "--global-batch", "64", "--seq-len", "4096", "--runtime", "torchtitan",
                                        "--attention", "eager"])
     assert result.exit_code == 2 and "training.attention = eager" in result.output
+
+
+def test_a_hugging_face_config_directory_names_the_job_by_the_model_not_its_path(tmp_path):
+    """A config directory /tmp/x/mistral-nemo named the job 'tmp-x-mistral-nemo' (and torchtitan's flavor
+    the path): the jobs take the model's own name."""
+    model_dir = tmp_path / "nu" / "mistral-nemo"
+    model_dir.mkdir(parents=True)
+    model_dir.joinpath("config.json").write_text(
+        (Path(__file__).parent / "data" / "hf_configs" / "mistral-nemo-12b.json").read_text())
+    plan = tmp_path / "plan.json"
+    assert CliRunner().invoke(main, ["evaluate", "--model", str(model_dir), "--hardware", "h100-sxm-80gb", "--gpus",
+                                     "16", "--global-batch", "256", "--seq-len", "4096", "--dp", "4", "--tp", "4", "--pp", "1",
+                                     "--out", str(plan)]).exit_code == 0
+    result = CliRunner().invoke(main, ["launch", str(plan), "--out", str(tmp_path / "job"),
+                                       "--scheduler", "kubernetes"])
+    assert result.exit_code == 0, result.output
+    assert "#SBATCH --job-name=mistral-nemo\n" in (tmp_path / "job" / "slurm.sbatch").read_text()
+    assert "\n  name: mistral-nemo\n" in (tmp_path / "job" / "jobset.yaml").read_text()

@@ -42,6 +42,7 @@ def kubernetes_options(plan: Any, out_dir: str, scheduler: str, given: dict[str,
     """``K8sOptions`` from the ``--k8s-*`` values (``given``, keyed ``k8s_kind`` ...) with their
     defaults, or None when ``scheduler`` is not kubernetes; a ``--k8s-*`` option without
     ``--scheduler kubernetes`` is refused rather than ignored."""
+    from planner.launch.job import model_name
     from planner.launch.kubernetes import (DEFAULT_CLAIM, DEFAULT_MOUNT, DEFAULT_NAMESPACE, K8sOptions, check_options,
                                          default_image, default_name, node_shape)
 
@@ -55,7 +56,7 @@ def kubernetes_options(plan: Any, out_dir: str, scheduler: str, given: dict[str,
     if job_dir is None:
         job_dir = f"{mount.rstrip('/')}/{Path(out_dir).resolve().name}"
     options = K8sOptions(kind=given["k8s_kind"] or "jobset",
-                         name=given["k8s_name"] if given["k8s_name"] is not None else default_name(plan.inputs.model),
+                         name=given["k8s_name"] if given["k8s_name"] is not None else default_name(model_name(plan)),
                          namespace=given["k8s_namespace"] if given["k8s_namespace"] is not None else DEFAULT_NAMESPACE,
                          image=given["k8s_image"] if given["k8s_image"] is not None else default_image(),
                          claim_name=given["k8s_claim"] if given["k8s_claim"] is not None else DEFAULT_CLAIM,

@@ -110,6 +110,18 @@ def _emit(text: str, fmt: str, out: str | None, console_view: Callable, best: "P
         console_view()
 
 
+def _unrunnable(job: Any, layout: Any) -> tuple[str, ...]:
+    """What ``launch`` would refuse of an evaluated layout under its runtime (``export_problems``): said
+    now, as a warning, since ``evaluate`` costs any layout, runnable or not."""
+    from planner.launch.export_problems import export_problems
+
+    problems = export_problems(job.training.runtime, job.model, job.training, layout)
+    if not problems:
+        return ()
+    return (f"{problems[0]}: the {job.training.runtime} job cannot run this layout as costed ('autoplan launch' "
+            "refuses it)",)
+
+
 def _warn(warnings: tuple[str, ...]) -> None:
     """Each warning as one line on stderr (stdout stays the table or the JSON)."""
     for warning in warnings:
@@ -314,7 +326,7 @@ def evaluate_command(fmt: str, out: str | None, dp: int, tp: int, pp: int, cp: i
                                       activation_offload_layers=activation_offload_layers)
         breakdown = api.evaluate(layout=layout, **job_kwargs)
         bands = job_bands(job.profile, job.inputs.profile, job.training.runtime)
-        _warn(job.warnings)
+        _warn(job.warnings + _unrunnable(job, layout))
         report = PlanReport(inputs=job.inputs, best=breakdown, candidates=(), bands=bands,
                             search={"solver": "evaluate", "space_size": 1, "evaluated": 1}, warnings=job.warnings)
         single = plan_entry(breakdown, bands)

@@ -142,6 +142,12 @@ def write_job_file(path: Path, text: str, executable: bool = False) -> None:
         raise AutoplanError(f"--out: cannot write {path} ({err.strerror})") from None
 
 
+def model_name(plan: PlanFile) -> str:
+    """The model's own name (``model_spec.name``: a preset's, or a Hugging Face config directory's last
+    part), which names the job; ``inputs.model`` may be a path (``/tmp/nu/mistral-nemo``)."""
+    return plan.inputs.model_spec.name or plan.inputs.model
+
+
 def job_summary(plan: PlanFile, layout: Layout) -> str:
     L, inputs, tp_plan = layout, plan.inputs, plan.best.tp_plan
     model = f"user model {inputs.module}" if inputs.module is not None else f"model {inputs.model}"
@@ -174,7 +180,7 @@ def write_job(plan: PlanFile, out: str | Path, *, python: str | None = None,
                             "(launch.sh --steps N ...); they set framework jobs' options")
     model, training, layout = check_plan(plan)
     out = Path(out)
-    name = plan.inputs.model
+    name = model_name(plan)
     summary = job_summary(plan, layout)
     _copy_runtime(out)
     write_job_file(out / "plan.json", plan.to_json())
@@ -235,7 +241,7 @@ def write_framework_job(plan: PlanFile, out: str | Path, slurm: SlurmOptions = S
                         "plan it with --runtime torch")
     if problems:
         raise PlanFileError(problems[0])
-    files = framework_files(runtime, inputs.model, inputs.model_spec, inputs.training, layout,
+    files = framework_files(runtime, model_name(plan), inputs.model_spec, inputs.training, layout,
                             scripts.checkpoint_every(plan.best.predicted), settings)
     out = Path(out)
     per_node = min(inputs.gpus_per_node, layout.world_size)
@@ -245,6 +251,6 @@ def write_framework_job(plan: PlanFile, out: str | Path, slurm: SlurmOptions = S
         write_job_file(out / file, text)
     write_job_file(out / "launch.sh", framework_launch_sh(runtime, nodes=nodes, gpus_per_node=per_node,
                                                   summary=job_summary(plan, layout)), executable=True)
-    write_job_file(out / "slurm.sbatch", framework_sbatch(nodes=nodes, gpus_per_node=per_node, name=inputs.model,
+    write_job_file(out / "slurm.sbatch", framework_sbatch(nodes=nodes, gpus_per_node=per_node, name=model_name(plan),
                                                   slurm=slurm))
     return sorted(p for p in out.rglob("*") if p.is_file())

@@ -106,7 +106,7 @@ def print_plan(console: Console, plan: PlanEntry, title: str, tie_note: str = ""
     fits = "[green]fits[/green]" if p["fits"] else "[red]does not fit[/red]"
     if p.get("host_fits") is False and p["peak_memory_gib"] <= p["memory_capacity_gib"]:
         fits = "[red]fits on the GPU, but host RAM cannot hold the offloaded states[/red]"
-    elif band.get("memory_risk"):
+    elif band.get("memory_risk") and p["fits"]:
         fits = "[yellow]fits, but its band crosses the cap: memory risk[/yellow]"
     console.print(f"  peak memory {p['peak_memory_gib']:.1f}{_pm(band.get('peak_memory_gib'), p['peak_memory_gib'])} GiB per GPU, of "
                   f"{p['memory_capacity_gib']:.1f} the fit rule allows ({fits})")

@@ -42,6 +42,21 @@ def _pp_zero_reasons(narrowing: Narrowing, table: RuntimeCapabilities, model: Mo
     return out
 
 
+def _virtual_reasons(narrowing: Narrowing, model: ModelSpec, gpus: int, name: Callable[[str], str]) -> list[str]:
+    """Virtual stages v > 1 are searched where v divides the layers per stage, ceil(layers / pp)
+    (``planner.search.space``: an interleaved pipeline's chunks hold whole layers)."""
+    wanted = [v for v in narrowing.virtual_stages if v > 1]
+    if not wanted or 1 in narrowing.virtual_stages:
+        return []
+    pps = [p for p in narrowing.pp or range(2, min(gpus, model.num_layers) + 1) if p > 1 and gpus % p == 0]
+    per_stage = sorted({-(-model.num_layers // p) for p in pps}, reverse=True)
+    if any(n % v == 0 for n in per_stage for v in wanted):
+        return []
+    return [f"{name('virtual_stages')} {','.join(map(str, wanted))}: virtual stages must divide the layers per "
+            f"pipeline stage, which are {', '.join(map(str, per_stage)) or 'none'} for {model.num_layers} layers on "
+            f"pp {','.join(map(str, pps)) or '(none > 1)'}"]
+
+
 def narrowing_conflicts(table: RuntimeCapabilities, narrowing: Narrowing, model: ModelSpec,
                         training: TrainingSpec, gpus: int, domain_gpus: int, cross_node_tp: bool,
                         name: Callable[[str], str] = flag_name) -> list[str]:
@@ -57,6 +72,7 @@ def narrowing_conflicts(table: RuntimeCapabilities, narrowing: Narrowing, model:
         options = " with ".join(f"{name(k)} {','.join(map(str, getattr(narrowing, k)))}"
                                 for k in ("zero_stages", "pp") if getattr(narrowing, k))
         out.append(f"{options}: " + "; ".join(pp_zero))
+    out += _virtual_reasons(narrowing, model, gpus, name)
     if narrowing.micro_batch_sizes and all(training.global_batch_size % b for b in narrowing.micro_batch_sizes):
         out.append(f"{name('micro_batch_sizes')} {','.join(map(str, narrowing.micro_batch_sizes))}: none divides "
                    f"the global batch {training.global_batch_size}")
