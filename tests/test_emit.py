@@ -125,7 +125,7 @@ def test_bundle_is_derived_from_the_runtime_imports(job):
     assert "harness" not in " ".join(job_modules)  # test-only module, not imported by the job
     # capabilities: plan_file reads the plan's narrowing of its runtime's space (capabilities.Narrowing)
     assert bundle["costmodels"] == ("capabilities", "convention", "layout", "model_spec", "moe_costs", "precision",
-                                    "stage_split", "training")
+                                    "runtimes", "stage_split", "training")
     copied = sorted(p.stem for p in (job / "runtime" / "planner" / "launch" / "torchjob").glob("*.py"))
     assert copied == sorted(job_modules)
     names = ", ".join(f"planner.launch.torchjob.{m}" for m in job_modules if m != "__init__")
