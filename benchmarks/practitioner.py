@@ -180,7 +180,10 @@ def row_cells(case: Case, runtime: str) -> list[str]:
         recipe = evaluate_published(case, runtime)
     except AutoplanError as err:
         recipe, recipe_text = None, f"not expressible ({str(err).split(';')[0][:60]})"
-    chosen = pick(case, runtime)
+    try:
+        chosen = pick(case, runtime)
+    except AutoplanError as err:  # the runtime's job cannot run this model or training at all: plan refuses
+        return [case.name, runtime, f"refused ({str(err).split(': ', 1)[-1].split(';')[0]})", "-", "-", "-"]
     measured = measured_tokens_per_s_per_gpu(case) if runtime == recipe_runtime(case) else None
     if recipe is not None:
         recipe_text = (f"{_figures(recipe)} · {recipe.predicted['tokens_per_s_per_gpu']:,.0f} tok/s/GPU"
