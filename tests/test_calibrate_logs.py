@@ -99,6 +99,7 @@ def test_a_megatron_log_directory_calibrates_end_to_end(tmp_path):
     assert factors["host"] == {**factors["host"], "multiplier": 1.0, "informed": False, "informing_runs": 0}
     for f in factors.values():
         assert f["bounds"][0] <= f["multiplier"] <= f["bounds"][1]
+        assert len(f["informed_by"]) == f["informing_runs"] and all(".log (Megatron-LM" in o for o in f["informed_by"])
     assert report["median_abs_error_before"] > 0.08  # the shipped model is off this cluster ...
     assert report["median_abs_error_leave_one_out"] < 0.03  # ... and the calibration is not, held out
     assert table["compute_scale"] == pytest.approx(factors["gemm"]["multiplier"])

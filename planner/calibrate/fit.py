@@ -55,6 +55,8 @@ class FactorEstimate:
     """Some run moves its step by ``INFORMED_SHARE`` of it; else the factor stays at its prior."""
     informing_runs: int
     """Runs it moves by ``INFORMING_SHARE`` or more."""
+    informing: tuple[int, ...] = ()
+    """Their indices among the timed runs (in the order given)."""
     on_bound: bool
     low: float
     high: float
@@ -96,6 +98,8 @@ class _Problem:
         shares = np.abs(self.slope) / self.step[:, None]
         self.informed = shares.max(axis=0) >= INFORMED_SHARE
         self.informing = (shares >= INFORMING_SHARE).sum(axis=0)
+        self.informing_rows = [tuple(int(i) for i in np.flatnonzero(shares[:, k] >= INFORMING_SHARE))
+                               for k in range(len(FACTORS))]
 
     def predict(self, u: np.ndarray, rows: np.ndarray | slice = slice(None)) -> np.ndarray:
         return np.maximum(self.step[rows] + self.slope[rows] @ (np.exp(u) - 1.0), MIN_STEP_S)
@@ -173,7 +177,7 @@ def fit_steps(terms: list[RunTerms], *, leave_one_out: bool = True) -> StepFit:
             loo.append(float(problem.predict(held, np.array([i]))[0] / measured[i] - 1))
     factors = tuple(FactorEstimate(name=f.name, mechanism=f.mechanism, multiplier=float(math.exp(u[k])),
                                    log_sd=float(sd[k]), informed=bool(problem.informed[k]),
-                                   informing_runs=int(problem.informing[k]),
+                                   informing_runs=int(problem.informing[k]), informing=problem.informing_rows[k],
                                    on_bound=bool(problem.informed[k] and (u[k] <= problem.low[k] + 1e-9
                                                                           or u[k] >= problem.high[k] - 1e-9)),
                                    low=f.low, high=f.high)

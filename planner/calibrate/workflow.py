@@ -61,7 +61,8 @@ def report(runs: tuple[LoggedRun, ...], step: StepFit, memory: MemoryFit, skippe
     return {
         "source": CALIBRATE_SOURCE, "date": datetime.date.today().isoformat(),
         "runs": len(runs), "timed_runs": len(timed), "oom_runs": sum(r.out_of_memory for r in runs),
-        "factors": {f.name: f.to_dict() for f in step.factors},
+        "factors": {f.name: {**f.to_dict(), "informed_by": [timed[i].origin for i in f.informing]}
+                    for f in step.factors},
         "median_abs_error_before": median_abs(step.errors_before),
         "median_abs_error_after": median_abs(step.errors_after),
         "median_abs_error_leave_one_out": median_abs(step.errors_leave_one_out),
