@@ -74,9 +74,17 @@ class Assumptions:
     over InfiniBand or RoCE); fitted on the published runs (``benchmarks/calibrate.py``). nccl-tests
     on 400 Gb/s NDR read 40-48 GB/s of each NIC's 50."""
     compute_scale: float = 1.0
-    """Calibration factor multiplying every compute time (1.0 = uncalibrated)."""
+    """Calibration factor multiplying every GEMM time (1.0 = uncalibrated)."""
+    attention_scale: float = 1.0
+    """Calibration factor multiplying every attention-core time."""
     communication_scale: float = 1.0
     """Calibration factor multiplying every collective time."""
+    intra_node_comm_scale: float = 1.0
+    """Calibration factor multiplying the time of collectives whose group stays inside a node
+    (NVLink), on top of ``communication_scale``."""
+    inter_node_comm_scale: float = 1.0
+    """Calibration factor multiplying the time of collectives whose group spans nodes (the NICs),
+    on top of ``communication_scale``."""
     memory_bound_scale: float = 1.0
     """Calibration factor multiplying memory-bound kernel times."""
     overlap_fraction: float = 1.0

@@ -73,7 +73,8 @@ def collective_time_and_source(op: str, size_bytes: float, degree: int, stride: 
     if degree <= 1 or size_bytes <= 0:
         return 0.0, "datasheet"
     per_node, num_nodes = cluster.group_placement(degree, stride)
-    scale = assumptions.communication_scale
+    scale = assumptions.communication_scale * (assumptions.inter_node_comm_scale if num_nodes > 1
+                                               else assumptions.intra_node_comm_scale)
     if profile is not None:
         measured = profile.collective_time_s(op, degree, per_node, num_nodes, size_bytes)
         if measured is not None:

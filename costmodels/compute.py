@@ -151,10 +151,10 @@ class Rates:
         if self.profile is not None:
             rate = self.profile.attention_flops_per_s(b, s, heads, head_dim, self.attention_dtype)
             if rate:
-                return flops / rate * self.a.compute_scale, PROFILE
+                return flops / rate * self.a.attention_scale, PROFILE
         executed = flops * executed_fraction
         rate = self.attention_rate(s_kv_block or s, head_dim)
-        return executed / rate * self.a.compute_scale, DATASHEET
+        return executed / rate * self.a.attention_scale, DATASHEET
 
     def attention_backward_s(self, forward_s: float, source: str, *, fused: bool) -> float:
         """Seconds of the attention core's backward given its forward's: ``attention_backward_ratio``

@@ -27,9 +27,11 @@ READABLE_VERSIONS = (1, 2, SCHEMA_VERSION)
 ``_segments``), a version-1 or 2 curve has ``spans_nodes`` in place of its placement (see ``_placement``)."""
 
 
-ZERO_ALLOWED_CALIBRATION = ("overlap_fraction", "step_overhead_s", "layer_overhead_s", "tp_layer_overhead_s")
+ZERO_ALLOWED_CALIBRATION = ("overlap_fraction", "step_overhead_s", "layer_overhead_s", "tp_layer_overhead_s",
+                            "allocator_fragmentation")
 """Calibration keys whose fitted value may be 0: the additive terms (a share, or seconds) that
-``planner.validate.calibrate`` fits on a linear grid (its ``ADDITIVE``)."""
+``planner.validate.calibrate`` fits on a linear grid (its ``ADDITIVE``), and the allocator's
+fragmentation share ``autoplan calibrate`` fits (``planner.calibrate.memory``)."""
 
 
 def profile_to_dict(profile: HardwareProfile) -> dict[str, Any]:

@@ -57,6 +57,10 @@ JOB_OPTIONS: list[Callable] = [
                  show_default=True, help="Usable share of device memory."),
     click.option("--profile", type=click.Path(dir_okay=False), default=None,
                  help="Measured profile JSON (autoplan profile); datasheet rates otherwise."),
+    click.option("--calibration", type=click.Path(dir_okay=False), default=None,
+                 help="A calibration from this cluster's own runs (autoplan calibrate --out; a profile with its "
+                      "fitted factors): the rates it corrects, and its leave-one-out error as the step band. "
+                      "Give it or --profile, not both (autoplan calibrate --profile P folds P's rates in)."),
     click.option("--profile-device-mismatch", type=click.Choice(["refuse", "ok"]), default="refuse", show_default=True,
                  help="ok: use a --profile measured on other devices than --hardware (recorded in the plan)."),
     click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True,
@@ -77,6 +81,12 @@ def _job_kwargs(kw: dict[str, Any]) -> dict[str, Any]:
     keys = ("model", "hardware", "gpus", "global_batch", "seq_len", "gpus_per_node", "precision", "fp8_recipe",
             "optimizer", "lora_rank", "attention", "memory_fraction", "profile", "profile_device_mismatch")
     out = {k: kw[k] for k in keys}
+    if kw.get("calibration") is not None:
+        if kw["profile"] is not None:
+            raise click.BadParameter("give --calibration or --profile, not both: 'autoplan calibrate --profile "
+                                     f"{kw['profile']}' writes a calibration that keeps that profile's rates",
+                                     param_hint="--calibration")
+        out["profile"] = kw["calibration"]
     out["model"], out["hardware"] = _full_names(kw["model"], kw["hardware"])
     for key in ("runtime", "moe_imbalance", "context_attention"):
         if kw.get(key) is not None:

@@ -98,7 +98,7 @@ def print_plan(console: Console, plan: PlanEntry, title: str, tie_note: str = ""
     console.print(f"  MFU {p['mfu']:.1%}{low} · HFU {p['hfu']:.1%} · bubble {p['bubble_fraction']:.1%}")
     if "goodput" in p:
         console.print(f"  {goodput_line(p['goodput'])}")
-    status = prediction_status(p.get("sources", {}))
+    status = band.get("calibration") or prediction_status(p.get("sources", {}))
     if foreign_profile:
         console.print(f"  {status}, [yellow]measured on other devices[/yellow]", highlight=False)
     else:
