@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -152,7 +152,10 @@ def measured_tokens_per_s_per_gpu(case: Case) -> float | None:
 def evaluate_published(case: Case, runtime: str | None = None) -> PlanEntry:
     """The published layout costed under the case's request and ``runtime`` (default: its own)."""
     runtime = runtime or recipe_runtime(case)
-    breakdown = planner.evaluate(layout=published_layout(case), runtime=runtime, **request(case))
+    layout = published_layout(case)
+    if runtime != recipe_runtime(case):  # another runtime exchanges the tokens its own way
+        layout = replace(layout, moe_dispatcher="alltoall", ep_comm_overlap=False)
+    breakdown = planner.evaluate(layout=layout, runtime=runtime, **request(case))
     return plan_entry(breakdown, job_bands(None, None, runtime))
 
 

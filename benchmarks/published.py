@@ -92,7 +92,7 @@ def print_moe(scores: list[FamilyScore]) -> None:
     the exposed EP all-to-all's share of the predicted step."""
     results = sorted(moe_results(scores), key=lambda r: (r.run.hardware_name, r.row_ids[0]))
     print(f"\nMoE rows ({len(results)} configurations; signed error = predicted / measured - 1):")
-    print(f"  {'row':62} {'layout':40} {'meas':>7} {'pred':>7} {'error':>6} {'EP':>5}")
+    print(f"  {'row':62} {'layout':48} {'meas':>7} {'pred':>7} {'error':>6} {'EP':>5}")
     for r in results:
         L = r.run.layout
         comm = [f"{L.gpus_per_nvlink_domain}/rack"] if L.gpus_per_nvlink_domain else []
@@ -100,7 +100,7 @@ def print_moe(scores: list[FamilyScore]) -> None:
         comm += ["EP overlap"] if L.ep_comm_overlap else []
         layout = f"tp{L.tp} pp{L.pp} v{L.virtual_stages} ep{L.ep} " + " ".join(comm)
         ep_share = r.time_fractions.get("ep_comm", 0.0)
-        print(f"  {r.row_ids[0][:62]:62} {layout:40} {r.measured_tokens_per_s_per_gpu:7,.0f} "
+        print(f"  {r.row_ids[0][:62]:62} {layout:48} {r.measured_tokens_per_s_per_gpu:7,.0f} "
               f"{r.predicted_tokens_per_s_per_gpu:7,.0f} {r.signed_error:+6.0%} {ep_share:5.0%}")
     errors = sorted(abs(r.signed_error) for r in results)
     if errors:
