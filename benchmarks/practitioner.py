@@ -183,11 +183,14 @@ def row_cells(case: Case, runtime: str) -> list[str]:
         recipe = evaluate_published(case, runtime)
     except AutoplanError as err:
         recipe, recipe_text = None, f"not expressible ({str(err).split(';')[0][:60]})"
-    chosen = pick(case, runtime)
     measured = measured_tokens_per_s_per_gpu(case) if runtime == recipe_runtime(case) else None
     if recipe is not None:
         recipe_text = (f"{_figures(recipe)} · {recipe.predicted['tokens_per_s_per_gpu']:,.0f} tok/s/GPU"
                        + (f" (measured {measured:,.0f})" if measured else ""))
+    try:
+        chosen = pick(case, runtime)
+    except AutoplanError as err:  # the runtime's job cannot run this training (plan refuses it)
+        return [case.name, runtime, f"refused ({str(err).split(';')[0][:60]})", "-", recipe_text, "-"]
     if chosen is None:
         return [case.name, runtime, "nothing fits", "-", recipe_text, "-"]
     if recipe is None:
