@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -152,7 +152,10 @@ def measured_tokens_per_s_per_gpu(case: Case) -> float | None:
 def evaluate_published(case: Case, runtime: str | None = None) -> PlanEntry:
     """The published layout costed under the case's request and ``runtime`` (default: its own)."""
     runtime = runtime or recipe_runtime(case)
-    breakdown = planner.evaluate(layout=published_layout(case), runtime=runtime, **request(case))
+    layout = published_layout(case)
+    if runtime != recipe_runtime(case):  # another runtime exchanges the tokens its own way
+        layout = replace(layout, moe_dispatcher="alltoall", ep_comm_overlap=False)
+    breakdown = planner.evaluate(layout=layout, runtime=runtime, **request(case))
     return plan_entry(breakdown, job_bands(None, None, runtime))
 
 
@@ -180,14 +183,14 @@ def row_cells(case: Case, runtime: str) -> list[str]:
         recipe = evaluate_published(case, runtime)
     except AutoplanError as err:
         recipe, recipe_text = None, f"not expressible ({str(err).split(';')[0][:60]})"
-    try:
-        chosen = pick(case, runtime)
-    except AutoplanError as err:  # the runtime's job cannot run this model or training at all: plan refuses
-        return [case.name, runtime, f"refused ({str(err).split(': ', 1)[-1].split(';')[0]})", "-", "-", "-"]
     measured = measured_tokens_per_s_per_gpu(case) if runtime == recipe_runtime(case) else None
     if recipe is not None:
         recipe_text = (f"{_figures(recipe)} · {recipe.predicted['tokens_per_s_per_gpu']:,.0f} tok/s/GPU"
                        + (f" (measured {measured:,.0f})" if measured else ""))
+    try:
+        chosen = pick(case, runtime)
+    except AutoplanError as err:  # the runtime's job cannot run this training (plan refuses it)
+        return [case.name, runtime, f"refused ({str(err).split(': ', 1)[-1].split(';')[0]})", "-", recipe_text, "-"]
     if chosen is None:
         return [case.name, runtime, "nothing fits", "-", recipe_text, "-"]
     if recipe is None:

@@ -1,6 +1,6 @@
 """Predicted vs measured on the published runs: every run's own layout, scored per family.
 
-Run: ``.venv/bin/python benchmarks/published.py [--family F ...] [--json] [--worst N] [--cv]``.
+Run: ``.venv/bin/python benchmarks/published.py [--family F ...] [--json] [--worst N] [--cv] [--moe]``.
 Data: ``benchmarks/data/published_runs.json`` (a copy of the development set, ``shared/published_runs``).
 Signed error = predicted / measured tokens/s per GPU - 1 (positive: the model is too fast).
 ``--cv`` runs the leave-one-family-out driver with a fit that fits nothing (a smoke test of the
@@ -81,6 +81,32 @@ def print_mfu(scores: list[FamilyScore]) -> None:
             print(f"  {r.row_ids[0][:58]:58} {pred:6.1%} {meas:6.1%} {comp:6.1%}  pp{run.layout.pp} {nodes} nodes")
 
 
+def moe_results(scores: list[FamilyScore]) -> list:
+    """The scored configurations of mixture-of-experts models (merged repeats count once)."""
+    return [r for s in scores for r in s.results if r.run.model.moe is not None and r.signed_error is not None]
+
+
+def print_moe(scores: list[FamilyScore]) -> None:
+    """The MoE development rows: each configuration's layout as run (rack placement, token dispatcher
+    and EP overlap: ``planner.published.moe_recipes``), measured and predicted tokens/s per GPU and
+    the exposed EP all-to-all's share of the predicted step."""
+    results = sorted(moe_results(scores), key=lambda r: (r.run.hardware_name, r.row_ids[0]))
+    print(f"\nMoE rows ({len(results)} configurations; signed error = predicted / measured - 1):")
+    print(f"  {'row':62} {'layout':48} {'meas':>7} {'pred':>7} {'error':>6} {'EP':>5}")
+    for r in results:
+        L = r.run.layout
+        comm = [f"{L.gpus_per_nvlink_domain}/rack"] if L.gpus_per_nvlink_domain else []
+        comm += [L.moe_dispatcher] if L.moe_dispatcher != "alltoall" else []
+        comm += ["EP overlap"] if L.ep_comm_overlap else []
+        layout = f"tp{L.tp} pp{L.pp} v{L.virtual_stages} ep{L.ep} " + " ".join(comm)
+        ep_share = r.time_fractions.get("ep_comm", 0.0)
+        print(f"  {r.row_ids[0][:62]:62} {layout:48} {r.measured_tokens_per_s_per_gpu:7,.0f} "
+              f"{r.predicted_tokens_per_s_per_gpu:7,.0f} {r.signed_error:+6.0%} {ep_share:5.0%}")
+    errors = sorted(abs(r.signed_error) for r in results)
+    if errors:
+        print(f"  median |error| over the MoE rows: {errors[len(errors) // 2]:.0%}")
+
+
 def print_assumptions(rows: list[dict]) -> None:
     mapped, _ = map_rows(rows)
     print(f"\nassumed where the row is silent (rows of {len(mapped)} mapped that depend on it, families):")
@@ -107,6 +133,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", action="store_true", help="print one JSON document instead of the table")
     parser.add_argument("--worst", type=int, default=0, help="also list the N runs with the largest error")
     parser.add_argument("--mfu", action="store_true", help="also print predicted, measured and compute-only MFU")
+    parser.add_argument("--moe", action="store_true", help="also print every MoE row: layout as run, measured, "
+                        "predicted, EP share")
     parser.add_argument("--cv", action="store_true", help="leave-one-family-out with the no-constants fit")
     parser.add_argument("--data", type=Path, default=DATA, help="published-runs JSON file")
     args = parser.parse_args(argv)
@@ -132,6 +160,8 @@ def main(argv: list[str] | None = None) -> int:
     print_assumptions(rows)
     if args.mfu:
         print_mfu(scores)
+    if args.moe:
+        print_moe(scores)
     if args.worst:
         print_worst(scores, args.worst)
     return 0

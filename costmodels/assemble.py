@@ -3,8 +3,9 @@
 The step is m·max_i t_i + bubble (``pipeline.schedule_bubble_s``) + the slowest rank's tail:
 data-parallel gradient reduction not hidden behind the last backward, parameter all-gather not
 hidden behind the first forward (ZeRO-1/2), and the optimizer step. DualPipe and DualPipeV hide
-EP all-to-all and PP send/recv behind their overlapped pairs (``pipeline.dualpipe_overlap_s``):
-that time comes off the exposed EP, then PP, communication.
+EP all-to-all and PP send/recv behind their overlapped pairs (``pipeline.dualpipe_overlap_s``),
+Megatron's EP overlap the EP all-to-all behind its merged 1F1B pairs (``moe_overlap``): that time
+comes off the exposed EP, then PP, communication.
 """
 
 from __future__ import annotations
@@ -17,8 +18,10 @@ from .compute import DATASHEET, merge_source
 from .flops import model_flops_per_token
 from .goodput import goodput
 from .layout import Layout
+from .moe_overlap import ep_overlap_hidden_s
 from .op_sac import op_sac_recompute_flops
-from .pipeline import DUALPIPE, dualpipe_overlap_s, schedule_bubble_s
+from .pipeline import DUALPIPE, PassTimes, dualpipe_overlap_s, schedule_bubble_s
+from .process_groups import Placement, describe
 from .ranks import RankTimes
 
 if TYPE_CHECKING:
@@ -32,7 +35,7 @@ def assemble(cm: "CostModel", layout: Layout, memory: tuple[StageMemory, ...], t
     tail = times[max(range(len(times)), key=lambda i: times[i].tail_s)]
     model_flops = model_flops_per_token(cm.model, cm.training.seq_len, cm.training.is_lora) \
         * cm.training.tokens_per_step
-    hidden = overlap_hidden_s(layout, [crit])
+    hidden = overlap_hidden_s(layout, [crit], cm.assumptions.overlap_slowdown)
     ep_hidden = min(hidden, m * crit.ep_s)
     breakdown = CostBreakdown(
         layout=layout, stages=memory, memory_capacity_bytes=cm.capacity_bytes,
@@ -53,7 +56,16 @@ def assemble(cm: "CostModel", layout: Layout, memory: tuple[StageMemory, ...], t
     )
     plan = goodput(cm.checkpoint_bytes, cm.cluster, num_gpus=layout.world_size,
                    step_time_s=breakdown.step_time_s, tokens_per_s=breakdown.tokens_per_s)
-    return replace(breakdown, goodput=plan)
+    return replace(breakdown, goodput=plan, placement=rack_placement(cm, layout))
+
+
+def rack_placement(cm: "CostModel", layout: Layout) -> Placement | None:
+    """Where the ranks sit on the NVLink domains (``process_groups.describe``), where a domain spans
+    several nodes (GB200/GB300 NVL72 racks); None where each node is its own domain."""
+    if cm.cluster.node.nodes_per_nvlink_domain == 1:
+        return None
+    return describe(cm.cluster, dp=layout.dp, tp=layout.tp, pp=layout.pp, cp=layout.cp, ep=layout.ep, etp=layout.etp,
+                    gathers_sequence=cm.convention.moe_gathers_sequence)
 
 
 def bubble_s(layout: Layout, times: list[RankTimes], counts: list[int] | None = None) -> float:
@@ -61,11 +73,21 @@ def bubble_s(layout: Layout, times: list[RankTimes], counts: list[int] | None = 
     return schedule_bubble_s(layout.schedule, layout.pp, layout.virtual_stages, [t.passes() for t in times], counts)
 
 
-def overlap_hidden_s(layout: Layout, times: list[RankTimes]) -> float:
-    """Communication DualPipe's overlapped pairs hide, the most over ``times`` (0 for other schedules)."""
+def overlap_hidden_s(layout: Layout, times: list[RankTimes], slowdown: float) -> float:
+    """Communication the overlapped forward-and-backward pairs hide, the most over ``times``
+    (``pair_hidden_s``; ``slowdown``: ``Assumptions.overlap_slowdown``)."""
+    return max(pair_hidden_s(layout, t.passes(), slowdown) for t in times)
+
+
+def pair_hidden_s(layout: Layout, passes: PassTimes, slowdown: float) -> float:
+    """What a rank with these passes hides in overlapped pairs: Megatron's EP overlap
+    (``moe_overlap.ep_overlap_hidden_s``), DualPipe's (``pipeline.dualpipe_overlap_s``), else 0."""
+    if layout.ep_comm_overlap:
+        return ep_overlap_hidden_s(passes, pp=layout.pp, v=layout.virtual_stages, m=layout.num_microbatches,
+                                   slowdown=slowdown)
     if layout.schedule not in DUALPIPE or layout.pp == 1:
         return 0.0
-    return max(dualpipe_overlap_s(t.passes(), layout.pp, layout.num_microbatches, layout.schedule) for t in times)
+    return dualpipe_overlap_s(passes, layout.pp, layout.num_microbatches, layout.schedule)
 
 
 def recompute_flops(cm: "CostModel", layout: Layout) -> float:

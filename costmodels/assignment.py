@@ -98,7 +98,8 @@ def layer_key(cm: "CostModel", layout: Layout, moe: bool) -> LayerKey:
     return LayerKey(moe=moe, b=layout.micro_batch_size, s_local=local_seq_len(cm.training, layout),
                     tp=layout.tp, sp=layout.sequence_parallel, cp=layout.cp, ep=layout.ep if moe else 1,
                     etp=layout.expert_tp if cm.model.moe is not None else 0,
-                    tp_overlap=layout.tp_comm_overlap and layout.sequence_parallel and layout.tp > 1)
+                    tp_overlap=layout.tp_comm_overlap and layout.sequence_parallel and layout.tp > 1,
+                    dispatcher=layout.moe_dispatcher if moe else "alltoall")
 
 
 def recomputed_layers(cm: "CostModel", layout: Layout, n: int) -> int:

@@ -25,9 +25,10 @@ pairs hide on that rank (0 for the other schedules). Three facts give the bounds
    σ <= 1 and at C = 0 when σ > 1. Evaluating d_i and tail_i at that end bounds them for every
    micro-batch size, schedule and recomputation mode: they then depend only on the mesh, how
    model states are held and which layers a rank holds.
-3. What DualPipe hides (``pipeline.dualpipe_overlap_s``) reads a rank's EP and PP time and its
-   compute, which the states change only through g_i; the bound subtracts the most any rank's
-   core hides, and g_i adds m·g_i to m·t_i against at most (m − 1)·g_i more hidden.
+3. What DualPipe hides (``pipeline.dualpipe_overlap_s``) and what Megatron's EP overlap hides
+   (``moe_overlap.ep_overlap_hidden_s``) read a rank's EP (and PP) time and its compute, which
+   the states change only through g_i; the bound subtracts the most any rank's core hides, and
+   g_i adds m·g_i to m·t_i against at most (m − 1)·g_i more hidden.
 
 The core is summed from memoised pieces (one layer of each kind, the pipeline ends, the p2p
 messages), each computed once by the function ``estimate`` uses and keyed by every layout field
@@ -41,10 +42,12 @@ from dataclasses import dataclass, fields, replace
 from operator import attrgetter
 from typing import TYPE_CHECKING, Callable
 
+from .assemble import pair_hidden_s
 from .assignment import layer_key, placement, rank_groups, rank_params, recomputed_layers
 from .layout import Layout
 from .memo import memoised
-from .pipeline import DUALPIPE, ZERO_BUBBLE, PassTimes, chunks_per_rank, dualpipe_overlap_s, schedule_bubble_s
+from .moe_overlap import most_overlapped_pairs
+from .pipeline import DUALPIPE, ZERO_BUBBLE, PassTimes, chunks_per_rank, schedule_bubble_s
 from .rank_memory import rank_buffer_bytes
 from .ranks import RankLayers, RankTimes
 from .rank_time import (add_data_parallel, add_ends, add_grad_copy, add_optimizer, add_pipeline,
@@ -71,24 +74,26 @@ _MICRO_BATCHING = ("micro_batch_size", "num_microbatches", "recompute", "recompu
                    "sequence_parallel")
 """Fields of micro-batching and recomputation."""
 
-_LAYER_READS = _reads("dp", "pp", "num_microbatches", "recompute_num_layers", *_STATES, *_PLACEMENT)
+_LAYER_READS = _reads("dp", "pp", "num_microbatches", "recompute_num_layers", "ep_comm_overlap", *_STATES,
+                      *_PLACEMENT)
 """What one layer's per-micro-batch time may read (``add_layer_kind``; m only scales its traffic;
 the recomputed share of full recomputation is passed in)."""
-_CORE_READS = _reads("num_microbatches", "schedule", "layers_per_chunk", *_STATES)
+_CORE_READS = _reads("num_microbatches", "schedule", "layers_per_chunk", "ep_comm_overlap", *_STATES)
 """What a rank's core may read besides its layers (``rank_core_times``; the schedule only through
-DualPipe's halving and the chunks a rank sends, keyed apart)."""
+DualPipe's halving and the chunks a rank sends, keyed apart; the EP overlap acts on the step, not
+on a rank's core, ``assemble.pair_hidden_s``)."""
 _STATE_READS = _reads(*_PLACEMENT, *_MICRO_BATCHING, "tp_comm_overlap")
 """What a rank's data-parallel and optimizer terms may read besides its parameters, layer count
 and compute (``add_data_parallel``, ``add_grad_copy``, ``add_optimizer``; m keyed apart where
 the tail grows with it). TP overlap only changes a layer's TP time and the buffers
 (``assignment.layer_key``, ``rank_memory.rank_buffer_bytes``), so the two overlap twins share them."""
-_EDGE_READS = _reads("dp", "pp", "num_microbatches", "recompute_num_layers", "tp_comm_overlap", *_STATES,
-                     *_PLACEMENT)
+_EDGE_READS = _reads("dp", "pp", "num_microbatches", "recompute_num_layers", "tp_comm_overlap", "ep_comm_overlap",
+                     *_STATES, *_PLACEMENT)
 """``_LAYER_READS`` without TP overlap: what the pipeline's ends without MTP blocks and its p2p may
 read (``add_ends``, ``add_pipeline``; only a layer's TP time reads the overlap)."""
 
 _VECTOR = ("per_microbatch_s", "forward_s", "input_grad_s", "weight_grad_s", "hideable_s", "compute_s",
-           "fwd_compute_s", "bwd_compute_s")
+           "fwd_compute_s", "bwd_compute_s", "ep_comm_s")
 """What the bounds read of a rank's core: its time, its passes (``RankTimes.passes``) and the compute
 its data-parallel traffic hides behind. Each is linear in the core's terms, so a rank's vector is
 the sum of its pieces' vectors weighted by their counts."""
@@ -110,7 +115,7 @@ def pipeline_floor_s(cm: "CostModel", layout: Layout) -> float:
     ranks = _ranks(cm, layout)
     return (layout.num_microbatches * ranks.most_s
             + schedule_bubble_s(layout.schedule, layout.pp, layout.virtual_stages, ranks.passes, ranks.counts)
-            - (max(_hidden_s(layout, p) for p in ranks.passes) if layout.schedule in DUALPIPE else 0.0))
+            - (max(_hidden_s(cm, layout, p) for p in ranks.passes) if _pairs_hide(layout) else 0.0))
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,7 +163,8 @@ def mean_floor_s(cm: "CostModel", layout: Layout) -> float:
     if layout.recompute != "none":
         layout = replace(layout, recompute="none")
     if _hides_ep(cm, layout):
-        key = ("mean", layout.schedule, layout.layers_per_chunk, layout.num_microbatches, _CORE_READS(layout))
+        key = ("mean", layout.schedule, layout.layers_per_chunk, layout.num_microbatches, layout.ep_comm_overlap,
+               _CORE_READS(layout))
         return memoised(cm.bound_memo, key, lambda: _mean_floor_s(cm, layout))
     # otherwise a core without p2p hides nothing under DualPipe
     return layout.num_microbatches * _core_sums(cm, layout).total_s / layout.pp
@@ -167,9 +173,12 @@ def mean_floor_s(cm: "CostModel", layout: Layout) -> float:
 def _mean_floor_s(cm: "CostModel", layout: Layout) -> float:
     sums = _core_sums(cm, layout)
     mean_s = layout.num_microbatches * sums.total_s / layout.pp
+    if layout.ep_comm_overlap:  # the most pairs of any v, each hiding at most a rank's largest EP time
+        pairs = most_overlapped_pairs(layout.pp, layout.num_microbatches)
+        return mean_s - pairs * (1 - cm.assumptions.overlap_slowdown) * sums.ep_s
     most = PassTimes(forward_s=0.0, input_grad_s=0.0, weight_grad_s=0.0, hideable_s=sums.hideable_s,
                      compute_s=sums.hideable_s)
-    return mean_s - _hidden_s(layout, most)
+    return mean_s - _hidden_s(cm, layout, most)
 
 
 def bubble_floor_s(cm: "CostModel", layout: Layout) -> float:
@@ -213,9 +222,15 @@ def bubble_floor_s(cm: "CostModel", layout: Layout) -> float:
 
 
 def _hides_ep(cm: "CostModel", layout: Layout) -> bool:
-    """Whether ``layout`` is DualPipe('s V) and a core without p2p has EP time for it to hide (the time
-    ``layer_costs._add_ep`` adds: the all-to-all under EP, the expert-tp collectives of a MoE block under tp)."""
-    return layout.schedule in DUALPIPE and (layout.ep > 1 or layout.tp > 1) and cm.model.moe is not None
+    """Whether ``layout`` overlaps pairs (DualPipe('s V), or Megatron's EP overlap) and a core without
+    p2p has EP time for them to hide (the time ``layer_costs._add_ep`` adds: the all-to-all under
+    EP, the expert-tp collectives of a MoE block under tp)."""
+    return _pairs_hide(layout) and (layout.ep > 1 or layout.tp > 1) and cm.model.moe is not None
+
+
+def _pairs_hide(layout: Layout) -> bool:
+    """Whether ``layout``'s schedule overlaps forward-and-backward pairs (``assemble.pair_hidden_s``)."""
+    return layout.schedule in DUALPIPE or layout.ep_comm_overlap
 
 
 @dataclass(frozen=True, slots=True)
@@ -233,6 +248,8 @@ class _CoreSums:
     """Σ_i W_i."""
     hideable_s: float
     """The most any rank's core may hide under DualPipe: the largest ``PassTimes.hideable_s``."""
+    ep_s: float
+    """The most EP time any rank's core has for the EP overlap to hide: the largest ``PassTimes.ep_comm_s``."""
 
 
 def _core_sums(cm: "CostModel", layout: Layout) -> _CoreSums:
@@ -250,7 +267,7 @@ def _sum_cores(cm: "CostModel", layout: Layout) -> _CoreSums:
     dense = _layer_piece(cm, layout, False, 0.0) if any(rank.num_dense for rank, _ in groups) else None
     moe = _layer_piece(cm, layout, True, 0.0) if any(rank.num_moe for rank, _ in groups) else None
     sums = [0.0] * 4  # per micro-batch, F, B, W: ``_VECTOR``'s first four
-    hideable_s = 0.0
+    hideable_s = ep_s = 0.0
     for rank, n in groups:
         parts = [(count, piece) for count, piece in ((rank.num_dense, dense), (rank.num_moe, moe)) if count]
         if rank.first or rank.last:
@@ -258,8 +275,9 @@ def _sum_cores(cm: "CostModel", layout: Layout) -> _CoreSums:
         for k in range(4):
             sums[k] += n * sum(count * piece[k] for count, piece in parts)
         hideable_s = max(hideable_s, sum(count * piece[4] for count, piece in parts))
+        ep_s = max(ep_s, sum(count * piece[8] for count, piece in parts))
     return _CoreSums(total_s=sums[0], forward_s=sums[1], input_grad_s=sums[2], weight_grad_s=sums[3],
-                     hideable_s=hideable_s)
+                     hideable_s=hideable_s, ep_s=ep_s)
 
 
 def state_floor_s(cm: "CostModel", layout: Layout) -> tuple[float, float]:
@@ -325,13 +343,14 @@ def step_time_s(cm: "CostModel", layout: Layout) -> float:
         per_mb.append(core.per_microbatch_s + d_s + g_s)
         passes.append(PassTimes(forward_s=rank_passes.forward_s, input_grad_s=rank_passes.input_grad_s + d_s + g_s,
                                 weight_grad_s=rank_passes.weight_grad_s, hideable_s=rank_passes.hideable_s,
-                                compute_s=rank_passes.compute_s + g_s)  # not ``replace``: once per rank and pair
+                                compute_s=rank_passes.compute_s + g_s,  # not ``replace``: once per rank and pair
+                                ep_comm_s=rank_passes.ep_comm_s)
                       if d_s or g_s else rank_passes)
         tails.append(tail_s)
     crit = max(range(len(per_mb)), key=per_mb.__getitem__)
     return (layout.num_microbatches * per_mb[crit]
             + schedule_bubble_s(layout.schedule, layout.pp, layout.virtual_stages, passes, ranks.counts)
-            - _hidden_s(layout, passes[crit]) + max(tails) + cm.assumptions.step_overhead_s)
+            - _hidden_s(cm, layout, passes[crit]) + max(tails) + cm.assumptions.step_overhead_s)
 
 
 def tp_overlap_sign(cm: "CostModel", layout: Layout) -> int:
@@ -381,17 +400,16 @@ def tp_overlap_extra_bytes(cm: "CostModel", layout: Layout) -> float:
     return memoised(cm.bound_memo, key, compute)
 
 
-def _hidden_s(layout: Layout, passes: PassTimes) -> float:
-    """What DualPipe's overlapped pairs hide on a rank with these passes (``assemble.overlap_hidden_s``)."""
-    if layout.schedule not in DUALPIPE or layout.pp == 1:
-        return 0.0
-    return dualpipe_overlap_s(passes, layout.pp, layout.num_microbatches, layout.schedule)
+def _hidden_s(cm: "CostModel", layout: Layout, passes: PassTimes) -> float:
+    """What the overlapped pairs hide on a rank with these passes (``assemble.pair_hidden_s``)."""
+    return pair_hidden_s(layout, passes, cm.assumptions.overlap_slowdown)
 
 
 def _core(v: list[float]) -> Core:
     """``rank_time.rank_core_times`` without traffic or sources, from a rank's ``_VECTOR`` (not
     memoised apart: ``_ranks`` holds it, and a rank's core is seldom shared by two of its keys)."""
-    passes = PassTimes(forward_s=v[1], input_grad_s=v[2], weight_grad_s=v[3], hideable_s=v[4], compute_s=v[5])
+    passes = PassTimes(forward_s=v[1], input_grad_s=v[2], weight_grad_s=v[3], hideable_s=v[4], compute_s=v[5],
+                       ep_comm_s=v[8])
     return Core(per_microbatch_s=v[0], fwd_compute_s=v[6], bwd_compute_s=v[7], passes=passes)
 
 
@@ -425,7 +443,7 @@ def _vector(cm: "CostModel", layout: Layout, add: Callable[[RankTimes], None]) -
         t = one_direction(t)
     p = t.passes()
     return (t.per_microbatch_s, p.forward_s, p.input_grad_s, p.weight_grad_s, p.hideable_s, p.compute_s,
-            t.fwd_compute_s, t.bwd_compute_s)
+            t.fwd_compute_s, t.bwd_compute_s, p.ep_comm_s)
 
 
 def _layer_piece(cm: "CostModel", layout: Layout, moe: bool, share: float) -> tuple[float, ...]:

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hardware_specs.units import GIB
 
 from .goodput import Goodput
 from .layout import Layout
+
+if TYPE_CHECKING:
+    from .process_groups import Placement
 
 TIME_TERMS: tuple[str, ...] = (
     "compute_s", "recompute_s", "tp_comm_s", "cp_comm_s", "ep_comm_s", "dp_comm_s", "pp_comm_s",
@@ -107,6 +110,9 @@ class CostBreakdown:
     """Ranks that share one node's host RAM."""
     goodput: Goodput | None = None
     """Checkpoint interval and expected goodput after failures (``costmodels.goodput``)."""
+    placement: "Placement | None" = None
+    """Where the ranks sit on multi-node NVLink domains (``process_groups.describe``); None where a
+    node is its own NVLink domain."""
 
     def __post_init__(self) -> None:
         if self.peak_stage_index < 0:
@@ -206,6 +212,7 @@ class CostBreakdown:
             "sources": dict(sorted(self.sources.items())),
             **(self._host_dict() if self.layout.optimizer_offload else {}),
             **({} if self.goodput is None else {"goodput": goodput_dict(self.goodput)}),
+            **({} if self.placement is None else {"placement": self.placement.to_dict()}),
         }
 
     def _host_dict(self) -> dict[str, Any]:

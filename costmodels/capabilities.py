@@ -15,7 +15,8 @@ Names follow autoplan's: degrees ``tp pp cp ep expert_tp virtual_stages``; sched
 ``costmodels.layout.SCHEDULES``; recomputation as ``Layout.recompute``; overlaps
 ``tp_comm_overlap`` (``Layout.tp_comm_overlap``), ``dp_overlap`` (data-parallel gradient reduction
 and parameter gathers hidden behind compute, ``costmodels.overlap.exposed_comm_s``) and
-``optimizer_offload`` (``Layout.optimizer_offload``).
+``optimizer_offload`` (``Layout.optimizer_offload``) and ``ep_comm_overlap`` (``Layout.ep_comm_overlap``);
+MoE token dispatchers as ``costmodels.layout.MOE_DISPATCHERS`` (``Layout.moe_dispatcher``).
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ if TYPE_CHECKING:
 
 DEGREES = ("tp", "pp", "cp", "ep", "expert_tp", "virtual_stages")
 """The parallel degrees a table may list."""
-OVERLAPS = ("tp_comm_overlap", "dp_overlap", "optimizer_offload")
+OVERLAPS = ("tp_comm_overlap", "dp_overlap", "optimizer_offload", "ep_comm_overlap")
 """The overlaps and offloads a table may list."""
 
 
@@ -95,6 +96,9 @@ class RuntimeCapabilities:
     """Recomputation modes it runs (``none`` included)."""
     overlaps: tuple[Feature, ...]
     """Overlaps and offloads it runs (names from ``OVERLAPS``)."""
+    dispatchers: tuple[Feature, ...] = ()
+    """MoE token dispatchers it runs (``costmodels.layout.MOE_DISPATCHERS``); () = its all-to-all only,
+    with no option to write."""
     cp_chunks_per_rank: int = 1
     """Context parallelism splits each sequence into this many chunks per cp rank (2: the
     load-balanced zigzag of Megatron's and torch's ring attention), so seq-len must divide by it · cp."""
@@ -114,7 +118,8 @@ class RuntimeCapabilities:
         known = self.versions[:self.versions.index(version) + 1]
         keep = lambda parts: tuple(p for p in parts if p.since in known)  # noqa: E731
         return replace(self, versions=known, degrees=keep(self.degrees), sharding=keep(self.sharding),
-                       schedules=keep(self.schedules), recompute=keep(self.recompute), overlaps=keep(self.overlaps))
+                       schedules=keep(self.schedules), recompute=keep(self.recompute), overlaps=keep(self.overlaps),
+                       dispatchers=keep(self.dispatchers))
 
     def check_version(self, version: str, label: str = "--runtime-version ") -> None:
         """``label``: how the value is named in the error (``runtime_version=`` from the API)."""
@@ -123,14 +128,15 @@ class RuntimeCapabilities:
                             f"pick one (default {self.latest})")
 
     def has(self, name: str) -> bool:
-        """Whether a degree, schedule, recomputation mode or overlap of this name is in the table."""
-        return any(f.name == name for f in self.degrees + self.schedules + self.recompute + self.overlaps)
+        """Whether a degree, schedule, recomputation mode, overlap or dispatcher of this name is in the table."""
+        return self.feature(name) is not None
 
     def feature(self, name: str) -> Feature | None:
-        return next((f for f in self.degrees + self.schedules + self.recompute + self.overlaps if f.name == name), None)
+        parts = self.degrees + self.schedules + self.recompute + self.overlaps + self.dispatchers
+        return next((f for f in parts if f.name == name), None)
 
     def names(self, part: str) -> tuple[str, ...]:
-        """The names in one part: ``degrees``, ``schedules``, ``recompute`` or ``overlaps``."""
+        """The names in one part: ``degrees``, ``schedules``, ``recompute``, ``overlaps`` or ``dispatchers``."""
         return tuple(f.name for f in getattr(self, part))
 
     @property
@@ -205,6 +211,21 @@ MEGATRON = RuntimeCapabilities(
                 costed=True),
         Feature(name="optimizer_offload", option="--optimizer-cpu-offload", since="core_v0.12.0",
                 source="megatron/core/optimizer/optimizer_config.py"),
+        # combined_1f1b.py; TransformerConfig.__post_init__ asserts ep > 1, the alltoall or flex
+        # dispatcher, no full recomputation, bf16/fp16 and virtual stages when pp > 1. Megatron's MoE
+        # README pairs it with --delay-wgrad-compute (the weight gradients deferred to widen the overlap).
+        Feature(name="ep_comm_overlap", option="--overlap-moe-expert-parallel-comm --delay-wgrad-compute",
+                since="core_v0.14.0", source=_MLM_MPC),
+    ),
+    dispatchers=(
+        # TransformerConfig.moe_token_dispatcher_type defaults to allgather: the costed all-to-all is
+        # written out. DeepEP came in core_v0.12.0 behind --moe-enable-deepep, which 0.16 deprecated
+        # for --moe-flex-dispatcher-backend (deepep or its new hybridep): the table lists that option.
+        Feature(name="alltoall", option="--moe-token-dispatcher-type alltoall", since="core_v0.12.0", source=_MLM_TC),
+        Feature(name="deepep", option="--moe-token-dispatcher-type flex --moe-flex-dispatcher-backend deepep",
+                since="core_v0.16.0", source=_MLM_TC),
+        Feature(name="hybridep", option="--moe-token-dispatcher-type flex --moe-flex-dispatcher-backend hybridep",
+                since="core_v0.16.0", source=_MLM_TC),
     ),
     cp_chunks_per_rank=2,  # arguments.py: "seq-length should be a multiple of 2 * context-parallel-size"
 )
@@ -258,7 +279,15 @@ MEGATRON_BRIDGE = replace(
                 costed=True),
         Feature(name="optimizer_offload", option="optimizer.optimizer_cpu_offload=True", since="v0.5.0",
                 source=_MB_CONFIG),
+        # scripts/performance/utils/overrides.py sets this pair for its MoE A2A overlap (and turns the
+        # shared-expert overlap off, which Megatron-Core refuses beside it)
+        Feature(name="ep_comm_overlap", option="comm_overlap.overlap_moe_expert_parallel_comm=True "
+                "comm_overlap.delay_wgrad_compute=True", since="v0.5.0", source=_MB_OVERLAP),
     ),
+    dispatchers=tuple(Feature(name=name, option=f"model.moe_token_dispatcher_type={kind}" + (
+        f" model.moe_flex_dispatcher_backend={name}" if kind == "flex" else ""), since="v0.5.0",
+        source="src/megatron/bridge/training/flex_dispatcher_backend.py")
+        for name, kind in (("alltoall", "alltoall"), ("deepep", "flex"), ("hybridep", "flex"))),
 )
 """Megatron-Core configured through Megatron-Bridge's ``ConfigContainer`` (what runs is Megatron-Core,
 so the space is ``MEGATRON``'s; option names are the recipe's config fields)."""
@@ -429,8 +458,9 @@ def capabilities(runtime: str, version: str | None = None, label: str = "--runti
     return table.at(version)
 
 
-NARROWING_INTS = ("tp", "pp", "cp", "ep", "virtual_stages", "micro_batch_sizes", "zero_stages")
-NARROWING_NAMES = ("schedules", "recompute_modes")
+NARROWING_INTS = ("tp", "pp", "cp", "ep", "virtual_stages", "micro_batch_sizes", "zero_stages",
+                  "gpus_per_nvlink_domain")
+NARROWING_NAMES = ("schedules", "recompute_modes", "moe_dispatchers")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -456,6 +486,11 @@ class Narrowing:
     """Pipeline schedules allowed (``costmodels.layout.SCHEDULES`` names)."""
     recompute_modes: tuple[str, ...] = ()
     """Recomputation modes allowed (``Layout.recompute`` names)."""
+    gpus_per_nvlink_domain: tuple[int, ...] = ()
+    """GPUs of each NVLink domain the job may use (``Layout.gpus_per_nvlink_domain``; whole nodes,
+    at most the domain); () = the search's own choices (``hardware_specs.placement.placement_choices``)."""
+    moe_dispatchers: tuple[str, ...] = ()
+    """MoE token dispatchers allowed (``Layout.moe_dispatcher`` names)."""
     allow_offload: bool = True
     """False: never offload optimizer states."""
 
@@ -488,15 +523,19 @@ class Narrowing:
 
 def features_used(table: RuntimeCapabilities, layout: "Layout") -> tuple[Feature | ShardingOption, ...]:
     """The table's entries ``layout`` turns on (the options an export must set to run it as costed):
-    its ZeRO stage's sharding option, its schedule (pp > 1), its recomputation mode, TP overlap and
-    optimizer offload when on, and every overlap the cost model always counts (``Feature.costed``)."""
+    its ZeRO stage's sharding option, its schedule (pp > 1), its recomputation mode, TP overlap, EP
+    overlap and optimizer offload when on, every overlap the cost model always counts
+    (``Feature.costed``), and with ep > 1 its MoE dispatcher."""
     out: list[Feature | ShardingOption] = [s for s in table.sharding if s.zero_stage == layout.zero_stage][:1]
     if layout.pp > 1:
         out += [f for f in table.schedules if f.name == layout.schedule]
     out += [f for f in table.recompute if f.name == layout.recompute and f.name != "none"]
     out += [f for f in table.overlaps if f.costed
             or (f.name == "tp_comm_overlap" and layout.tp_comm_overlap)
-            or (f.name == "optimizer_offload" and layout.optimizer_offload)]
+            or (f.name == "optimizer_offload" and layout.optimizer_offload)
+            or (f.name == "ep_comm_overlap" and layout.ep_comm_overlap)]
+    if layout.ep > 1:
+        out += [f for f in table.dispatchers if f.name == layout.moe_dispatcher]
     return tuple(out)
 
 

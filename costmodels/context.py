@@ -50,3 +50,5 @@ class CostContext:
         self.activation_memo: dict[tuple, tuple[float, float]] = {}
         self.bound_memo: dict[tuple, object] = {}
         self.extremes_memo: dict[tuple, list[tuple[RankLayers, tuple[int, ...]]]] = {}
+        self.placed_memo: dict[int, CostContext] = {cluster.gpus_per_nvlink_domain: self}
+        """This job's memo per ``Layout.gpus_per_nvlink_domain`` (``estimate.CostModel.placed``)."""

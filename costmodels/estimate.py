@@ -8,6 +8,8 @@ with the verbs that put the terms together.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from .assemble import assemble
 from .assignment import rank_groups, rank_layers, rank_params
 from .breakdown import CostBreakdown
@@ -21,14 +23,35 @@ from .rank_time import rank_times
 from .ranks import RankLayers, RankStatic, RankTimes
 
 
+PLACEMENT_FREE_MEMOS = ("placed_memo", "ranks_memo", "groups_memo", "params_memo", "activation_memo", "extremes_memo")
+"""Memos whose values read no collective (layer assignment, parameters, activations), so the placed
+memos of one job share them (``CostModel.placed``)."""
+
+
 class CostModel(CostContext):
     """The memo of one job's per-term costs (``context.CostContext``); ``estimate`` any layout."""
 
+    def placed(self, gpus_per_nvlink_domain: int) -> "CostModel":
+        """The memo of this job with its ranks filling ``gpus_per_nvlink_domain`` GPUs of each NVLink
+        domain (``Layout.gpus_per_nvlink_domain``; 0: all of each): collectives are placed on that
+        cluster (``ClusterSpec.placed``), nothing else changes. One memo per value, shared by all, which
+        share the memos that read no collective (``PLACEMENT_FREE_MEMOS``)."""
+        known = self.placed_memo.get(gpus_per_nvlink_domain)
+        if known is None:
+            known = CostModel(replace(self.job, cluster=self.cluster.placed(gpus_per_nvlink_domain)))
+            for name in PLACEMENT_FREE_MEMOS:
+                setattr(known, name, getattr(self, name))
+            self.placed_memo[gpus_per_nvlink_domain] = known
+        return known  # type: ignore[return-value]
+
     def estimate(self, layout: Layout) -> CostBreakdown:
-        """Memory per rank, step time by term and traffic for ``layout`` (assumed valid).
+        """Memory per rank, step time by term and traffic for ``layout`` (assumed valid), on the
+        cluster placed as the layout says (``placed``).
 
         Ranks with the same layer counts and ends share their times and state memory; only the
         micro-batches in flight (and so activation memory) differ between them."""
+        if layout.gpus_per_nvlink_domain != self.cluster.gpus_per_nvlink_domain:
+            return self.placed(layout.gpus_per_nvlink_domain).estimate(layout)
         shared: dict[tuple, tuple[RankTimes, RankStatic]] = {}
         memory, times = [], []
         for index, rank in enumerate(rank_layers(self, layout)):

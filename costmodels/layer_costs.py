@@ -30,6 +30,7 @@ from .flops import (Gemm, kv_per_rank, attention_core_flops, attention_executed_
 from .eager_elementwise import eager_layer_extra_bytes
 from .moe_costs import (expert_exchange, expert_sort_bytes, moe_permute_bytes, per_expert_kernels_s,
                         ring_steps, routed_copies)
+from .moe_dispatch import dispatch, ep_group_stride
 from .precision import saved_gemm_input_bytes
 from .model_spec import ModelSpec
 from .overlap import ring_exposed_s
@@ -52,6 +53,8 @@ class LayerKey:
     """Expert tensor-parallel degree (Megatron ``--expert-tensor-parallel-size``); 0 = ``tp``."""
     tp_overlap: bool = False
     """``Layout.tp_comm_overlap``: the SP collectives overlap their GEMMs (``_tp_overlapped_s``)."""
+    dispatcher: str = "alltoall"
+    """``Layout.moe_dispatcher`` of a MoE layer: how its tokens cross the ep group (``moe_dispatch``)."""
 
 
 @dataclass(slots=True, kw_only=True)
@@ -494,8 +497,10 @@ class LayerCosts:
         x = expert_exchange(self.model, tokens, self.rates.elem_bytes, tp=key.tp, sp=key.sp, etp=etp,
                             gathers_sequence=gathered, copies=self._routed_copies(key))
         if key.ep > 1:
-            stride = key.tp * key.cp if gathered else etp
-            a2a_s, a2a_b, out.sources["ep_comm"] = self.collective("all_to_all", x.all_to_all_bytes, key.ep, stride)
+            stride = ep_group_stride(tp=key.tp, cp=key.cp, etp=etp, gathers_sequence=gathered)
+            a2a_s, a2a_b, out.sources["ep_comm"] = dispatch(
+                key.dispatcher, x.all_to_all_bytes, self._routed_copies(key), key.ep, stride, self.cluster,
+                self.assumptions, self.collective)
             out.ep_s += 2 * a2a_s
             out.comm_bytes["ep_all_to_all"] = 2 * a2a_b
         if x.expert_tp_gather_bytes:

@@ -27,6 +27,10 @@ SCHEDULES: tuple[str, ...] = ("gpipe", "1f1b", "interleaved", "zb-h1", "interlea
 MULTI_CHUNK_SCHEDULES: tuple[str, ...] = ("interleaved", "interleaved-zb", "zb-v", "dualpipe-v")
 """Schedules with v > 1 model chunks per rank (ZB-V and DualPipeV: exactly 2, in a V)."""
 RECOMPUTE_MODES: tuple[str, ...] = ("none", "selective", "op-sac", "full")
+MoeDispatcher = Literal["alltoall", "deepep", "hybridep"]
+MOE_DISPATCHERS: tuple[str, ...] = ("alltoall", "deepep", "hybridep")
+"""How a MoE layer's tokens reach their experts: one NCCL all-to-all over the ep group, or the
+deduplicating DeepEP / HybridEP kernels of Megatron-Core's flex dispatcher (``costmodels.moe_dispatch``)."""
 """selective: Megatron's (the attention core, Korthikanti et al. 2022); op-sac: torchtitan's op-level
 selective checkpointing (``costmodels.op_sac``); full: the whole block."""
 
@@ -87,6 +91,17 @@ class Layout:
     """Layers whose saved activations go to host memory after their forward and come back before
     their backward (Megatron-Core ``cpu_offloading_num_layers``; ``costmodels.offload``); 0 = none.
     Needs pp 1, as Megatron-Core does."""
+    gpus_per_nvlink_domain: int = 0
+    """GPUs of each NVLink domain the ranks fill, in rank order, before the next domain: a whole
+    number of nodes, at most the node type's domain (64 of a GB200 NVL72 rack's 72; ``hardware_specs.
+    placement``); 0 = all of each domain. Decides which process groups stay on NVLink."""
+    moe_dispatcher: MoeDispatcher = "alltoall"
+    """MoE token exchange (``MOE_DISPATCHERS``): alltoall (Megatron ``--moe-token-dispatcher-type
+    alltoall``), or the flex dispatcher's deepep / hybridep backend; the last two need ep > 1."""
+    ep_comm_overlap: bool = False
+    """Hide the EP all-to-alls of one micro-batch behind another's compute by running a forward and
+    a backward together in the 1F1B steady state (Megatron ``--overlap-moe-expert-parallel-comm
+    --delay-wgrad-compute``; ``costmodels.moe_overlap``); needs ep > 1."""
 
     @property
     def world_size(self) -> int:
@@ -138,11 +153,15 @@ class Layout:
             raise LayoutError(f"layout.schedule must be one of {', '.join(SCHEDULES)}, got {self.schedule!r}")
         if self.recompute not in RECOMPUTE_MODES:
             raise LayoutError(f"layout.recompute must be one of {', '.join(RECOMPUTE_MODES)}, got {self.recompute!r}")
-        for name in ("hsdp_shard_degree", "recompute_num_layers", "expert_tp", "activation_offload_layers"):
+        for name in ("hsdp_shard_degree", "recompute_num_layers", "expert_tp", "activation_offload_layers",
+                     "gpus_per_nvlink_domain"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 0:
                 raise LayoutError(f"layout.{name} must be a non-negative integer, got {value!r}")
-        for name in ("sequence_parallel", "tp_comm_overlap", "optimizer_offload"):
+        if self.moe_dispatcher not in MOE_DISPATCHERS:
+            raise LayoutError(f"layout.moe_dispatcher must be one of {', '.join(MOE_DISPATCHERS)}, "
+                              f"got {self.moe_dispatcher!r}")
+        for name in ("sequence_parallel", "tp_comm_overlap", "optimizer_offload", "ep_comm_overlap"):
             if not isinstance(getattr(self, name), bool):
                 raise LayoutError(f"layout.{name} must be true or false, got {getattr(self, name)!r}")
         stages = self.layers_per_chunk
@@ -192,6 +211,9 @@ def layout_problems(layout: Layout, model: ModelSpec, training: TrainingSpec, nu
         problems.append(f"ep {L.ep} needs a mixture-of-experts model; {model.name} is dense")
     if model.moe is not None and model.moe.num_experts % L.ep:
         problems.append(f"ep {L.ep} does not divide the {model.moe.num_experts} experts")
+    if L.ep == 1 and (L.moe_dispatcher != "alltoall" or L.ep_comm_overlap):
+        what = f"moe dispatcher {L.moe_dispatcher}" if L.moe_dispatcher != "alltoall" else "ep comm overlap"
+        problems.append(f"{what} needs ep > 1 (there is no expert all-to-all to run or hide otherwise)")
     if L.expert_tp:
         problems += _folded_expert_problems(L, model)
     elif L.dp % L.ep:
@@ -247,6 +269,12 @@ def schedule_problems(schedule: str, pp: int, num_microbatches: int, virtual_sta
     return out
 
 
+def ep_overlap_runs(pp: int, schedule: str) -> bool:
+    """Whether Megatron's EP overlap (``Layout.ep_comm_overlap``) runs under this pipeline: without
+    one, or with the interleaved 1F1B schedule (``costmodels.moe_overlap``)."""
+    return pp == 1 or schedule == "interleaved"
+
+
 def _batch_problems(L: Layout, training: TrainingSpec) -> list[str]:
     per_replica = L.micro_batch_size * L.num_microbatches
     if per_replica * L.dp != training.global_batch_size:
@@ -270,6 +298,9 @@ def _pipeline_problems(L: Layout, model: ModelSpec) -> list[str]:
                             f"counts summing to {model.num_layers}")
     elif model.num_layers < L.num_chunks:
         problems.append(f"pp {L.pp} x virtual stages {L.virtual_stages} exceeds the {model.num_layers} layers")
+    if L.ep_comm_overlap and not ep_overlap_runs(L.pp, L.schedule):
+        problems.append(f"ep comm overlap merges 1F1B steady-state passes: it needs pp 1 or --schedule interleaved "
+                        f"(Megatron-Core asserts virtual stages with pp > 1), got pp {L.pp} with {L.schedule}")
     if L.recompute_num_layers and L.recompute != "full":
         problems.append("recompute_num_layers needs --recompute full")
     if L.activation_offload_layers and L.pp > 1:

@@ -42,6 +42,8 @@ class PassTimes:
     """Exposed EP all-to-all and PP send/recv that an overlapped F&B pair can hide (DualPipe)."""
     compute_s: float = 0.0
     """Compute (with recomputation) of F, B and W: what that communication can hide behind."""
+    ep_comm_s: float = 0.0
+    """Exposed EP communication of F and B, which Megatron's EP overlap hides (``moe_overlap``)."""
 
     @property
     def total_s(self) -> float:

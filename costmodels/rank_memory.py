@@ -15,6 +15,7 @@ from .collectives_tp_overlap import symmetric_workspace_bytes, userbuffer_bytes
 from .memo import memoised
 from .memory import ShardedParams, held_state_bytes
 from .offload import activation_offload_share, host_state_bytes
+from .moe_overlap import merged_extra_layers
 from .pipeline import (chunks_per_rank, first_chunk_microbatches, head_microbatches, in_flight_microbatches,
                        logits_microbatches)
 from .precision import cached_weight_copy_bytes
@@ -152,10 +153,11 @@ def rank_activation_parts(cm: "CostModel", layout: Layout, rank: RankLayers) -> 
     stage adds its embedding dropout mask (on its first chunk); the last holds its head input and
     fp32 logits (and MTP modules) for the micro-batches in flight on its last chunk
     (``pipeline.head_microbatches``; the logits ``pipeline.logits_microbatches``), counted with the working set, which is at least the eager
-    loss (``activations.loss_working_bytes``).
+    loss (``activations.loss_working_bytes``). Under the EP overlap the working set also holds the
+    merged forward's layer beside its partner's backward (``moe_overlap.merged_extra_layers``).
     Memoised: every way of holding model states shares it."""
     key = (layout.micro_batch_size, layout.cp, layout.tp, layout.sequence_parallel, layout.recompute,
-           layout.activation_offload_layers,
+           layout.activation_offload_layers, layout.ep_comm_overlap,
            layout.recompute_num_layers, layout.virtual_stages, chunks_per_rank(layout.schedule, layout.virtual_stages),
            rank.signature,
            layout.dp * layout.cp == 1,
@@ -205,6 +207,7 @@ def _compute_activation_parts(cm: "CostModel", layout: Layout, rank: RankLayers)
     if rank.first:  # on the first chunk only: in-flight / v of its micro-batches hold it
         stored += act.first_stage_extra_bytes(model, x)
     working = unsaved_working_bytes(cm, layout, rank, x) + reloaded  # one offloaded layer back from the host
+    working += merged_extra_layers(layout.ep_comm_overlap) * largest
     if rank.last:
         head = act.last_stage_extra_bytes(model, x) + act.mtp_bytes(model, x, recompute=layout.recompute)
         logits = act.last_stage_logits_bytes(model, x)

@@ -37,7 +37,7 @@ def rank_core_times(cm: "CostModel", layout: Layout, rank: RankLayers) -> RankTi
     which depend on how model states are held. Memoised: many layouts share it."""
     key = (layout.schedule == "dualpipe", layout.tp, layout.cp, layout.ep, layout.dp, layout.pp, layout.virtual_stages,
            layout.micro_batch_size, layout.num_microbatches, layout.recompute, layout.recompute_num_layers,
-           layout.sequence_parallel, layout.tp_comm_overlap, rank.signature)
+           layout.sequence_parallel, layout.tp_comm_overlap, layout.moe_dispatcher, rank.signature)
     return memoised(cm.core_memo, key, lambda: _compute_core_times(cm, layout, rank))
 
 

@@ -49,7 +49,8 @@ class RankTimes:
         forward = self.fwd_compute_s + self.fwd_comm_s
         return PassTimes(forward_s=forward, weight_grad_s=self.weight_grad_s,
                          input_grad_s=self.per_microbatch_s - forward - self.weight_grad_s,
-                         hideable_s=self.ep_s + self.pp_s, compute_s=self.compute_s + self.recompute_s)
+                         hideable_s=self.ep_s + self.pp_s, compute_s=self.compute_s + self.recompute_s,
+                         ep_comm_s=self.ep_s)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

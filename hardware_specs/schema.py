@@ -8,6 +8,7 @@ from typing import Literal
 
 from autoplan_base.errors import SpecError
 from .checks import MAX_DEVICES_PER_NODE, MAX_GPUS, MAX_LATENCY_S, MAX_MEMORY_BYTES, MAX_RATE, finite, whole
+from .placement import check_gpus_per_domain
 
 MAX_NUM_SMS = 1 << 16
 """Largest SM count accepted (today's GPUs have 80-304)."""
@@ -193,11 +194,17 @@ class ClusterSpec:
 
     node: NodeSpec
     num_nodes: int
+    gpus_per_nvlink_domain: int = 0
+    """GPUs of each NVLink domain the job's ranks fill, in rank order, before the next domain
+    (``hardware_specs.placement``): a whole number of nodes up to ``node.nvlink_domain_gpus``, e.g.
+    64 of a GB200 NVL72 rack's 72; 0 = all of each domain."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.node, NodeSpec):
             raise SpecError(f"node must be a NodeSpec, got {type(self.node).__name__}")
         whole("num_nodes", self.num_nodes, high=MAX_GPUS // self.node.gpus_per_node)
+        check_gpus_per_domain(self.gpus_per_nvlink_domain, domain_gpus=self.node.nvlink_domain_gpus,
+                              gpus_per_node=self.node.gpus_per_node, label="gpus_per_nvlink_domain")
 
     @property
     def hardware(self) -> HardwareSpec:
@@ -213,15 +220,27 @@ class ClusterSpec:
 
     @property
     def nvlink_domain_gpus(self) -> int:
-        """Devices of one NVLink domain in this cluster (at most the cluster's devices)."""
-        return min(self.node.nvlink_domain_gpus, self.num_gpus)
+        """Devices of one NVLink domain the job uses (``gpus_per_nvlink_domain``, else the whole
+        domain; at most the cluster's devices)."""
+        return min(self.gpus_per_nvlink_domain or self.node.nvlink_domain_gpus, self.num_gpus)
+
+    def placed(self, gpus_per_nvlink_domain: int, label: str = "gpus_per_nvlink_domain") -> "ClusterSpec":
+        """This cluster with its ranks filling ``gpus_per_nvlink_domain`` GPUs of each NVLink domain
+        (0: all of each); ``label`` names the value in the error when it is not a whole number of
+        nodes within one domain."""
+        check_gpus_per_domain(gpus_per_nvlink_domain, domain_gpus=self.node.nvlink_domain_gpus,
+                              gpus_per_node=self.node.gpus_per_node, label=label)
+        if gpus_per_nvlink_domain == self.gpus_per_nvlink_domain:
+            return self
+        return ClusterSpec(node=self.node, num_nodes=self.num_nodes, gpus_per_nvlink_domain=gpus_per_nvlink_domain)
 
     def group_placement(self, degree: int, stride: int) -> tuple[int, int]:
         """Ranks per NVLink domain and domains spanned by a process group, for its link choice.
 
         The group is ``{r, r + stride, ..., r + (degree - 1) * stride}``. Ranks fill the cluster domain
-        by domain (rank // nvlink_domain_gpus is the domain), so with a partly filled last domain (256
-        GPUs on 72-GPU domains: 72 + 72 + 72 + 40) or a group that does not tile a domain some groups
+        by domain (``gpus_per_nvlink_domain`` of each: rank // nvlink_domain_gpus is the domain), so
+        with a partly filled last domain (256 GPUs on 72-GPU domains: 72 + 72 + 72 + 40) or a group
+        that does not tile a domain some groups
         straddle a domain boundary; every group runs the collective at once, so the worst one sets the
         time (``worst_group_placement``). Returns ``(ranks_per_domain, num_domains_spanned)``; their
         product is ``degree``.
@@ -230,11 +249,11 @@ class ClusterSpec:
             return 1, 1
         d = self.nvlink_domain_gpus
         if self.node.nodes_per_nvlink_domain == 1 and self.num_gpus % d == 0:
-            return _packed_placement(degree, stride, d)
+            return packed_group_placement(degree, stride, d)
         return worst_group_placement(degree, stride, d, self.num_gpus)
 
 
-def _packed_placement(degree: int, stride: int, domain_gpus: int) -> tuple[int, int]:
+def packed_group_placement(degree: int, stride: int, domain_gpus: int) -> tuple[int, int]:
     """Placement of a group packed into domains of ``domain_gpus``: ``domain_gpus // stride`` of its
     ranks in each (the rule for node-sized domains, exact when degree and stride tile the domain)."""
     if stride >= domain_gpus:

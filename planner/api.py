@@ -16,6 +16,7 @@ from costmodels.capabilities import Narrowing, capabilities
 from costmodels.assumptions import DEFAULT_ASSUMPTIONS, Assumptions
 from costmodels.bands import shipped_memory_band
 from costmodels.estimate import CostModel, estimate
+from costmodels.moe_dispatch import available_dispatchers
 from costmodels.job import Job as CostJob
 from costmodels.layout import Layout, LayoutError, check_layout
 from costmodels.model_spec import ModelSpec
@@ -37,7 +38,8 @@ from planner.search.solve import solve
 from planner.search.space import SearchOptions, empty_space_reason, overlap_searched
 from planner.search.framework_rules import runtime_refusal
 from planner.search.narrowing_conflicts import narrowing_conflicts
-from planner.search.runtime_space import NarrowingError, check_narrowing, check_narrowing_gpus, narrowing_from
+from planner.search.runtime_space import (NarrowingError, check_narrowing, check_narrowing_cluster,
+                                          check_narrowing_gpus, dispatcher_names, narrowing_from)
 from planner.search.runtime_space import search_options as runtime_search_options
 from planner.search.stages import refine_stages
 
@@ -225,6 +227,7 @@ def plan(*, model: str | ModelSpec, hardware: str | NodeSpec, gpus: int, global_
          ep: Sequence[int] | None = None, virtual_stages: Sequence[int] | None = None,
          micro_batch_sizes: Sequence[int] | None = None, zero_stages: Sequence[int] | None = None,
          schedules: Sequence[str] | None = None, recompute_modes: Sequence[str] | None = None,
+         gpus_per_nvlink_domain: Sequence[int] | None = None, moe_dispatchers: Sequence[str] | None = None,
          allow_offload: bool = True, **options: Any) -> PlanReport:
     """The fastest layout that fits (of the plans within the measured tie band of the fastest,
     ``ranking.tie_band``, the least risky: no memory risk, then the fewest uncertain mechanisms, then
@@ -234,7 +237,10 @@ def plan(*, model: str | ModelSpec, hardware: str | NodeSpec, gpus: int, global_
     profile, profile_device_mismatch, moe_imbalance, context_attention (see ``resolve_job``). ``solver``: ``search`` (branch and bound, exact) or ``brute-force``.
     The space searched is the runtime's (``costmodels.capabilities``, as of ``runtime_version``, default
     its latest), narrowed by ``tp``, ``pp``, ``cp``, ``ep``, ``virtual_stages``, ``micro_batch_sizes``,
-    ``zero_stages`` (values allowed), ``schedules``, ``recompute_modes`` (names allowed) and
+    ``zero_stages`` (values allowed), ``schedules``, ``recompute_modes`` (names allowed),
+    ``gpus_per_nvlink_domain`` (GPUs of each NVLink domain the job may use: whole nodes, at most one
+    domain; default: every domain filled, and on rack-scale hardware also the even split the
+    search tries, ``hardware_specs.placement``), ``moe_dispatchers`` (names allowed) and
     ``allow_offload`` (``planner.search.runtime_space``).
     ``launchable``: deprecated, the same as ``runtime="torch"`` (the job ``autoplan launch`` writes).
     ``layers_per_chunk`` or ``first_stage_layers`` / ``last_stage_layers`` (Megatron's form): search
@@ -256,11 +262,13 @@ def plan(*, model: str | ModelSpec, hardware: str | NodeSpec, gpus: int, global_
     table = capabilities(options.get("runtime", "megatron"), runtime_version, label="runtime_version=")
     narrowing = narrowing_from(dict(tp=tp, pp=pp, cp=cp, ep=ep, virtual_stages=virtual_stages,
                                     micro_batch_sizes=micro_batch_sizes, zero_stages=zero_stages, schedules=schedules,
-                                    recompute_modes=recompute_modes, allow_offload=allow_offload))
+                                    recompute_modes=recompute_modes, gpus_per_nvlink_domain=gpus_per_nvlink_domain,
+                                    moe_dispatchers=moe_dispatchers, allow_offload=allow_offload))
     check_narrowing(table, narrowing)
     job = resolve_job(model=model, hardware=hardware, gpus=gpus, global_batch=global_batch,
                       seq_len=seq_len, **options)
     check_narrowing_gpus(narrowing, gpus)
+    check_narrowing_cluster(narrowing, job.cluster)
     if table.applies_launch_rule and job.training.recipe.is_low_precision:
         raise PlanError(f"{field('precision', job.training.precision)} with {field('runtime', 'torch')}: the generated "
                         f"job does not apply low-precision recipes; plan with {field('runtime', 'megatron')} or "
@@ -277,7 +285,7 @@ def plan(*, model: str | ModelSpec, hardware: str | NodeSpec, gpus: int, global_
     if conflicts:  # every value of an option is excluded: the user's narrowing, not capacity, leaves nothing
         raise NarrowingError("; ".join(conflicts) + "; nothing else is left to search: widen or drop the option")
     search_options = runtime_search_options(table, pipelined_for_virtual_stages(narrowing, gpus, job.model.num_layers),
-                                            job.cluster.hardware.device_type,
+                                            job.cluster.hardware.device_type, job.cluster,
                                             allow_cross_node_tp=allow_cross_node_tp,
                                             layers_per_chunk=tuple(layers_per_chunk),
                                             first_stage_layers=first_stage_layers, last_stage_layers=last_stage_layers)
@@ -369,7 +377,25 @@ def evaluate(*, model: str | ModelSpec, hardware: str | NodeSpec, gpus: int, glo
     if layout.tp_comm_overlap and not overlap_searched(job.cluster.hardware.device_type):
         raise LayoutError(f"layout.tp_comm_overlap: {job.cluster.hardware.name} is a CPU, and TP communication overlap "
                           "needs GPU peer memory (userbuffers, symmetric memory); pass --no-tp-comm-overlap")
+    _check_moe_comm(layout, job)
     return estimate(job.cost_job(), layout)
+
+
+def _check_moe_comm(layout: Layout, job: Job) -> None:
+    """Refuse, naming the field, a rack placement the cluster cannot take, or a MoE dispatcher or EP
+    overlap that the runtime (``costmodels.capabilities``) or the hardware
+    (``moe_dispatch.available_dispatchers``) does not run."""
+    job.cluster.placed(layout.gpus_per_nvlink_domain,
+                       label=field("gpus_per_nvlink_domain", layout.gpus_per_nvlink_domain))
+    runtime = job.training.runtime
+    table = capabilities(runtime)
+    runs = [d for d in dispatcher_names(table) if d in available_dispatchers(job.cluster.node)]
+    if layout.moe_dispatcher not in runs:
+        raise LayoutError(f"{field('moe_dispatcher', layout.moe_dispatcher)}: {runtime} on {job.cluster.hardware.name} "
+                          f"runs {', '.join(runs)}")
+    if layout.ep_comm_overlap and not table.has("ep_comm_overlap"):
+        raise LayoutError(f"{field('ep_comm_overlap')}: {runtime} has no EP overlap (Megatron-Core's "
+                          "--overlap-moe-expert-parallel-comm); drop it or use --runtime megatron")
 
 
 def layout_for_batch(global_batch: int, *, dp: int, micro_batch_size: int = 1, tp: int = 1,

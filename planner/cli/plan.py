@@ -188,11 +188,18 @@ NARROWING_OPTIONS: list[Callable] = [
           ("ep", "ep", "Expert-parallel degrees to search."),
           ("virtual-stages", "virtual_stages", "Model chunks per pipeline rank to search (pp > 1)."),
           ("micro-batch-sizes", "micro_batch_sizes", "Micro-batch sizes to search."),
-          ("zero-stages", "zero_stages", "ZeRO stages to search (those the runtime runs)."))),
+          ("zero-stages", "zero_stages", "ZeRO stages to search (those the runtime runs)."),
+          ("gpus-per-nvlink-domain", "gpus_per_nvlink_domain",
+           "GPUs of each NVLink domain the ranks fill before the next (whole nodes, at most one domain: "
+           "64 of a GB200 NVL72 rack's 72). Default: every domain filled, and on rack-scale hardware also "
+           "equal segments (Megatron-Bridge's Slurm --segment rule)."))),
     click.option("--schedules", default=None, metavar="NAME,...", callback=_name_list,
                  help="Pipeline schedules to search (those the runtime runs)."),
     click.option("--recompute-modes", default=None, metavar="NAME,...", callback=_name_list,
                  help="Recomputation modes to search (those the runtime runs)."),
+    click.option("--moe-dispatchers", default=None, metavar="NAME,...", callback=_name_list,
+                 help="MoE token dispatchers to search: alltoall, deepep, hybridep (those the runtime and "
+                      "hardware run; the flex backends only where an ep group spans NVLink domains)."),
     click.option("--no-offload", "no_offload", is_flag=True, help="Never offload optimizer states."),
 ]
 
@@ -204,7 +211,7 @@ def narrowing_options(func: Callable) -> Callable:
 
 
 _NARROWING_KEYS = ("tp", "pp", "cp", "ep", "virtual_stages", "micro_batch_sizes", "zero_stages", "schedules",
-                   "recompute_modes")
+                   "recompute_modes", "gpus_per_nvlink_domain", "moe_dispatchers")
 
 
 def _narrowing_kwargs(kw: dict[str, Any], runtime: str) -> dict[str, Any]:
@@ -305,6 +312,16 @@ def plan_command(fmt: str, out: str | None, top_k: int, allow_cross_node_tp: boo
               help="Overlap the sequence-parallel all-gathers and reduce-scatters with their GEMMs (Megatron "
                    "--tp-comm-overlap with Transformer Engine userbuffers; torchtitan async TP); needs tp > 1 "
                    "with sequence parallelism and GPUs. 'plan' searches it on GPUs.")
+@click.option("--gpus-per-nvlink-domain", type=click.IntRange(min=0), default=0, show_default=True,
+              help="GPUs of each NVLink domain the ranks fill before the next (whole nodes, at most one "
+                   "domain: 64 of a GB200 NVL72 rack's 72); 0 = all of each.")
+@click.option("--moe-dispatcher", type=click.Choice(["alltoall", "deepep", "hybridep"]), default="alltoall",
+              show_default=True, help="MoE token exchange with ep > 1: one all-to-all, or Megatron-Core's flex "
+              "dispatcher with DeepEP or HybridEP (a token crosses to each remote NVLink domain once).")
+@click.option("--ep-comm-overlap/--no-ep-comm-overlap", default=False, show_default=True,
+              help="Hide the EP all-to-alls behind the other micro-batch's compute in 1F1B (Megatron "
+                   "--overlap-moe-expert-parallel-comm --delay-wgrad-compute); needs ep > 1, and pp 1 or the "
+                   "interleaved schedule.")
 @click.option("--offload", is_flag=True, help="Optimizer states in host memory.")
 @click.option("--activation-offload-layers", type=click.IntRange(min=0), default=0,
               help="Layers whose saved activations go to host memory between forward and backward "
@@ -312,7 +329,8 @@ def plan_command(fmt: str, out: str | None, top_k: int, allow_cross_node_tp: boo
 @split_options
 def evaluate_command(fmt: str, out: str | None, dp: int, tp: int, pp: int, cp: int, ep: int, expert_tp: int,
                      zero: int, hsdp_shard: int, micro_batch: int, schedule: str, virtual_stages: int, recompute: str,
-                     recompute_layers: int, sequence_parallel: bool | None, tp_comm_overlap: bool, offload: bool,
+                     recompute_layers: int, sequence_parallel: bool | None, tp_comm_overlap: bool,
+                     gpus_per_nvlink_domain: int, moe_dispatcher: str, ep_comm_overlap: bool, offload: bool,
                      activation_offload_layers: int, layers_per_chunk: str | None, first_stage_layers: int | None, last_stage_layers: int | None,
                      **kw: Any) -> None:
     """Cost one explicit layout: memory per GPU, step time by term, traffic."""
@@ -333,7 +351,9 @@ def evaluate_command(fmt: str, out: str | None, dp: int, tp: int, pp: int, cp: i
                                       virtual_stages=virtual_stages, recompute=recompute,
                                       recompute_num_layers=recompute_layers, sequence_parallel=sequence_parallel,
                                       tp_comm_overlap=tp_comm_overlap, optimizer_offload=offload, layers_per_chunk=split,
-                                      activation_offload_layers=activation_offload_layers)
+                                      activation_offload_layers=activation_offload_layers,
+                                      gpus_per_nvlink_domain=gpus_per_nvlink_domain, moe_dispatcher=moe_dispatcher,
+                                      ep_comm_overlap=ep_comm_overlap)
         breakdown = api.evaluate(layout=layout, **job_kwargs)
         bands = job_bands(job.profile, job.inputs.profile, job.training.runtime)
         _warn(job.warnings + _unrunnable(job, layout))

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 
 from .scripts import job_name
-from .slurm import SlurmOptions, sbatch_lines
+from .slurm import SlurmOptions, sbatch_lines, segment_lines
 
 MOCK_DATA_UNLESS_GIVEN = ('DATA=(--mock-data)\n'
                           'for arg in "$@"; do case "$arg" in --mock-data|--data-path*|--train-data-path*|'
@@ -47,26 +47,42 @@ FRAMEWORK_VARIABLES: dict[str, tuple[str, ...]] = {
 framework's checkout is, and for Megatron-Bridge the recipe that gives the architecture."""
 
 
-def framework_launch_sh(runtime: str, *, nodes: int, gpus_per_node: int, summary: str) -> str:
-    """launch.sh: torchrun over NNODES x GPUS_PER_NODE (the plan's world by default)."""
+def device_connections(*, ep_comm_overlap: bool, flex_dispatcher: bool, compute_capability: float) -> int:
+    """``CUDA_DEVICE_MAX_CONNECTIONS`` for the job: 1, which orders the TP collectives behind their
+    GEMMs as Megatron's TP and CP need; with the EP overlap, whose forward and backward streams need
+    more (Megatron-LM ``arguments.py``), Megatron-Bridge's values: 32 with a flex dispatcher or on
+    Blackwell (compute capability 10 and up), else 8 (``scripts/performance/utils/overrides.py``)."""
+    if not ep_comm_overlap:
+        return 1
+    return 32 if flex_dispatcher or compute_capability >= 10 else 8
+
+
+def framework_launch_sh(runtime: str, *, nodes: int, gpus_per_node: int, summary: str,
+                        max_connections: int = 1) -> str:
+    """launch.sh: torchrun over NNODES x GPUS_PER_NODE (the plan's world by default), with
+    ``CUDA_DEVICE_MAX_CONNECTIONS`` = ``max_connections`` (``device_connections``)."""
     load, command = _COMMANDS[runtime]
     lines = ["#!/usr/bin/env bash", f"# {runtime} job for: {json.dumps(summary)}", "set -euo pipefail",
              'HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"',
              f'NNODES="${{NNODES:-{nodes}}}"', f'GPUS_PER_NODE="${{GPUS_PER_NODE:-{gpus_per_node}}}"',
              'NODE_RANK="${NODE_RANK:-${SLURM_NODEID:-0}}"', 'MASTER_ADDR="${MASTER_ADDR:-localhost}"',
-             'MASTER_PORT="${MASTER_PORT:-29500}"', "export CUDA_DEVICE_MAX_CONNECTIONS=1", load,
+             'MASTER_PORT="${MASTER_PORT:-29500}"', f"export CUDA_DEVICE_MAX_CONNECTIONS={max_connections}", load,
              'torchrun --nnodes "$NNODES" --nproc-per-node "$GPUS_PER_NODE" --node-rank "$NODE_RANK" '
              '--master-addr "$MASTER_ADDR" --master-port "$MASTER_PORT" ' + command]
     return "\n".join(lines) + "\n"
 
 
-def framework_sbatch(*, nodes: int, gpus_per_node: int, name: str, slurm: SlurmOptions = SlurmOptions()) -> str:
+def framework_sbatch(*, nodes: int, gpus_per_node: int, name: str, slurm: SlurmOptions = SlurmOptions(),
+                     gpus_per_nvlink_domain: int = 0) -> str:
     """slurm.sbatch: one launch.sh per node, the first node as the rendezvous; the allocation and the
-    job directory as ``planner.launch.slurm`` states them. The job name is ``scripts.job_name``'s
-    (letters, digits, '.', '_', '-'): a quoted name could hold a newline, which would end the
-    ``#SBATCH`` comment and run the rest of the model name as a command."""
+    job directory as ``planner.launch.slurm`` states them, on the plan's rack placement
+    (``slurm.segment_lines``). The job name is ``scripts.job_name``'s (letters, digits, '.', '_', '-'):
+    a quoted name could hold a newline, which would end the ``#SBATCH`` comment and run the rest of
+    the model name as a command."""
+    resources = "\n".join([f"#SBATCH --gpus-per-node={gpus_per_node}",
+                           *segment_lines(gpus_per_nvlink_domain, gpus_per_node, nodes)])
     lines = ["#!/usr/bin/env bash", "# Submit with: sbatch slurm.sbatch [arguments for launch.sh], from any directory"]
-    lines += sbatch_lines(slurm, name=job_name(name), nodes=nodes, resources=f"#SBATCH --gpus-per-node={gpus_per_node}")
+    lines += sbatch_lines(slurm, name=job_name(name), nodes=nodes, resources=resources)
     lines += ['export MASTER_ADDR="$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)"',
               f"export NNODES={nodes} GPUS_PER_NODE={gpus_per_node}",
               'srun --kill-on-bad-exit=1 bash "$HERE/launch.sh" "$@"']

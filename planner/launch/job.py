@@ -14,6 +14,7 @@ import json
 import shutil
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from costmodels.layout import Layout, layout_problems
 from costmodels.model_spec import ModelSpec
@@ -26,10 +27,13 @@ from planner.launch.torchjob.tp_styles import parse_style
 from profiles.io import write_text_atomic
 
 from . import frameworks, scripts
-from .framework_scripts import framework_launch_sh, framework_sbatch
+from .framework_scripts import device_connections, framework_launch_sh, framework_sbatch
 from .megatron_fields import bridge_override_lines
 from .slurm import SlurmOptions
 from .training_settings import DEFAULT_SETTINGS, TrainingSettings, megatron_training_args, torchtitan_training_sections
+
+if TYPE_CHECKING:
+    from hardware_specs import HardwareSpec
 
 JOB_PACKAGE = "planner.launch.torchjob"
 """The package of the generated job; its module ``main`` is the entry the bundle starts from."""
@@ -156,14 +160,26 @@ def job_summary(plan: PlanFile, layout: Layout) -> str:
             f"zero {L.zero_stage} schedule {L.schedule} recompute {L.recompute}")
 
 
-def runs_on_gpus(hardware: str) -> bool:
-    """Whether the plan's hardware is an accelerator (a hardware file no longer here: assume so)."""
+def _device(hardware: str) -> "HardwareSpec | None":
+    """The plan's device, or None when its hardware file is no longer here."""
     from hardware_specs import load_node
 
     try:
-        return load_node(hardware).hardware.device_type != "cpu"
+        return load_node(hardware).hardware
     except AutoplanError:
-        return True
+        return None
+
+
+def _compute_capability(hardware: str) -> float:
+    """The plan's hardware's CUDA compute capability (0: not given, or the file is no longer here)."""
+    device = _device(hardware)
+    return device.compute_capability if device is not None else 0.0
+
+
+def runs_on_gpus(hardware: str) -> bool:
+    """Whether the plan's hardware is an accelerator (a hardware file no longer here: assume so)."""
+    device = _device(hardware)
+    return device is None or device.device_type != "cpu"
 
 
 def write_job(plan: PlanFile, out: str | Path, *, python: str | None = None,
@@ -192,7 +208,8 @@ def write_job(plan: PlanFile, out: str | Path, *, python: str | None = None,
     per_node = plan.inputs.gpus_per_node
     write_job_file(out / "slurm.sbatch", scripts.slurm_sbatch(world_size=layout.world_size, gpus_per_node=per_node,
                                                        name=name, summary=summary, slurm=slurm,
-                                                       on_gpus=runs_on_gpus(plan.inputs.hardware)))
+                                                       on_gpus=runs_on_gpus(plan.inputs.hardware),
+                                                       gpus_per_nvlink_domain=layout.gpus_per_nvlink_domain))
     return sorted(p for p in out.rglob("*") if p.is_file() and "__pycache__" not in p.parts)
 
 
@@ -249,8 +266,13 @@ def write_framework_job(plan: PlanFile, out: str | Path, slurm: SlurmOptions = S
     write_job_file(out / "plan.json", plan.to_json())
     for file, text in files.items():
         write_job_file(out / file, text)
-    write_job_file(out / "launch.sh", framework_launch_sh(runtime, nodes=nodes, gpus_per_node=per_node,
-                                                  summary=job_summary(plan, layout)), executable=True)
+    connections = device_connections(ep_comm_overlap=layout.ep_comm_overlap,
+                                     flex_dispatcher=layout.moe_dispatcher != "alltoall",
+                                     compute_capability=_compute_capability(inputs.hardware))
+    launch = framework_launch_sh(runtime, nodes=nodes, gpus_per_node=per_node, summary=job_summary(plan, layout),
+                                 max_connections=connections)
+    write_job_file(out / "launch.sh", launch, executable=True)
     write_job_file(out / "slurm.sbatch", framework_sbatch(nodes=nodes, gpus_per_node=per_node, name=model_name(plan),
-                                                  slurm=slurm))
+                                                          slurm=slurm,
+                                                          gpus_per_nvlink_domain=layout.gpus_per_nvlink_domain))
     return sorted(p for p in out.rglob("*") if p.is_file())

@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import shlex
 
+from costmodels.capabilities import capabilities
 from costmodels.layout import Layout
 from costmodels.model_spec import ModelSpec
 from costmodels.stage_split import megatron_first_last
@@ -44,7 +45,8 @@ MEGATRON_OPTIONS = frozenset({
     "--data-parallel-sharding-strategy", "--cp-comm-type", "--optimizer-cpu-offload", "--optimizer-offload-fraction",
     "--cpu-offloading-num-layers", "--save", "--load", "--save-interval",
     "--attention-backend", "--train-iters", "--lr", "--min-lr", "--lr-decay-style", "--lr-decay-iters",
-    "--lr-warmup-iters", "--weight-decay", "--tensorboard-dir", "--log-interval",
+    "--lr-warmup-iters", "--weight-decay", "--tensorboard-dir", "--log-interval", "--moe-token-dispatcher-type",
+    "--moe-flex-dispatcher-backend", "--overlap-moe-expert-parallel-comm", "--delay-wgrad-compute",
 }) | MEGATRON_PRECISION_OPTIONS
 """Options of NVIDIA/Megatron-LM ``megatron/training/arguments.py`` (parser groups network size,
 regularization, training, mixed precision, distributed, tokenizer, moe) used by the export. The
@@ -56,7 +58,9 @@ uneven-pipeline options are in ``_add_distributed_args`` (commit d98e8a64); the 
 always ``--num-virtual-stages-per-pipeline-rank`` (``validate_args`` refuses
 ``--num-layers-per-virtual-pipeline-stage`` with uneven first/last stages; one form serves both).
 ``--save``, ``--load`` and ``--save-interval`` are ``CheckpointConfig``'s ``save``, ``load`` and
-``save_interval`` (``megatron/training/config/training_config.py``, commit d98e8a64)."""
+``save_interval`` (``megatron/training/config/training_config.py``, commit d98e8a64); the MoE dispatcher
+and EP-overlap options are ``TransformerConfig``'s and ``ModelParallelConfig``'s fields
+(``costmodels.capabilities.MEGATRON``, ``dispatchers`` and ``ep_comm_overlap``)."""
 
 CHECKPOINT_DIR = "checkpoints"
 """Where the framework jobs save and resume (relative to the directory the job starts in)."""
@@ -201,7 +205,7 @@ def megatron_args(model: ModelSpec, training: TrainingSpec, layout: Layout, seq_
              "--optimizer", "sgd" if training.optimizer == "sgd" else "adam", "--clip-grad", "1.0"]
     args += megatron_attention_args(training)
     args += megatron_parallel_args(training, L) + _megatron_stage_args(model, L)
-    args += megatron_sharding_args(L) + megatron_recompute_args(model, L)
+    args += megatron_sharding_args(L) + megatron_recompute_args(model, L) + megatron_moe_comm_args(model, L)
     precision_args, notes = megatron_precision_args(training, L)
     args += precision_args
     if L.optimizer_offload and "--use-precision-aware-optimizer" not in args:
@@ -209,7 +213,30 @@ def megatron_args(model: ModelSpec, training: TrainingSpec, layout: Layout, seq_
     if L.tp_comm_overlap:
         notes.append("--tp-comm-overlap needs Transformer Engine (userbuffers) and CUDA_DEVICE_MAX_CONNECTIONS=1 "
                      "(launch.sh sets it)")
+    if L.ep_comm_overlap:
+        notes.append("--overlap-moe-expert-parallel-comm runs forward and backward on two streams: launch.sh sets "
+                     "CUDA_DEVICE_MAX_CONNECTIONS above 1; --delay-wgrad-compute with --overlap-grad-reduce needs "
+                     "Transformer Engine 2.8 or newer")
+    if L.moe_dispatcher != "alltoall":
+        notes.append(f"the flex dispatcher's {L.moe_dispatcher} backend needs the DeepEP package "
+                     "(deepseek-ai/DeepEP; HybridEP: its hybrid-ep branch) built for this GPU")
     return args, notes
+
+
+def megatron_moe_comm_args(model: ModelSpec, L: Layout) -> list[str]:
+    """A MoE model's token dispatcher as costed, and the EP overlap when on: the options of
+    ``costmodels.capabilities.MEGATRON`` (Megatron-Core's default dispatcher is allgather, which the
+    cost model never assumes, so the all-to-all is written out too)."""
+    if model.moe is None:
+        return []
+    table = capabilities("megatron")
+    dispatcher = table.feature(L.moe_dispatcher)
+    assert dispatcher is not None, L.moe_dispatcher
+    args = dispatcher.option.split()
+    overlap = table.feature("ep_comm_overlap")
+    if L.ep_comm_overlap and overlap is not None:
+        args += overlap.option.split()
+    return args
 
 
 def _megatron_stage_args(model: ModelSpec, L: Layout) -> list[str]:

@@ -58,6 +58,10 @@ ARG_FIELDS: dict[str, tuple[str, ...]] = {
     "num_experts": ("model.num_moe_experts",),
     "moe_router_topk": ("model.moe_router_topk",),
     "moe_ffn_hidden_size": ("model.moe_ffn_hidden_size",),
+    "moe_token_dispatcher_type": ("model.moe_token_dispatcher_type",),
+    "moe_flex_dispatcher_backend": ("model.moe_flex_dispatcher_backend",),
+    "overlap_moe_expert_parallel_comm": ("model.overlap_moe_expert_parallel_comm",),
+    "delay_wgrad_compute": ("model.delay_wgrad_compute",),
     "save": ("checkpoint.save",),
     "load": ("checkpoint.load",),
     "save_interval": ("checkpoint.save_interval",),
@@ -73,14 +77,19 @@ ARG_FIELDS: dict[str, tuple[str, ...]] = {
 }
 """Megatron-LM argument (argparse dest) -> the config fields it sets, as ``section.field``."""
 
-BRIDGE_RENAMES = {"model.tp_comm_overlap": "comm_overlap.tp_comm_overlap"}
+BRIDGE_RENAMES = {"model.tp_comm_overlap": "comm_overlap.tp_comm_overlap",
+                  "model.overlap_moe_expert_parallel_comm": "comm_overlap.overlap_moe_expert_parallel_comm",
+                  "model.delay_wgrad_compute": "comm_overlap.delay_wgrad_compute"}
 """Where Megatron-Bridge sets a field elsewhere (``CommOverlapConfig`` applies it to the model)."""
 
 BRIDGE_FIXED = {"ddp.grad_reduce_in_fp32": False, "mixed_precision.grad_reduce_in_fp32": False,
-                "model.cross_entropy_loss_fusion": True, "model.cross_entropy_fusion_impl": "te"}
+                "model.cross_entropy_loss_fusion": True, "model.cross_entropy_fusion_impl": "te",
+                "model.moe_shared_expert_overlap": False}
 """What the megatron-bridge cost convention assumes beside the layout (``costmodels.convention.MEGATRON_BRIDGE``:
 the recipes reduce gradients in bf16, and their loss is Transformer Engine's fused cross-entropy,
-where Megatron-Core's default ``cross_entropy_fusion_impl`` is ``native``, ``model_parallel_config.py``)."""
+where Megatron-Core's default ``cross_entropy_fusion_impl`` is ``native``, ``model_parallel_config.py``;
+no shared-expert overlap, which the cost model does not count and Megatron-Core refuses beside the
+EP overlap)."""
 
 
 BRIDGE_LAYOUT_DEFAULTS: dict[str, object] = {
@@ -94,6 +103,7 @@ BRIDGE_LAYOUT_DEFAULTS: dict[str, object] = {
     "ddp.overlap_grad_reduce": False, "ddp.overlap_param_gather": False, "ddp.use_megatron_fsdp": False,
     "ddp.data_parallel_sharding_strategy": "no_shard", "optimizer.optimizer_cpu_offload": False,
     "model.fp8": None, "model.fp4": None,
+    "comm_overlap.overlap_moe_expert_parallel_comm": False, "comm_overlap.delay_wgrad_compute": False,
 }
 """The value each layout field takes when the Megatron-LM arguments leave its option out (its
 argparse default, ``megatron/training/arguments.py``; ``data_parallel_sharding_strategy`` and the

@@ -72,7 +72,11 @@ def megatron_fields_layout(fields: dict, world_size: int, num_layers: int) -> tu
                     layers_per_chunk=_chunks(fields, num_layers, pp, v), recompute=granularity or "none",
                     recompute_num_layers=get("model.recompute_num_layers") if method == "block" else 0,
                     optimizer_offload=bool(get("optimizer.optimizer_cpu_offload")),
-                    activation_offload_layers=get("model.cpu_offloading_num_layers", 0))
+                    activation_offload_layers=get("model.cpu_offloading_num_layers", 0),
+                    moe_dispatcher=get("model.moe_flex_dispatcher_backend", "deepep")  # TransformerConfig's default
+                    if get("model.moe_token_dispatcher_type") == "flex" else "alltoall",
+                    ep_comm_overlap=bool(get("model.overlap_moe_expert_parallel_comm")
+                                         or get("comm_overlap.overlap_moe_expert_parallel_comm")))
     if get("model.fp8"):
         precision, recipe = _PRECISION[(get("model.fp8"), get("model.fp8_recipe"))]
     elif get("model.fp4"):

@@ -62,6 +62,21 @@ JOB_DIR_CHECK = ('[ -f "$HERE/launch.sh" ] || { echo "slurm.sbatch: no launch.sh
                  'to the job directory" >&2; exit 2; }')
 
 
+def segment_lines(gpus_per_nvlink_domain: int, gpus_per_node: int, nodes: int) -> list[str]:
+    """``#SBATCH`` lines that give a plan's rack placement (``Layout.gpus_per_nvlink_domain``) on
+    Slurm's topology/block plugin: ``--segment=K`` allocates the job in segments of K nodes, each in
+    one block (an NVLink rack; ``sbatch --segment``), which is how Megatron-Bridge's launcher places
+    its GB200 jobs (``scripts/performance/utils/executors.py``, ``segment=``). Slurm needs the node
+    count to be a multiple of K; where it is not, a comment says what to ask for. None for 0."""
+    if not gpus_per_nvlink_domain:
+        return []
+    segment = gpus_per_nvlink_domain // gpus_per_node
+    if nodes % segment == 0:
+        return [f"#SBATCH --segment={segment}"]
+    return [f"# costed with {gpus_per_nvlink_domain} GPUs ({segment} nodes) of each NVLink domain; {nodes} nodes is "
+            f"not a multiple of {segment}, so allocate the racks by hand"]
+
+
 def submit_line(job_dir: str) -> str:
     """The command that submits a job directory's ``slurm.sbatch``, as ``launch`` prints it."""
     return f"sbatch {shlex.quote(job_dir.rstrip('/') + '/slurm.sbatch')}"

@@ -44,11 +44,34 @@ def layout_summary(L: Layout) -> str:
         parts.append("SP")
     if L.tp_comm_overlap:
         parts.append("TP overlap")
+    if L.moe_dispatcher != "alltoall":
+        parts.append(L.moe_dispatcher)
+    if L.ep_comm_overlap:
+        parts.append("EP overlap")
+    if L.gpus_per_nvlink_domain:
+        parts.append(f"{L.gpus_per_nvlink_domain} per NVLink domain")
     if L.optimizer_offload:
         parts.append("offload")
     if L.activation_offload_layers:
         parts.append(f"activations of {L.activation_offload_layers} layers on the host")
     return " · ".join(parts)
+
+
+def placement_line(placement: dict) -> str:
+    """Where the ranks sit on multi-node NVLink domains (``predicted.placement``): ``placement: 64 of
+    each 72-GPU NVLink domain (2 domains: 64 + 64); inside one: ep 64; across 2: dp 128``."""
+    used, domain, sizes = placement["gpus_per_nvlink_domain"], placement["nvlink_domain_gpus"], placement["domains"]
+    share = "all" if used == domain else str(used)
+    count = f"{len(sizes)} domain{'s' * (len(sizes) != 1)}: {' + '.join(map(str, sizes))}"
+    line = f"placement: {share} of each {domain}-GPU NVLink domain ({count})"
+    groups = placement.get("groups") or {}
+    inside = [f"{axis} {g['degree']}" for axis, g in groups.items() if g["domains"] == 1]
+    across = [f"{axis} {g['degree']} across {g['domains']}" for axis, g in groups.items() if g["domains"] > 1]
+    if inside:
+        line += f"; inside one: {', '.join(inside)}"
+    if across:
+        line += f"; {', '.join(across)}"
+    return line
 
 
 def prediction_status(sources: dict[str, str]) -> str:
@@ -91,6 +114,8 @@ def print_plan(console: Console, plan: PlanEntry, title: str, tie_note: str = ""
     console.print(f"[bold]{title}[/bold]: {layout_summary(plan.layout)}")
     if tie_note:
         console.print(f"  {tie_note}")
+    if p.get("placement"):
+        console.print(f"  {placement_line(p['placement'])}")
     band = p.get("band") or {}
     console.print(f"  step {p['step_time_s']:.3f} s{_pm(band.get('step_time_s'), p['step_time_s'])} · {p['tokens_per_s']:,.0f} tokens/s "
                   f"({p['tokens_per_s_per_gpu']:,.0f}/GPU)")

@@ -24,6 +24,7 @@ from hardware_specs import NodeSpec
 from hardware_specs.units import GBIT
 
 from .conventions import HARDWARE_FLOP_FAMILIES, measured_tokens_per_s_per_gpu
+from .moe_recipes import recipe_moe_comm, recipe_placement
 from .shapes import PRESET_SHAPES, ShapeError, model_spec_for
 
 GPU_PRESETS: tuple[tuple[str, str], ...] = (
@@ -233,6 +234,8 @@ def map_row(row: dict, load_node) -> MappedRun:
         layout = replace(layout, activation_offload_layers=offload)
         notes.assume("activation_offload=NeMo preset", f"activation offload not given: {offload} layers (Megatron-Bridge's Megatron-FSDP preset, "
                      "runs.NEMO_ACTIVATION_OFFLOAD)")
+    if family == "nemo_megatron_bridge_perf":
+        layout = _as_bridge_ran(row, layout, node, preset, precision, model, notes)
     runtime = _runtime(family, row.get("framework") or "")
     _note_grad_reduction(runtime, precision, notes)
     L = layout
@@ -249,6 +252,21 @@ def map_row(row: dict, load_node) -> MappedRun:
         sweep_key=(family, row["model"]["name"], model.num_layers, model.hidden_size, model.num_attention_heads,
                    model.ffn_hidden_size, model.vocab_size, preset, num_gpus, seq_len, precision, fp8_recipe),
         assumptions=tuple(notes.text), assumed=tuple(notes.assumed), compiled=_compiled(row))
+
+
+def _as_bridge_ran(row: dict, layout: Layout, node: NodeSpec, preset: str, precision: str, model: ModelSpec,
+                   notes: Notes) -> Layout:
+    """A NeMo row's layout on Megatron-Bridge's rack segments, with its recipe's MoE dispatcher and EP
+    overlap (``moe_recipes``); each recorded as assumed, since the row states neither."""
+    placed = recipe_placement(layout, node, row["num_gpus"])
+    if placed is not layout:
+        notes.assume("placement=Bridge segments", f"{placed.gpus_per_nvlink_domain} GPUs of each NVLink domain: "
+                     "Megatron-Bridge's Slurm --segment rule (planner.published.moe_recipes)")
+    found = recipe_moe_comm(row["model"]["name"] or "", preset, precision, placed) if model.moe is not None else None
+    if found is None:
+        return placed
+    notes.assume("moe comm=Bridge preset", found[1])
+    return found[0]
 
 
 def _note_grad_reduction(runtime: str, precision: str, notes: Notes) -> None:
@@ -271,8 +289,8 @@ def _note_grad_reduction(runtime: str, precision: str, notes: Notes) -> None:
 
 def _gpus_per_node(row: dict, node: NodeSpec) -> int:
     """GPUs per node (host and its NICs): the row's figure, else the node type's (a GB200/GB300
-    compute tray of 4 in a 72-GPU NVLink domain, so a 256-GPU row fills 3 racks and 40 GPUs of a
-    fourth, ``ClusterSpec.group_placement``)."""
+    compute tray of 4 in a 72-GPU NVLink domain; where the rack placement is not known, a 256-GPU
+    row fills 3 racks and 40 GPUs of a fourth, ``ClusterSpec.group_placement``)."""
     return row["hardware"]["gpus_per_node"] or node.gpus_per_node
 
 

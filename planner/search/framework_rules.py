@@ -74,6 +74,21 @@ def _megatron_layout(model: ModelSpec, training: TrainingSpec, layout: Layout) -
         out.append("layout.sequence_parallel = false: Megatron requires sequence parallelism with ep and tp > 1")
     if L.zero_stage in (2, 3) and model.tied_embeddings and L.pp > 1:
         out.append("layout.zero_stage: Megatron-FSDP with tied embeddings under pp is not run")
+    return out + _megatron_moe_comm(model, training, L)
+
+
+def _megatron_moe_comm(model: ModelSpec, training: TrainingSpec, L: Layout) -> list[str]:
+    """What Megatron-Core's ``TransformerConfig.__post_init__`` refuses of the EP overlap and the flex
+    dispatcher (``megatron/core/transformer/transformer_config.py``, NVIDIA/Megatron-LM d98e8a64)."""
+    out = []
+    if L.ep_comm_overlap and L.recompute == "full":
+        out.append("layout.ep_comm_overlap with recompute full: Megatron-Core asserts 'disable full recomputation "
+                   "when enabling overlap_moe_expert_parallel_comm'")
+    if L.ep_comm_overlap and training.precision == "fp32":
+        out.append("layout.ep_comm_overlap with fp32: Megatron-Core runs the EP overlap with a bf16 or fp16 model only")
+    if L.moe_dispatcher == "deepep" and model.moe is not None and model.moe.pad_to_capacity:
+        out.append("layout.moe_dispatcher = deepep: the flex dispatcher's DeepEP backend does not support "
+                   "moe_pad_expert_input_to_capacity")
     return out
 
 

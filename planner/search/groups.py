@@ -68,7 +68,8 @@ def schedule_groups(cost_model: CostModel, mesh: MeshChoice, state: StateChoice,
     spares the pipeline floors of groups, such as those of few large micro-batches, whose mean
     floor is low and whose bubble is large.
 
-    A group holds the schedule choices that differ only in recomputation or in GPipe against 1F1B:
+    A group holds the schedule choices that differ only in recomputation or in GPipe against 1F1B
+    (the EP overlap on and off are groups apart):
     recomputation only adds time (recompute and its communication are non-negative terms, and the
     compute that data-parallel traffic hides behind is the same), and GPipe and 1F1B have the same
     step time (they differ in memory), so the bound of the group's 'none' member bounds it all.
@@ -80,7 +81,7 @@ def schedule_groups(cost_model: CostModel, mesh: MeshChoice, state: StateChoice,
     for sched in scheds:
         family = "1f1b" if sched.schedule == "gpipe" else sched.schedule  # GPipe and 1F1B: same time
         key = (sched.micro_batch_size, family, sched.virtual_stages, sched.sequence_parallel, sched.tp_comm_overlap,
-               sched.layers_per_chunk)
+               sched.layers_per_chunk, sched.ep_comm_overlap)
         members_of.setdefault(key, []).append(sched)
     lowest_of, cheap, shared = {}, {}, {}
     for key, members in members_of.items():
@@ -89,7 +90,7 @@ def schedule_groups(cost_model: CostModel, mesh: MeshChoice, state: StateChoice,
         lowest_of[key] = lowest
         # what ``bubble_floor_s`` reads of a choice: not its split
         floor_key = (lowest.micro_batch_size, lowest.num_microbatches, lowest.sequence_parallel,
-                     lowest.tp_comm_overlap, lowest.schedule, lowest.virtual_stages)
+                     lowest.tp_comm_overlap, lowest.schedule, lowest.virtual_stages, lowest.ep_comm_overlap)
         if floor_key not in shared:
             shared[floor_key] = bubble_floor_s(cost_model, make_layout(mesh, state, lowest))
         cheap[key] = shared[floor_key]
@@ -184,7 +185,7 @@ def _placement(sched: ScheduleChoice) -> tuple:
 
 def _sched_key(sched: ScheduleChoice) -> tuple:
     return (sched.micro_batch_size, sched.schedule, sched.virtual_stages, sched.sequence_parallel,
-            sched.tp_comm_overlap, sched.recompute)
+            sched.tp_comm_overlap, sched.recompute, sched.ep_comm_overlap)
 
 
 def states_that_may_fit(cost_model: CostModel, mesh: MeshChoice, states: list[StateChoice],

@@ -56,20 +56,26 @@ def simplicity_class(layout: Layout) -> tuple:
     5. the number of micro-batches;
     6. recomputation: none, then selective, then full;
     7. the virtual stages per pipeline rank (1 = a plain schedule);
-    8. TP communication overlap off before on (it needs Transformer Engine or torch.compile)."""
+    8. TP communication overlap off before on (it needs Transformer Engine or torch.compile);
+    9. EP communication overlap off before on (it holds one more layer of activations and needs
+       CUDA_DEVICE_MAX_CONNECTIONS above 1)."""
     exotic = (layout.cp > 1) + (layout.ep > 1) + bool(layout.optimizer_offload)
     axes = sum(d > 1 for d in (layout.dp, layout.tp, layout.pp, layout.cp, layout.ep))
     return (exotic, axes, SCHEDULE_ORDER[layout.schedule], layout.zero_stage, layout.num_microbatches,
-            RECOMPUTE_ORDER[layout.recompute], layout.virtual_stages, layout.tp_comm_overlap)
+            RECOMPUTE_ORDER[layout.recompute], layout.virtual_stages, layout.tp_comm_overlap, layout.ep_comm_overlap)
 
 
 def simplicity_key(layout: Layout) -> tuple:
-    """``simplicity_class``, then 1F1B before GPipe and sequence parallelism on before off, then
+    """``simplicity_class``, then 1F1B before GPipe, sequence parallelism on before off, the alltoall
+    dispatcher before a flex backend and whole NVLink domains before a partial placement, then
     ``layout_key`` so the order is total and deterministic. GPipe never beats its 1F1B twin and,
     without a measured profile, a layout never beats its sequence-parallel twin (``search.
-    _undominated``), so that twin is the simpler one too: a solver that skips the dominated twin
-    picks what a solver that costs it picks."""
-    return simplicity_class(layout) + (layout.schedule == "gpipe", not layout.sequence_parallel, layout_key(layout))
+    _undominated``); a flex dispatcher or a placement the search skips costs what its twin costs
+    (``search.space._placed_meshes``): so each kept twin is the simpler one too, and a solver that
+    skips the other picks what a solver that costs it picks."""
+    return simplicity_class(layout) + (layout.schedule == "gpipe", not layout.sequence_parallel,
+                                       layout.moe_dispatcher != "alltoall", layout.gpus_per_nvlink_domain != 0,
+                                       layout_key(layout))
 
 
 def tie_key(breakdown: CostBreakdown, memory_band: Band | None, band: TieBand) -> tuple:

@@ -11,8 +11,11 @@ import itertools
 import math
 from typing import Any, Callable
 
-from autoplan_base.errors import AutoplanError
+from autoplan_base.errors import AutoplanError, field
 from costmodels.capabilities import NARROWING_INTS, NARROWING_NAMES, Narrowing, RuntimeCapabilities
+from costmodels.moe_dispatch import available_dispatchers
+from hardware_specs.placement import placement_choices
+from hardware_specs.schema import ClusterSpec
 
 from .space import SearchOptions, overlap_searched
 
@@ -66,10 +69,32 @@ def check_narrowing(table: RuntimeCapabilities, narrowing: Narrowing,
             raise NarrowingError(f"{name(key)} {_show(values)}: {who} does not run {degree} > 1 "
                                  f"(it composes {', '.join(table.names('degrees'))}); use 1 or leave it out")
     for key, supported in (("schedules", table.names("schedules")), ("recompute_modes", table.names("recompute")),
-                           ("zero_stages", table.zero_stages)):
+                           ("zero_stages", table.zero_stages), ("moe_dispatchers", dispatcher_names(table))):
         bad = [v for v in getattr(narrowing, key) if v not in supported]
         if bad:
             raise NarrowingError(f"{name(key)} {_show(bad)}: {who} runs {_show(supported)}")
+
+
+def dispatcher_names(table: RuntimeCapabilities) -> tuple[str, ...]:
+    """The MoE dispatchers ``table`` runs: its listed ones, or its own all-to-all alone."""
+    return table.names("dispatchers") or ("alltoall",)
+
+
+def check_narrowing_cluster(narrowing: Narrowing, cluster: ClusterSpec) -> None:
+    """Refuse a rack placement the cluster cannot take (``ClusterSpec.placed``: whole nodes, at most
+    one NVLink domain) or a dispatcher its hardware cannot run (``moe_dispatch.available_dispatchers``),
+    naming the option as the caller spells it (``autoplan_base.errors.field``)."""
+    for value in narrowing.gpus_per_nvlink_domain:
+        try:
+            cluster.placed(value, label=field("gpus_per_nvlink_domain", value))
+        except AutoplanError as err:
+            raise NarrowingError(str(err)) from None
+    runs = available_dispatchers(cluster.node)
+    bad = [d for d in narrowing.moe_dispatchers if d not in runs]
+    if bad:
+        raise NarrowingError(f"{field('moe_dispatchers', _show(bad))}: {cluster.hardware.name} with NVLink domains of "
+                             f"{cluster.node.nvlink_domain_gpus} GPUs runs {_show(runs)} (DeepEP reaches 8 NVLink "
+                             "peers; both flex backends need CUDA compute capability 8.0 or newer)")
 
 
 def check_narrowing_gpus(narrowing: Narrowing, gpus: int, name: Callable[[str], str] = parameter_name) -> None:
@@ -101,9 +126,11 @@ def _show(values: tuple | list) -> str:
 
 
 def search_options(table: RuntimeCapabilities, narrowing: Narrowing, device_type: str,
-                   **base: Any) -> SearchOptions:
+                   cluster: ClusterSpec | None = None, **base: Any) -> SearchOptions:
     """The ``SearchOptions`` of ``table`` narrowed by ``narrowing`` (checked with ``check_narrowing``),
-    on a device of ``device_type``; ``base``: the options no table decides (cross-node tp, split)."""
+    on a device of ``device_type``; on ``cluster`` (where given) also its rack placements
+    (``placement_choices``) and the MoE dispatchers its hardware runs; ``base``: the options no table
+    decides (cross-node tp, split)."""
     def degrees(key: str) -> tuple[int, ...]:
         asked = getattr(narrowing, key)
         return asked or (() if table.has(_DEGREE_OF[key]) else (1,))
@@ -120,18 +147,40 @@ def search_options(table: RuntimeCapabilities, narrowing: Narrowing, device_type
         job_rules=table.runtime,
         tp_degrees=degrees("tp"), pp_degrees=degrees("pp"), cp_degrees=degrees("cp"), ep_degrees=degrees("ep"),
         virtual_stages=degrees("virtual_stages"), micro_batch_sizes=narrowing.micro_batch_sizes,
+        gpus_per_nvlink_domain=_placements(narrowing, cluster), moe_dispatchers=_dispatchers(table, narrowing, cluster),
+        ep_comm_overlap=table.has("ep_comm_overlap") and overlap_searched(device_type),
         **base)
 
 
-def plan_search_options(inputs: Any, device_type: str) -> SearchOptions:
+def _placements(narrowing: Narrowing, cluster: ClusterSpec | None) -> tuple[int, ...]:
+    """The rack placements searched: those asked for, else ``placement_choices`` of the cluster."""
+    if narrowing.gpus_per_nvlink_domain or cluster is None:
+        return narrowing.gpus_per_nvlink_domain or (0,)
+    return placement_choices(cluster.node.nvlink_domain_gpus, cluster.gpus_per_node, cluster.num_gpus)
+
+
+def _dispatchers(table: RuntimeCapabilities, narrowing: Narrowing, cluster: ClusterSpec | None) -> tuple[str, ...]:
+    """The MoE dispatchers searched: the table's (as narrowed) that the cluster's hardware runs. DeepEP
+    and HybridEP cost alike (``moe_dispatch``): unless both are asked for, HybridEP is searched only
+    where DeepEP does not run (rack-scale NVLink domains), so the search never costs a twin that
+    could only tie."""
+    runs = available_dispatchers(cluster.node) if cluster is not None else ("alltoall",)
+    out = tuple(d for d in narrowing.moe_dispatchers or dispatcher_names(table) if d in runs) or ("alltoall",)
+    if "deepep" in out and "hybridep" in out and not narrowing.moe_dispatchers:
+        out = tuple(d for d in out if d != "hybridep")
+    return out
+
+
+def plan_search_options(inputs: Any, device_type: str, cluster: ClusterSpec | None = None) -> SearchOptions:
     """The ``SearchOptions`` a plan file's ``inputs`` (``PlanInputs``) were searched with: its runtime's
-    table as of ``inputs.runtime_version`` (older files: the latest), its narrowing, its split options."""
+    table as of ``inputs.runtime_version`` (older files: the latest), its narrowing, its split options,
+    on ``cluster`` (its rack placements and dispatchers)."""
     from costmodels.capabilities import capabilities
 
     runtime = "torch" if inputs.launchable else inputs.training.runtime
     table = capabilities(runtime, inputs.runtime_version, label="inputs.runtime_version ")
     narrowing = Narrowing.from_dict(inputs.narrowing or {})
-    return search_options(table, narrowing, device_type, allow_cross_node_tp=bool(inputs.allow_cross_node_tp),
+    return search_options(table, narrowing, device_type, cluster, allow_cross_node_tp=bool(inputs.allow_cross_node_tp),
                           layers_per_chunk=tuple(inputs.layers_per_chunk or ()),
                           first_stage_layers=inputs.first_stage_layers, last_stage_layers=inputs.last_stage_layers)
 

@@ -46,6 +46,7 @@ import gc
 import heapq
 from collections import Counter
 from contextlib import contextmanager
+from dataclasses import replace
 from typing import Iterator
 
 from costmodels.bands import Band, shipped_memory_band
@@ -61,9 +62,9 @@ from costmodels.tie_band import TieBand
 from .ranking import MeshBand, ranked_plans, tie_band
 from .groups import Group, least_bound_s, pairs, schedule_groups, states_that_may_fit, with_state_floors
 from .result import SolverResult, count, overshoot_key
-from .space import (MeshChoice, PipelineChoice, ScheduleChoice, SearchOptions, StateChoice, make_layout,
-                    mesh_choices, num_schedule_choices, pipeline_choices, schedule_choices, sequence_parallel_values,
-                    state_choices, tp_overlap_values)
+from .space import (MeshChoice, PipelineChoice, ScheduleChoice, SearchOptions, StateChoice, ep_overlap_values,
+                    make_layout, mesh_choices, num_schedule_choices, pipeline_choices, schedule_choices,
+                    sequence_parallel_values, state_choices, tp_overlap_values)
 
 BOUND_SLACK = 1e-9
 """Relative margin by which a bound must exceed a cutoff to cut: a bound adds the same terms as
@@ -79,11 +80,13 @@ class _Ranking:
         self.tie_band = band
         self.memory_band = memory_band
         self.band_rel = band.band_rel
-        self.bands: dict[MeshChoice, MeshBand] = {}
+        self.bands: dict[tuple, MeshBand] = {}
+        """Keyed by ``MeshChoice.degrees``: a mesh's placements and dispatchers share one band, as
+        brute force's ``ranking.mesh_of`` does."""
         self._threshold_s = float("inf")
 
     @property
-    def best(self) -> dict[MeshChoice, MeshBand]:
+    def best(self) -> dict[tuple, MeshBand]:
         return self.bands
 
     def threshold_s(self) -> float:
@@ -93,7 +96,7 @@ class _Ranking:
         return self._threshold_s
 
     def offer(self, mesh: MeshChoice, breakdown: CostBreakdown) -> None:
-        band = self.bands.setdefault(mesh, MeshBand(self.tie_band, self.memory_band))
+        band = self.bands.setdefault(mesh.degrees, MeshBand(self.tie_band, self.memory_band))
         before = band.fastest
         band.offer(breakdown)
         if band.fastest is not before and len(self.bands) >= self.top_k:
@@ -104,7 +107,7 @@ class _Ranking:
         """A subtree whose bound exceeds this holds neither a faster plan for a mesh that
         ``ranking.ranked_plans`` returns (a top-K mesh, or one tied with the fastest) nor one within
         the band of such a mesh's fastest."""
-        band = self.bands.get(mesh)
+        band = self.bands.get(mesh.degrees)
         mesh_best = band.fastest.step_time_s if band is not None and band.fastest is not None else float("inf")
         return (1 + self.band_rel) * min(mesh_best, self._threshold_s) * (1 + BOUND_SLACK)
 
@@ -172,43 +175,47 @@ def _solve(cost_model: CostModel, num_gpus: int, domain_gpus: int, options: Sear
     total = 0
     work: list[tuple] = []
     pipes_of: dict[tuple[int, int], list[PipelineChoice]] = {}  # they read the mesh's dp and pp only
+    counts: dict[MeshChoice, int] = {}  # no rule reads the placement: its variants share the count
     for order, mesh in enumerate(mesh_choices(model, training, num_gpus, domain_gpus, options)):
+        cm = cost_model.placed(mesh.gpus_per_nvlink_domain)  # the mesh's collectives on its placement
         if (mesh.dp, mesh.pp) not in pipes_of:
             pipes_of[mesh.dp, mesh.pp] = pipeline_choices(mesh, model, training, options)
         pipes = pipes_of[mesh.dp, mesh.pp]
         states = state_choices(mesh, domain_gpus, options, model, training)
-        num_scheds = num_schedule_choices(mesh, model, training, options, pipes)
+        unplaced = replace(mesh, gpus_per_nvlink_domain=0)
+        if unplaced not in counts:
+            counts[unplaced] = num_schedule_choices(mesh, model, training, options, pipes)
+        num_scheds = counts[unplaced]
         total += num_scheds * len(states)
         if num_scheds and states:  # stage 0: the mean floor; a state adds at least the per-step overhead
-            floor_s = _mesh_floor_s(cost_model, mesh, states[0], pipes, options)
-            floor_s += cost_model.assumptions.step_overhead_s
-            heapq.heappush(work, (floor_s, order, 0, mesh, (states, num_scheds), pipes))
+            floor_s = _mesh_floor_s(cm, mesh, states[0], pipes, options)
+            floor_s += cm.assumptions.step_overhead_s
+            heapq.heappush(work, (floor_s, order, 0, mesh, (states, num_scheds), pipes, cm))
     while work:
-        floor_s, order, stage, mesh, states, groups = heapq.heappop(work)
+        floor_s, order, stage, mesh, states, groups, cm = heapq.heappop(work)
         if stage < 2:
             states, num_scheds = states
         if floor_s > ranking.cutoff_s(mesh):  # the mesh's floor: no pair of it can pass
             count(tally.rejected, "slower", (num_scheds if stage < 2 else sum(len(g.members) for g in groups))
                   * len(states))
         elif stage == 0:  # stage 1: the schedule groups, each with its pipeline floor
-            scheds = schedule_choices(mesh, model, training, options, groups,
-                                      _kept_sp_values(cost_model, mesh, options))
-            groups = schedule_groups(cost_model, mesh, states[0], _undominated(cost_model, mesh, scheds),
-                                      ranking.cutoff_s(mesh) - cost_model.assumptions.step_overhead_s)
-            floor_s = min(group.floor_s for group in groups) + cost_model.assumptions.step_overhead_s
-            heapq.heappush(work, (floor_s, order, 1, mesh, (states, num_scheds), groups))
+            scheds = schedule_choices(mesh, model, training, options, groups, _kept_sp_values(cm, mesh, options))
+            groups = schedule_groups(cm, mesh, states[0], _undominated(cm, mesh, scheds),
+                                      ranking.cutoff_s(mesh) - cm.assumptions.step_overhead_s)
+            floor_s = min(group.floor_s for group in groups) + cm.assumptions.step_overhead_s
+            heapq.heappush(work, (floor_s, order, 1, mesh, (states, num_scheds), groups, cm))
         elif stage == 1:  # stage 2: with each state that may fit, its floor added
-            fitting = states_that_may_fit(cost_model, mesh, states, groups)
+            fitting = states_that_may_fit(cm, mesh, states, groups)
             count(tally.rejected, "memory", (len(states) - len(fitting)) * num_scheds)
             if not fitting:
-                tally.misses.append(cost_model.estimate(make_layout(mesh, states[0], groups[0].lowest)))
+                tally.misses.append(cm.estimate(make_layout(mesh, states[0], groups[0].lowest)))
                 continue
             count(tally.rejected, "slower", (num_scheds - sum(len(g.members) for g in groups)) * len(fitting))
-            groups = with_state_floors(cost_model, mesh, fitting, groups)
-            floor_s = least_bound_s(cost_model, mesh, fitting, groups)
-            heapq.heappush(work, (floor_s, order, 2, mesh, fitting, groups))
+            groups = with_state_floors(cm, mesh, fitting, groups)
+            floor_s = least_bound_s(cm, mesh, fitting, groups)
+            heapq.heappush(work, (floor_s, order, 2, mesh, fitting, groups, cm))
         else:
-            _visit_mesh(cost_model, mesh, states, groups, ranking, tally)
+            _visit_mesh(cm, mesh, states, groups, ranking, tally)
     ranked, tied = ranking.result()
     tally.rejected["slower"] -= len(ranked)
     return SolverResult(ranked=ranked, tied_in_mesh=tied, rejected={k: v for k, v in tally.rejected.items() if v},
@@ -280,15 +287,15 @@ def _undominated(cost_model: CostModel, mesh: MeshChoice, scheds: list[ScheduleC
       decomposition and exposed last chunk can cost more than it hides.
     The brute-force twin evaluates them all and agrees (``tests/test_search.py``)."""
     present = {(sc.micro_batch_size, sc.schedule, sc.virtual_stages, sc.recompute, sc.sequence_parallel,
-                sc.tp_comm_overlap) for sc in scheds}
+                sc.tp_comm_overlap, sc.ep_comm_overlap) for sc in scheds}
     sp_dominates = _sp_dominates(cost_model, mesh)
     kept = []
     for sc in scheds:
         key = (sc.micro_batch_size, sc.schedule, sc.virtual_stages, sc.recompute, sc.sequence_parallel,
-               sc.tp_comm_overlap)
+               sc.tp_comm_overlap, sc.ep_comm_overlap)
         if sc.schedule == "gpipe" and (key[0], "1f1b") + key[2:] in present:
             continue
-        if sp_dominates and not sc.sequence_parallel and key[:4] + (True, False) in present:
+        if sp_dominates and not sc.sequence_parallel and key[:4] + (True, False) + key[6:] in present:
             continue
         kept.append(sc)
     return kept
@@ -307,15 +314,17 @@ def _mesh_floor_s(cost_model: CostModel, mesh: MeshChoice, state: StateChoice, p
     for pipe in pipes:
         chosen.setdefault((pipe.micro_batch_size, pipe.schedule if pipe.schedule in DUALPIPE and hides else ""), pipe)
     values = tp_overlap_values(_kept_sp_values(cost_model, mesh, options), options)
+    ep_values = ep_overlap_values(mesh, cost_model.model, options)
     floors = []
     for pipe in chosen.values():
         scheds = [ScheduleChoice(micro_batch_size=pipe.micro_batch_size, num_microbatches=pipe.num_microbatches,
                                  schedule=pipe.schedule, virtual_stages=pipe.virtual_stages, recompute="none",
-                                 sequence_parallel=sp, layers_per_chunk=pipe.layers_per_chunk, tp_comm_overlap=overlap)
-                  for sp, overlap in values]
+                                 sequence_parallel=sp, layers_per_chunk=pipe.layers_per_chunk, tp_comm_overlap=overlap,
+                                 ep_comm_overlap=ep_overlap)
+                  for sp, overlap in values for ep_overlap in ep_values]
         layouts = [make_layout(mesh, state, sched) for sched in scheds]
         if (True, True) in values and (True, False) in values:
-            sign = tp_overlap_sign(cost_model, layouts[0])
+            sign = tp_overlap_sign(cost_model, layouts[0])  # it reads no EP overlap field
             layouts = [L for L in layouts if not (L.sequence_parallel and sign and L.tp_comm_overlap == (sign > 0))]
         floors += [mean_floor_s(cost_model, layout) for layout in layouts]
     return min(floors)

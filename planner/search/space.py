@@ -24,11 +24,12 @@ and TP communication overlap (only with tp > 1 and sequence parallelism).
 from __future__ import annotations
 
 import math
-from dataclasses import MISSING, dataclass, fields
+from dataclasses import MISSING, dataclass, fields, replace
 from typing import Iterator
 
-from costmodels.layout import MULTI_CHUNK_SCHEDULES, Layout, schedule_problems
+from costmodels.layout import MULTI_CHUNK_SCHEDULES, Layout, ep_overlap_runs, schedule_problems
 from costmodels.model_spec import ModelSpec
+from costmodels.process_groups import group_shapes, placement_signature, spans_domains
 from costmodels.stage_split import StageSplitError, chunk_order, first_last_split, rank_chunks
 from costmodels.training import TrainingSpec
 
@@ -80,6 +81,14 @@ class SearchOptions:
     ep_degrees: tuple[int, ...] = ()
     virtual_stages: tuple[int, ...] = ()
     micro_batch_sizes: tuple[int, ...] = ()
+    gpus_per_nvlink_domain: tuple[int, ...] = (0,)
+    """Rack placements searched (``Layout.gpus_per_nvlink_domain``; ``hardware_specs.placement.
+    placement_choices``); a mesh takes each only where it moves one of its groups (``_placements``)."""
+    moe_dispatchers: tuple[str, ...] = ("alltoall",)
+    """MoE token dispatchers searched (``Layout.moe_dispatcher``), for meshes with ep > 1; a flex
+    backend only where the ep group spans NVLink domains (``_dispatchers``)."""
+    ep_comm_overlap: bool = False
+    """Search Megatron's EP overlap (``Layout.ep_comm_overlap``) on as well as off where ep > 1."""
 
     @property
     def fixed_split(self) -> bool:
@@ -101,13 +110,22 @@ sets each runtime's own, with the rest of that runtime's table)."""
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class MeshChoice:
-    """Parallel degrees of one candidate family."""
+    """Parallel degrees of one candidate family, and how its ranks and tokens cross the links."""
 
     dp: int
     tp: int
     pp: int
     cp: int
     ep: int
+    gpus_per_nvlink_domain: int = 0
+    """``Layout.gpus_per_nvlink_domain``."""
+    moe_dispatcher: str = "alltoall"
+    """``Layout.moe_dispatcher``."""
+
+    @property
+    def degrees(self) -> tuple[int, int, int, int, int]:
+        """(dp, tp, pp, cp, ep): the mesh as ``ranking.mesh_of`` names it, whatever the placement."""
+        return (self.dp, self.tp, self.pp, self.cp, self.ep)
 
 
 def divisors(n: int) -> list[int]:
@@ -198,10 +216,37 @@ def mesh_choices(model: ModelSpec, training: TrainingSpec, num_gpus: int, domain
                 if training.global_batch_size % dp:
                     continue
                 for ep in _expert_degrees(model, dp, options.ep_degrees):
-                    mesh = MeshChoice(dp=dp, tp=tp, pp=pp, cp=cp, ep=ep)
-                    if not options.job_rules or _neutral_state(options, model, training, mesh) is not None:
-                        out.append(mesh)
+                    for mesh in _placed_meshes(MeshChoice(dp=dp, tp=tp, pp=pp, cp=cp, ep=ep), model, num_gpus,
+                                               domain_gpus, options):
+                        if not options.job_rules or _neutral_state(options, model, training, mesh) is not None:
+                            out.append(mesh)
     return out
+
+
+def _placed_meshes(mesh: MeshChoice, model: ModelSpec, num_gpus: int, domain_gpus: int,
+                   options: SearchOptions) -> Iterator[MeshChoice]:
+    """The mesh at each placement and dispatcher that can change its cost.
+
+    Placements: each of ``options.gpus_per_nvlink_domain`` unless an earlier one puts every group
+    of the mesh on the same domains (``process_groups.placement_signature``): collectives then
+    cost the same, the twin ranks second among equals (``ranking.simplicity_key``), and skipping
+    it never changes the answer. Dispatchers: a flex backend only for a MoE mesh with ep > 1 whose
+    ep group spans domains; inside one, all three move the same copies over NVLink and cost the
+    same (``moe_dispatch.dispatch``), so again the skipped twin could only tie."""
+    seen: set[tuple] = set()
+    shapes = group_shapes(dp=mesh.dp, tp=mesh.tp, pp=mesh.pp, cp=mesh.cp, ep=mesh.ep, etp=mesh.tp)
+    for placement in options.gpus_per_nvlink_domain:
+        domain = min(placement or domain_gpus, num_gpus)
+        if len(options.gpus_per_nvlink_domain) > 1:
+            signature = placement_signature(shapes, domain, num_gpus)
+            if signature in seen:
+                continue
+            seen.add(signature)
+        spans = model.moe is not None and any(spans_domains(mesh.ep, stride, domain, num_gpus)
+                                              for stride in (mesh.tp, mesh.tp * mesh.cp))
+        for dispatcher in options.moe_dispatchers:
+            if dispatcher == "alltoall" or spans:
+                yield replace(mesh, gpus_per_nvlink_domain=placement, moe_dispatcher=dispatcher)
 
 
 def _allowed(value: int, allowed: tuple[int, ...]) -> bool:
@@ -269,6 +314,7 @@ class ScheduleChoice:
     sequence_parallel: bool
     layers_per_chunk: tuple[int, ...] = ()
     tp_comm_overlap: bool = False
+    ep_comm_overlap: bool = False
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -322,13 +368,22 @@ def schedule_choices(mesh: MeshChoice, model: ModelSpec, training: TrainingSpec,
     tp_values = tp_overlap_values(sp_values, options)
     out = [ScheduleChoice(micro_batch_size=pipe.micro_batch_size, num_microbatches=pipe.num_microbatches,
                           schedule=pipe.schedule, virtual_stages=pipe.virtual_stages, recompute=recompute,
-                          sequence_parallel=sp, layers_per_chunk=pipe.layers_per_chunk, tp_comm_overlap=overlap)
+                          sequence_parallel=sp, layers_per_chunk=pipe.layers_per_chunk, tp_comm_overlap=overlap,
+                          ep_comm_overlap=ep_overlap)
            for pipe in (pipeline_choices(mesh, model, training, options) if pipes is None else pipes)
-           for recompute in options.recompute_modes for sp, overlap in tp_values]
+           for recompute in options.recompute_modes for sp, overlap in tp_values
+           for ep_overlap in ep_overlap_values(mesh, model, options)
+           if not ep_overlap or ep_overlap_runs(mesh.pp, pipe.schedule)]
     if options.job_rules:
         state = _neutral_state(options, model, training, mesh)
         out = [sched for sched in out if state is not None and _runs(options, model, training, mesh, state, sched)]
     return out
+
+
+def ep_overlap_values(mesh: MeshChoice, model: ModelSpec, options: SearchOptions) -> tuple[bool, ...]:
+    """EP overlap off, and on too where ``options.ep_comm_overlap`` and the mesh has an expert
+    all-to-all to hide (a MoE model, ep > 1)."""
+    return (False, True) if options.ep_comm_overlap and mesh.ep > 1 and model.moe is not None else (False,)
 
 
 def num_schedule_choices(mesh: MeshChoice, model: ModelSpec, training: TrainingSpec, options: SearchOptions,
@@ -336,8 +391,9 @@ def num_schedule_choices(mesh: MeshChoice, model: ModelSpec, training: TrainingS
     """``len(schedule_choices(...))`` without building them where no job rule filters them."""
     if options.job_rules:
         return len(schedule_choices(mesh, model, training, options, pipes))
-    return len(pipes) * len(options.recompute_modes) * len(tp_overlap_values(sequence_parallel_values(mesh, training),
-                                                                             options))
+    ep_values = ep_overlap_values(mesh, model, options)
+    per_pipe = len(options.recompute_modes) * len(tp_overlap_values(sequence_parallel_values(mesh, training), options))
+    return per_pipe * sum(sum(not on or ep_overlap_runs(mesh.pp, pipe.schedule) for on in ep_values) for pipe in pipes)
 
 
 def _schedules(mesh: MeshChoice, model: ModelSpec, m: int, options: SearchOptions,
@@ -420,7 +476,7 @@ def make_layout(mesh: MeshChoice, state: StateChoice, sched: ScheduleChoice) -> 
             mesh.dp, mesh.tp, mesh.pp, mesh.cp, mesh.ep, state.zero_stage, state.hsdp_shard_degree,
             state.optimizer_offload, sched.micro_batch_size, sched.num_microbatches, sched.schedule,
             sched.virtual_stages, sched.recompute, sched.sequence_parallel, sched.layers_per_chunk,
-            sched.tp_comm_overlap)):
+            sched.tp_comm_overlap, mesh.gpus_per_nvlink_domain, mesh.moe_dispatcher, sched.ep_comm_overlap)):
         slot(layout, value)
     for slot, value in _UNCHOSEN_DEFAULTS:
         slot(layout, value)
@@ -430,7 +486,8 @@ def make_layout(mesh: MeshChoice, state: StateChoice, sched: ScheduleChoice) -> 
 _new = object.__new__
 _CHOSEN_FIELDS = ("dp", "tp", "pp", "cp", "ep", "zero_stage", "hsdp_shard_degree", "optimizer_offload",
                   "micro_batch_size", "num_microbatches", "schedule", "virtual_stages", "recompute",
-                  "sequence_parallel", "layers_per_chunk", "tp_comm_overlap")
+                  "sequence_parallel", "layers_per_chunk", "tp_comm_overlap", "gpus_per_nvlink_domain",
+                  "moe_dispatcher", "ep_comm_overlap")
 _CHOSEN_SLOTS = tuple(getattr(Layout, name).__set__ for name in _CHOSEN_FIELDS)
 """Each field's slot setter (a frozen dataclass refuses ``setattr``; its slots take values directly)."""
 _UNCHOSEN_DEFAULTS = tuple((getattr(Layout, f.name).__set__, f.default_factory() if f.default is MISSING else f.default)

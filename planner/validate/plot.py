@@ -135,7 +135,7 @@ def candidate_points(plan: PlanFile, cm: CostModel) -> list[tuple[float, float, 
     from planner.search.space import all_layouts
 
     inputs = plan.inputs
-    options = plan_search_options(inputs, cm.cluster.hardware.device_type)
+    options = plan_search_options(inputs, cm.cluster.hardware.device_type, cm.cluster)
     layouts = list(all_layouts(cm.model, cm.training, inputs.gpus, cm.cluster.nvlink_domain_gpus, options))
     stride = max(1, len(layouts) // MAX_POINTS)
     out = []
