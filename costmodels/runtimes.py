@@ -60,6 +60,7 @@ FSDP2 = RuntimeConvention(
     torchao_low_precision=True,
     offload_holds_all_states=True,
     grads_freed_each_step=True,
+    clip_squares_gradients=True,
     attention_kernel_capability=8.0,
     gather_copy_kernels=True,
     fused_elementwise=False,
@@ -67,13 +68,15 @@ FSDP2 = RuntimeConvention(
     moe_fixed_slots=True,
 )
 
-TORCHTITAN = replace(FSDP2, runtime="torchtitan", loss_parallel=True, moe_fixed_slots=False)
+TORCHTITAN = replace(FSDP2, runtime="torchtitan", loss_parallel=True, moe_fixed_slots=False,
+                     clip_squares_gradients=False)
 """torchtitan's trainer (the published torchtitan runs; costed, not launched): FSDP2 and PyTorch TP
 as ``FSDP2``, except that under tp the loss is vocabulary-parallel by default
 (``parallelize_llama.apply_tp``: the output projection keeps ``Shard(-1)`` and the loss runs in
 ``loss_parallel()`` unless ``disable_loss_parallel``), so each rank holds b·s·V/t logits; and its
 experts run the routed tokens only (``torch._grouped_mm`` over per-expert token groups), not
-fixed capacity slots."""
+fixed capacity slots. Its clipping takes the norm with ``torch.nn.utils.get_total_norm``
+(``torchtitan/distributed/utils.py`` ``clip_grad_norm_``), which allocates no copy of a gradient."""
 
 CONVENTIONS: dict[str, RuntimeConvention] = {
     c.runtime: c for c in (MEGATRON, MEGATRON_BRIDGE, DEEPSPEED, FSDP2, TORCHTITAN)}
