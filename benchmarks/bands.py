@@ -19,13 +19,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from calibrate import AXES, staged_points  # noqa: E402
+from calibrate import AXES  # noqa: E402
 from gpu_records import fit_rows  # noqa: E402
 from published import DATA  # noqa: E402
 
 from costmodels.bands import BANDS_FILE, band_from_residuals, memory_residuals, step_residuals  # noqa: E402
 from planner.published import cross_validate_by_family, score  # noqa: E402
-from planner.published.calibration import Evaluator, make_fit  # noqa: E402
+from planner.published.calibration import Evaluator, grid_points, make_fit  # noqa: E402
 from planner.published.scoring import FamilyScore  # noqa: E402
 from profiles.io import write_text_atomic  # noqa: E402
 
@@ -44,9 +44,9 @@ def residual_records(scores: list[FamilyScore], attribute: str) -> list[dict]:
 
 def lofo_scores(rows: list[dict]) -> list[FamilyScore]:
     """``calibrate.py``'s leave-one-family-out loop: each family scored with the grid point
-    fitted on the others, over the same two-stage grid (``calibrate.staged_points``)."""
+    fitted on the others, over the same grid (``calibrate.AXES``)."""
     evaluator = Evaluator()
-    return cross_validate_by_family(rows, make_fit(staged_points(rows, AXES, evaluator), evaluator, {}))
+    return cross_validate_by_family(rows, make_fit(grid_points(AXES), evaluator, {}))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -67,11 +67,24 @@ class Assumptions:
     """Achieved share of datasheet memory bandwidth for memory-bound kernels (norms, activations,
     optimizer step); STREAM-style copies reach 80-90% on HBM."""
     link_efficiency: float = 0.8
-    """Achieved share of link bandwidth for collectives (NCCL bus bandwidth vs link rate)."""
+    """Achieved share of the intra-node link bandwidth for collectives (NCCL bus bandwidth vs the
+    NVLink / NVSwitch rate; nccl-tests on 8-GPU H100 nodes read about 360 of 450 GB/s)."""
+    network_efficiency: float = 0.8
+    """Achieved share of the NICs' line rate for collectives that cross nodes (NCCL bus bandwidth
+    over InfiniBand or RoCE); fitted on the published runs (``benchmarks/calibrate.py``). nccl-tests
+    on 400 Gb/s NDR read 40-48 GB/s of each NIC's 50."""
     compute_scale: float = 1.0
-    """Calibration factor multiplying every compute time (1.0 = uncalibrated)."""
+    """Calibration factor multiplying every GEMM time (1.0 = uncalibrated)."""
+    attention_scale: float = 1.0
+    """Calibration factor multiplying every attention-core time."""
     communication_scale: float = 1.0
     """Calibration factor multiplying every collective time."""
+    intra_node_comm_scale: float = 1.0
+    """Calibration factor multiplying the time of collectives whose group stays inside a node
+    (NVLink), on top of ``communication_scale``."""
+    inter_node_comm_scale: float = 1.0
+    """Calibration factor multiplying the time of collectives whose group spans nodes (the NICs),
+    on top of ``communication_scale``."""
     memory_bound_scale: float = 1.0
     """Calibration factor multiplying memory-bound kernel times."""
     overlap_fraction: float = 1.0
@@ -79,13 +92,23 @@ class Assumptions:
     overlap_slowdown: float = 0.1
     """Fraction by which compute slows while a collective runs beside it (``costmodels.overlap``):
     NCCL takes one SM per channel, and 8-16 channels are about 7-15% of an A100's 108 or an
-    H100 SXM's 132 SMs (NVIDIA A100 / H100 architecture whitepapers; NCCL_MAX_NCHANNELS)."""
+    H100 SXM's 132 SMs (NVIDIA A100 / H100 architecture whitepapers; NCCL_MAX_NCHANNELS). Set
+    here, not fitted: the published runs do not determine it (``benchmarks/calibrate.py``)."""
     step_overhead_s: float = 0.0
     """Fixed per-step time not modelled elsewhere (Python, launch latency); calibrated."""
-    layer_overhead_s: float = 0.0
-    """Host time to issue one layer's forward for one micro-batch (Python, autograd, kernel
-    launches), twice that in backward. 0 by default: on a GPU the host runs ahead of the kernels
-    and hides it unless the layer's kernels are tiny; calibrated where it is not hidden."""
+    layer_overhead_s: float = 2.4e-3
+    """Host time to issue one eager layer's forward for one micro-batch (Python, autograd, kernel
+    launches), ``backward_host_ratio`` times that in backward; a floor under the layer's kernel time
+    (``layer_costs.issue_bound_s``), charged to eager runtimes only (``LayerCosts._host_s``). The
+    H100 step trace of the generated job reads 2.3-2.5 ms of host time per layer forward (60.7 ms
+    for Qwen2.5-0.5B's 24 layers, 36.1 ms for Llama 3.2 1B's 16;
+    ``benchmarks/data/gpu/trace/h100-2026-11-26-step-trace.json``)."""
+    backward_host_ratio: float = 1.3
+    """Host time to issue one layer's backward over its forward's: the autograd engine runs the
+    backward's operators from C++, so it issues about twice the kernels in not much more time. The
+    H100 step trace of the generated job (``benchmarks/data/gpu/trace/h100-2026-11-26-step-trace.json``,
+    host ms per phase) reads 84.6 / 60.7 = 1.39 (Qwen2.5-0.5B), 41.3 / 36.1 = 1.14 (Llama 3.2 1B),
+    15.9 / 12.3 = 1.29 (Llama 3 8B, 4 layers): 1.3, their median rounded."""
     moe_sync_overhead_s: float = 0.0
     """Device idle time per MoE layer forward after the dispatcher's device-to-host sync of the
     per-expert token counts (``layer_costs.moe_sync_s``); calibrated (0 = uncalibrated)."""

@@ -99,13 +99,14 @@ def band_from_residuals(residuals: Sequence[float], *, quantile: float = BAND_QU
                 basis=f"covers {quantile:g}% of {len(residuals)} {what}{families}", record=record)
 
 
-def band_from_log_sd(log_sd: float, *, num_runs: int | None, record: str) -> Band:
-    """A profile's ``validate --calibrate`` interval: ``exp(±z·sd)`` of its residual log errors."""
+def band_from_log_sd(log_sd: float, *, num_runs: int | None, record: str,
+                     fit: str = "the validate --calibrate fit") -> Band:
+    """A profile's calibration interval: ``exp(±z·sd)`` of its residual log errors (of ``fit``)."""
     z = PROFILE_BAND_Z
     runs = f", {num_runs} runs" if num_runs else ""
     return Band(low_rel=math.exp(-z * log_sd) - 1, high_rel=math.exp(z * log_sd) - 1,
                 half_width_rel=math.exp(z * log_sd) - 1,
-                basis=f"95% interval exp(±{z}·sd) of the validate --calibrate fit{runs}", record=record)
+                basis=f"95% interval exp(±{z}·sd) of {fit}{runs}", record=record)
 
 
 def step_residuals(throughput_errors: Sequence[float]) -> list[float]:
@@ -204,14 +205,16 @@ def shipped_memory_band(runtime: str = "megatron", bands_file: Path = BANDS_FILE
                                record=f"{_repo_path(bands_file)} memory.residuals", num_families=families)
 
 
-def profile_step_band(calibration: Mapping[str, Any] | None, where: str, num_runs: Any = None) -> Band | None:
-    """The step band of a profile: from its ``validate --calibrate`` fit (over ``num_runs`` runs,
-    if the profile's provenance says), or None without one."""
+def profile_step_band(calibration: Mapping[str, Any] | None, where: str, num_runs: Any = None,
+                      fit: str = "the validate --calibrate fit") -> Band | None:
+    """The step band of a profile: from its calibration's residual spread (``fit`` names it: the
+    ``validate --calibrate`` fit's in-sample residuals, or ``autoplan calibrate``'s leave-one-out
+    errors; over ``num_runs`` runs, if the profile's provenance says), or None without one."""
     log_sd = (calibration or {}).get("step_time_log_sd")
     if not isinstance(log_sd, (int, float)) or isinstance(log_sd, bool) or not log_sd > 0:
         return None
     runs = num_runs if isinstance(num_runs, int) and not isinstance(num_runs, bool) and num_runs > 0 else None
-    return band_from_log_sd(float(log_sd), num_runs=runs, record=f"{where} calibration.step_time_log_sd")
+    return band_from_log_sd(float(log_sd), num_runs=runs, record=f"{where} calibration.step_time_log_sd", fit=fit)
 
 
 def memory_risk(peak_bytes: float, capacity_bytes: float, band: Band | None) -> bool:

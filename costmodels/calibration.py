@@ -1,15 +1,18 @@
 """The shipped calibration: where it is kept, what the cost model applies, and how it is written.
 
-Two fits on the published runs ship with the model, each as a generated module (importing it reads
-no file) beside a JSON provenance record (command, date, grid, leave-one-family-out figures and
-residuals):
+Three fits ship with the model, each as a generated module (importing it reads no file) beside a
+JSON provenance record (command, date, grid, figures and residuals):
+
+- kernels: ``device_calibration_data.py`` and ``data/device_calibration.json``
+  (``benchmarks/device_kernels.py --write``), the GEMM and attention constants fitted on one lent
+  device's kernel times (``planner.published.device_kernels``);
 
 - step time: ``calibration_data.py`` and ``data/calibration.json`` (``benchmarks/calibrate.py
   --write``), whose ``lofo_residuals`` also give the step band (``bands.shipped_step_band``);
 - memory: ``memory_calibration_data.py`` and ``data/memory_calibration.json``
   (``benchmarks/memory_fit.py --write``), the allocator constant and the memory band's upper edge.
 
-``SHIPPED_CALIBRATION`` is both, keyed by ``Assumptions`` field names; ``assumptions.DEFAULT_ASSUMPTIONS``
+``SHIPPED_CALIBRATION`` is all three, keyed by ``Assumptions`` field names; ``assumptions.DEFAULT_ASSUMPTIONS``
 applies it over the documented defaults, and a profile's own ``calibration`` table (``validate
 --calibrate``) overrides it field by field (``context.CostContext``). The fitting itself lives in
 ``planner.published.calibration``.
@@ -20,6 +23,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from .calibration_data import CONSTANTS as STEP_CONSTANTS
+from .device_calibration_data import CONSTANTS as DEVICE_CONSTANTS
 from .memory_calibration_data import CONSTANTS as MEMORY_CONSTANTS
 
 HERE = Path(__file__).parent
@@ -27,12 +31,15 @@ CALIBRATION_MODULE = HERE / "calibration_data.py"
 CALIBRATION_FILE = HERE / "data" / "calibration.json"
 """Provenance record of the shipped step-time calibration; its ``provenance.lofo_residuals`` give
 the step-time band."""
+DEVICE_CALIBRATION_MODULE = HERE / "device_calibration_data.py"
+DEVICE_CALIBRATION_FILE = HERE / "data" / "device_calibration.json"
+"""Provenance record of the kernel constants fitted on a device's kernel times."""
 MEMORY_CALIBRATION_MODULE = HERE / "memory_calibration_data.py"
 MEMORY_CALIBRATION_FILE = HERE / "data" / "memory_calibration.json"
 """Memory calibration record: the held-out memory residuals behind the memory band."""
 
-SHIPPED_CALIBRATION: dict[str, float] = {**STEP_CONSTANTS, **MEMORY_CONSTANTS}
-"""Every shipped constant, by ``Assumptions`` field name (the two fits set disjoint fields)."""
+SHIPPED_CALIBRATION: dict[str, float] = {**DEVICE_CONSTANTS, **STEP_CONSTANTS, **MEMORY_CONSTANTS}
+"""Every shipped constant, by ``Assumptions`` field name (the three fits set disjoint fields)."""
 
 
 def module_text(docstring: str, constants: dict[str, float]) -> str:

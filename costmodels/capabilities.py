@@ -103,6 +103,9 @@ class RuntimeCapabilities:
     cp_chunks_per_rank: int = 1
     """Context parallelism splits each sequence into this many chunks per cp rank (2: the
     load-balanced zigzag of Megatron's and torch's ring attention), so seq-len must divide by it · cp."""
+    uneven_stages: bool = True
+    """Pipeline stages may hold different layer counts (``plan`` then moves layers between stages,
+    ``planner.search.stages.refine_stages``); False: every stage holds num_layers / (pp · v)."""
     applies_launch_rule: bool = False
     """Its space is further cut by ``planner.search.launchable.launch_problems`` (autoplan's own job)."""
 
@@ -380,6 +383,7 @@ DEEPSPEED = RuntimeCapabilities(
         Feature(name="dp_overlap", option="zero_optimization.overlap_comm=true", since="v0.19.5",
                 source="deepspeed/runtime/zero/config.py", costed=True, pipelined=False),
     ),
+    uneven_stages=False,  # megatron/model/gpt_model.py GPTModelPipe: partition_method "type:transformer"
 )
 """Megatron-DeepSpeed: 1F1B only (the pipeline engine's ``TrainSchedule``); no context parallelism
 (its ``--ds-sequence-parallel-size`` is DeepSpeed-Ulysses, not costed here); no TP overlap; offload

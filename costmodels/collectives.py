@@ -73,7 +73,8 @@ def collective_time_and_source(op: str, size_bytes: float, degree: int, stride: 
     if degree <= 1 or size_bytes <= 0:
         return 0.0, "datasheet"
     per_node, num_nodes = cluster.group_placement(degree, stride)
-    scale = assumptions.communication_scale
+    scale = assumptions.communication_scale * (assumptions.inter_node_comm_scale if num_nodes > 1
+                                               else assumptions.intra_node_comm_scale)
     if profile is not None:
         measured = profile.collective_time_s(op, degree, per_node, num_nodes, size_bytes)
         if measured is not None:
@@ -84,9 +85,8 @@ def collective_time_and_source(op: str, size_bytes: float, degree: int, stride: 
 def _datasheet_time_s(op: str, size_bytes: float, per_node: int, num_nodes: int, cluster: ClusterSpec,
                       assumptions: Assumptions) -> float:
     node = cluster.node
-    eta = assumptions.link_efficiency
-    intra_beta = node.intra_node.bandwidth_bytes_per_s * eta
-    inter_beta = node.inter_node.node_bandwidth_bytes_per_s / node.gpus_per_node * eta
+    intra_beta = node.intra_node.bandwidth_bytes_per_s * assumptions.link_efficiency
+    inter_beta = node.inter_node.node_bandwidth_bytes_per_s / node.gpus_per_node * assumptions.network_efficiency
     intra_alpha, inter_alpha = node.intra_node.latency_s, node.inter_node.latency_s
     if op == "all_reduce":
         links = AllReduceLinks(alpha_intra_s=intra_alpha, beta_intra_bytes_per_s=intra_beta, alpha_inter_s=inter_alpha,

@@ -14,7 +14,7 @@ between algorithm and bus bandwidth).
 
 Links (``AllReduceLinks``): β_intra the per-device intra-node bandwidth, β_net the network
 bandwidth the group's k ranks of one node share (k × the per-device NIC share), both already
-derated by ``Assumptions.link_efficiency``.
+derated by ``Assumptions.link_efficiency`` (intra-node) and ``network_efficiency`` (NICs).
 """
 
 from __future__ import annotations

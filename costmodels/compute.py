@@ -1,8 +1,11 @@
 """Achievable rates: how long a GEMM, an attention core or a memory-bound kernel takes on one device.
 
 Datasheet path: the roofline model (Williams, Waterman & Patterson, CACM 2009):
-t = max(FLOPs / (η_gemm · peak), bytes / (η_mem · bandwidth)), bytes = B·(mk + kn + mn) for a GEMM,
-so small or skinny GEMMs become bandwidth-bound. Profile path: the measured FLOP/s for that shape.
+t = max(FLOPs / (η_gemm · peak · σ · q), bytes / (η_mem · bandwidth)), bytes = B·(mk + kn + mn) for a
+GEMM, so small or skinny GEMMs become bandwidth-bound; σ is the share of the datasheet rate the part
+sustains under its power limit (``HardwareSpec.tensor_rate_share``) and q the shape's tile, wave and
+depth efficiency (``kernel_efficiency``). A layer's backward runs two GEMMs per forward one, each of
+its own shape (``backward_gemms``). Profile path: the measured FLOP/s for that shape.
 """
 
 from __future__ import annotations
@@ -46,6 +49,15 @@ def merge_source(sources: dict[str, str], term: str, source: str) -> None:
         sources[term] = source
 
 
+def backward_gemms(g: Gemm) -> tuple[Gemm, Gemm]:
+    """The two GEMMs of the backward of Y = X·W, X (m×k), W (k×n): the input gradient
+    dX = dY·Wᵀ, an (m×n)·(n×k) product, and the weight gradient dW = Xᵀ·dY, (k×m)·(m×n), each with
+    the forward's FLOPs (Narayanan et al. SC'21, Sec. 5.1: backward = 2x forward) but its own
+    shape: a tensor-parallel slice's narrow n becomes the dgrad's reduction depth, and the tokens
+    the wgrad's. Rows x columns (reduction): dgrad m x k (n), wgrad k x n (m)."""
+    return Gemm(m=g.m, n=g.k, k=g.n, count=g.count), Gemm(m=g.k, n=g.n, k=g.m, count=g.count)
+
+
 class Rates:
     """Times of kernels on one device, each with the source of its rate (``profile`` or ``datasheet``).
 
@@ -65,9 +77,12 @@ class Rates:
         self.mfu_peak = self.attention_peak
         """Peak that MFU is quoted against: the 16-bit dense one even for fp8 training (as Meta's
         Llama 3 paper, Sec. 3.3.4, and NVIDIA's NeMo performance tables do)."""
-        self.clock_share = hardware.clock_share()
-        """Share of the datasheet clock sustained under the part's power limit: scales every compute
-        rate below (``HardwareSpec.clock_share``), not the peaks that MFU is quoted against."""
+        measured_share = profile.sustained_rate_share if profile is not None else None
+        self.tensor_share = min(1.0, measured_share) if measured_share else hardware.tensor_rate_share()
+        """Share of the datasheet tensor-core rate sustained through a step under the part's power
+        limit: scales the GEMM and attention rates below, not the peaks that MFU is quoted
+        against. A profile's burn-in measures it (``HardwareProfile.sustained_rate_share``); else
+        the preset's (``HardwareSpec.tensor_rate_share``)."""
         self.attention_kernel_share = attention_kernel_share(
             attention_kernel_capability, hardware.compute_capability, assumptions.legacy_attention_share)
         """Rate of the runtime's attention kernel relative to one written for this part
@@ -108,8 +123,16 @@ class Rates:
                 return flops / rate, PROFILE
         moved = self.elem_bytes * (m * k + k * n + m * n)
         ceiling = self.a.fp8_gemm_efficiency * self.peak if low else self.a.gemm_efficiency * self.attention_peak
-        rate = ceiling * self.clock_share * self.gemm_shape_efficiency(m, n, k)
+        rate = ceiling * self.tensor_share * self.gemm_shape_efficiency(m, n, k)
         return max(flops / rate, moved / self.memory_bandwidth), DATASHEET
+
+    def backward_time_and_source(self, g: Gemm, *, high_precision: bool = False) -> tuple[float, float, str]:
+        """(seconds of the input-gradient GEMMs, of the weight-gradient GEMMs, where the rate came
+        from) for the backward of ``g.count`` forward GEMMs ``g`` (``backward_gemms``)."""
+        dgrad, wgrad = backward_gemms(g)
+        dgrad_s, source = self.gemm_time_and_source(dgrad, high_precision=high_precision)
+        wgrad_s, _ = self.gemm_time_and_source(wgrad, high_precision=high_precision)
+        return dgrad_s, wgrad_s, source
 
     def gemm_shape_efficiency(self, m: int, n: int, k: int) -> float:
         """Share of the GEMM ceiling an (m×k)·(k×n) GEMM reaches: tile/wave quantisation of its
@@ -128,10 +151,10 @@ class Rates:
         if self.profile is not None:
             rate = self.profile.attention_flops_per_s(b, s, heads, head_dim, self.attention_dtype)
             if rate:
-                return flops / rate * self.a.compute_scale, PROFILE
+                return flops / rate * self.a.attention_scale, PROFILE
         executed = flops * executed_fraction
         rate = self.attention_rate(s_kv_block or s, head_dim)
-        return executed / rate * self.a.compute_scale, DATASHEET
+        return executed / rate * self.a.attention_scale, DATASHEET
 
     def attention_backward_s(self, forward_s: float, source: str, *, fused: bool) -> float:
         """Seconds of the attention core's backward given its forward's: ``attention_backward_ratio``
@@ -146,10 +169,10 @@ class Rates:
     def attention_rate(self, s_kv_block: int, head_dim: int) -> float:
         """Datasheet FLOP/s of a fused attention kernel over key blocks of ``s_kv_block`` tokens at
         head dim ``head_dim``: 16-bit peak × ``attention_efficiency`` × block and head-dim factors
-        (``kernel_efficiency``), the power-limited clock share and the share of the runtime's kernel
+        (``kernel_efficiency``), the sustained tensor-rate share and the share of the runtime's kernel
         on this architecture. Forward and backward share it; backward has 2.5x the FLOPs."""
         a = self.a
-        return (self.attention_peak * a.attention_efficiency * self.clock_share * self.attention_kernel_share
+        return (self.attention_peak * a.attention_efficiency * self.tensor_share * self.attention_kernel_share
                 * attention_block_efficiency(s_kv_block, a.attention_block_half_tokens)
                 * attention_head_dim_efficiency(head_dim, a.attention_head_dim_half))
 

@@ -206,13 +206,15 @@ et al. 2022 count them (fused kernels, Megatron sequence parallelism)."""
 
 
 DEEPSPEED = replace(MEGATRON, runtime="deepspeed", keeps_16bit_grads=True,
-                    pipeline_overlaps_dp_sync=False)
+                    pipeline_overlaps_dp_sync=False, attention_kernel_capability=8.0)
 """Megatron-DeepSpeed: Megatron's layers under DeepSpeed's pipeline engine (which runs the model as
 a ``PipelineModule`` even at pp 1) with its ``BF16_Optimizer``. As ``MEGATRON``, except that after
 each backward the engine copies the bf16 gradients into the fp32 accumulation with
 ``update_hp_grads(clear_lp_grads=False)`` (``deepspeed/runtime/pipe/engine.py``,
 ``_exec_backward_pass``), so the bf16 gradients stay allocated: 2 + 6 bytes per parameter plus
-the optimizer states. With pp > 1 its data-parallel reduction is exposed: ``TrainSchedule``
+the optimizer states. Its fused attention is the ``flash_attn`` package's FlashAttention-2
+(``--use-flash-attn-v2``, ``megatron/model/transformer.py`` ``FlashSelfAttention``), written for
+sm80 (``attention_kernel_capability`` 8.0). With pp > 1 its data-parallel reduction is exposed: ``TrainSchedule``
 (``deepspeed/runtime/pipe/schedule.py``) issues ``ReduceGrads`` after the last backward, as the
 capability table's ``dp_overlap`` says (``pipelined=False``; a test checks the two agree)."""
 

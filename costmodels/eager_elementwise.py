@@ -52,16 +52,19 @@ def eager_rotary_bytes_per_element(elem_bytes: int) -> int:
 
 
 def eager_layer_extra_bytes(*, tokens: float, norm_width: float, ffn_width: float, qk_width: float,
-                            gated: bool, rotary: bool, elem_bytes: int) -> float:
+                            gated: bool, rotary: bool, elem_bytes: int, fused_norm: bool) -> float:
     """Extra bytes one layer's forward moves on one rank when its elementwise ops run eagerly.
 
     ``tokens`` rows; ``norm_width`` the elements per token each of the two norms sees (h, or h/t
     under sequence parallelism); ``ffn_width`` the activation's elements per token (f/t);
     ``qk_width`` the rotary elements per token (q and k heads on this rank x head dim). A GELU MLP
-    is one kernel either way. The backward's memory-bound time is counted as twice the forward's
-    (``rank_time``), so it follows.
+    is one kernel either way. ``fused_norm``: the norms run as one kernel each, as LayerNorm always
+    does (``aten::native_layer_norm``) and RMSNorm does on a GPU (``nn.RMSNorm`` -> ``F.rms_norm``
+    -> ``aten::_fused_rms_norm``, and its backward ``_fused_rms_norm_backward``); they then move
+    no more than a fused layer's. The backward's memory-bound time is counted as twice the
+    forward's (``rank_time``), so it follows.
     """
-    extra = 2 * norm_width * eager_norm_bytes_per_element(elem_bytes)
+    extra = 0.0 if fused_norm else 2 * norm_width * eager_norm_bytes_per_element(elem_bytes)
     if gated:
         extra += ffn_width * eager_swiglu_bytes_per_element(elem_bytes)
     if rotary:

@@ -97,9 +97,16 @@ def daly_interval_s(delta: float, mtbf: float) -> float:
 def daly_useful_fraction(tau: float, delta: float, restart: float, mtbf: float) -> float:
     """T_s / T_w from Daly's (2006) complete cost function,
     T_w = M · e^(R/M) · (e^((τ+δ)/M) − 1) · T_s / τ,
-    which counts checkpoint writes, the work lost since the last checkpoint and restarts."""
+    which counts checkpoint writes, the work lost since the last checkpoint and restarts; defined for
+    any step length (computed in logs, it tends to 0 as τ grows past M)."""
     M = mtbf
-    return tau / (M * math.exp(restart / M) * math.expm1((tau + delta) / M))
+    log_fraction = math.log(tau) - math.log(M) - restart / M - _log_expm1((tau + delta) / M)
+    return math.exp(log_fraction)  # in logs: a step far past the MTBF gives 0, not an overflow
+
+
+def _log_expm1(x: float) -> float:
+    """ln(e^x − 1) for x > 0 without forming e^x (which overflows past x ≈ 709)."""
+    return x + math.log1p(-math.exp(-x)) if x > 1.0 else math.log(math.expm1(x))
 
 
 def goodput(checkpoint_bytes: float, cluster: ClusterSpec, *, num_gpus: int, step_time_s: float,

@@ -60,6 +60,11 @@ class LayerForward:
 
     gemm_s: float = 0.0
     """Weight GEMMs (projections, MLP, experts) and LoRA adapters."""
+    gemm_dgrad_s: float = 0.0
+    """Their backward's input-gradient GEMMs (``compute.backward_gemms``)."""
+    gemm_wgrad_s: float = 0.0
+    """Their backward's weight-gradient GEMMs, for the weights that train (under LoRA the adapters
+    only: the frozen weights need no gradient)."""
     attention_core_s: float = 0.0
     attention_core_bwd_s: float = 0.0
     """Backward of the attention core (``compute.Rates.attention_backward_s``)."""
@@ -83,7 +88,7 @@ class LayerForward:
     cp_total_s: float = 0.0
     ep_s: float = 0.0
     host_s: float = 0.0
-    """Host time to issue the layer (``Assumptions.layer_overhead_s``; ``tp_layer_overhead_s`` for a
+    """Host time to issue the layer's forward (``Assumptions.layer_overhead_s``; ``tp_layer_overhead_s`` for a
     DTensor-parallel layer, ``RuntimeConvention.dtensor_tensor_parallel``)."""
     host_runs_ahead: bool = True
     """The device queues kernels while the host issues the next ones (CUDA/ROCm streams): the layer
@@ -198,13 +203,17 @@ class LayerCosts:
         experts = self._expert_gemms(key, tokens)
         high = self._router_gemms(key, tokens)
         out.flops = sum(g.flops for g in gemms + experts + high)
-        if self.training.is_lora:
+        frozen = self.training.is_lora
+        adapters = []
+        if frozen:
             out.flops += lora_flops(model, tokens, self.training.lora_rank, self.training.lora_targets, key.tp)
-            high.append(Gemm(m=tokens, n=self.training.lora_rank, k=model.hidden_size,
-                             count=2 * len(self.training.lora_targets)))
-        self._add_gemms(out, gemms, high_precision=False)
-        self._add_gemms(out, experts, high_precision=False, expert_kernels=self.convention.kernel_per_expert)
-        self._add_gemms(out, high, high_precision=True)
+            adapters.append(Gemm(m=tokens, n=self.training.lora_rank, k=model.hidden_size,
+                                 count=2 * len(self.training.lora_targets)))
+        self._add_gemms(out, gemms, high_precision=False, trains=not frozen)
+        self._add_gemms(out, experts, high_precision=False, trains=not frozen,
+                        expert_kernels=self.convention.kernel_per_expert)
+        self._add_gemms(out, high, high_precision=True, trains=not frozen)
+        self._add_gemms(out, adapters, high_precision=True, trains=True)
         if model.mla is not None:
             out.mla_up_s = sum(rates.gemm_time_and_source(g)[0] for g in mla_up_gemms(model, tokens, key.tp))
         window = mean_window_fraction(model, key.s_local * key.cp)
@@ -231,17 +240,22 @@ class LayerCosts:
             out.sync_s = moe_sync_s(self.assumptions)
         return out
 
-    def _add_gemms(self, out: LayerForward, gemms: list[Gemm], *, high_precision: bool,
+    def _add_gemms(self, out: LayerForward, gemms: list[Gemm], *, high_precision: bool, trains: bool,
                    expert_kernels: bool = False) -> None:
-        """GEMM time and, for the low-precision ones, the recipe's cast kernels (memory-bound);
-        ``expert_kernels``: each of a GEMM's ``count`` copies is its own kernel, costing at least
+        """GEMM time forward and backward (input gradient; weight gradient where ``trains``) and,
+        for the low-precision ones, the recipe's cast kernels (memory-bound); ``expert_kernels``:
+        each of a GEMM's ``count`` copies is its own kernel, costing at least
         ``Assumptions.expert_gemm_min_s`` (``moe_costs.per_expert_kernels_s``)."""
         rates, recipe = self.rates, self.training.recipe
+        floor = self.assumptions.expert_gemm_min_s
         for g in gemms:
             seconds, source = rates.gemm_time_and_source(g, high_precision=high_precision)
+            dgrad_s, wgrad_s, _ = rates.backward_time_and_source(g, high_precision=high_precision)
             if expert_kernels:
-                seconds = per_expert_kernels_s(seconds, g.count, self.assumptions.expert_gemm_min_s)
+                seconds, dgrad_s, wgrad_s = (per_expert_kernels_s(t, g.count, floor) for t in (seconds, dgrad_s, wgrad_s))
             out.gemm_s += seconds
+            out.gemm_dgrad_s += dgrad_s
+            out.gemm_wgrad_s += wgrad_s if trains else 0.0
             merge_source(out.sources, "compute", source)
             if rates.low_precision and not high_precision:
                 fwd, bwd = recipe.cast_bytes(g.m, g.n, g.k)
@@ -331,7 +345,8 @@ class LayerCosts:
         return eager_layer_extra_bytes(
             tokens=tokens, norm_width=model.hidden_size / (key.tp if key.sp else 1), ffn_width=ffn / key.tp,
             qk_width=self._rotary_bytes(key) / (2 * B * tokens), gated=model.gated_mlp,
-            rotary=model.positions == "rotary", elem_bytes=B)
+            rotary=model.positions == "rotary", elem_bytes=B,
+            fused_norm=model.norm == "layernorm" or self.on_accelerator)
 
     def _rotary_bytes(self, key: LayerKey) -> float:
         """Rotary embedding reads and writes q and k (MLA: the a/t·d_h^R rotary query part and

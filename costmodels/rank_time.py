@@ -136,15 +136,16 @@ def add_grad_copy(cm: "CostModel", t: RankTimes, params: ShardedParams) -> None:
 
 
 def _add_layers(cm: "CostModel", t: RankTimes, f: LayerForward, layout: Layout, n: float) -> None:
-    """Forward + backward of ``n`` layers: backward is 2× forward compute (input and weight
-    gradients); LoRA's frozen weights need only the input gradient, 1× forward GEMMs; a
-    low-precision recipe adds the output-gradient casts (``LayerForward.cast_bwd_s``).
+    """Forward + backward of ``n`` layers: backward runs each GEMM's input- and weight-gradient
+    GEMMs at their own shapes (``LayerForward.gemm_dgrad_s``, ``gemm_wgrad_s``; LoRA's frozen
+    weights need only the input gradient); a low-precision recipe adds the output-gradient casts
+    (``LayerForward.cast_bwd_s``).
     Backward repeats the forward's TP/EP collectives; CP's backward is ``LayerForward.cp_bwd_s``
     (ring: K, V and their gradients; all-gather: the gradients' reduce-scatter)."""
-    weight_grad = 0.0 if cm.training.is_lora else f.gemm_s
+    weight_grad = f.gemm_wgrad_s
     t.fwd_compute_s += n * f.compute_s
-    device_bwd_s = f.gemm_s + weight_grad + f.attention_core_bwd_s + 2 * f.memory_s + f.cast_bwd_s
-    t.bwd_compute_s += n * issue_bound_s(device_bwd_s, 2 * f.host_s, f.host_runs_ahead)
+    device_bwd_s = f.gemm_dgrad_s + weight_grad + f.attention_core_bwd_s + 2 * f.memory_s + f.cast_bwd_s
+    t.bwd_compute_s += n * issue_bound_s(device_bwd_s, cm.assumptions.backward_host_ratio * f.host_s, f.host_runs_ahead)
     t.weight_grad_s += n * weight_grad
     t.fwd_comm_s += n * (f.tp_s + f.cp_s + f.ep_s)
     t.tp_s += n * 2 * f.tp_s
@@ -183,13 +184,16 @@ def add_ends(cm: "CostModel", t: RankTimes, layout: Layout, rank: RankLayers) ->
             t.fwd_comm_s += seconds
             t.comm_bytes[f"tp_{op}"] += sent * layout.num_microbatches
     if rank.last:
-        head, source = cm.rates.gemm_time_and_source(logits_gemm(model, tokens, layout.tp), high_precision=True)
+        logits = logits_gemm(model, tokens, layout.tp)
+        head, source = cm.rates.gemm_time_and_source(logits, high_precision=True)
+        head_dgrad, head_wgrad, _ = cm.rates.backward_time_and_source(logits, high_precision=True)
+        head_wgrad = 0.0 if cm.training.is_lora else head_wgrad
         merge_source(t.sources, "compute", source)
         loss = cm.rates.memory_time_s(3 * 4 * tokens * model.vocab_size / layout.tp)
         heads = 1 + model.num_mtp_layers  # each MTP module predicts through the shared head
         t.fwd_compute_s += heads * (head + loss)
-        t.bwd_compute_s += heads * (2 * head + loss)
-        t.weight_grad_s += 0.0 if cm.training.is_lora else heads * head
+        t.bwd_compute_s += heads * (head_dgrad + head_wgrad + loss)
+        t.weight_grad_s += heads * head_wgrad
         if model.num_mtp_layers:
             _add_mtp_blocks(cm, t, layout, tokens)
 
@@ -202,9 +206,11 @@ def _add_mtp_blocks(cm: "CostModel", t: RankTimes, layout: Layout, tokens: int) 
     _add_layers(cm, t, f, layout, model.num_mtp_layers)
     proj = Gemm(m=tokens, n=model.hidden_size // layout.tp, k=2 * model.hidden_size)
     seconds, _ = cm.rates.gemm_time_and_source(proj)
+    dgrad_s, wgrad_s, _ = cm.rates.backward_time_and_source(proj)
+    wgrad_s = 0.0 if cm.training.is_lora else wgrad_s
     t.fwd_compute_s += model.num_mtp_layers * seconds
-    t.bwd_compute_s += 2 * model.num_mtp_layers * seconds
-    t.weight_grad_s += 0.0 if cm.training.is_lora else model.num_mtp_layers * seconds
+    t.bwd_compute_s += model.num_mtp_layers * (dgrad_s + wgrad_s)
+    t.weight_grad_s += model.num_mtp_layers * wgrad_s
 
 
 def add_pipeline(cm: "CostModel", t: RankTimes, layout: Layout) -> None:

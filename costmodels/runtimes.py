@@ -15,9 +15,12 @@ ZeRO mapping onto FSDP2 (written down in docs/launch.md):
        micro-batch; FSDP2 reshards after each backward, so parameters are gathered once per
        micro-batch;
   3 -> ``fully_shard(reshard_after_forward=True)``: gathered for forward and again for backward.
-Attention: ``F.scaled_dot_product_attention``, whose flash backend (FlashAttention-2, written for
-sm80) comes first in its fixed backend priority; cuDNN attention only when asked
-(``sdpa_kernel``), so ``attention_kernel_capability`` is 8.0.
+Attention: ``F.scaled_dot_product_attention``. PyTorch puts cuDNN's fused attention first on sm90
+and sm100 (``priority_order`` in ``aten/src/ATen/native/transformers/cuda/sdp_utils.cpp``, when
+``check_prefer_cudnn_attention``: cuDNN 9.15+ on those parts) and FlashAttention-2 first elsewhere,
+written for sm80: a kernel written for each part, so ``attention_kernel_capability`` is 0. The
+2026-11-28 H100 and H200 records (torch 2.11) show it: SDPA's default ran at cuDNN's speed, its
+flash backend at half of it (``benchmarks/device_kernels.py``).
 Optimizer offload: ``CPUOffloadPolicy`` on every FSDP unit (``parallel.offload_policy``), which
 keeps the sharded parameters, their gradients and the optimizer states on the host.
 Gradients: ``trainer.train_step`` zeroes them with ``set_to_none=True`` after every optimizer
@@ -61,7 +64,6 @@ FSDP2 = RuntimeConvention(
     offload_holds_all_states=True,
     grads_freed_each_step=True,
     clip_squares_gradients=True,
-    attention_kernel_capability=8.0,
     gather_copy_kernels=True,
     fused_elementwise=False,
     moe_gathers_sequence=True,
@@ -69,13 +71,16 @@ FSDP2 = RuntimeConvention(
 )
 
 TORCHTITAN = replace(FSDP2, runtime="torchtitan", loss_parallel=True, moe_fixed_slots=False,
-                     clip_squares_gradients=False)
+                     attention_kernel_capability=8.0, clip_squares_gradients=False)
 """torchtitan's trainer (the published torchtitan runs; costed, not launched): FSDP2 and PyTorch TP
 as ``FSDP2``, except that under tp the loss is vocabulary-parallel by default
 (``parallelize_llama.apply_tp``: the output projection keeps ``Shard(-1)`` and the loss runs in
 ``loss_parallel()`` unless ``disable_loss_parallel``), so each rank holds b·s·V/t logits; and its
 experts run the routed tokens only (``torch._grouped_mm`` over per-expert token groups), not
-fixed capacity slots. Its clipping takes the norm with ``torch.nn.utils.get_total_norm``
+fixed capacity slots. Its attention is costed as its published runs ran it (PyTorch nightlies of
+December 2024, whose SDPA put FlashAttention-2 first on every part: an sm80 kernel,
+``attention_kernel_capability`` 8.0); current PyTorch runs cuDNN's on Hopper, which the torch
+runtime costs (``docs/limits.md``). Its clipping takes the norm with ``torch.nn.utils.get_total_norm``
 (``torchtitan/distributed/utils.py`` ``clip_grad_norm_``), which allocates no copy of a gradient."""
 
 CONVENTIONS: dict[str, RuntimeConvention] = {

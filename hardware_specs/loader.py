@@ -8,7 +8,8 @@ File layout (every number has an entry in ``[sources]`` under its dotted key)::
     device_type = "cuda"
     [device]      fp32_tflops, fp16_tflops, bf16_tflops?, fp8_tflops?, mxfp8_tflops?, nvfp4_tflops?, memory_gib,
                   memory_bandwidth_tb_per_s, runtime_reserved_gib, num_sms?, sustained_clock_mhz?,
-                  power_limited_clock_mhz?, compute_capability?
+                  power_limited_clock_mhz?, compute_capability?,
+                  sustained_rate_share?
     [node]        gpus_per_node, host_link_gb_per_s, host_memory_gb_per_s, host_memory_gib,
                   storage_write_gb_per_s, nvlink_domain_gpus? (absent = gpus_per_node)
     [intra_node]  kind, bandwidth_gb_per_s (per device, per direction), latency_us, nvls_efficiency?
@@ -92,6 +93,8 @@ def parse_node(raw: dict[str, Any], *, origin: str) -> NodeSpec:
         sustained_clock_hz=reader.number("device.sustained_clock_mhz") * MEGA if reader.has("device.sustained_clock_mhz") else 0.0,
         power_limited_clock_hz=_optional(reader, "device.power_limited_clock_mhz") * MEGA,
         compute_capability=_optional(reader, "device.compute_capability"),
+        sustained_rate_share=reader.number("device.sustained_rate_share") if reader.has("device.sustained_rate_share")
+        else 1.0,
         sources=reader.sources,
     )
     gpus_per_node = reader.integer("node.gpus_per_node")

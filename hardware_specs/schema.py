@@ -47,6 +47,13 @@ class HardwareSpec:
     limit is below the one the datasheet peak assumes (e.g. an H100 SXM capped at 500 W instead
     of 700 W); 0 = the datasheet clock (``sustained_clock_hz``). Rates scale by ``clock_share``;
     the peak that MFU is quoted against does not."""
+    sustained_rate_share: float = 1.0
+    """Share of its burst tensor-core rate the part keeps under a sustained dense load at its power
+    limit: the median rate of a minute-long bf16 8192^3 GEMM loop over the rate of a short burst of
+    the same GEMM (a training step is a sustained load). Measured by ``autoplan profile`` (its
+    burn-in) or on a lent device (``benchmarks/data/gpu/device/sustained-*.json``); 1.0 = not
+    measured. Scales the tensor-core rates (GEMMs, attention) with ``clock_share``, not the
+    memory-bound ones nor the peak MFU is quoted against."""
     compute_capability: float = 0.0
     """CUDA compute capability (8.0 A100, 9.0 H100/H200, 10.0 B200); 0 = not given or not CUDA.
     Says whether a kernel written for an older architecture runs on a legacy path here
@@ -59,6 +66,7 @@ class HardwareSpec:
         finite(f"{self.name}: sustained_clock_hz", self.sustained_clock_hz, low_open=False, high=MAX_RATE)
         finite(f"{self.name}: power_limited_clock_hz", self.power_limited_clock_hz, low_open=False, high=MAX_RATE)
         finite(f"{self.name}: compute_capability", self.compute_capability, low_open=False, high=100.0)
+        finite(f"{self.name}: sustained_rate_share", self.sustained_rate_share, high=1.0)
         if self.power_limited_clock_hz and not 0 < self.power_limited_clock_hz <= self.sustained_clock_hz:
             raise SpecError(f"{self.name}: power_limited_clock_mhz must be at most sustained_clock_mhz "
                             f"({self.sustained_clock_hz / 1e6:g}) and needs it; fix the hardware file")
@@ -81,6 +89,12 @@ class HardwareSpec:
         if self.power_limited_clock_hz <= 0 or self.sustained_clock_hz <= 0:
             return 1.0
         return self.power_limited_clock_hz / self.sustained_clock_hz
+
+    def tensor_rate_share(self) -> float:
+        """Share of the datasheet-clock tensor-core rate the part sustains through a training step:
+        ``clock_share`` (a power limit below the datasheet's) times ``sustained_rate_share`` (the
+        power cap's hold on a sustained load)."""
+        return self.clock_share() * self.sustained_rate_share
 
     def supports(self, dtype: str) -> bool:
         """Whether the datasheet lists a rate for ``dtype``."""

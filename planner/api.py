@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
 
 from costmodels.breakdown import CostBreakdown
-from costmodels.capabilities import capabilities
+from costmodels.capabilities import Narrowing, capabilities
 from costmodels.assumptions import DEFAULT_ASSUMPTIONS, Assumptions
 from costmodels.bands import shipped_memory_band
 from costmodels.estimate import CostModel, estimate
@@ -36,7 +36,9 @@ from costmodels.runtimes import CONVENTIONS
 from planner.plan.plan_file import PlanInputs
 from planner.search.solve import solve
 from planner.search.space import SearchOptions, empty_space_reason, overlap_searched
-from planner.search.runtime_space import check_narrowing, check_narrowing_gpus, narrowing_from
+from planner.search.framework_rules import runtime_refusal
+from planner.search.narrowing_conflicts import narrowing_conflicts
+from planner.search.runtime_space import NarrowingError, check_narrowing, check_narrowing_gpus, narrowing_from
 from planner.search.runtime_space import search_options as runtime_search_options
 from planner.search.stages import refine_stages
 
@@ -264,11 +266,19 @@ def plan(*, model: str | ModelSpec, hardware: str | NodeSpec, gpus: int, global_
         raise PlanError(f"{field('precision', job.training.precision)} with {field('runtime', 'torch')}: the generated "
                         f"job does not apply low-precision recipes; plan with {field('runtime', 'megatron')} or "
                         f"torchtitan, or {field('precision', 'bf16')}")
+    refusal = runtime_refusal(job.training.runtime, job.model, job.training)
+    if refusal is not None:
+        raise PlanError(refusal)
     if not isinstance(top_k, int) or isinstance(top_k, bool) or top_k < 1:
         raise PlanError(f"{field('top_k')} must be a positive integer, got {top_k!r}")
     if solver not in ("search", "brute-force"):
         raise PlanError(f"solver must be 'search' or 'brute-force', got {solver!r}")
-    search_options = runtime_search_options(table, narrowing, job.cluster.hardware.device_type,
+    conflicts = narrowing_conflicts(table, narrowing, job.model, job.training, gpus, job.cluster.nvlink_domain_gpus,
+                                    allow_cross_node_tp, name=field)
+    if conflicts:  # every value of an option is excluded: the user's narrowing, not capacity, leaves nothing
+        raise NarrowingError("; ".join(conflicts) + "; nothing else is left to search: widen or drop the option")
+    search_options = runtime_search_options(table, pipelined_for_virtual_stages(narrowing, gpus, job.model.num_layers),
+                                            job.cluster.hardware.device_type,
                                             allow_cross_node_tp=allow_cross_node_tp,
                                             layers_per_chunk=tuple(layers_per_chunk),
                                             first_stage_layers=first_stage_layers, last_stage_layers=last_stage_layers)
@@ -278,7 +288,7 @@ def plan(*, model: str | ModelSpec, hardware: str | NodeSpec, gpus: int, global_
     band = tie_band(job.training.runtime)
     result = _search_offload_last(run, cost_model, gpus, job.cluster.nvlink_domain_gpus, search_options, top_k + 1,
                                   band)
-    refined = result.ranked if search_options.fixed_split else \
+    refined = result.ranked if search_options.fixed_split or not table.uneven_stages else \
         tuple(sorted((refine_stages(cost_model, b) for b in result.ranked), key=rank_key))
     memory_band = shipped_memory_band(job.training.runtime)
     ranked, num_tied, reason = prefer_simplest(refined, band, memory_band=memory_band, tied_in_mesh=result.tied_in_mesh)
@@ -324,6 +334,19 @@ def _node_gpus(hardware: str | NodeSpec, options: dict[str, Any]) -> int:
     """GPUs per node to scale a request up by: ``gpus_per_node`` as given, else the hardware's own
     (the request's cluster holds fewer when it asked for less than a node)."""
     return options.get("gpus_per_node") or (hardware if isinstance(hardware, NodeSpec) else load_node(hardware)).gpus_per_node
+
+
+def pipelined_for_virtual_stages(narrowing: Narrowing, gpus: int, num_layers: int) -> Narrowing:
+    """The narrowing the search walks: virtual stages exist only in a pipeline, so a ``virtual_stages``
+    narrowing without 1 searches pp > 1 only (else a pp 1 layout, which has no virtual stages, would
+    answer ``--virtual-stages 3``). The plan file records the user's narrowing as given."""
+    if not narrowing.virtual_stages or 1 in narrowing.virtual_stages:
+        return narrowing
+    pps = tuple(p for p in narrowing.pp or range(2, min(gpus, num_layers) + 1) if p > 1 and gpus % p == 0)
+    if not pps:
+        raise NarrowingError(f"{field('virtual_stages')} {','.join(map(str, narrowing.virtual_stages))}: virtual "
+                             f"stages need pp > 1, and no pp above 1 divides the {gpus} GPUs; drop the option")
+    return replace(narrowing, pp=pps)
 
 
 def _no_fit(result: Any, cost_model: CostModel, options: SearchOptions, node_gpus: int) -> NoFit:

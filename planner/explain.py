@@ -124,7 +124,64 @@ def explain(plan: PlanFile) -> dict[str, Any]:
         doc["context_parallel"] = context_parallel_note(plan.inputs.training.context_attention, plan.best.layout.cp)
     if plan.inputs.module is None:
         doc["what_would_change"] = what_if(plan)
+        moved = calibration_moves(plan)
+        if moved is not None:
+            doc["calibration"] = moved
     return doc
+
+
+def _same_request(plan: PlanFile, job: Any, profile: Any) -> dict[str, Any]:
+    """``api.plan`` keywords of the plan's own request, with ``profile`` instead of its own."""
+    t = job.training
+    return dict(model=job.model, hardware=job.cluster.node, gpus=plan.inputs.gpus, global_batch=t.global_batch_size,
+                seq_len=t.seq_len, gpus_per_node=plan.inputs.gpus_per_node, precision=t.precision,
+                fp8_recipe=t.fp8_recipe, optimizer=t.optimizer, lora_rank=t.lora_rank, attention=t.attention,
+                runtime=t.runtime, context_attention=t.context_attention, memory_fraction=plan.inputs.memory_fraction,
+                profile=profile, launchable=bool(plan.inputs.launchable), **plan_narrowing_kwargs(plan.inputs))
+
+
+def calibration_moves(plan: PlanFile) -> dict[str, Any] | None:
+    """For a plan calibrated by a cluster's own runs (``autoplan calibrate``): the pick without the
+    calibration, and, if it differs, the factors that moved it: each factor applied alone to the
+    shipped rates, and how much it narrows the step gap of the calibrated pick over the uncalibrated
+    one (seconds). None for a plan with no such calibration."""
+    from dataclasses import replace as dc_replace
+
+    from . import api
+    from planner.plan.bands import CALIBRATE_SOURCE
+    from planner.plan.render import layout_summary
+
+    job = api.job_as_planned(plan.inputs)
+    profile = job.profile
+    fit = (profile.provenance.get("calibration") if profile is not None else None) or {}
+    if fit.get("source") != CALIBRATE_SOURCE or plan.best is None:
+        return None
+    bare = dc_replace(profile, calibration={})
+    plain = api.plan(**_same_request(plan, job, bare))
+    if plain.best is None or plain.best.layout == plan.best.layout:
+        return {"moved": False, "text": "the calibration did not move the pick: the shipped rates pick it too"}
+    factors = {name: f for name, f in (fit.get("factors") or {}).items() if f.get("informed")}
+    gaps = {}
+    for name, factor in factors.items():
+        alone = dc_replace(profile, calibration=_factor_table(profile.calibration, name))
+        model = dc_replace(job, profile=alone).cost_model()
+        gaps[name] = model.estimate(plan.best.layout).step_time_s - model.estimate(plain.best.layout).step_time_s
+    bare_model = dc_replace(job, profile=bare).cost_model()
+    base_gap = bare_model.estimate(plan.best.layout).step_time_s - bare_model.estimate(plain.best.layout).step_time_s
+    movers = sorted(((gap - base_gap, name) for name, gap in gaps.items() if gap - base_gap < 0))
+    names = [f"{name} x{factors[name]['multiplier']:.2f} ({delta:+.3f} s)" for delta, name in movers]
+    return {"moved": True, "uncalibrated": layout_summary(plain.best.layout),
+            "factors": [name for _, name in movers],
+            "text": f"the calibration moved the pick: the shipped rates pick {layout_summary(plain.best.layout)}; "
+                    f"moved by {', '.join(names) or 'no single factor (their combination)'}"}
+
+
+def _factor_table(calibration: dict[str, float], factor: str) -> dict[str, float]:
+    """A calibration table holding only ``factor``'s fields."""
+    from costmodels.calibration_factors import FACTORS
+
+    fields = next(f.fields for f in FACTORS if f.name == factor)
+    return {k: v for k, v in calibration.items() if k in fields}
 
 
 CONTEXT_ATTENTION_TEXT = {
@@ -160,4 +217,6 @@ def explanation_lines(doc: dict[str, Any]) -> list[str]:
         lines.append(doc["context_parallel"]["text"])
     for case in doc.get("what_would_change", []):
         lines.append(case["text"])
+    if "calibration" in doc:
+        lines.append(doc["calibration"]["text"])
     return lines

@@ -111,6 +111,23 @@ def burn_in(fn: Callable[[], object], seconds: float, timer: Timer) -> None:
         timer.sync()
 
 
+SUSTAINED_BATCHES = 5
+"""Timed batches before and after the burn-in (their median is the rate)."""
+
+
+def sustained_burn_in(fn: Callable[[], object], seconds: float, timer: Timer) -> dict[str, float]:
+    """Burn in for ``seconds`` and measure what the load keeps: the median seconds per call of
+    ``fn`` in a short burst before (after a warm-up batch), and again at the end of the burn-in,
+    when a power-capped part has settled at its sustained clock (an H100 reaches it within about
+    4 s of an 8192^3 GEMM loop: ``benchmarks/data/gpu/device/sustained-h100-2026-11-28.json``).
+    ``burst_s / sustained_s`` is the part's sustained rate share (``HardwareSpec.sustained_rate_share``)."""
+    calls = min(BATCH_MAX_CALLS, max(1, math.ceil(BATCH_TARGET_S / max(warmup_time_s(fn, timer), 1e-9))))
+    burst = statistics.median(timer.batch_times_s(fn, calls, SUSTAINED_BATCHES))
+    burn_in(fn, seconds, timer)
+    sustained = statistics.median(timer.batch_times_s(fn, calls, SUSTAINED_BATCHES))
+    return {"burst_s": burst, "sustained_s": sustained, "burn_in_s": seconds}
+
+
 def rotation_copies(footprint_bytes: int, flush_bytes: int) -> int:
     """Copies of a ``footprint_bytes`` operand set that together cover ``flush_bytes`` (at least 1)."""
     return max(1, math.ceil(flush_bytes / max(footprint_bytes, 1)))

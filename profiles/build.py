@@ -53,7 +53,8 @@ def build_profile(raw: Mapping[str, Any], *, device_type: str, provenance: dict[
 
     ``raw`` = {"gemm": {dtype: [{m, n, k, time_s}]}, "attention": {dtype: [{batch, seq_len,
     num_heads, head_dim, time_s}]}, "memory": {kernel: [{size_bytes, time_s}]},
-    "collectives": [{op, num_ranks, ranks_per_node, num_nodes, dtype, sizes_bytes, median_time_s}]}.
+    "collectives": [{op, num_ranks, ranks_per_node, num_nodes, dtype, sizes_bytes, median_time_s}],
+    "sustained": [{burst_s, sustained_s, burn_in_s, gemm, dtype}] (optional: the burn-in's timing)}.
     """
     gemm = {d: fit_compute_table(d, tuple(GemmPoint(**p) for p in pts))
             for d, pts in sorted(raw.get("gemm", {}).items()) if pts}
@@ -64,5 +65,9 @@ def build_profile(raw: Mapping[str, Any], *, device_type: str, provenance: dict[
     curves = tuple(fit_collective(**{**c, "sizes_bytes": tuple(c["sizes_bytes"]),
                                      "median_time_s": tuple(c["median_time_s"])})
                    for c in raw.get("collectives", []))
+    sustained = raw.get("sustained") or []
+    share = round(sustained[0]["burst_s"] / sustained[0]["sustained_s"], 4) if sustained else None
+    if sustained:
+        provenance = {**provenance, "sustained_burn_in": sustained[0]}
     return HardwareProfile(device_type=device_type, provenance=provenance, gemm=gemm,
-                           attention=attention, memory=memory, collectives=curves)
+                           attention=attention, memory=memory, collectives=curves, sustained_rate_share=share)

@@ -153,6 +153,9 @@ def merge_compute(per_rank: list[dict[str, Any]]) -> dict[str, Any]:
         merged[family] = {key: pool_medians([p for r in per_rank for p in pool_medians(r[family].get(key, []))],
                                             pool=max)
                           for key in keys}
+    sustained = [s for r in per_rank for s in r.get("sustained", [])]
+    if sustained:  # the rank that keeps the least of its burst rate: a step waits for it
+        merged["sustained"] = [min(sustained, key=lambda s: s["burst_s"] / s["sustained_s"])]
     return merged
 
 
@@ -203,15 +206,18 @@ def gather_identities(device: Any) -> list[dict[str, Any]]:
     return identities
 
 
-def burn_in_device(plan: MeasurePlan, dtypes: list[str], device: Any, timer: Any) -> None:
-    """``plan.burn_in_s`` of the plan's largest GEMM in its fastest dtype (none on CPU)."""
+def burn_in_device(plan: MeasurePlan, dtypes: list[str], device: Any, timer: Any) -> dict[str, Any] | None:
+    """``plan.burn_in_s`` of the plan's largest GEMM in its fastest dtype, timed in a burst before
+    and again at the end (``bench_compute.sustained_burn_in``); None where the plan burns in for
+    no time (CPU)."""
     from . import bench_compute as bc
 
     if plan.burn_in_s <= 0 or not plan.gemm_shapes:
-        return
+        return None
     m, n, k = max(plan.gemm_shapes, key=lambda s: s[0] * s[1] * s[2])
     dtype = "bf16" if "bf16" in dtypes else dtypes[0]
-    bc.burn_in(bc.gemm_call(m, n, k, dtype, device, plan.flush_bytes), plan.burn_in_s, timer)
+    timed = bc.sustained_burn_in(bc.gemm_call(m, n, k, dtype, device, plan.flush_bytes), plan.burn_in_s, timer)
+    return {**timed, "gemm": [m, n, k], "dtype": dtype}
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -241,9 +247,11 @@ def main(argv: list[str] | None = None) -> None:
         plan = fit_to_memory(plan, min(i["memory_bytes"] for i in identities))
     dtypes, skipped = bc.supported_gemm_dtypes(device)
     extra["device_state"] = {"before": device_state(device)}
-    burn_in_device(plan, dtypes, device, timer)
+    sustained = burn_in_device(plan, dtypes, device, timer)
     extra["device_state"]["after_burn_in"] = device_state(device)
     raw: dict[str, Any] = {"gemm": {}, "attention": {}, "memory": {}, "collectives": []}
+    if sustained is not None:
+        raw["sustained"] = [sustained]
     tasks = compute_tasks(plan, dtypes, device, timer, raw) if args.only != "collectives" else []
     comm = comm_tasks(plan, device, timer, raw) if dist.get_world_size() > 1 and args.only != "compute" else []
     total = plan.rounds * len(tasks) + plan.comm_rounds * len(comm)
@@ -253,7 +261,7 @@ def main(argv: list[str] | None = None) -> None:
             run()
             progress.step(what)
     per_rank: list[Any] = [None] * dist.get_world_size()
-    dist.all_gather_object(per_rank, {k: raw[k] for k in ("gemm", "attention", "memory")})
+    dist.all_gather_object(per_rank, {k: raw[k] for k in ("gemm", "attention", "memory", "sustained") if k in raw})
     release_memory(device)
     for _ in range(plan.comm_rounds):
         for what, run in comm:

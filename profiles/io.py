@@ -27,9 +27,11 @@ READABLE_VERSIONS = (1, 2, SCHEMA_VERSION)
 ``_segments``), a version-1 or 2 curve has ``spans_nodes`` in place of its placement (see ``_placement``)."""
 
 
-ZERO_ALLOWED_CALIBRATION = ("overlap_fraction", "step_overhead_s", "layer_overhead_s", "tp_layer_overhead_s")
+ZERO_ALLOWED_CALIBRATION = ("overlap_fraction", "step_overhead_s", "layer_overhead_s", "tp_layer_overhead_s",
+                            "allocator_fragmentation")
 """Calibration keys whose fitted value may be 0: the additive terms (a share, or seconds) that
-``planner.validate.calibrate`` fits on a linear grid (its ``ADDITIVE``)."""
+``planner.validate.calibrate`` fits on a linear grid (its ``ADDITIVE``), and the allocator's
+fragmentation share ``autoplan calibrate`` fits (``planner.calibrate.memory``)."""
 
 
 def profile_to_dict(profile: HardwareProfile) -> dict[str, Any]:
@@ -50,6 +52,7 @@ def profile_to_dict(profile: HardwareProfile) -> dict[str, Any]:
                          "smoothed_time_s": list(c.smoothed_time_s),
                          "segments": [asdict(seg) for seg in c.segments]} for c in profile.collectives],
         "calibration": dict(sorted(profile.calibration.items())),
+        **({} if profile.sustained_rate_share is None else {"sustained_rate_share": profile.sustained_rate_share}),
     }
 
 
@@ -89,6 +92,11 @@ def load_profile(path: str | Path) -> HardwareProfile:
     return profile_from_dict(data, where)
 
 
+MAX_SUSTAINED_SHARE = 1.2
+"""Largest ``sustained_rate_share`` a profile may hold: timing noise can put a burn-in's end a few
+per cent above its burst, a power cap never far."""
+
+
 def profile_from_dict(data: Any, where: str = "profile") -> HardwareProfile:
     """Validate a parsed profile document and build the record."""
     doc = _Doc(where)
@@ -109,8 +117,14 @@ def profile_from_dict(data: Any, where: str = "profile") -> HardwareProfile:
     keys = [c.key for c in curves]
     doc.check(len(set(keys)) == len(keys), "collectives",
               "holds the same (op, num_ranks, ranks_per_node, num_nodes) twice")
+    sustained = None
+    if "sustained_rate_share" in data:
+        sustained = doc.positive(data, "sustained_rate_share", "sustained_rate_share")
+        doc.check(sustained <= MAX_SUSTAINED_SHARE, "sustained_rate_share",
+                  f"is {sustained!r}; a burn-in keeps at most about its burst rate (<= {MAX_SUSTAINED_SHARE}): "
+                  "re-run 'autoplan profile'")
     return HardwareProfile(
-        device_type=device_type, provenance=provenance, calibration=calibration,
+        device_type=device_type, provenance=provenance, calibration=calibration, sustained_rate_share=sustained,
         gemm=_tables(doc, data, "gemm", GemmPoint, ("m", "n", "k")),
         attention=_tables(doc, data, "attention", AttentionPoint, ("batch", "seq_len", "num_heads", "head_dim")),
         memory=_memory(doc, data), collectives=curves)

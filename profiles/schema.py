@@ -194,6 +194,11 @@ class HardwareProfile:
     collectives: tuple[CollectiveCurve, ...] = ()
     calibration: dict[str, float] = field(default_factory=dict)
     """Multiplicative factors fitted by ``autoplan validate --calibrate`` (Assumptions field names)."""
+    sustained_rate_share: float | None = None
+    """Share of its burst rate the device kept at the end of the profile's burn-in (the largest
+    GEMM's burst time over its sustained time; ``bench_compute.sustained_burn_in``): replaces the
+    preset's ``HardwareSpec.tensor_rate_share`` for the rates the profile does not measure. None =
+    not measured (a CPU profile, or one made before it was)."""
     schema_version: int = SCHEMA_VERSION
 
     def gemm_flops_per_s(self, m: int, n: int, k: int, dtype: str) -> float | None:

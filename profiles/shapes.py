@@ -132,7 +132,9 @@ class MeasurePlan:
     bytes, so no timed call finds its operands in the cache the previous call filled (0: one copy)."""
     burn_in_s: float
     """Seconds of back-to-back large GEMMs before the first timed point, so clocks and power
-    settle where a training run holds them."""
+    settle where a training run holds them, and the rate they keep is measured against a burst
+    before (``bench_compute.sustained_burn_in``): long enough for a power-capped part to settle
+    (an H100's bf16 GEMM loop does within about 4 s)."""
 
 
 def powers_of_two(low: int, high: int) -> tuple[int, ...]:
@@ -200,7 +202,7 @@ def make_plan(device_type: str, quick: bool) -> MeasurePlan:
         rounds=1 if quick else 3,
         comm_rounds=2 if quick else 6,
         flush_bytes=256 * MIB if cuda else 0,
-        burn_in_s=(2.0 if quick else 5.0) if cuda else 0.0,
+        burn_in_s=(8.0 if quick else 15.0) if cuda else 0.0,
     )
 
 

@@ -13,7 +13,8 @@ from pathlib import Path
 from click.testing import CliRunner
 
 SNAPSHOT_DIR = Path(__file__).parent / "data" / "cli_snapshots"
-COMMANDS = ("plan", "evaluate", "explain", "models", "hardware", "profile", "launch", "trace", "shard", "validate")
+COMMANDS = ("plan", "evaluate", "explain", "models", "hardware", "profile", "launch", "trace", "shard", "validate",
+            "calibrate")
 TABLES = {
     "plan-table": ["plan", "--model", "tiny-llama", "--hardware", "cpu", "--gpus", "4", "--global-batch", "8",
                    "--seq-len", "128", "--precision", "fp32"],

@@ -9,7 +9,7 @@ from costmodels.training import TrainingSpec
 from hardware_specs import load_node, make_cluster
 from planner.search.space import SearchOptions, mesh_choices
 
-EXACT = Assumptions(link_efficiency=1.0)
+EXACT = Assumptions(link_efficiency=1.0, network_efficiency=1.0)
 H100 = make_cluster(load_node("h100-sxm-80gb"), 64)  # 8 nodes x 8, NVSwitch 450 GB/s, 8 x 400 Gb/s NICs
 
 

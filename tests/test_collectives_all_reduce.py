@@ -60,7 +60,7 @@ def test_sharp_sends_the_node_data_once_each_way():
 
 def test_the_cluster_spec_reaches_the_choice():
     # H100 ships nvls_efficiency 0.85 (NCCL's Hopper figure): the TP all-reduce inside a node is NVLS.
-    exact = Assumptions(link_efficiency=1.0)
+    exact = Assumptions(link_efficiency=1.0, network_efficiency=1.0)
     h100 = make_cluster(load_node("h100-sxm-80gb"), 8)
     assert collective_time_s("all_reduce", GIB, 8, 1, h100, assumptions=exact) == pytest.approx(
         nvls_all_reduce_s(GIB, 8, 1, NVLS))

@@ -23,6 +23,13 @@ from planner.plan.plan_file import PlanFile
 NASTY = "my \"model\" $(touch PWNED) `id`; rm -rf / 'x'\nnewline"
 
 
+HAND_PREDICTED = {"step_time_s": 1.0, "tokens_per_s": 1.0, "tokens_per_s_per_gpu": 1.0, "mfu": 0.5, "hfu": 0.5,
+                  "peak_memory_gib": 1.0, "memory_capacity_gib": 2.0, "memory_usable_gib": 2.0,
+                  "bubble_fraction": 0.0, "memory_gib": {}, "time_s": {}, "comm_gib_per_gpu": {}}
+"""A hand-made plan's prediction: well-formed (the plan file checks it), read by nothing the launch writes
+but the checkpoint interval, which it leaves at the job's default (no ``goodput``)."""
+
+
 def make_plan(model: str = "tiny-llama", name: str | None = None, gpus: int = 4, runtime: str = "torch",
               **layout) -> dict:
     """A plan dict in the shape of the lead's plan file, built by hand, for ``runtime``'s job."""
@@ -36,7 +43,7 @@ def make_plan(model: str = "tiny-llama", name: str | None = None, gpus: int = 4,
                        "training": {"global_batch_size": batch, "seq_len": 32, "precision": "bf16",
                                     "optimizer": "adamw", "lora_rank": 0, "lora_targets": ["q", "k", "v", "o"],
                                     "attention": "fused", "runtime": runtime}},
-            "best": {"layout": base, "predicted": {}}, "candidates": [],
+            "best": {"layout": base, "predicted": HAND_PREDICTED}, "candidates": [],
             "search": {"solver": "evaluate", "space_size": 1, "evaluated": 1, "rejected": {}}}
 
 
@@ -121,11 +128,12 @@ def test_bundle_is_derived_from_the_runtime_imports(job):
     bundle = bundle_modules()
     job_modules = bundle["planner.launch.torchjob"]
     assert {"main", "pipelining", "tp_styles", "user_model"} <= set(job_modules)
-    assert bundle["planner.plan"] == ("plan_file",)
+    assert bundle["planner.plan"] == ("plan_file", "predicted_check")  # the plan file checks its predictions
     assert "harness" not in " ".join(job_modules)  # test-only module, not imported by the job
     # capabilities: plan_file reads the plan's narrowing of its runtime's space (capabilities.Narrowing)
+    # runtimes: the runtime registry (CONVENTIONS) the convention module reads
     assert bundle["costmodels"] == ("capabilities", "convention", "layout", "model_spec", "moe_costs", "precision",
-                                    "stage_split", "training")
+                                    "runtimes", "stage_split", "training")
     copied = sorted(p.stem for p in (job / "runtime" / "planner" / "launch" / "torchjob").glob("*.py"))
     assert copied == sorted(job_modules)
     names = ", ".join(f"planner.launch.torchjob.{m}" for m in job_modules if m != "__init__")

@@ -29,10 +29,15 @@ printf '%s\\0' "$@" > "$RECORD"
 printf '%s' "${CUDA_DEVICE_MAX_CONNECTIONS:-unset}" > "$RECORD.env"
 """
 FAKE_SCONTROL = """#!/usr/bin/env bash
-[ "$1 $2" = "show hostnames" ] && [ "$3" = "$SLURM_JOB_NODELIST" ] || exit 9
-printf 'gpu-a\\ngpu-b\\n'
+if [ "$1 $2" = "show hostnames" ] && [ "$3" = "$SLURM_JOB_NODELIST" ]; then printf 'gpu-a\\ngpu-b\\n'; exit 0; fi
+if [ "$1 $2 $3" = "show job $SLURM_JOB_ID" ]; then
+  printf 'JobId=%s JobName=x\\n   Command=%s\\n   WorkDir=/elsewhere\\n' "$3" "$SUBMITTED"; exit 0
+fi
+exit 9
 """
+"""scontrol: the allocation's hosts, and the job's record, whose Command= is the script as submitted."""
 FAKE_SRUN = """#!/usr/bin/env bash
+while [[ "$1" == --* ]]; do shift; done
 SLURM_NODEID=1 exec "$@"
 """
 """srun as the second node would run it (one task per node: the test checks that node's torchrun)."""
@@ -108,7 +113,21 @@ def test_launch_sh_runs_torchrun_on_the_plans_world(jobs, fake_bin, tmp_path, ru
     assert Path(tmp_path / "argv.env").read_text() == "1"  # CUDA_DEVICE_MAX_CONNECTIONS for TP overlap
 
 
-@pytest.mark.parametrize("runtime", ["megatron", "deepspeed"])
+@pytest.mark.parametrize("data", [["--data-path", "/data/tokens_text_document"], ["--data-path=/data/x"],
+                                  ["--train-data-path", "/data/train"], ["--lr", "1e-4"]])
+def test_deepspeed_launch_sh_never_passes_mock_data_and_stops_without_data(jobs, fake_bin, tmp_path, data):
+    """Megatron-DeepSpeed has no --mock-data ('unrecognized arguments'): launch.sh passes none, and
+    without a data argument stops before torchrun with one line saying what to pass."""
+    proc, argv = _run(jobs["deepspeed"] / "launch.sh", fake_bin, tmp_path, args=tuple(data), **CHECKOUTS)
+    if any(a.startswith(("--data-path", "--train-data-path")) for a in data):
+        assert proc.returncode == 0, proc.stderr
+        assert argv[-len(data):] == data and "--mock-data" not in argv
+    else:
+        assert proc.returncode == 2 and argv == []
+        assert "Megatron-DeepSpeed has no synthetic data" in proc.stderr and "--data-path" in proc.stderr
+
+
+@pytest.mark.parametrize("runtime", ["megatron"])
 @pytest.mark.parametrize("data", [["--data-path", "/data/tokens_text_document"], ["--data-path=/data/x"],
                                   ["--train-data-path", "/data/train"], ["--mock-data"], ["--lr", "1e-4"]])
 def test_launch_sh_gives_mock_data_only_when_no_data_is_named(jobs, fake_bin, tmp_path, runtime, data):
@@ -144,9 +163,36 @@ def test_slurm_sbatch_starts_launch_sh_on_each_node_with_the_first_as_rendezvous
     job = jobs[runtime]
     text = (job / "slurm.sbatch").read_text()
     assert "#SBATCH --nodes=2\n" in text and "#SBATCH --gpus-per-node=4\n" in text
-    proc, argv = _run(job / "slurm.sbatch", fake_bin, tmp_path, SLURM_JOB_NODELIST="gpu-[a-b]", **CHECKOUTS)
+    assert all(f"#SBATCH {o}\n" in text for o in ("--time=24:00:00", "--exclusive"))
+    assert "srun --kill-on-bad-exit=1 " in text and str(job) not in text  # no absolute path: the job can move
+    spool = tmp_path / "spool"  # sbatch runs a copy of the script, from the submission directory
+    spool.mkdir()
+    (spool / "slurm_script").write_text(text)
+    proc, argv = _run(spool / "slurm_script", fake_bin, tmp_path, SLURM_JOB_NODELIST="gpu-[a-b]", SLURM_JOB_ID="42",
+                      SUBMITTED=str(job / "slurm.sbatch"), **CHECKOUTS)
     assert proc.returncode == 0, proc.stderr
     assert argv == _torchrun_options(2, 4, 1, "gpu-a") + _expected_command(runtime, job) + EXTRA
+
+
+def test_slurm_sbatch_stops_when_it_cannot_find_its_job_directory(jobs, fake_bin, tmp_path):
+    proc, argv = _run(jobs["megatron"] / "slurm.sbatch", fake_bin, tmp_path, SLURM_JOB_NODELIST="gpu-[a-b]",
+                      SLURM_JOB_ID="42", SUBMITTED="/nowhere/slurm.sbatch", **CHECKOUTS)
+    assert proc.returncode == 2 and argv == [] and "set AUTOPLAN_JOB_DIR" in proc.stderr
+
+
+def test_launch_prints_the_line_that_submits_the_job_and_takes_slurm_options(tmp_path):
+    plan = tmp_path / "plan.json"
+    assert CliRunner().invoke(main, [*EVALUATE, "--out", str(plan)]).exit_code == 0
+    result = CliRunner().invoke(main, ["launch", str(plan), "--out", str(tmp_path / "job"), "--scheduler", "slurm",
+                                       "--slurm-time", "2-00:00:00", "--no-slurm-exclusive",
+                                       "--slurm-partition", "h100", "--slurm-account", "llm"])
+    assert result.exit_code == 0, result.output
+    assert result.output.strip().endswith(f"run: sbatch {tmp_path / 'job'}/slurm.sbatch")
+    text = (tmp_path / "job" / "slurm.sbatch").read_text()
+    assert "#SBATCH --time=2-00:00:00\n" in text and "--exclusive" not in text
+    assert "#SBATCH --partition=h100\n" in text and "#SBATCH --account=llm\n" in text
+    bad = CliRunner().invoke(main, ["launch", str(plan), "--out", str(tmp_path / "job2"), "--slurm-time", "soon"])
+    assert bad.exit_code == 2 and "--slurm-time 'soon'" in bad.output and not (tmp_path / "job2").exists()
 
 
 @pytest.mark.parametrize("runtime", ["megatron", "megatron-bridge", "torchtitan", "deepspeed"])

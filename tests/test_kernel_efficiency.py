@@ -58,7 +58,7 @@ def test_rates_charge_a_tp8_slice_of_a_small_model_less_than_the_ceiling():
     share = (8192 / 8316) * (512 / 640)
     assert rates.gemm_shape_efficiency(m, n, k) == pytest.approx(share)
     assert rates.gemm_time_s(Gemm(m=m, n=n, k=k)) == pytest.approx(
-        2 * m * n * k / (a.gemm_efficiency * share * hw.peak_flops("bf16")))
+        2 * m * n * k / (a.gemm_efficiency * share * hw.peak_flops("bf16") * hw.tensor_rate_share()))
 
 
 def test_attention_block_and_head_dim_factors():
@@ -73,7 +73,7 @@ def test_attention_block_and_head_dim_factors():
     rates = Rates(hw, "bf16", None, UNCALIBRATED)
     assert rates.attention_rate(1024, 128) / rates.attention_rate(8192, 128) == pytest.approx(0.8 / (8192 / 8448))
     assert rates.attention_rate(8192, 128) == pytest.approx(
-        hw.peak_flops("bf16") * UNCALIBRATED.attention_efficiency * 8192 / 8448)
+        hw.peak_flops("bf16") * UNCALIBRATED.attention_efficiency * hw.tensor_rate_share() * 8192 / 8448)
 
 
 def test_ring_exchange_is_exposed_where_it_outlasts_its_block_and_slows_it_otherwise():

@@ -140,11 +140,44 @@ def test_readme_plan_renders_a_valid_manifest_of_the_plan_size(readme_plan, tmp_
     check_against_api(document, kind)
     pods, per_pod = pods_and_processes(document)
     assert (pods, per_pod) == (8, 8) and pods * per_pod == read_plan_file(readme_plan).inputs.gpus == 64
-    container = pod_templates(document)[0]["spec"]["containers"][0]
-    assert container["resources"] == {"limits": {"nvidia.com/gpu": "8"}}
+    spec = pod_templates(document)[0]["spec"]
+    container = spec["containers"][0]
+    # multi-node NCCL: an RDMA device, the right to pin memory, a sized /dev/shm; the header says each
+    assert container["resources"] == {"limits": {"nvidia.com/gpu": "8", "rdma/ib": "1"}}
+    assert container["securityContext"] == {"capabilities": {"add": ["IPC_LOCK"]}}
     assert {"name": "dshm", "mountPath": "/dev/shm"} in container["volumeMounts"]
+    assert {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "64Gi"}} in spec["volumes"]
+    assert "Needs: a device plugin advertising rdma/ib" in text and "IPC_LOCK capability" in text
     assert "8 pod(s) x 8 process(es) = 64 (plan inputs.gpus)" in text  # the header says the shape
     assert (out / "launch.sh").is_file() and (out / "megatron_args.sh").is_file()  # the job the pods run
+
+
+@pytest.mark.parametrize("kind", ["jobset", "pytorchjob"])
+def test_k8s_network_options_set_rdma_shm_and_placement_and_still_validate(readme_plan, tmp_path, kind):
+    out = tmp_path / "job"
+    topology = ["--k8s-topology-key", "cloud.google.com/gce-topology-block"] if kind == "jobset" else []
+    result = CliRunner().invoke(main, ["launch", str(readme_plan), "--out", str(out), "--scheduler", "kubernetes",
+                                       "--k8s-kind", kind, "--k8s-rdma-resource", "nvidia.com/hostdev",
+                                       "--k8s-rdma-count", "8", "--k8s-shm-gib", "128", "--no-k8s-ipc-lock",
+                                       "--k8s-node-selector", "nvidia.com/gpu.product=NVIDIA-H100-80GB-HBM3",
+                                       *topology])
+    assert result.exit_code == 0, result.output
+    document = yaml.safe_load((out / MANIFEST_FILES[kind]).read_text())
+    check_against_api(document, kind)
+    spec = pod_templates(document)[0]["spec"]
+    container = spec["containers"][0]
+    assert container["resources"]["limits"]["nvidia.com/hostdev"] == "8" and "securityContext" not in container
+    assert spec["nodeSelector"] == {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}
+    assert {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "128Gi"}} in spec["volumes"]
+    if kind == "jobset":
+        template = document["spec"]["replicatedJobs"][0]["template"]
+        assert template["metadata"]["annotations"] == {
+            "alpha.jobset.sigs.k8s.io/exclusive-topology": "cloud.google.com/gce-topology-block"}
+    none = CliRunner().invoke(main, ["launch", str(readme_plan), "--out", str(tmp_path / "tcp"), "--scheduler",
+                                     "kubernetes", "--k8s-kind", kind, "--k8s-rdma-resource", "none"])
+    assert none.exit_code == 0, none.output
+    tcp = yaml.safe_load((tmp_path / "tcp" / MANIFEST_FILES[kind]).read_text())
+    assert pod_templates(tcp)[0]["spec"]["containers"][0]["resources"] == {"limits": {"nvidia.com/gpu": "8"}}
 
 
 @pytest.mark.parametrize("kind", ["jobset", "pytorchjob"])
@@ -270,6 +303,11 @@ BAD_OPTIONS = [
     (["--k8s-env", "NO_VALUE"], "--k8s-env"),
     (["--k8s-env", "1X=a"], "--k8s-env"),
     (["--k8s-env", "MASTER_ADDR=a"], "--k8s-env"),  # the manifest's own rendezvous
+    (["--k8s-rdma-resource", "rdma ib"], "--k8s-rdma-resource"),
+    (["--k8s-rdma-count", "0"], "--k8s-rdma-count"),
+    (["--k8s-shm-gib", "0"], "--k8s-shm-gib"),
+    (["--k8s-node-selector", "novalue"], "--k8s-node-selector"),
+    (["--k8s-kind", "pytorchjob", "--k8s-topology-key", "rack"], "--k8s-topology-key"),
 ]
 
 

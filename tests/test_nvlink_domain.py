@@ -17,7 +17,7 @@ from hardware_specs import SpecError, load_node, make_cluster
 from hardware_specs.loader import DATA_DIR
 from planner.cli import main
 
-EXACT = Assumptions(link_efficiency=1.0)
+EXACT = Assumptions(link_efficiency=1.0, network_efficiency=1.0)
 GB200 = load_node("gb200-nvl72")
 NVLINK_BYTES_PER_S, NVLINK_S = 900e9, 3e-6  # gb200-nvl72.toml [intra_node]
 NIC_BYTES_PER_S, NIC_S = 400e9 / 8, 5e-6  # one 400 Gb/s ConnectX-7 per GPU, [inter_node]

@@ -45,23 +45,23 @@ def test_files_honour_the_umask(tmp_path):
     assert stat.S_IMODE((tmp_path / "job" / "launch.sh").stat().st_mode) == 0o755
 
 
-def test_slurm_script_names_its_job_dir_absolutely_and_asks_cpus_for_a_cpu_plan(tmp_path, monkeypatch):
+def test_slurm_script_finds_its_job_dir_from_slurms_record_and_asks_cpus_for_a_cpu_plan(tmp_path, monkeypatch):
+    """sbatch runs a spooled copy from wherever it was typed: the script reads its submitted path back
+    from ``scontrol show job`` (or AUTOPLAN_JOB_DIR), never an absolute path written at launch."""
     monkeypatch.chdir(tmp_path)
     _invoke(["plan", *JOB, "--launchable", "--out", "plan.json"])
     _invoke(["launch", "plan.json", "--out", "job"])
     text = (tmp_path / "job" / "slurm.sbatch").read_text()
-    assert f'HERE="${{AUTOPLAN_JOB_DIR:-{tmp_path / "job"}}}"' in text
-    assert "SLURM_SUBMIT_DIR" not in text
+    assert 'HERE="${AUTOPLAN_JOB_DIR:-$(dirname "$(scontrol show job "$SLURM_JOB_ID"' in text
+    assert str(tmp_path) not in text and "SLURM_SUBMIT_DIR" not in text
     assert "--gpus-per-node" not in text and "#SBATCH --cpus-per-task=2" in text
 
 
 def test_slurm_script_asks_gpus_for_a_gpu_plan():
-    from pathlib import Path
-
     from planner.launch.scripts import slurm_sbatch
 
-    text = slurm_sbatch(world_size=16, gpus_per_node=8, name="x", summary="s", job_dir=Path("/jobs/x"), on_gpus=True)
-    assert "#SBATCH --nodes=2" in text and "#SBATCH --gpus-per-node=8" in text and "/jobs/x" in text
+    text = slurm_sbatch(world_size=16, gpus_per_node=8, name="x", summary="s", on_gpus=True)
+    assert "#SBATCH --nodes=2" in text and "#SBATCH --gpus-per-node=8" in text and "#SBATCH --exclusive" in text
 
 
 def test_nothing_fits_names_the_smallest_gpu_count_that_fits_and_it_does():

@@ -197,6 +197,39 @@ def test_burn_in_runs_for_the_asked_time() -> None:
     assert time.perf_counter() - started >= 0.05 and calls
 
 
+def test_cuda_burn_in_is_long_enough_for_a_power_cap_to_settle() -> None:
+    # an H100's minute-long bf16 GEMM loop settles within about 4 s (sustained-h100-2026-11-28.json)
+    assert make_plan("cuda", quick=True).burn_in_s >= 8 and make_plan("cuda", quick=False).burn_in_s >= 15
+
+
+def test_sustained_burn_in_times_a_burst_before_and_the_settled_rate_after() -> None:
+    # a call that slows from 1 ms to 1.25 ms over the burn-in, as a power-capped GPU does: share 0.8
+    started = time.perf_counter()
+
+    def call() -> None:
+        time.sleep(0.00125 if time.perf_counter() - started > 0.15 else 0.001)
+
+    timed = bench_compute.sustained_burn_in(call, 0.2, bench_compute.Timer(torch.device("cpu")))
+    assert timed["burn_in_s"] == 0.2
+    assert timed["burst_s"] / timed["sustained_s"] == pytest.approx(0.8, abs=0.08)
+
+
+def test_the_profile_keeps_the_burn_ins_share_and_a_file_refuses_one_above_a_burst() -> None:
+    from profiles.build import build_profile
+    from profiles.io import ProfileError, profile_from_dict, profile_to_dict
+
+    raw = {"sustained": [{"burst_s": 1.0e-3, "sustained_s": 1.094e-3, "burn_in_s": 15.0, "gemm": [8192] * 3,
+                          "dtype": "bf16"}]}
+    profile = build_profile(raw, device_type="cuda", provenance={})
+    assert profile.sustained_rate_share == pytest.approx(0.914, abs=1e-4)
+    assert profile.provenance["sustained_burn_in"]["burn_in_s"] == 15.0
+    doc = profile_to_dict(profile)
+    assert profile_from_dict(doc).sustained_rate_share == profile.sustained_rate_share
+    assert "sustained_rate_share" not in profile_to_dict(build_profile({}, device_type="cpu", provenance={}))
+    with pytest.raises(ProfileError, match="sustained_rate_share"):
+        profile_from_dict({**doc, "sustained_rate_share": 3.0})
+
+
 def test_device_state_is_recorded_as_null_on_cpu() -> None:
     state = harness.device_state(torch.device("cpu"))
     assert set(state) >= {"sm_clock_mhz", "max_sm_clock_mhz", "power_limit_w", "mig_mode", "ecc_mode"}

@@ -120,7 +120,7 @@ def test_exports_state_megatrons_uneven_form():
     assert "--num-layers-per-virtual-pipeline-stage" not in options and options <= frameworks.MEGATRON_OPTIONS
     parts = titan["module_fqns_per_model_part"]
     assert parts[0][:2] == ["tok_embeddings", "layers.0"] and len(parts[0]) == 7
-    assert parts[-1][-3:] == ["layers.31", "norm", "lm_head"] and sum(len(p) for p in parts) == 32 + 3
+    assert parts[-1][-3:] == ["layers.31", "norm", "output"] and sum(len(p) for p in parts) == 32 + 3
 
 
 def test_exports_state_other_splits_as_a_layout_string():

@@ -59,10 +59,11 @@ def test_simulated_step_matches_bubble_formula(schedule, v):
     assert len([b for b in bars if b.kind == "F"]) == p * m * v
 
 
-@pytest.mark.parametrize("recompute, issues", [("none", 3), ("full", 4)])
-def test_host_time_per_layer_is_once_forward_twice_backward_and_again_when_recomputed(recompute, issues):
-    """``layer_overhead_s`` x adds x per layer forward, 2x backward and x per recomputed forward,
-    for every micro-batch; ``tp_layer_overhead_s`` only to DTensor (torch runtime) TP layers."""
+@pytest.mark.parametrize("recompute, forwards", [("none", 1), ("full", 2)])
+def test_host_time_per_layer_is_once_forward_ratio_backward_and_again_when_recomputed(recompute, forwards):
+    """``layer_overhead_s`` x adds x per layer forward, ``backward_host_ratio`` x in backward and x
+    per recomputed forward, for every micro-batch; ``tp_layer_overhead_s`` only to DTensor (torch
+    runtime) TP layers."""
     from costmodels.estimate import CostModel
     from costmodels.job import Job
     from costmodels.layout import Layout
@@ -83,4 +84,5 @@ def test_host_time_per_layer_is_once_forward_twice_backward_and_again_when_recom
         charged = replace(DEFAULT_ASSUMPTIONS, layer_overhead_s=x, tp_layer_overhead_s=0.002)
         step = CostModel(Job(model=model, training=training, cluster=cluster, assumptions=charged,
                              convention=convention)).estimate(layout).step_time_s
+        issues = forwards + DEFAULT_ASSUMPTIONS.backward_host_ratio
         assert step - base == pytest.approx(4 * model.num_layers * issues * (x + tp_extra))

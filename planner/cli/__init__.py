@@ -1,8 +1,9 @@
 """The ``autoplan`` command line: a thin click shell over the planner API.
 
 One module per verb group (``plan``: plan, evaluate, explain; ``presets``: models, hardware; ``launch``;
-``validate``; ``profile``; ``alpa``: trace, shard), each holding option parsing and printing only;
-the work is done by ``planner.api``, ``planner.launch``, ``planner.validate`` and ``profiles``."""
+``validate``; ``calibrate``; ``profile``; ``alpa``: trace, shard), each holding option parsing and
+printing only; the work is done by ``planner.api``, ``planner.launch``, ``planner.validate``,
+``planner.calibrate`` and ``profiles``."""
 
 from __future__ import annotations
 
@@ -104,3 +105,4 @@ from .profile import profile_command; main.add_command(profile_command)  # noqa:
 from .launch import launch_command; main.add_command(launch_command)  # noqa: E402
 from .alpa import shard_command, trace_command; main.add_command(trace_command); main.add_command(shard_command)  # noqa: E402,E501
 from .validate import validate_command; main.add_command(validate_command)  # noqa: E402
+from .calibrate import calibrate_command; main.add_command(calibrate_command)  # noqa: E402

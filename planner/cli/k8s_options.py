@@ -19,10 +19,30 @@ def _env_pair(text: str) -> tuple[str, str]:
     return name, value
 
 
+def _network(given: dict[str, Any]):
+    """``K8sNetwork`` from the ``--k8s-*`` network options, each left out taking its default."""
+    from planner.launch.k8s_network import K8sNetwork
+
+    defaults = K8sNetwork()
+    resource = given["k8s_rdma_resource"]
+    pairs = []
+    for text in given["k8s_node_selector"]:
+        key, sep, value = text.partition("=")
+        if not sep:
+            raise AutoplanError(f"--k8s-node-selector {text!r}: expected KEY=VALUE")
+        pairs.append((key, value))
+    pick = lambda key, default: default if given[key] is None else given[key]  # noqa: E731
+    return K8sNetwork(rdma_resource=defaults.rdma_resource if resource is None else None if resource == "none"
+                      else resource, rdma_count=pick("k8s_rdma_count", defaults.rdma_count),
+                      ipc_lock=pick("k8s_ipc_lock", defaults.ipc_lock), shm_gib=pick("k8s_shm_gib", defaults.shm_gib),
+                      node_selector=tuple(pairs), topology_key=given["k8s_topology_key"])
+
+
 def kubernetes_options(plan: Any, out_dir: str, scheduler: str, given: dict[str, str | None]):
     """``K8sOptions`` from the ``--k8s-*`` values (``given``, keyed ``k8s_kind`` ...) with their
     defaults, or None when ``scheduler`` is not kubernetes; a ``--k8s-*`` option without
     ``--scheduler kubernetes`` is refused rather than ignored."""
+    from planner.launch.job import model_name
     from planner.launch.kubernetes import (DEFAULT_CLAIM, DEFAULT_MOUNT, DEFAULT_NAMESPACE, K8sOptions, check_options,
                                          default_image, default_name, node_shape)
 
@@ -36,10 +56,11 @@ def kubernetes_options(plan: Any, out_dir: str, scheduler: str, given: dict[str,
     if job_dir is None:
         job_dir = f"{mount.rstrip('/')}/{Path(out_dir).resolve().name}"
     options = K8sOptions(kind=given["k8s_kind"] or "jobset",
-                         name=given["k8s_name"] if given["k8s_name"] is not None else default_name(plan.inputs.model),
+                         name=given["k8s_name"] if given["k8s_name"] is not None else default_name(model_name(plan)),
                          namespace=given["k8s_namespace"] if given["k8s_namespace"] is not None else DEFAULT_NAMESPACE,
                          image=given["k8s_image"] if given["k8s_image"] is not None else default_image(),
                          claim_name=given["k8s_claim"] if given["k8s_claim"] is not None else DEFAULT_CLAIM,
-                         mount_path=mount, job_dir=job_dir, env=tuple(_env_pair(text) for text in given["k8s_env"]))
+                         mount_path=mount, job_dir=job_dir, env=tuple(_env_pair(text) for text in given["k8s_env"]),
+                         network=_network(given))
     check_options(options, node_shape(plan)[0])
     return options

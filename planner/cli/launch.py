@@ -10,6 +10,7 @@ import click
 
 from planner.launch.kubernetes import (DEFAULT_CLAIM, DEFAULT_MOUNT, DEFAULT_NAMESPACE, IMAGE_REPOSITORY, IMAGE_TAG_SUFFIX,
                                KINDS)
+from planner.launch.slurm import SlurmOptions, submit_line
 from .common import EXIT_INFEASIBLE, run_command
 from .k8s_options import SCHEDULERS, kubernetes_options
 
@@ -45,8 +46,34 @@ from .k8s_options import SCHEDULERS, kubernetes_options
 @click.option("--k8s-env", multiple=True, metavar="NAME=VALUE",
               help="container environment variable, repeatable: a framework job's checkout (MEGATRON_LM=..., "
                    "MEGATRON_BRIDGE=... with RECIPE=..., MEGATRON_DEEPSPEED=...) or NCCL settings")
+@click.option("--k8s-rdma-resource", default=None,
+              help="RDMA device-plugin resource each pod requests for NCCL (default: rdma/ib; e.g. "
+                   "nvidia.com/hostdev; 'none': TCP only)")
+@click.option("--k8s-rdma-count", type=int, default=None, help="how many of it each pod requests (default: 1)")
+@click.option("--k8s-ipc-lock/--no-k8s-ipc-lock", default=None,
+              help="add the IPC_LOCK capability NCCL needs to pin memory for RDMA (default: on)")
+@click.option("--k8s-shm-gib", type=int, default=None, help="size of each pod's memory-backed /dev/shm (default: 64)")
+@click.option("--k8s-node-selector", multiple=True, metavar="KEY=VALUE",
+              help="node label each pod requires, repeatable (e.g. nvidia.com/gpu.product=NVIDIA-H100-80GB-HBM3)")
+@click.option("--k8s-topology-key", default=None,
+              help="JobSet: node label whose domain holds all pods (exclusive-topology annotation)")
+@click.option("--steps", type=int, default=None,
+              help="framework jobs: optimizer steps to train (default: 1000; Megatron's --train-iters)")
+@click.option("--lr", type=float, default=None, help="framework jobs: peak learning rate (default: 3e-4)")
+@click.option("--warmup-steps", type=int, default=None,
+              help="framework jobs: linear warm-up steps before the cosine decay (default: 100)")
+@click.option("--min-lr-ratio", type=float, default=None,
+              help="framework jobs: the decay's final rate as a fraction of --lr (default: 0.1)")
+@click.option("--slurm-time", default="24:00:00", show_default=True,
+              help="slurm.sbatch's wall-clock limit (#SBATCH --time: minutes, HH:MM:SS or D-HH:MM:SS)")
+@click.option("--slurm-exclusive/--no-slurm-exclusive", default=True, show_default=True,
+              help="slurm.sbatch asks for whole nodes (#SBATCH --exclusive), as the plan assumes")
+@click.option("--slurm-partition", default=None, help="slurm.sbatch's #SBATCH --partition (default: the cluster's)")
+@click.option("--slurm-account", default=None, help="slurm.sbatch's #SBATCH --account (default: the user's)")
 def launch_command(plan_file: str, out_dir: str, force: bool, python: str | None,
-                   scheduler: str, allow_no_fit: bool, **k8s: Any) -> None:
+                   scheduler: str, allow_no_fit: bool, slurm_time: str, slurm_exclusive: bool,
+                   slurm_partition: str | None, slurm_account: str | None, steps: int | None, lr: float | None,
+                   warmup_steps: int | None, min_lr_ratio: float | None, **k8s: Any) -> None:
     """Write the job of PLAN_FILE's runtime; run it with DIR/launch.sh.
 
     \b
@@ -73,16 +100,32 @@ def launch_command(plan_file: str, out_dir: str, force: bool, python: str | None
                                plan.best.layout)
         _refuse_no_fit(plan_file, plan, allow_no_fit)
         options = kubernetes_options(plan, out_dir, scheduler, k8s)
-        files = write_job(plan, out_dir, python=python)
+        slurm = SlurmOptions(time=slurm_time, exclusive=slurm_exclusive, partition=slurm_partition,
+                             account=slurm_account)
+        files = write_job(plan, out_dir, python=python, slurm=slurm,
+                          settings=training_settings(steps=steps, lr=lr, warmup_steps=warmup_steps,
+                                                     min_lr_ratio=min_lr_ratio))
         run = f"{out_dir}/launch.sh" + (" --steps 20" if plan.inputs.training.runtime == "torch"
                                         or plan.inputs.module is not None else "")
         if options is not None:
             path = write_manifest(plan, out_dir, options)
-            click.echo(f"wrote {len(files) + 1} files to {out_dir}; run: {run}, or on Kubernetes: kubectl apply -f {path}")
+            click.echo(f"wrote {len(files) + 1} files to {out_dir}; run: kubectl apply -f {path}")
             return
+        if scheduler == "slurm":
+            run = submit_line(out_dir)
         click.echo(f"wrote {len(files)} files to {out_dir}; run: {run}")
 
     run_command(work)
+
+
+def training_settings(**given: Any):
+    """``TrainingSettings`` with the options given (the rest at their defaults), or None when none is."""
+    from dataclasses import replace
+
+    from planner.launch.training_settings import DEFAULT_SETTINGS
+
+    given = {key: value for key, value in given.items() if value is not None}
+    return replace(DEFAULT_SETTINGS, **given) if given else None
 
 
 def _refuse_no_fit(plan_file: str, plan: Any, allow: bool) -> None:

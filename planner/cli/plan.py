@@ -57,6 +57,10 @@ JOB_OPTIONS: list[Callable] = [
                  show_default=True, help="Usable share of device memory."),
     click.option("--profile", type=click.Path(dir_okay=False), default=None,
                  help="Measured profile JSON (autoplan profile); datasheet rates otherwise."),
+    click.option("--calibration", type=click.Path(dir_okay=False), default=None,
+                 help="A calibration from this cluster's own runs (autoplan calibrate --out; a profile with its "
+                      "fitted factors): the rates it corrects, and its leave-one-out error as the step band. "
+                      "Give it or --profile, not both (autoplan calibrate --profile P folds P's rates in)."),
     click.option("--profile-device-mismatch", type=click.Choice(["refuse", "ok"]), default="refuse", show_default=True,
                  help="ok: use a --profile measured on other devices than --hardware (recorded in the plan)."),
     click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True,
@@ -77,6 +81,12 @@ def _job_kwargs(kw: dict[str, Any]) -> dict[str, Any]:
     keys = ("model", "hardware", "gpus", "global_batch", "seq_len", "gpus_per_node", "precision", "fp8_recipe",
             "optimizer", "lora_rank", "attention", "memory_fraction", "profile", "profile_device_mismatch")
     out = {k: kw[k] for k in keys}
+    if kw.get("calibration") is not None:
+        if kw["profile"] is not None:
+            raise click.BadParameter("give --calibration or --profile, not both: 'autoplan calibrate --profile "
+                                     f"{kw['profile']}' writes a calibration that keeps that profile's rates",
+                                     param_hint="--calibration")
+        out["profile"] = kw["calibration"]
     out["model"], out["hardware"] = _full_names(kw["model"], kw["hardware"])
     for key in ("runtime", "moe_imbalance", "context_attention"):
         if kw.get(key) is not None:
@@ -108,6 +118,18 @@ def _emit(text: str, fmt: str, out: str | None, console_view: Callable, best: "P
         click.echo(text, nl=False)
     else:
         console_view()
+
+
+def _unrunnable(job: Any, layout: Any) -> tuple[str, ...]:
+    """What ``launch`` would refuse of an evaluated layout under its runtime (``export_problems``): said
+    now, as a warning, since ``evaluate`` costs any layout, runnable or not."""
+    from planner.launch.export_problems import export_problems
+
+    problems = export_problems(job.training.runtime, job.model, job.training, layout)
+    if not problems:
+        return ()
+    return (f"{problems[0]}: the {job.training.runtime} job cannot run this layout as costed ('autoplan launch' "
+            "refuses it)",)
 
 
 def _warn(warnings: tuple[str, ...]) -> None:
@@ -314,7 +336,7 @@ def evaluate_command(fmt: str, out: str | None, dp: int, tp: int, pp: int, cp: i
                                       activation_offload_layers=activation_offload_layers)
         breakdown = api.evaluate(layout=layout, **job_kwargs)
         bands = job_bands(job.profile, job.inputs.profile, job.training.runtime)
-        _warn(job.warnings)
+        _warn(job.warnings + _unrunnable(job, layout))
         report = PlanReport(inputs=job.inputs, best=breakdown, candidates=(), bands=bands,
                             search={"solver": "evaluate", "space_size": 1, "evaluated": 1}, warnings=job.warnings)
         single = plan_entry(breakdown, bands)

@@ -5,14 +5,15 @@ Each script reads its framework checkout from one variable (``MEGATRON_LM``, ``M
 ``MEGATRON_DEEPSPEED``; torchtitan runs as the installed module ``torchtitan.train``) and passes
 extra arguments through (``"$@"``: data, tokenizer, checkpoints). Synthetic data is the default
 and gives way to data the arguments name (``MOCK_DATA_UNLESS_GIVEN``; Megatron-Bridge: a later
-``--dataset`` wins over ``--dataset mock``)."""
+``--dataset`` wins over ``--dataset mock``), except for Megatron-DeepSpeed, which has none
+(``DATA_REQUIRED``)."""
 
 from __future__ import annotations
 
 import json
-import shlex
 
 from .scripts import job_name
+from .slurm import SlurmOptions, sbatch_lines
 
 MOCK_DATA_UNLESS_GIVEN = ('DATA=(--mock-data)\n'
                           'for arg in "$@"; do case "$arg" in --mock-data|--data-path*|--train-data-path*|'
@@ -21,6 +22,10 @@ MOCK_DATA_UNLESS_GIVEN = ('DATA=(--mock-data)\n'
 """Bash lines that give Megatron's ``pretrain_gpt.py`` synthetic data only when the arguments name
 none: ``--mock-data`` takes precedence over ``--data-path`` in Megatron, so a job that always passed
 it would train on random tokens whatever data the user gave."""
+DATA_REQUIRED = ('case " $* " in *" --data-path"*|*" --train-data-path"*) ;; *) echo "launch.sh: Megatron-DeepSpeed '
+                 'has no synthetic data (no --mock-data); pass --data-path PREFIX" >&2; exit 2 ;; esac')
+"""A bash line that stops a Megatron-DeepSpeed job given no data: its ``megatron/arguments.py`` (4efb479d)
+has no ``--mock-data``, so passing one ends in "unrecognized arguments"."""
 _COMMANDS = {
     "megatron": ('source "$HERE/megatron_args.sh"\n' + MOCK_DATA_UNLESS_GIVEN,
                  '"${MEGATRON_LM:?set MEGATRON_LM to a Megatron-LM checkout}/pretrain_gpt.py" "${MEGATRON_ARGS[@]}" '
@@ -30,9 +35,9 @@ _COMMANDS = {
                         'run_recipe.py" --recipe "${RECIPE:?set RECIPE to a pretrain recipe of the model}" '
                         '--dataset mock "${OVERRIDES[@]}" "$@"'),
     "torchtitan": (":", '-m torchtitan.train --job.config_file "$HERE/torchtitan.toml" "$@"'),
-    "deepspeed": ('source "$HERE/megatron_deepspeed_args.sh"\n' + MOCK_DATA_UNLESS_GIVEN,
+    "deepspeed": ('source "$HERE/megatron_deepspeed_args.sh"\n' + DATA_REQUIRED,
                   '"${MEGATRON_DEEPSPEED:?set MEGATRON_DEEPSPEED to a Megatron-DeepSpeed checkout}/pretrain_gpt.py" '
-                  '"${MEGATRON_DS_ARGS[@]}" --deepspeed_config "$HERE/deepspeed.json" "${DATA[@]}" "$@"'),
+                  '"${MEGATRON_DS_ARGS[@]}" --deepspeed_config "$HERE/deepspeed.json" "$@"'),
 }
 """Runtime -> (bash line that loads the exported options, what torchrun runs)."""
 FRAMEWORK_VARIABLES: dict[str, tuple[str, ...]] = {
@@ -55,13 +60,14 @@ def framework_launch_sh(runtime: str, *, nodes: int, gpus_per_node: int, summary
     return "\n".join(lines) + "\n"
 
 
-def framework_sbatch(*, nodes: int, gpus_per_node: int, name: str, job_dir: str) -> str:
-    """slurm.sbatch: one launch.sh per node, the first node as the rendezvous. The job name is
-    ``scripts.job_name``'s (letters, digits, '.', '_', '-'): a quoted name could hold a newline, which
-    would end the ``#SBATCH`` comment and run the rest of the model name as a command."""
-    lines = ["#!/usr/bin/env bash", f"#SBATCH --job-name={job_name(name)}", f"#SBATCH --nodes={nodes}",
-             "#SBATCH --ntasks-per-node=1", f"#SBATCH --gpus-per-node={gpus_per_node}", "set -euo pipefail",
-             'export MASTER_ADDR="$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)"',
-             f"export NNODES={nodes} GPUS_PER_NODE={gpus_per_node}",
-             f'srun bash {shlex.quote(job_dir + "/launch.sh")} "$@"']
+def framework_sbatch(*, nodes: int, gpus_per_node: int, name: str, slurm: SlurmOptions = SlurmOptions()) -> str:
+    """slurm.sbatch: one launch.sh per node, the first node as the rendezvous; the allocation and the
+    job directory as ``planner.launch.slurm`` states them. The job name is ``scripts.job_name``'s
+    (letters, digits, '.', '_', '-'): a quoted name could hold a newline, which would end the
+    ``#SBATCH`` comment and run the rest of the model name as a command."""
+    lines = ["#!/usr/bin/env bash", "# Submit with: sbatch slurm.sbatch [arguments for launch.sh], from any directory"]
+    lines += sbatch_lines(slurm, name=job_name(name), nodes=nodes, resources=f"#SBATCH --gpus-per-node={gpus_per_node}")
+    lines += ['export MASTER_ADDR="$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)"',
+              f"export NNODES={nodes} GPUS_PER_NODE={gpus_per_node}",
+              'srun --kill-on-bad-exit=1 bash "$HERE/launch.sh" "$@"']
     return "\n".join(lines) + "\n"

@@ -18,7 +18,8 @@ from costmodels.training import TrainingSpec
 
 from .export_problems import require_exportable
 from .megatron_export import (MEGATRON_OPTIONS, megatron_args, megatron_checkpoint_args,  # noqa: F401
-                              megatron_recompute_args, megatron_script)
+                              megatron_recompute_args, megatron_script, rope_base_text)
+from .training_settings import DEFAULT_SETTINGS
 from .precision_export import TORCHTITAN_PRECISION_KEYS, torchtitan_precision_sections
 
 DEEPSPEED_KEYS = frozenset({
@@ -47,11 +48,13 @@ TORCHTITAN_KEYS = frozenset({
     "parallelism.context_parallel_rotate_method", "parallelism.enable_async_tensor_parallel",
     "training.enable_cpu_offload", "compile.enable", "compile.components",
     "checkpoint.enable", "checkpoint.folder", "checkpoint.interval",
+    "lr_scheduler.warmup_steps", "lr_scheduler.decay_type", "lr_scheduler.min_lr_factor",
+    "metrics.enable_tensorboard", "metrics.save_tb_folder", "metrics.log_freq",
 }) | TORCHTITAN_PRECISION_KEYS
 """Fields of pytorch/torchtitan ``torchtitan/config/job_config.py`` (commit 000204a4: Job, Model,
 Optimizer, Training, Parallelism, ActivationCheckpoint, Checkpoint), as section.field; the last three are in
 ``torchtitan/config/configs.py`` (commit b5bcd76c), whose module names per chunk
-(``tok_embeddings``, ``layers.<i>``, ``norm``, ``lm_head``) follow
+(``tok_embeddings``, ``layers.<i>``, ``norm``, ``output``) follow
 ``torchtitan/distributed/pipeline_parallel.py``."""
 
 
@@ -72,7 +75,7 @@ def deepspeed_config(model: ModelSpec, training: TrainingSpec, layout: Layout) -
             "fp16": {"enabled": training.precision == "fp16"},
             "data_types": {"grad_accum_dtype": "fp32"} if training.precision != "fp32" else {},
             "optimizer": {"type": "SGD" if training.optimizer == "sgd" else "AdamW",
-                          "params": {"lr": 3e-4, "weight_decay": 0.1}},
+                          "params": {"lr": DEFAULT_SETTINGS.lr, "weight_decay": DEFAULT_SETTINGS.weight_decay}},
             "steps_per_print": 10}
 
 
@@ -90,9 +93,16 @@ def megatron_deepspeed_args(model: ModelSpec, training: TrainingSpec, layout: La
             "--tensor-model-parallel-size", str(L.tp), "--pipeline-model-parallel-size", str(L.pp),
             "--normalization", "rmsnorm" if model.norm == "rmsnorm" else "layernorm",
             "--optimizer", "sgd" if training.optimizer == "sgd" else "adam", "--clip-grad", "1.0"]
+    # pretrain_gpt.py reads the ZeRO stage from --zero-stage (default 1), not from the JSON: it builds
+    # the model inside deepspeed.zero.Init only when args.zero_stage == 3
+    args += ["--zero-stage", str(L.zero_stage)]
+    # without a tokenizer Megatron-DeepSpeed falls back to GPT-2's 50,257 tokens; NullTokenizer takes the
+    # plan's vocabulary (megatron/tokenizer/tokenizer.py, _NullTokenizer(args.vocab_size))
+    args += ["--tokenizer-type", "NullTokenizer", "--vocab-size", str(model.vocab_size)]
     args += ["--no-pipeline-parallel"] if L.pp == 1 else []
     args += ["--sequence-parallel"] if L.sequence_parallel else []
-    args += ["--use-rotary-position-embeddings"] if model.positions == "rotary" else []
+    if model.positions == "rotary":
+        args += ["--use-rotary-position-embeddings", "--rotary-position-embeddings-theta", rope_base_text(model)]
     args += ["--swiglu"] if model.gated_mlp else []
     args += [] if model.tied_embeddings else ["--untie-embeddings-and-output-weights"]
     args += [] if model.linear_bias else ["--disable-bias-linear"]
@@ -100,7 +110,13 @@ def megatron_deepspeed_args(model: ModelSpec, training: TrainingSpec, layout: La
     if model.moe is not None:
         args += ["--num-experts", str(model.moe.num_experts), "--topk", str(model.moe.top_k), "--expert-interval", "1",
                  "--moe-expert-parallel-size", str(L.ep)]
+        # the experts are split over tp only with this flag (megatron/model/transformer.py ParallelMLP);
+        # the plan costs expert tp = tp
+        args += ["--enable-expert-tensor-parallelism"] if L.etp > 1 else []
     args += {"bf16": ["--bf16"], "fp16": ["--fp16"]}.get(training.precision, [])
+    # the attention the plan costed: fused is FlashAttention-2 (megatron/model/transformer.py
+    # FlashSelfAttention); without the flag Megatron-DeepSpeed runs its unfused core, which holds the scores
+    args += ["--use-flash-attn-v2"] if training.attention == "fused" else []
     return args + megatron_recompute_args(model, L) + ["--deepspeed"]
 
 
@@ -180,10 +196,10 @@ def torchtitan_config(model_name: str, model: ModelSpec, training: TrainingSpec,
     config = {
         "job": {"description": f"autoplan layout for {model_name}", "dump_folder": "./outputs"},
         "model": {"name": "llama3", "flavor": torchtitan_flavor(model_name, model)},
-        "optimizer": {"name": "AdamW", "lr": 3e-4, "weight_decay": 0.1},
+        "optimizer": {"name": "AdamW", "lr": DEFAULT_SETTINGS.lr, "weight_decay": DEFAULT_SETTINGS.weight_decay},
         "training": {"local_batch_size": L.micro_batch_size * (L.num_microbatches if L.pp > 1 else 1),
                      "global_batch_size": training.global_batch_size, "seq_len": seq_len, "max_norm": 1.0,
-                     "steps": 1000, "mixed_precision_param": "float32" if training.precision == "fp32" else "bfloat16",
+                     "steps": DEFAULT_SETTINGS.steps, "mixed_precision_param": "float32" if training.precision == "fp32" else "bfloat16",
                      "mixed_precision_reduce": "float32", "enable_cpu_offload": L.optimizer_offload},
         "parallelism": _torchtitan_parallelism(model, training, L),
         "activation_checkpoint": {"mode": "selective" if L.recompute == "op-sac" else L.recompute,
@@ -218,13 +234,14 @@ per rank), read from the capability table; ``export_problems`` refuses the other
 
 def torchtitan_model_parts(counts: tuple[int, ...]) -> list[list[str]]:
     """Module names of each model chunk, in model order: the embedding on the first, the final norm
-    and output head on the last (torchtitan's ``module_fqns_per_model_part``)."""
+    and output head on the last (torchtitan's ``module_fqns_per_model_part``; torchtitan v0.2.2's llama3
+    ``Transformer`` names them ``tok_embeddings``, ``layers``, ``norm`` and ``output``)."""
     parts, start = [], 0
     for n in counts:
         parts.append([f"layers.{j}" for j in range(start, start + n)])
         start += n
     parts[0].insert(0, "tok_embeddings")
-    parts[-1] += ["norm", "lm_head"]
+    parts[-1] += ["norm", "output"]
     return parts
 
 

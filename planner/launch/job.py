@@ -28,6 +28,8 @@ from profiles.io import write_text_atomic
 from . import frameworks, scripts
 from .framework_scripts import framework_launch_sh, framework_sbatch
 from .megatron_fields import bridge_override_lines
+from .slurm import SlurmOptions
+from .training_settings import DEFAULT_SETTINGS, TrainingSettings, megatron_training_args, torchtitan_training_sections
 
 JOB_PACKAGE = "planner.launch.torchjob"
 """The package of the generated job; its module ``main`` is the entry the bundle starts from."""
@@ -140,6 +142,12 @@ def write_job_file(path: Path, text: str, executable: bool = False) -> None:
         raise AutoplanError(f"--out: cannot write {path} ({err.strerror})") from None
 
 
+def model_name(plan: PlanFile) -> str:
+    """The model's own name (``model_spec.name``: a preset's, or a Hugging Face config directory's last
+    part), which names the job; ``inputs.model`` may be a path (``/tmp/nu/mistral-nemo``)."""
+    return plan.inputs.model_spec.name or plan.inputs.model
+
+
 def job_summary(plan: PlanFile, layout: Layout) -> str:
     L, inputs, tp_plan = layout, plan.inputs, plan.best.tp_plan
     model = f"user model {inputs.module}" if inputs.module is not None else f"model {inputs.model}"
@@ -158,17 +166,21 @@ def runs_on_gpus(hardware: str) -> bool:
         return True
 
 
-def write_job(plan: PlanFile, out: str | Path, *, python: str | None = None) -> list[Path]:
+def write_job(plan: PlanFile, out: str | Path, *, python: str | None = None,
+              slurm: SlurmOptions = SlurmOptions(), settings: TrainingSettings | None = None) -> list[Path]:
     """Write the job of the plan's runtime (``training.runtime``) for ``plan``; returns the files written.
     torch: autoplan's own torchrun job; megatron, megatron-bridge, torchtitan, deepspeed: that
     framework's options with its run scripts (``write_framework_job``). A user model (``inputs.module``)
     only the torch job can build, whatever the runtime it was costed for. Refuses, with one line naming
     the field, a layout the runtime cannot run as costed."""
     if plan.best is not None and plan.inputs.training.runtime != "torch" and plan.inputs.module is None:
-        return write_framework_job(plan, out)
+        return write_framework_job(plan, out, slurm, settings or DEFAULT_SETTINGS)
+    if settings is not None:
+        raise AutoplanError("--steps, --lr, --warmup-steps, --min-lr-ratio: the torch job takes them when it runs "
+                            "(launch.sh --steps N ...); they set framework jobs' options")
     model, training, layout = check_plan(plan)
     out = Path(out)
-    name = plan.inputs.model
+    name = model_name(plan)
     summary = job_summary(plan, layout)
     _copy_runtime(out)
     write_job_file(out / "plan.json", plan.to_json())
@@ -179,35 +191,44 @@ def write_job(plan: PlanFile, out: str | Path, *, python: str | None = None) -> 
                                                 every=scripts.checkpoint_every(plan.best.predicted)), executable=True)
     per_node = plan.inputs.gpus_per_node
     write_job_file(out / "slurm.sbatch", scripts.slurm_sbatch(world_size=layout.world_size, gpus_per_node=per_node,
-                                                       name=name, summary=summary, job_dir=out.resolve(),
+                                                       name=name, summary=summary, slurm=slurm,
                                                        on_gpus=runs_on_gpus(plan.inputs.hardware)))
     return sorted(p for p in out.rglob("*") if p.is_file() and "__pycache__" not in p.parts)
 
 
 def framework_files(runtime: str, name: str, model: ModelSpec, training: TrainingSpec, layout: Layout,
-                    checkpoint_every: int = scripts.DEFAULT_CHECKPOINT_EVERY) -> dict[str, str]:
+                    checkpoint_every: int = scripts.DEFAULT_CHECKPOINT_EVERY,
+                    settings: TrainingSettings = DEFAULT_SETTINGS) -> dict[str, str]:
     """{file name: text} of the framework's own option files for ``runtime``, saving a checkpoint every
-    ``checkpoint_every`` steps."""
-    saves = frameworks.megatron_checkpoint_args(checkpoint_every)
+    ``checkpoint_every`` steps and training as ``settings`` say (named in each file's header)."""
+    saves = frameworks.megatron_checkpoint_args(checkpoint_every) + megatron_training_args(settings)
     args, notes = frameworks.megatron_args(model, training, layout, training.seq_len) \
         if runtime in ("megatron", "megatron-bridge") else ([], [])
+    notes = [settings.summary(), *notes]
     if runtime == "megatron":
         return {"megatron_args.sh": frameworks.megatron_script(args + saves, notes)}
     if runtime == "megatron-bridge":
         header = ["# Megatron-Bridge ConfigContainer overrides for this plan (run_recipe.py KEY=VALUE), as costed;",
-                  "# the recipe (RECIPE) gives the architecture, which must be the plan's model."]
+                  "# the recipe (RECIPE) gives the architecture, which must be the plan's model.",
+                  f"# {settings.summary()}"]
         return {"bridge_overrides.txt": "\n".join(header + bridge_override_lines(args + saves)) + "\n"}
     if runtime == "torchtitan":
         config, notes = frameworks.torchtitan_config(name, model, training, layout, training.seq_len)
         config["checkpoint"] = frameworks.torchtitan_checkpoint(checkpoint_every)
-        return {"torchtitan.toml": frameworks.toml_text(config, [f"torchtitan config for {name}", *notes])}
+        for section, values in torchtitan_training_sections(settings).items():
+            config.setdefault(section, {}).update(values)
+        return {"torchtitan.toml": frameworks.toml_text(config, [f"torchtitan config for {name}", settings.summary(),
+                                                                 *notes])}
     ds = frameworks.deepspeed_config(model, training, layout)
+    ds["optimizer"]["params"]["lr"] = settings.lr
     ds_args = frameworks.megatron_deepspeed_args(model, training, layout) + saves
     return {"deepspeed.json": json.dumps(ds, indent=2, sort_keys=True, allow_nan=False) + "\n",
-            "megatron_deepspeed_args.sh": frameworks.megatron_script(ds_args, []).replace("MEGATRON_ARGS", "MEGATRON_DS_ARGS")}
+            "megatron_deepspeed_args.sh": frameworks.megatron_script(ds_args, [settings.summary()]).replace(
+                "MEGATRON_ARGS", "MEGATRON_DS_ARGS")}
 
 
-def write_framework_job(plan: PlanFile, out: str | Path) -> list[Path]:
+def write_framework_job(plan: PlanFile, out: str | Path, slurm: SlurmOptions = SlurmOptions(),
+                        settings: TrainingSettings = DEFAULT_SETTINGS) -> list[Path]:
     """plan.json, the framework's option files, launch.sh and slurm.sbatch for a plan whose runtime is
     megatron, megatron-bridge, torchtitan or deepspeed."""
     if plan.best is None:
@@ -220,8 +241,8 @@ def write_framework_job(plan: PlanFile, out: str | Path) -> list[Path]:
                         "plan it with --runtime torch")
     if problems:
         raise PlanFileError(problems[0])
-    files = framework_files(runtime, inputs.model, inputs.model_spec, inputs.training, layout,
-                            scripts.checkpoint_every(plan.best.predicted))
+    files = framework_files(runtime, model_name(plan), inputs.model_spec, inputs.training, layout,
+                            scripts.checkpoint_every(plan.best.predicted), settings)
     out = Path(out)
     per_node = min(inputs.gpus_per_node, layout.world_size)
     nodes = layout.world_size // per_node
@@ -230,6 +251,6 @@ def write_framework_job(plan: PlanFile, out: str | Path) -> list[Path]:
         write_job_file(out / file, text)
     write_job_file(out / "launch.sh", framework_launch_sh(runtime, nodes=nodes, gpus_per_node=per_node,
                                                   summary=job_summary(plan, layout)), executable=True)
-    write_job_file(out / "slurm.sbatch", framework_sbatch(nodes=nodes, gpus_per_node=per_node, name=inputs.model,
-                                                  job_dir=str(out.resolve())))
+    write_job_file(out / "slurm.sbatch", framework_sbatch(nodes=nodes, gpus_per_node=per_node, name=model_name(plan),
+                                                  slurm=slurm))
     return sorted(p for p in out.rglob("*") if p.is_file())

@@ -38,6 +38,8 @@ from typing import Any, Literal
 from autoplan_base.errors import AutoplanError
 from planner.plan.plan_file import PlanFile, PlanFileError
 
+from .k8s_network import (EXCLUSIVE_TOPOLOGY, K8sNetwork, container_parts, needs_lines, pod_placement,
+                          shm_volume)
 from .scripts import checkpoint_every
 
 KINDS = ("jobset", "pytorchjob")
@@ -97,6 +99,8 @@ class K8sOptions:
     env: tuple[tuple[str, str], ...] = ()
     """More container environment, (name, value) pairs (``--k8s-env NAME=VALUE``): a framework job's
     checkout variables (``framework_scripts.FRAMEWORK_VARIABLES``), NCCL settings."""
+    network: K8sNetwork = K8sNetwork()
+    """RDMA devices, IPC_LOCK, /dev/shm size and placement (``planner.launch.k8s_network``)."""
 
 
 def default_name(model: str) -> str:
@@ -144,6 +148,8 @@ def check_options(options: K8sOptions, nodes: int) -> None:
                                         f"digits, '_', not starting with a digit), not one of {', '.join(RESERVED_ENV)}")
     _absolute(options.mount_path, "--k8s-mount")
     _absolute(options.job_dir, "--k8s-job-dir")
+    if options.network.topology_key and options.kind != "jobset":
+        raise KubernetesOptionError("--k8s-topology-key: a JobSet annotation; use --k8s-kind jobset or drop it")
     longest_pod = len(f"{options.name}-{REPLICATED_JOB}-0-{nodes - 1}") + POD_NAME_SUFFIX
     if options.kind == "jobset" and longest_pod > 63:
         raise KubernetesOptionError(f"--k8s-name {options.name!r}: too long for a JobSet of {nodes} pods (its pod "
@@ -183,22 +189,24 @@ def _command(options: K8sOptions, *, runtime: str, nodes: int, per_node: int, no
 
 def _container(options: K8sOptions, *, name: str, command: list[str], env: list[dict], port: dict,
                per_node: int, on_gpus: bool) -> dict[str, Any]:
-    resources = ({"limits": {GPU_RESOURCE: str(per_node)}} if on_gpus
+    rdma, security = container_parts(options.network, on_gpus)
+    resources = ({"limits": {GPU_RESOURCE: str(per_node), **rdma}} if on_gpus
                  else {"requests": {"cpu": str(per_node)}})
     return {"name": name, "image": options.image, "command": command,
             "env": [*env, {"name": "PYTHONUNBUFFERED", "value": "1"},
                     *({"name": name, "value": value} for name, value in options.env)],
-            "ports": [port], "resources": resources,
+            "ports": [port], "resources": resources, **({"securityContext": security} if security else {}),
             "volumeMounts": [{"name": "job", "mountPath": options.mount_path},
                              {"name": "dshm", "mountPath": SHM_PATH}]}
 
 
 def _pod_spec(options: K8sOptions, container: dict[str, Any]) -> dict[str, Any]:
-    """One container, the claim, and a memory-backed /dev/shm (PyTorch's dataloader workers and
-    NCCL's shared-memory transport outgrow the container runtime's 64 MiB default)."""
-    return {"restartPolicy": "Never", "containers": [container],
+    """One container, the claim, a memory-backed /dev/shm of ``network.shm_gib`` (PyTorch's dataloader
+    workers and NCCL's shared-memory transport outgrow the container runtime's 64 MiB default), and
+    the node selector."""
+    return {"restartPolicy": "Never", "containers": [container], **pod_placement(options.network),
             "volumes": [{"name": "job", "persistentVolumeClaim": {"claimName": options.claim_name}},
-                        {"name": "dshm", "emptyDir": {"medium": "Memory"}}]}
+                        shm_volume(options.network)]}
 
 
 def jobset(options: K8sOptions, *, runtime: str, nodes: int, per_node: int, on_gpus: bool, every: int) -> dict[str, Any]:
@@ -210,10 +218,14 @@ def jobset(options: K8sOptions, *, runtime: str, nodes: int, per_node: int, on_g
                            port={"name": "rendezvous", "containerPort": JOBSET_PORT})
     job = {"parallelism": nodes, "completions": nodes, "completionMode": "Indexed", "backoffLimit": 0,
            "template": {"spec": _pod_spec(options, container)}}
+    topology = options.network.topology_key
+    replicated = {"name": REPLICATED_JOB, "replicas": 1, "template": {"spec": job}}
+    if topology:
+        replicated["template"]["metadata"] = {"annotations": {EXCLUSIVE_TOPOLOGY: topology}}
     return {"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
             "metadata": {"name": options.name, "namespace": options.namespace},
             "spec": {"network": {"enableDNSHostnames": True, "publishNotReadyAddresses": True},
-                     "replicatedJobs": [{"name": REPLICATED_JOB, "replicas": 1, "template": {"spec": job}}]}}
+                     "replicatedJobs": [replicated]}}
 
 
 def pytorchjob(options: K8sOptions, *, runtime: str, nodes: int, per_node: int, on_gpus: bool, every: int) -> dict[str, Any]:
@@ -247,7 +259,7 @@ def manifest(plan: PlanFile, options: K8sOptions, *, on_gpus: bool) -> dict[str,
                  every=checkpoint_every(plan.best.predicted))
 
 
-def header(plan: PlanFile, options: K8sOptions, summary: str, *, file: str) -> tuple[str, ...]:
+def header(plan: PlanFile, options: K8sOptions, summary: str, *, file: str, on_gpus: bool = True) -> tuple[str, ...]:
     """The comment lines above the manifest: what it runs, what it needs, the one command that starts it."""
     nodes, per_node = node_shape(plan)
     lines = [f"Generated by autoplan launch: {summary}",
@@ -257,6 +269,7 @@ def header(plan: PlanFile, options: K8sOptions, summary: str, *, file: str) -> t
              f"  directory at {options.job_dir} (mounted at {options.mount_path}); checkpoints and logs go under it.",
              "Needs: the JobSet controller (jobset.x-k8s.io/v1alpha2)" if options.kind == "jobset"
              else "Needs: the Kubeflow training operator (kubeflow.org/v1 PyTorchJob)",
+             *needs_lines(options.network, on_gpus),
              *_framework_needs(plan, options),
              f"Start: kubectl apply -f {file}"]
     return tuple(lines)
@@ -285,8 +298,9 @@ def write_manifest(plan: PlanFile, out: str | Path, options: K8sOptions) -> Path
     from .job import runs_on_gpus, job_summary, write_job_file
     from .yaml_text import yaml_text
 
-    document = manifest(plan, options, on_gpus=runs_on_gpus(plan.inputs.hardware))
+    on_gpus = runs_on_gpus(plan.inputs.hardware)
+    document = manifest(plan, options, on_gpus=on_gpus)
     path = Path(out) / MANIFEST_FILES[options.kind]
-    lines = header(plan, options, job_summary(plan, plan.best.layout), file=str(path))
+    lines = header(plan, options, job_summary(plan, plan.best.layout), file=str(path), on_gpus=on_gpus)
     write_job_file(path, yaml_text(document, lines))
     return path

@@ -43,6 +43,8 @@ MEGATRON_OPTIONS = frozenset({
     "--tp-comm-overlap", "--overlap-grad-reduce", "--overlap-param-gather", "--use-megatron-fsdp",
     "--data-parallel-sharding-strategy", "--cp-comm-type", "--optimizer-cpu-offload", "--optimizer-offload-fraction",
     "--cpu-offloading-num-layers", "--save", "--load", "--save-interval",
+    "--attention-backend", "--train-iters", "--lr", "--min-lr", "--lr-decay-style", "--lr-decay-iters",
+    "--lr-warmup-iters", "--weight-decay", "--tensorboard-dir", "--log-interval",
 }) | MEGATRON_PRECISION_OPTIONS
 """Options of NVIDIA/Megatron-LM ``megatron/training/arguments.py`` (parser groups network size,
 regularization, training, mixed precision, distributed, tokenizer, moe) used by the export. The
@@ -68,6 +70,14 @@ def megatron_checkpoint_args(every: int) -> list[str]:
 
 
 
+def rope_base_text(model: ModelSpec) -> str:
+    """The rotary base as Megatron's integer options take it (``--rotary-base`` of Megatron-LM and
+    ``--rotary-position-embeddings-theta`` of Megatron-DeepSpeed are ``type=int``): ``1000000``, never
+    ``1e+06``, which ``int()`` refuses. A fractional base is refused before (``framework_rules``)."""
+    assert model.rope_theta == int(model.rope_theta), model.rope_theta
+    return str(int(model.rope_theta))
+
+
 def megatron_model_args(model: ModelSpec) -> list[str]:
     """The architecture: sizes, attention, norms, positions, MLP, MLA, MoE, MTP."""
     args = ["--num-layers", str(model.num_layers), "--hidden-size", str(model.hidden_size),
@@ -77,7 +87,7 @@ def megatron_model_args(model: ModelSpec) -> list[str]:
             "--normalization", "RMSNorm" if model.norm == "rmsnorm" else "LayerNorm",
             "--position-embedding-type", "rope" if model.positions == "rotary" else "learned_absolute"]
     if model.positions == "rotary":
-        args += ["--rotary-base", f"{model.rope_theta:g}"]
+        args += ["--rotary-base", rope_base_text(model)]
     if model.num_kv_heads != model.num_attention_heads:
         args += ["--group-query-attention", "--num-query-groups", str(model.num_kv_heads)]
     args += ["--swiglu"] if model.gated_mlp else []
@@ -122,6 +132,18 @@ def _megatron_moe(model: ModelSpec) -> list[str]:
 
 MEGATRON_FSDP_STRATEGY = {2: "optim_grads", 3: "optim_grads_params"}
 """ZeRO stage -> Megatron-FSDP ``--data-parallel-sharding-strategy`` (``capabilities.MEGATRON``)."""
+
+
+MEGATRON_ATTENTION = {"fused": "flash", "eager": "unfused"}
+"""The plan's attention -> Megatron-LM's ``--attention-backend`` (``AttnBackend``: flash, fused, unfused,
+local, auto). ``fused`` is costed as FlashAttention (no s x s scores in memory, ``costmodels.activations``):
+``flash``; ``eager`` keeps the scores, as Megatron's ``unfused`` (DotProductAttention) does. ``auto``,
+the default, would let Transformer Engine choose either."""
+
+
+def megatron_attention_args(training: TrainingSpec) -> list[str]:
+    """The attention kernel the plan costed, by Megatron-LM's ``--attention-backend``."""
+    return ["--attention-backend", MEGATRON_ATTENTION[training.attention]]
 
 
 def megatron_sharding_args(layout: Layout) -> list[str]:
@@ -177,6 +199,7 @@ def megatron_args(model: ModelSpec, training: TrainingSpec, layout: Layout, seq_
     args += ["--seq-length", str(seq_len), "--max-position-embeddings", str(max(seq_len, model.max_position_embeddings)),
              "--micro-batch-size", str(L.micro_batch_size), "--global-batch-size", str(training.global_batch_size),
              "--optimizer", "sgd" if training.optimizer == "sgd" else "adam", "--clip-grad", "1.0"]
+    args += megatron_attention_args(training)
     args += megatron_parallel_args(training, L) + _megatron_stage_args(model, L)
     args += megatron_sharding_args(L) + megatron_recompute_args(model, L)
     precision_args, notes = megatron_precision_args(training, L)

@@ -61,6 +61,15 @@ ARG_FIELDS: dict[str, tuple[str, ...]] = {
     "save": ("checkpoint.save",),
     "load": ("checkpoint.load",),
     "save_interval": ("checkpoint.save_interval",),
+    "train_iters": ("train.train_iters",),
+    "lr": ("optimizer.lr",),
+    "min_lr": ("optimizer.min_lr",),
+    "weight_decay": ("optimizer.weight_decay",),
+    "lr_decay_style": ("scheduler.lr_decay_style",),
+    "lr_decay_iters": ("scheduler.lr_decay_iters",),
+    "lr_warmup_iters": ("scheduler.lr_warmup_iters",),
+    "tensorboard_dir": ("logger.tensorboard_dir",),
+    "log_interval": ("logger.log_interval",),
 }
 """Megatron-LM argument (argparse dest) -> the config fields it sets, as ``section.field``."""
 

@@ -109,10 +109,17 @@ def read_bridge_job(job: Path, num_layers: int) -> tuple[Layout, dict]:
 def read_torchtitan_job(job: Path, num_layers: int) -> tuple[Layout, dict]:
     """The torchtitan job: ``torchtitan.toml`` and launch.sh's world size."""
     c = tomllib.loads((job / "torchtitan.toml").read_text(encoding="utf-8"))
+    return torchtitan_sections_layout(c, launch_world_size(job), num_layers)
+
+
+def torchtitan_sections_layout(c: dict, world_size: int, num_layers: int) -> tuple[Layout, dict]:
+    """(Layout, training options) of torchtitan's config sections (``{section: {field: value}}``, as
+    the TOML holds them or as torchtitan's parsed ``JobConfig`` has them)."""
     p, t, ac = c["parallelism"], c["training"], c["activation_checkpoint"]
     tp, pp, cp = p["tensor_parallel_degree"], p["pipeline_parallel_degree"], p["context_parallel_degree"]
     replicate, shard = p["data_parallel_replicate_degree"], p["data_parallel_shard_degree"]
     dp = replicate * shard
+    assert dp * tp * pp * cp == world_size, (dp, tp, pp, cp, world_size)
     schedule = {v: k for k, v in TORCHTITAN_SCHEDULES.items()}[p["pipeline_parallel_schedule"]]
     parts = p.get("module_fqns_per_model_part")
     counts = tuple(sum(name.startswith("layers.") for name in part) for part in parts) if parts else ()
@@ -130,7 +137,7 @@ def read_torchtitan_job(job: Path, num_layers: int) -> tuple[Layout, dict]:
                     schedule=schedule if pp > 1 else "1f1b", virtual_stages=v, layers_per_chunk=counts,
                     recompute={"selective": "op-sac"}.get(ac["mode"], ac["mode"]),
                     optimizer_offload=t["enable_cpu_offload"])
-    converters = c["model"].get("converters", [])
+    converters = c["model"].get("converters") or []
     quantize = c.get("quantize", {}).get("linear", {})
     precision, recipe = ("fp8", quantize["float8"]["recipe_name"]) if "quantize.linear.float8" in converters else \
         ("mxfp8", None) if "quantize.linear.mx" in converters else \

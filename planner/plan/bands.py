@@ -31,6 +31,8 @@ class JobBands:
     memory: Band | None
     step_note: str = ""
     """Why there is no step band, when there is none."""
+    calibration: str = ""
+    """What calibrated the rates, when a cluster's own runs did (``autoplan calibrate``)."""
 
     def band_dict(self, breakdown: CostBreakdown) -> dict[str, Any]:
         """The ``predicted.band`` object of a plan: bounds in seconds and GiB, and the memory risk."""
@@ -43,6 +45,8 @@ class JobBands:
         if self.memory is not None:
             out["peak_memory_gib"] = self.memory.to_dict(breakdown.peak_memory_bytes / GIB)
         out["memory_risk"] = memory_risk(breakdown.peak_memory_bytes, breakdown.memory_usable_bytes, self.memory)
+        if self.calibration:
+            out["calibration"] = self.calibration
         return out
 
 
@@ -55,6 +59,27 @@ def job_bands(profile: "HardwareProfile | None", profile_where: str | None, runt
         return JobBands(step=step, memory=memory,
                         step_note="" if step else "no step-time band: no residual record shipped")
     fit = (getattr(profile, "provenance", None) or {}).get("calibration")
-    runs = fit.get("runs") if isinstance(fit, dict) else None
+    fit = fit if isinstance(fit, dict) else {}
+    runs = fit.get("runs")
+    if fit.get("source") == CALIBRATE_SOURCE:
+        step = profile_step_band(profile.calibration, profile_where or "the profile", fit.get("timed_runs"),
+                                 fit="the leave-one-out errors of this cluster's logged runs")
+        return JobBands(step=step, memory=memory, step_note="" if step else NO_PROFILE_BAND,
+                        calibration=calibration_line(fit, profile_where))
     step = profile_step_band(profile.calibration, profile_where or "the profile", runs)
     return JobBands(step=step, memory=memory, step_note="" if step else NO_PROFILE_BAND)
+
+
+CALIBRATE_SOURCE = "autoplan calibrate"
+"""``provenance.calibration.source`` of a profile ``autoplan calibrate`` wrote."""
+
+
+def calibration_line(fit: dict, where: str | None) -> str:
+    """The header line of a plan calibrated by a cluster's own runs."""
+    error = fit.get("median_abs_error_leave_one_out")
+    held = f"; leave-one-out median error {error:.1%}" if isinstance(error, (int, float)) else ""
+    moved = [name for name, f in (fit.get("factors") or {}).items()
+             if isinstance(f, dict) and f.get("informed") and abs(f.get("multiplier", 1.0) - 1) >= 0.02]
+    factors = f"; factors moved: {', '.join(moved)}" if moved else ""
+    return (f"rates calibrated by {fit.get('timed_runs', fit.get('runs'))} logged runs of this cluster "
+            f"(autoplan calibrate{f', {where}' if where else ''}{held}{factors})")

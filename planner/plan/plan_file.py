@@ -20,6 +20,7 @@ from costmodels.capabilities import Narrowing
 from costmodels.layout import Layout
 from costmodels.model_spec import ModelSpec, model_from_dict, model_to_dict
 from costmodels.training import TrainingSpec
+from planner.plan.predicted_check import check_predicted
 from autoplan_base.errors import AutoplanError
 from hardware_specs.files import parse_json, read_json
 
@@ -210,7 +211,8 @@ class PlanEntry:
             raise PlanFileError(f"{where}.tp_plan: expected {{module fqn: style}}; write it with "
                                 "'autoplan shard ... --attach'")
         return cls(layout=_spec(Layout.from_dict, raw.get("layout"), f"{where}.layout"),
-                   predicted=_get(raw, "predicted", where, dict), tp_plan=tp_plan)
+                   predicted=check_predicted(_get(raw, "predicted", where, dict), f"{where}.predicted",
+                                             PlanFileError), tp_plan=tp_plan)
 
     def to_dict(self) -> dict[str, Any]:
         out = {"layout": self.layout.to_dict(), "predicted": self.predicted}

@@ -98,7 +98,7 @@ def print_plan(console: Console, plan: PlanEntry, title: str, tie_note: str = ""
     console.print(f"  MFU {p['mfu']:.1%}{low} · HFU {p['hfu']:.1%} · bubble {p['bubble_fraction']:.1%}")
     if "goodput" in p:
         console.print(f"  {goodput_line(p['goodput'])}")
-    status = prediction_status(p.get("sources", {}))
+    status = band.get("calibration") or prediction_status(p.get("sources", {}))
     if foreign_profile:
         console.print(f"  {status}, [yellow]measured on other devices[/yellow]", highlight=False)
     else:
@@ -106,7 +106,7 @@ def print_plan(console: Console, plan: PlanEntry, title: str, tie_note: str = ""
     fits = "[green]fits[/green]" if p["fits"] else "[red]does not fit[/red]"
     if p.get("host_fits") is False and p["peak_memory_gib"] <= p["memory_capacity_gib"]:
         fits = "[red]fits on the GPU, but host RAM cannot hold the offloaded states[/red]"
-    elif band.get("memory_risk"):
+    elif band.get("memory_risk") and p["fits"]:
         fits = "[yellow]fits, but its band crosses the cap: memory risk[/yellow]"
     console.print(f"  peak memory {p['peak_memory_gib']:.1f}{_pm(band.get('peak_memory_gib'), p['peak_memory_gib'])} GiB per GPU, of "
                   f"{p['memory_capacity_gib']:.1f} the fit rule allows ({fits})")

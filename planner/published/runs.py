@@ -233,6 +233,8 @@ def map_row(row: dict, load_node) -> MappedRun:
         layout = replace(layout, activation_offload_layers=offload)
         notes.assume("activation_offload=NeMo preset", f"activation offload not given: {offload} layers (Megatron-Bridge's Megatron-FSDP preset, "
                      "runs.NEMO_ACTIVATION_OFFLOAD)")
+    runtime = _runtime(family, row.get("framework") or "")
+    _note_grad_reduction(runtime, precision, notes)
     L = layout
     config = (row["model"]["name"], preset, num_gpus, precision, seq_len, global_batch, L.dp, L.tp, L.pp, L.cp,
               L.ep, L.virtual_stages, L.micro_batch_size, L.recompute, L.zero_stage, row["precision"])
@@ -241,12 +243,30 @@ def map_row(row: dict, load_node) -> MappedRun:
         gpus_per_node=_gpus_per_node(row, node), global_batch=global_batch,
         seq_len=seq_len, precision=precision, fp8_recipe=fp8_recipe,
         attention="eager" if family in EAGER_ATTENTION_FAMILIES else "fused",
-        runtime=_runtime(family, row.get("framework") or ""), layout=layout, status=status,
+        runtime=runtime, layout=layout, status=status,
         measured_tokens_per_s_per_gpu=measured, measured_basis=basis,
         measured_peak_memory_gib=row["memory"]["peak_mem_gb"], config_key=config,
         sweep_key=(family, row["model"]["name"], model.num_layers, model.hidden_size, model.num_attention_heads,
                    model.ffn_hidden_size, model.vocab_size, preset, num_gpus, seq_len, precision, fp8_recipe),
         assumptions=tuple(notes.text), assumed=tuple(notes.assumed), compiled=_compiled(row))
+
+
+def _note_grad_reduction(runtime: str, precision: str, notes: Notes) -> None:
+    """Record the dtype the row's data-parallel gradients were reduced in, as its runtime convention
+    costs them (no row states it). Megatron-LM reduces bf16 training's gradients in fp32: until
+    ``--grad-reduce-in-bf16`` (2025-02) its ``validate_args`` forced
+    ``accumulate_allreduce_grads_in_fp32`` for bf16, and since then fp32 stays the default
+    (``megatron/training/arguments.py``); fp16 training reduces fp16 unless asked. NeMo's
+    performance recipes reduce in bf16 (``convention.MEGATRON_BRIDGE``). DeepSpeed's BF16_Optimizer
+    and FSDP2's mixed precision as torchtitan and the generated job run it reduce in fp32."""
+    if precision == "fp16":
+        notes.assume("grad_reduce=fp16", "gradient reduction not stated: fp16 (fp16 training's default)")
+    elif runtime == "megatron-bridge":
+        notes.assume("grad_reduce=bf16 (NeMo recipe)", "gradient reduction not stated: bf16 (NeMo performance "
+                     "recipes set grad_reduce_in_fp32 False)")
+    else:
+        notes.assume(f"grad_reduce=fp32 ({runtime})", f"gradient reduction not stated: fp32 ({runtime}'s default "
+                     "for 16-bit training)")
 
 
 def _gpus_per_node(row: dict, node: NodeSpec) -> int:

@@ -27,8 +27,16 @@ TORCHTITAN_FP8 = ("fp8-tensorwise", "fp8-rowwise", "mxfp8")
 """Recipes torchtitan's ``[float8] recipe_name`` / ``[mx] recipe_name`` name (``precision_export``)."""
 
 
+def _fractional_rope(model: ModelSpec, runtime: str) -> list[str]:
+    """Megatron-LM's ``--rotary-base`` and Megatron-DeepSpeed's ``--rotary-position-embeddings-theta``
+    are ``type=int`` (their ``arguments.py``)."""
+    if model.positions == "rotary" and model.rope_theta != int(model.rope_theta):
+        return [f"model.rope_theta = {model.rope_theta:g}: {runtime}'s rotary base is an integer option"]
+    return []
+
+
 def _megatron_job(model: ModelSpec, training: TrainingSpec) -> list[str]:
-    out = []
+    out = _fractional_rope(model, "Megatron-LM")
     if model.gated_mlp and model.activation != "silu":
         out.append(f"model.activation = {model.activation}: Megatron's gated MLP (--swiglu) is SiLU-gated only")
     if model.sliding_window:
@@ -77,10 +85,29 @@ def _torchtitan_job(model: ModelSpec, training: TrainingSpec) -> list[str]:
         out.append("training.precision = fp16: torchtitan's mixed_precision_param is bfloat16 or float32")
     if training.is_lora:
         out.append(f"training.lora_rank = {training.lora_rank}: torchtitan trains no LoRA adapters")
-    if model.mla is not None or model.sliding_window or model.sandwich_norm or model.num_mtp_layers:
-        out.append("model: latent attention, sliding windows, sandwich norms and MTP are not in the llama3 "
-                   "model torchtitan's config names")
+    if training.attention == "eager":
+        out.append("training.attention = eager: torchtitan's llama3 attends through SDPA or FlexAttention, "
+                   "never materialising the scores as costed")
+    out += _torchtitan_llama3(model)
     return out
+
+
+def _torchtitan_llama3(model: ModelSpec) -> list[str]:
+    """What torchtitan v0.2.2's ``llama3`` model (the one the exported TOML names: ``model/args.py``
+    ``TransformerModelArgs``, ``model/model.py``) cannot be: it is dense, RMSNorm, rotary, SiLU-gated,
+    without biases or q/k norms, with head dim = dim / n_heads and an untied output head."""
+    parts = [what for what, off in (
+        ("mixture-of-experts layers", model.moe is not None), ("LayerNorm", model.norm != "rmsnorm"),
+        ("learned positions", model.positions != "rotary"), ("linear biases", model.linear_bias or model.qkv_bias),
+        ("a non-gated or non-SiLU MLP", not model.gated_mlp or model.activation != "silu"),
+        ("q/k norms", model.qk_norm), ("tied embeddings", model.tied_embeddings),
+        (f"head dim {model.d_head} apart from hidden / heads", model.d_head * model.num_attention_heads
+         != model.hidden_size),
+        ("latent attention", model.mla is not None), ("sliding windows", bool(model.sliding_window)),
+        ("sandwich norms", model.sandwich_norm), ("multi-token prediction", bool(model.num_mtp_layers))) if off]
+    if not parts:
+        return []
+    return [f"model: torchtitan's llama3, the model its job names, has no {', '.join(parts)} ({model.name})"]
 
 
 def _torchtitan_layout(model: ModelSpec, training: TrainingSpec, layout: Layout) -> list[str]:
@@ -106,7 +133,7 @@ def _torchtitan_layout(model: ModelSpec, training: TrainingSpec, layout: Layout)
 
 
 def _deepspeed_job(model: ModelSpec, training: TrainingSpec) -> list[str]:
-    out = []
+    out = _fractional_rope(model, "Megatron-DeepSpeed")
     if training.recipe.is_low_precision:
         out.append(f"training.precision = {training.precision}: the DeepSpeed JSON has no FP8/FP4 switch")
     if training.is_lora:
@@ -144,6 +171,38 @@ def job_rule_problems(runtime: str, model: ModelSpec, training: TrainingSpec) ->
     naming the field (the torch job's are inside ``launch_problems``)."""
     rule = _JOB_RULES.get(runtime)
     return rule(model, training) if rule else []
+
+
+RUNTIME_ORDER = ("megatron", "megatron-bridge", "torchtitan", "deepspeed", "torch")
+"""The runtimes a refusal may point to, in the order it names them (``costmodels.capabilities``)."""
+
+
+def _torch_job(model: ModelSpec, training: TrainingSpec) -> list[str]:
+    """What autoplan's own job cannot run at any layout (``launchable.runtime_problems``, ``model_problems``)."""
+    out = []
+    if training.recipe.is_low_precision:
+        out.append(f"training.precision = {training.precision}: the generated job applies no low-precision recipe")
+    if model.num_mtp_layers:
+        out.append("model.num_mtp_layers: the generated job builds no multi-token prediction modules")
+    return out
+
+
+def runtimes_that_run(model: ModelSpec, training: TrainingSpec) -> tuple[str, ...]:
+    """The runtimes whose job can run ``model`` with ``training`` at some layout (no job rule refuses it)."""
+    rules = {**_JOB_RULES, "torch": _torch_job}
+    return tuple(r for r in RUNTIME_ORDER if not rules[r](model, training))
+
+
+def runtime_refusal(runtime: str, model: ModelSpec, training: TrainingSpec) -> str | None:
+    """One line saying why ``runtime``'s job cannot run ``model`` with ``training`` at any layout and
+    which runtime can (None when it can): what ``plan`` refuses before searching, so that no layout it
+    offers is refused by ``launch`` for the model or training alone."""
+    problems = job_rule_problems(runtime, model, training) if runtime != "torch" else _torch_job(model, training)
+    if not problems:
+        return None
+    others = [r for r in runtimes_that_run(model, training) if r != runtime]
+    fix = f"plan with --runtime {' or --runtime '.join(others)}" if others else "no runtime autoplan knows runs it"
+    return f"--runtime {runtime} cannot run this job: {problems[0]}; {fix}"
 
 
 def layout_rule_problems(runtime: str, model: ModelSpec, training: TrainingSpec, layout: Layout) -> list[str]:

@@ -6,6 +6,8 @@ the search at larger counts) or less memory per sequence (a shorter ``--seq-len`
 
 from __future__ import annotations
 
+import math
+import time
 from dataclasses import replace
 
 from costmodels.breakdown import CostBreakdown
@@ -31,31 +33,66 @@ def model_state_gib(cost_model: CostModel) -> float:
     return total_params(cost_model.model) * per_param / GIB
 
 
-def smallest_fitting_gpus(cost_model: CostModel, options: SearchOptions,
-                          node_gpus: int) -> tuple[int, CostBreakdown] | None:
-    """The smallest count found at which some layout fits, with its best plan; None when none does.
-    The requested count times 2, 4, ... ``MAX_SCALE_UP`` (whole nodes of ``node_gpus`` past one
-    node) first; then, between the last doubling that does not fit and the first that does, whole
-    nodes by bisection (fitting need not grow monotonically with the count, so the bisection finds
-    a fitting count, not always the least). ``node_gpus``: GPUs per node of the hardware (or the
-    request's ``gpus_per_node``), not the request's cluster, whose node holds only the requested
-    GPUs when they are fewer than a node."""
-    per_node = node_gpus
+NO_FIT_BUDGET_S = 10.0
+"""Seconds the search for a fitting GPU count may take in all; past it, the answer it has (none
+found up to the last count tried) is returned. An ordinary no-fit finishes in a few seconds."""
+
+
+BUDGET_NOTE = f"; the search for a fitting GPU count stopped at its {NO_FIT_BUDGET_S:g} s budget"
+"""What a no-fit reason adds when that search ran out of time (the count it reached varies with the
+machine, so it is not stated: the plan file stays the same bytes on any machine)."""
+
+
+def parameter_floor_gpus(cost_model: CostModel, usable_bytes: float) -> int:
+    """The fewest GPUs that can hold the model's parameters at all: every layout spreads them over its
+    GPUs at best evenly, so the GPU that holds most holds at least total / count (closed form; no
+    search). ``usable_bytes``: what the fit rule lets one GPU hold."""
+    return max(1, math.ceil(total_params(cost_model.model) * cost_model.states.param / usable_bytes))
+
+
+def smallest_fitting_gpus(cost_model: CostModel, options: SearchOptions, node_gpus: int, usable_bytes: float,
+                          budget_s: float = NO_FIT_BUDGET_S) -> tuple[tuple[int, CostBreakdown] | None, int]:
+    """(the smallest count found at which some layout fits with the best of its memory-frugal plans
+    (``frugal_options``), or None; the largest count tried). The requested count times 2, 4, ... ``MAX_SCALE_UP`` (whole nodes of ``node_gpus``
+    past one node), skipping those below ``parameter_floor_gpus``; then, between the last doubling that
+    does not fit and the first that does, whole nodes by bisection (fitting need not grow monotonically
+    with the count, so the bisection finds a fitting count, not always the least). No new count is
+    searched after ``budget_s`` seconds. ``node_gpus``: GPUs per node of the hardware (or the request's
+    ``gpus_per_node``), not the request's cluster, whose node holds only the requested GPUs when they
+    are fewer than a node."""
+    per_node, deadline = node_gpus, time.monotonic() + budget_s
+    floor = parameter_floor_gpus(cost_model, usable_bytes)
+    frugal = frugal_options(options)
     low, gpus = cost_model.cluster.num_gpus, cost_model.cluster.num_gpus * 2
     while gpus <= cost_model.cluster.num_gpus * MAX_SCALE_UP:
-        plan = _best_at(cost_model, options, gpus, per_node) if gpus <= per_node or gpus % per_node == 0 else None
+        if time.monotonic() > deadline:
+            return None, low
+        whole = gpus <= per_node or gpus % per_node == 0
+        plan = _best_at(cost_model, frugal, gpus, per_node) if whole and gpus >= floor else None
         if plan is not None:
-            return _bisect_nodes(cost_model, options, per_node, low, gpus, plan)
+            return _bisect_nodes(cost_model, frugal, per_node, low, gpus, plan, deadline), gpus
         low, gpus = gpus, gpus * 2
-    return None
+    return None, low
+
+
+def frugal_options(options: SearchOptions) -> SearchOptions:
+    """``options`` cut to the least memory of each choice that only trades memory for time: one
+    sequence a micro-batch and full recomputation (where searched). Whether anything fits at a GPU
+    count is decided by these alone (a larger micro-batch or less recomputation never lowers the
+    peak), at a fraction of the full search's cost (a full search at the fitting count can take
+    minutes: gpt-oss-120b at a global batch of a million sequences). The layout reported is the best
+    of these; ``plan --gpus N`` at the count found searches every choice."""
+    recompute = ("full",) if "full" in options.recompute_modes else options.recompute_modes
+    return replace(options, micro_batch_sizes=(1,), recompute_modes=recompute)
 
 
 def _bisect_nodes(cost_model: CostModel, options: SearchOptions, per_node: int, low: int, high: int,
-                  plan: CostBreakdown) -> tuple[int, CostBreakdown]:
-    """Whole-node counts between ``low`` (no fit) and ``high`` (fits with ``plan``), bisected."""
+                  plan: CostBreakdown, deadline: float) -> tuple[int, CostBreakdown]:
+    """Whole-node counts between ``low`` (no fit) and ``high`` (fits with ``plan``), bisected until
+    ``deadline`` (``time.monotonic``), after which the smallest fitting count found so far stands."""
     while True:
         nodes = [n for n in range(low // per_node + 1, -(-high // per_node)) if n * per_node > low]
-        if low < per_node or not nodes:
+        if low < per_node or not nodes or time.monotonic() > deadline:
             return high, plan
         middle = nodes[len(nodes) // 2] * per_node
         found = _best_at(cost_model, options, middle, per_node)
@@ -80,7 +117,11 @@ def no_fit(miss: CostBreakdown, cost_model: CostModel, options: SearchOptions, n
     gpus = cost_model.cluster.num_gpus
     reason = (f"model states need {states:,.1f} GiB in all ({states / gpus:,.1f} GiB per GPU even fully sharded "
               f"over {gpus} GPUs); the fit rule allows {miss.memory_capacity_bytes / GIB:.1f} GiB per GPU")
-    found = smallest_fitting_gpus(cost_model, options, node_gpus)
+    found, tried = smallest_fitting_gpus(cost_model, options, node_gpus, miss.memory_capacity_bytes)
+    if found is None and tried < gpus * MAX_SCALE_UP:
+        reason += BUDGET_NOTE
+    elif found is not None and found[1].layout.optimizer_offload:
+        reason += f"; {found[0]} GPUs fit only with the optimizer states offloaded to CPU memory"
     return NoFit(reason=reason, model_state_gib=states, smallest_fitting_gpus=found[0] if found else None,
                  fitting_layout=found[1].layout if found else None)
 
@@ -91,6 +132,8 @@ def suggestions(fit: NoFit, requested_gpus: int) -> tuple[str, ...]:
 
     if fit.smallest_fitting_gpus is not None:
         more = f"--gpus {fit.smallest_fitting_gpus} fits ({layout_summary(fit.fitting_layout)})"
+    elif BUDGET_NOTE in fit.reason:
+        more = "no fitting GPU count found in the time the search may take: try more --gpus or a shorter --seq-len"
     else:
         more = f"no GPU count up to {requested_gpus * MAX_SCALE_UP} fits: use a shorter --seq-len or larger devices"
     return (fit.reason, more)

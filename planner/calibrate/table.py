@@ -1,0 +1,116 @@
+"""A table of logged runs (CSV or TSV, one run a row) as runs.
+
+Header, then one row per run:
+
+    model,gpus,global_batch,seq_len,dp,tp,pp,micro_batch,recompute,step_time_s,peak_memory_gib,status
+    llama3-8b,16,128,4096,8,2,1,1,none,2.41,61.2,ok
+    llama3-8b,16,128,4096,16,1,1,2,none,,,oom
+
+Required: ``model`` (a preset name or a Hugging Face ``config.json`` path, relative to the table),
+``gpus``, ``global_batch``, ``seq_len``, ``dp``, ``tp``, ``pp``, and a step time (``step_time_s`` or
+``step_time_ms``) unless ``status`` is ``oom``. Optional: ``cp``, ``ep``, ``zero``, ``micro_batch``,
+``schedule``, ``virtual_stages``, ``recompute``, ``sequence_parallel``, ``tp_comm_overlap``,
+``precision``, ``runtime``, ``gpus_per_node``, ``peak_memory_gib``, ``status`` (``ok``, ``oom``);
+absent ones take ``autoplan evaluate``'s defaults. Lines starting with ``#`` are comments.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+from pathlib import Path
+from typing import Any
+
+from costmodels.layout import Layout, LayoutError
+
+from .runs import CalibrationError, LoggedRun
+
+GIB = 2**30
+REQUIRED = ("model", "gpus", "global_batch", "seq_len", "dp", "tp", "pp")
+STATUSES = ("ok", "oom")
+TRUE = ("1", "true", "yes", "on")
+
+
+def _number(row: dict[str, str], key: str, where: str, kind: type = int, default: Any = None) -> Any:
+    text = (row.get(key) or "").strip()
+    if not text:
+        return default
+    try:
+        value = kind(text)
+    except ValueError:
+        raise CalibrationError(f"{where}: {key} is {text!r}, not a{'n integer' if kind is int else ' number'}") from None
+    if not math.isfinite(value) or value < 0 or value == 0 and key != "zero":
+        raise CalibrationError(f"{where}: {key} must be positive, got {text}")
+    return value
+
+
+def _flag(row: dict[str, str], key: str, default: bool) -> bool:
+    text = (row.get(key) or "").strip().lower()
+    return default if not text else text in TRUE
+
+
+def _layout(row: dict[str, str], where: str) -> Layout:
+    dp, tp, pp = (_number(row, k, where) for k in ("dp", "tp", "pp"))
+    mb, batch = _number(row, "micro_batch", where, int, 1), _number(row, "global_batch", where)
+    per_replica, rest = divmod(batch, dp * mb)
+    if rest or not per_replica:
+        raise CalibrationError(f"{where}: global_batch {batch} is not divisible by dp {dp} x micro_batch {mb}")
+    try:
+        return Layout(dp=dp, tp=tp, pp=pp, cp=_number(row, "cp", where, int, 1), ep=_number(row, "ep", where, int, 1),
+                      zero_stage=_number(row, "zero", where, int, 0), micro_batch_size=mb, num_microbatches=per_replica,
+                      schedule=(row.get("schedule") or "1f1b").strip(),
+                      virtual_stages=_number(row, "virtual_stages", where, int, 1),
+                      recompute=(row.get("recompute") or "none").strip(),
+                      sequence_parallel=_flag(row, "sequence_parallel", tp > 1),
+                      tp_comm_overlap=_flag(row, "tp_comm_overlap", False))
+    except LayoutError as err:
+        raise CalibrationError(f"{where}: {err}") from None
+
+
+def _model(text: str, table: Path) -> str:
+    """A preset name as given; a path resolved against the table's directory."""
+    if "/" in text or text.endswith(".json"):
+        return str((table.parent / text).resolve())
+    return text
+
+
+def read_table(path: Path, *, hardware: str, gpus_per_node: int | None = None) -> list[LoggedRun]:
+    """The table's rows as runs on ``hardware``."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as err:
+        raise CalibrationError(f"{path}: cannot read ({err.strerror})") from None
+    numbered = [(n, line) for n, line in enumerate(text.splitlines(), start=1)
+                if line.strip() and not line.lstrip().startswith("#")]
+    if not numbered:
+        raise CalibrationError(f"{path}: empty; expected a header ({', '.join(REQUIRED)}, step_time_s, ...) and rows")
+    reader = csv.DictReader([line for _, line in numbered], delimiter="\t" if "\t" in numbered[0][1] else ",")
+    reader.fieldnames = [h.strip() for h in reader.fieldnames or []]
+    missing = [k for k in REQUIRED if k not in reader.fieldnames]
+    if missing or not {"step_time_s", "step_time_ms", "status"} & set(reader.fieldnames):
+        raise CalibrationError(f"{path}:{numbered[0][0]}: the header needs {', '.join(REQUIRED)} and step_time_s "
+                               f"(or step_time_ms, or status); missing {', '.join(missing) or 'a step time'}")
+    runs = []
+    for (number, _), row in zip(numbered[1:], reader):
+        runs.append(_run(row, f"{path}:{number}", path, hardware, gpus_per_node))
+    return runs
+
+
+def _run(row: dict[str, str], where: str, table: Path, hardware: str, gpus_per_node: int | None) -> LoggedRun:
+    status = (row.get("status") or "ok").strip().lower()
+    if status not in STATUSES:
+        raise CalibrationError(f"{where}: status is {status!r}; use ok or oom")
+    seconds = _number(row, "step_time_s", where, float) or (_number(row, "step_time_ms", where, float) or 0) / 1e3
+    if status == "ok" and not seconds:
+        raise CalibrationError(f"{where}: no step time (step_time_s or step_time_ms) for a run with status ok")
+    model = (row.get("model") or "").strip()
+    if not model:
+        raise CalibrationError(f"{where}: model is empty; give a preset name or a config.json path")
+    request = {"model": _model(model, table), "hardware": hardware,
+               "gpus": _number(row, "gpus", where), "global_batch": _number(row, "global_batch", where),
+               "seq_len": _number(row, "seq_len", where),
+               "gpus_per_node": _number(row, "gpus_per_node", where, int, gpus_per_node),
+               "precision": (row.get("precision") or "bf16").strip(), "runtime": (row.get("runtime") or "megatron").strip()}
+    gib = _number(row, "peak_memory_gib", where, float)
+    return LoggedRun(request=request, layout=_layout(row, where), step_time_s=seconds if status == "ok" else None,
+                     peak_memory_bytes=gib * GIB if gib else None, out_of_memory=status == "oom", origin=where)

@@ -1,0 +1,84 @@
+"""``check_predicted``: the ``predicted`` object of a plan file, checked field by field on read.
+
+What ``explain``, ``launch`` and ``validate`` read of a plan's prediction (``CostBreakdown.predicted_dict``,
+``planner.plan.report``'s band) must be there with the right kind, so that a hand-edited or truncated
+file fails in one line naming the field (exit 2), not halfway through a report. Numbers are finite
+JSON numbers, never booleans.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+from autoplan_base.errors import AutoplanError
+
+NUMBERS = ("step_time_s", "tokens_per_s", "tokens_per_s_per_gpu", "mfu", "hfu", "peak_memory_gib",
+           "memory_capacity_gib", "memory_usable_gib", "bubble_fraction")
+"""Required numbers."""
+OPTIONAL_NUMBERS = ("mfu_low_precision_peak", "memory_band_upper", "grads_freed_gib", "host_memory_gib_per_node",
+                    "host_memory_capacity_gib")
+NUMBER_MAPS = ("memory_gib", "time_s", "comm_gib_per_gpu")
+"""Required objects of {name: number}."""
+OPTIONAL_NUMBER_MAPS = ("overhead_gib", "buffers_gib")
+GOODPUT_NUMBERS = ("checkpoint_every_steps",)
+BAND_NUMBERS = ("low", "high", "half_width_rel")
+"""The numbers of a band's bounds (``costmodels.bands.Band.to_dict``)."""
+"""What the framework jobs read of ``goodput`` (their checkpoint interval)."""
+
+
+def _fail(path: str, expected: str, value: Any, error: type[AutoplanError]) -> None:
+    raise error(f"{path}: expected {expected}, got {json.dumps(value)[:60]}; regenerate the plan with "
+                "'autoplan plan --out'")
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _check_band(band: Any, where: str, error: type[AutoplanError]) -> None:
+    if not isinstance(band, dict):
+        _fail(where, "an object", band, error)
+    if "memory_risk" in band and not isinstance(band["memory_risk"], bool):
+        _fail(f"{where}.memory_risk", "true or false", band["memory_risk"], error)
+    for key in ("step_time_s", "peak_memory_gib"):
+        bounds = band.get(key)
+        if bounds is None:
+            continue
+        if not isinstance(bounds, dict):
+            _fail(f"{where}.{key}", "an object or null", bounds, error)
+        for name in BAND_NUMBERS:  # beside them: basis and record, words
+            if not _number(bounds.get(name)):
+                _fail(f"{where}.{key}.{name}", "a finite number", bounds.get(name), error)
+
+
+def check_predicted(raw: Any, where: str, error: type[AutoplanError]) -> dict[str, Any]:
+    """``raw`` if it is a well-formed ``predicted`` object, else ``error`` naming the first bad field."""
+    if not isinstance(raw, dict):
+        _fail(where, "an object", raw, error)
+    for key in NUMBERS + OPTIONAL_NUMBERS:
+        if key in raw or key in NUMBERS:
+            if not _number(raw.get(key)):
+                _fail(f"{where}.{key}", "a finite number", raw.get(key), error)
+    if "fits" in raw and not isinstance(raw["fits"], bool):
+        _fail(f"{where}.fits", "true or false", raw["fits"], error)
+    for key in NUMBER_MAPS + OPTIONAL_NUMBER_MAPS:
+        if key not in raw and key in OPTIONAL_NUMBER_MAPS:
+            continue
+        value = raw.get(key)
+        if not isinstance(value, dict):
+            _fail(f"{where}.{key}", "an object of numbers", value, error)
+        for name, number in value.items():
+            if not _number(number):
+                _fail(f"{where}.{key}.{name}", "a finite number", number, error)
+    stages = raw.get("memory_gib_per_stage", [])
+    if not isinstance(stages, list) or not all(_number(v) for v in stages):
+        _fail(f"{where}.memory_gib_per_stage", "a list of numbers", stages, error)
+    if raw.get("band") is not None:
+        _check_band(raw["band"], f"{where}.band", error)
+    if "goodput" in raw:
+        goodput = raw["goodput"]
+        if not isinstance(goodput, dict) or not all(_number(goodput.get(k)) for k in GOODPUT_NUMBERS):
+            _fail(f"{where}.goodput", "an object with checkpoint_every_steps", goodput, error)
+    return raw

@@ -1,0 +1,109 @@
+"""Issue 38: a framework job a user can submit as written. Each carries its training length, learning
+rate and schedule, and where checkpoints and logs go (``launch --steps/--lr/--warmup-steps/--min-lr-ratio``,
+named in the job's header), and runs the attention kernel the plan costed."""
+
+from __future__ import annotations
+
+import json
+import tomllib
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from costmodels.layout import Layout
+from costmodels.presets import load_model
+from costmodels.training import TrainingSpec
+from framework_args import parse
+from planner.cli import main
+from planner.launch.frameworks import megatron_deepspeed_args
+from planner.launch.megatron_export import megatron_args
+from planner.launch.readback import bash_array, bridge_fields
+
+EVALUATE = ["evaluate", "--model", "llama3-8b", "--hardware", "h100-sxm-80gb", "--gpus", "8", "--global-batch", "64",
+            "--seq-len", "4096", "--dp", "2", "--tp", "2", "--pp", "2", "--zero", "1", "--sequence-parallel"]
+SETTINGS = ["--steps", "321", "--lr", "0.0002", "--warmup-steps", "20", "--min-lr-ratio", "0.05"]
+
+
+def _job(tmp_path: Path, runtime: str, *launch: str) -> Path:
+    plan = tmp_path / "plan.json"
+    extra = ["--zero", "3"] if runtime == "torchtitan" else []
+    assert CliRunner().invoke(main, [*EVALUATE, *extra, "--runtime", runtime, "--out", str(plan)]).exit_code == 0
+    result = CliRunner().invoke(main, ["launch", str(plan), "--out", str(tmp_path / "job"), *launch])
+    assert result.exit_code == 0, result.output
+    return tmp_path / "job"
+
+
+@pytest.mark.parametrize("runtime", ["megatron", "deepspeed"])
+def test_megatron_jobs_train_as_the_launch_options_say(tmp_path, runtime):
+    job = _job(tmp_path, runtime, *SETTINGS)
+    file, array, schema = (("megatron_args.sh", "MEGATRON_ARGS", "megatron-lm@core_v0.19.0") if runtime == "megatron"
+                           else ("megatron_deepspeed_args.sh", "MEGATRON_DS_ARGS", "megatron-deepspeed@4efb479d5317"))
+    text = (job / file).read_text(encoding="utf-8")
+    args = parse(schema, bash_array(text, array))
+    assert (args.train_iters, args.lr, args.lr_warmup_iters, args.lr_decay_iters) == (321, 2e-4, 20, 321)
+    assert args.min_lr == pytest.approx(1e-5) and args.lr_decay_style == "cosine"
+    assert (args.save, args.load, args.tensorboard_dir) == ("checkpoints", "checkpoints", "logs")
+    assert "321 steps, learning rate 0.0002 after 20 warm-up steps" in text  # named in the header
+
+
+def test_torchtitan_and_bridge_jobs_train_as_the_launch_options_say(tmp_path):
+    toml = tomllib.loads((_job(tmp_path / "tt", "torchtitan", *SETTINGS) / "torchtitan.toml").read_text())
+    assert (toml["training"]["steps"], toml["optimizer"]["lr"], toml["lr_scheduler"]["warmup_steps"]) == (321, 2e-4, 20)
+    assert toml["lr_scheduler"]["min_lr_factor"] == 0.05 and toml["metrics"]["save_tb_folder"] == "logs"
+    fields = bridge_fields(_job(tmp_path / "mb", "megatron-bridge", *SETTINGS))
+    assert (fields["train.train_iters"], fields["optimizer.lr"], fields["scheduler.lr_warmup_iters"]) == (321, 2e-4, 20)
+
+
+def test_deepspeed_json_takes_the_learning_rate(tmp_path):
+    ds = json.loads((_job(tmp_path, "deepspeed", "--lr", "0.0005") / "deepspeed.json").read_text())
+    assert ds["optimizer"]["params"]["lr"] == 5e-4
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--steps", "0"], "--steps 0"), (["--lr", "-1"], "--lr -1.0"), (["--min-lr-ratio", "2"], "--min-lr-ratio 2.0"),
+])
+def test_bad_training_settings_are_one_line_exit_2(tmp_path, args, message):
+    plan = tmp_path / "plan.json"
+    assert CliRunner().invoke(main, [*EVALUATE, "--out", str(plan)]).exit_code == 0
+    result = CliRunner().invoke(main, ["launch", str(plan), "--out", str(tmp_path / "job"), *args])
+    assert result.exit_code == 2 and message in result.output and not (tmp_path / "job").exists()
+
+
+@pytest.mark.parametrize("attention, megatron_backend, flash_flag", [("fused", "flash", True),
+                                                                     ("eager", "unfused", False)])
+def test_each_job_runs_the_attention_the_plan_costed(attention, megatron_backend, flash_flag):
+    """fused is costed as FlashAttention (no scores in memory): Megatron-LM's --attention-backend flash,
+    Megatron-DeepSpeed's --use-flash-attn-v2, without which it runs its unfused core."""
+    model = load_model("llama3-8b")
+    training = TrainingSpec(global_batch_size=64, seq_len=4096, attention=attention)
+    layout = Layout(dp=4, tp=2, pp=1, zero_stage=1, sequence_parallel=True, micro_batch_size=1, num_microbatches=16)
+    args, _ = megatron_args(model, training, layout, 4096)
+    assert parse("megatron-lm@core_v0.19.0", args).attention_backend == megatron_backend
+    ds = parse("megatron-deepspeed@4efb479d5317", megatron_deepspeed_args(model, training, layout))
+    assert ds.use_flash_attn_v2 is flash_flag
+
+
+def test_torchtitan_refuses_eager_attention_at_plan_time():
+    result = CliRunner().invoke(main, ["plan", "--model", "llama3-8b", "--hardware", "h100-sxm-80gb", "--gpus", "8",
+                                       "--global-batch", "64", "--seq-len", "4096", "--runtime", "torchtitan",
+                                       "--attention", "eager"])
+    assert result.exit_code == 2 and "training.attention = eager" in result.output
+
+
+def test_a_hugging_face_config_directory_names_the_job_by_the_model_not_its_path(tmp_path):
+    """A config directory /tmp/x/mistral-nemo named the job 'tmp-x-mistral-nemo' (and torchtitan's flavor
+    the path): the jobs take the model's own name."""
+    model_dir = tmp_path / "nu" / "mistral-nemo"
+    model_dir.mkdir(parents=True)
+    model_dir.joinpath("config.json").write_text(
+        (Path(__file__).parent / "data" / "hf_configs" / "mistral-nemo-12b.json").read_text())
+    plan = tmp_path / "plan.json"
+    assert CliRunner().invoke(main, ["evaluate", "--model", str(model_dir), "--hardware", "h100-sxm-80gb", "--gpus",
+                                     "16", "--global-batch", "256", "--seq-len", "4096", "--dp", "4", "--tp", "4", "--pp", "1",
+                                     "--out", str(plan)]).exit_code == 0
+    result = CliRunner().invoke(main, ["launch", str(plan), "--out", str(tmp_path / "job"),
+                                       "--scheduler", "kubernetes"])
+    assert result.exit_code == 0, result.output
+    assert "#SBATCH --job-name=mistral-nemo\n" in (tmp_path / "job" / "slurm.sbatch").read_text()
+    assert "\n  name: mistral-nemo\n" in (tmp_path / "job" / "jobset.yaml").read_text()
