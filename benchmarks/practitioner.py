@@ -217,6 +217,8 @@ class Row:
     """What the plan says about the recipe (``SearchStats.recipe``; empty without one)."""
     published: PlanEntry | None
     published_text: str
+    refusal: str = ""
+    """Why ``runtime`` cannot run the job at all (its plan refuses it), else empty."""
 
     @property
     def recipe_faster_unstated(self) -> bool:
@@ -233,7 +235,11 @@ def row(case: Case, runtime: str) -> Row:
         published = evaluate_published(case, runtime)
     except AutoplanError as err:
         published, text = None, f"not expressible ({str(err).split(';')[0][:60]})"
-    plan = plan_file(case, runtime)
+    try:
+        plan = plan_file(case, runtime)
+    except AutoplanError as err:
+        return Row(case=case, runtime=runtime, pick=None, recipe=None, recipe_entry=None, statement="",
+                   published=None, published_text="-", refusal=str(err).split(";")[0])
     measured = measured_tokens_per_s_per_gpu(case) if runtime == recipe_runtime(case) else None
     if published is not None:
         text = (f"{_figures(published)} · {published.predicted['tokens_per_s_per_gpu']:,.0f} tok/s/GPU"
@@ -247,6 +253,8 @@ def row_cells(case: Case, runtime: str) -> list[str]:
     """One table row: job, runtime, pick, its figures, the framework's recipe and the pick against it,
     the published run's predicted (measured) figures, and the separating term."""
     r = row(case, runtime)
+    if r.refusal:
+        return [case.name, runtime, f"refused: {r.refusal[:90]}", "-", "-", "-", "-", "-"]
     if r.recipe is None:
         recipe_text, against = "no published recipe", "-"
     else:

@@ -292,7 +292,7 @@ def plan(*, model: str | ModelSpec, hardware: str | NodeSpec, gpus: int, global_
         tuple(sorted((refine_stages(cost_model, b) for b in result.ranked), key=rank_key))
     memory_band = shipped_memory_band(job.training.runtime)
     ranked, num_tied, reason = prefer_simplest(refined, band, memory_band=memory_band, tied_in_mesh=result.tied_in_mesh)
-    recipe = apply_recipe(cost_model, ranked, gpus=gpus, band=band, memory_band=memory_band)
+    recipe = apply_recipe(cost_model, ranked, gpus=gpus, band=band, memory_band=memory_band, options=search_options)
     if recipe.moved:
         ranked, reason = recipe.ranked, "no slower than its runtime's published recipe, then the least risky"
     rejected = dict(result.rejected)

@@ -52,3 +52,10 @@ def test_a_job_without_a_recipe_says_nothing_about_one():
     report = planner.plan(model="llama3-8b", hardware="h100-sxm-80gb", gpus=8, global_batch=64, seq_len=4096)
     assert report.search["recipe"] is None
     assert "recipe" not in report.to_plan_file().to_dict()["search"]
+
+
+def test_a_recipe_the_request_narrowed_away_is_not_forced_on_it():
+    report = planner.plan(model="llama3-70b", hardware="h100-sxm-80gb", gpus=64, global_batch=512, seq_len=8192,
+                          tp=[8])
+    assert report.best.layout.tp == 8
+    assert verdict(report.search["recipe"]) == "does not apply: tp 4 is outside the request (8)"

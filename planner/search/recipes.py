@@ -19,11 +19,14 @@ from dataclasses import dataclass
 from autoplan_base.errors import AutoplanError
 from costmodels.bands import Band
 from costmodels.breakdown import CostBreakdown
+from costmodels.estimate import CostModel
 from costmodels.layout import Layout, check_layout
 from costmodels.model_spec import ModelSpec
 from costmodels.presets import load_model
 from costmodels.tie_band import TieBand
+from .framework_rules import layout_rule_problems
 from .ranking import rank_key, tie_key
+from .space import SearchOptions
 
 _MB = "NVIDIA-NeMo/Megatron-Bridge src/megatron/bridge/recipes/llama/llama3.py @0d5f5558"
 _TT = "pytorch/torchtitan torchtitan/models/llama3/train_configs/{} @{}"
@@ -132,9 +135,33 @@ class RecipeCheck:
     """The rule changed the pick."""
 
 
-def apply_recipe(cost_model, ranked: tuple[CostBreakdown, ...], *, gpus: int, band: TieBand,
-                 memory_band: Band | None) -> RecipeCheck:
-    """The rule of the module docstring on ``ranked`` (the pick first), for ``cost_model``'s job."""
+def outside_request(layout: Layout, options: SearchOptions) -> str:
+    """Why ``layout`` lies outside the space a request searched (its narrowing of the runtime's
+    table, ``SearchOptions``), or "" where it lies inside."""
+    degrees = (("tp", layout.tp, options.tp_degrees), ("pp", layout.pp, options.pp_degrees),
+               ("cp", layout.cp, options.cp_degrees), ("ep", layout.ep, options.ep_degrees),
+               ("micro-batch", layout.micro_batch_size, options.micro_batch_sizes))
+    for name, value, allowed in degrees:
+        if allowed and value not in allowed:
+            return f"{name} {value} is outside the request ({', '.join(map(str, allowed))})"
+    if layout.pp > 1 and options.virtual_stages and layout.virtual_stages not in options.virtual_stages:
+        return f"vp {layout.virtual_stages} is outside the request"
+    stages = options.pipelined_zero_stages if layout.pp > 1 else options.zero_stages
+    if layout.zero_stage not in stages or layout.zero_stage not in options.zero_stages:
+        return f"ZeRO-{layout.zero_stage} is outside the request or the runtime's table"
+    if layout.recompute not in options.recompute_modes or layout.schedule not in options.schedules:
+        return f"recompute {layout.recompute} or schedule {layout.schedule} is outside the request"
+    if layout.tp_comm_overlap and not options.tp_comm_overlap:
+        return "TP overlap is not searched here"
+    if options.fixed_split:
+        return "the request fixes the pipeline split"
+    return ""
+
+
+def apply_recipe(cost_model: CostModel, ranked: tuple[CostBreakdown, ...], *, gpus: int, band: TieBand,
+                 memory_band: Band | None, options: SearchOptions) -> RecipeCheck:
+    """The rule of the module docstring on ``ranked`` (the pick first), for ``cost_model``'s job and
+    the space ``options`` searched: a recipe outside it (the request narrowed it away) is said to be."""
     model, training = cost_model.model, cost_model.training
     recipe = recipe_for(training.runtime, model, training.seq_len)
     if recipe is None:
@@ -148,6 +175,10 @@ def apply_recipe(cost_model, ranked: tuple[CostBreakdown, ...], *, gpus: int, ba
         costed = cost_model.estimate(layout)
     except AutoplanError as err:
         return RecipeCheck(ranked=ranked, statement=f"recipe {named}; does not apply: {str(err).split(';')[0]}")
+    outside = outside_request(layout, options) or "; ".join(
+        layout_rule_problems(training.runtime, model, training, layout))
+    if outside:
+        return RecipeCheck(ranked=ranked, statement=f"recipe {named}; does not apply: {outside}")
     shown = f"recipe {named}: {recipe_summary(recipe)}, {costed.step_time_s:.3f} s"
     if not costed.fits:
         return RecipeCheck(ranked=ranked, statement=f"{shown}; does not fit ({costed.peak_memory_bytes / 2**30:.1f} "
