@@ -239,7 +239,7 @@ def row(case: Case, runtime: str) -> Row:
         plan = plan_file(case, runtime)
     except AutoplanError as err:
         return Row(case=case, runtime=runtime, pick=None, recipe=None, recipe_entry=None, statement="",
-                   published=None, published_text="-", refusal=str(err).split(";")[0])
+                   published=None, published_text="-", refusal=str(err).split(": ", 1)[-1].split(";")[0])
     measured = measured_tokens_per_s_per_gpu(case) if runtime == recipe_runtime(case) else None
     if published is not None:
         text = (f"{_figures(published)} · {published.predicted['tokens_per_s_per_gpu']:,.0f} tok/s/GPU"
@@ -254,7 +254,7 @@ def row_cells(case: Case, runtime: str) -> list[str]:
     the published run's predicted (measured) figures, and the separating term."""
     r = row(case, runtime)
     if r.refusal:
-        return [case.name, runtime, f"refused: {r.refusal[:90]}", "-", "-", "-", "-", "-"]
+        return [case.name, runtime, f"refused ({r.refusal})", "-", "-", "-", "-", "-"]
     if r.recipe is None:
         recipe_text, against = "no published recipe", "-"
     else:

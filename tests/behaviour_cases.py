@@ -35,8 +35,9 @@ def _plan_cases() -> list[Case]:
         ("plan-llama3-8b-h100-8-torch", "plan", {**h100, "model": "llama3-8b", "gpus": 8, "global_batch": 32,
                                                  "runtime": "torch"}),
         ("plan-llama3-8b-h100-8-megatron", "plan", {**h100, "model": "llama3-8b", "gpus": 8, "global_batch": 32}),
+        # LoRA: autoplan's own job trains adapters; Megatron-LM's pretrain_gpt.py does not (plan refuses it)
         ("plan-llama3-8b-h100-8-lora", "plan", {**h100, "model": "llama3-8b", "gpus": 8, "global_batch": 32,
-                                                "lora_rank": 16}),
+                                                "lora_rank": 16, "runtime": "torch"}),
         ("plan-llama3-8b-h100-8-fp8", "plan", {**h100, "model": "llama3-8b", "gpus": 8, "global_batch": 32,
                                                "precision": "fp8"}),
         ("plan-mixtral-8x7b-h100-16", "plan", {**h100, "model": "mixtral-8x7b", "gpus": 16, "global_batch": 32,

@@ -37,8 +37,9 @@ def make_plan(model: str = "tiny-llama", name: str | None = None, gpus: int = 4,
     base.update(layout)
     world = base.get("dp", 1) * base.get("tp", 1) * base.get("pp", 1) * base.get("cp", 1)
     batch = base["dp"] * base["num_microbatches"] * base["micro_batch_size"]
+    spec = {**model_to_dict(load_model(model)), **({"name": name} if name else {})}  # the job is named by it
     return {"schema_version": 2, "inputs_digest": "0" * 16,
-            "inputs": {"model": name or model, "model_spec": model_to_dict(load_model(model)), "hardware": "cpu",
+            "inputs": {"model": name or model, "model_spec": spec, "hardware": "cpu",
                        "gpus": world, "gpus_per_node": 2,
                        "training": {"global_batch_size": batch, "seq_len": 32, "precision": "bf16",
                                     "optimizer": "adamw", "lora_rank": 0, "lora_targets": ["q", "k", "v", "o"],

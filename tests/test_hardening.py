@@ -242,7 +242,8 @@ def test_8_torchtitan_toml_reads_back_for_an_emoji_name(tmp_path):
     launched = run(["launch", str(plan), "--out", str(tmp_path / "job")])
     assert launched.exit_code == 0, launched.output
     toml = tomllib.loads((tmp_path / "job/torchtitan.toml").read_text(encoding="utf-8"))
-    assert toml["model"]["flavor"] == str(source) and str(source) in toml["job"]["description"]
+    name = 'llama 🦙 "q" \\'  # the model's own name (the config file's), not its path
+    assert toml["model"]["flavor"] == name and name in toml["job"]["description"]
 
 
 # 9. The API raises only ValueError subclasses

@@ -32,6 +32,7 @@ def plan_text(tmp_path_factory) -> str:
 @pytest.mark.parametrize("where, change, field", [
     ("best", {"time_s": ""}, "best.predicted.time_s"),
     ("best", {"memory_usable_gib": {}}, "best.predicted.memory_usable_gib"),
+    ("best", {"peak_memory_gib": "60"}, "best.predicted.peak_memory_gib"),
     ("best", {"tokens_per_s": None}, "best.predicted.tokens_per_s"),
     ("best", {"comm_gib_per_gpu": {"tp": []}}, "best.predicted.comm_gib_per_gpu.tp"),
     ("best", {"band": "x"}, "best.predicted.band"),

@@ -15,10 +15,11 @@ from typing import Any
 from autoplan_base.errors import AutoplanError
 
 NUMBERS = ("step_time_s", "tokens_per_s", "tokens_per_s_per_gpu", "mfu", "hfu", "peak_memory_gib",
-           "memory_capacity_gib", "memory_usable_gib", "bubble_fraction")
+           "memory_capacity_gib", "bubble_fraction")
 """Required numbers."""
-OPTIONAL_NUMBERS = ("mfu_low_precision_peak", "memory_band_upper", "grads_freed_gib", "host_memory_gib_per_node",
-                    "host_memory_capacity_gib")
+OPTIONAL_NUMBERS = ("memory_usable_gib", "mfu_low_precision_peak", "memory_band_upper", "grads_freed_gib",
+                    "host_memory_gib_per_node", "host_memory_capacity_gib")
+"""Numbers that may be absent or null (plan files of earlier releases hold ``memory_usable_gib`` null)."""
 NUMBER_MAPS = ("memory_gib", "time_s", "comm_gib_per_gpu")
 """Required objects of {name: number}."""
 OPTIONAL_NUMBER_MAPS = ("overhead_gib", "buffers_gib")
@@ -58,9 +59,9 @@ def check_predicted(raw: Any, where: str, error: type[AutoplanError]) -> dict[st
     if not isinstance(raw, dict):
         _fail(where, "an object", raw, error)
     for key in NUMBERS + OPTIONAL_NUMBERS:
-        if key in raw or key in NUMBERS:
-            if not _number(raw.get(key)):
-                _fail(f"{where}.{key}", "a finite number", raw.get(key), error)
+        if (key in NUMBERS or raw.get(key) is not None) and not _number(raw.get(key)):
+            _fail(f"{where}.{key}", "a finite number" + (" or null" if key in OPTIONAL_NUMBERS else ""),
+                  raw.get(key), error)
     if "fits" in raw and not isinstance(raw["fits"], bool):
         _fail(f"{where}.fits", "true or false", raw["fits"], error)
     for key in NUMBER_MAPS + OPTIONAL_NUMBER_MAPS:
