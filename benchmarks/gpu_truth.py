@@ -38,10 +38,12 @@ sys.path.insert(1, str(Path(__file__).resolve().parent.parent))
 import gpu_truth_env as env_mod  # noqa: E402
 import gpu_truth_jobs as jobs_mod  # noqa: E402
 import gpu_truth_record as rec  # noqa: E402
-from gpu_truth_sweep import cpu_sweep, gpu_sweep, heldout_sweep  # noqa: E402
+from gpu_truth_sweep import cpu_sweep, gpu_sweep, heldout_sweep, large_sweep  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_OUT = REPO / "benchmarks" / "data" / "gpu"
+SWEEPS = {"main": gpu_sweep, "heldout": heldout_sweep, "large": large_sweep}
+"""The GPU sweeps by ``--sweep`` name (``gpu_truth_sweep``)."""
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -60,8 +62,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--warmup", type=int, default=None, help="warm-up steps per job (default 3; quick 1)")
     p.add_argument("--no-profile", action="store_true", help="skip the profile (datasheet predictions only)")
     p.add_argument("--only", default=None, help="comma-separated substrings: measure only matching layouts")
-    p.add_argument("--sweep", choices=("main", "heldout"), default="main",
-                   help="on cuda: the 12-job sweep, or 7 jobs at shapes it does not measure [%(default)s]")
+    p.add_argument("--sweep", choices=tuple(SWEEPS), default="main",
+                   help="on cuda: the 12-job sweep, 7 jobs at shapes it does not measure (heldout), or 6 jobs "
+                        "of large layers: Llama-3-70B's at tp 1 and Llama-3-8B whole (large) [%(default)s]")
     args = p.parse_args(argv)
     for name in ("steps", "warmup", "budget_s"):
         value = getattr(args, name)
@@ -76,7 +79,7 @@ def say(text: str) -> None:
 
 def settings(args: argparse.Namespace) -> dict:
     quick = args.quick or args.device == "cpu"
-    cases = cpu_sweep() if quick else heldout_sweep() if args.sweep == "heldout" else gpu_sweep()
+    cases = cpu_sweep() if quick else SWEEPS[args.sweep]()
     if args.only:
         wanted = [w for w in args.only.split(",") if w]
         cases = tuple(c for c in cases if any(w in c.name for w in wanted))
@@ -117,6 +120,12 @@ def _runtime_reserved_bytes(hardware: str) -> float:
     return load_node(hardware).hardware.runtime_reserved_bytes
 
 
+def _device_gib(hardware: str) -> float:
+    from hardware_specs import load_node
+
+    return load_node(hardware).hardware.memory_bytes / 2**30
+
+
 def _out_paths(out_dir: Path, device_slug: str) -> tuple[Path, Path]:
     day = datetime.date.today().isoformat()
     for n in range(1, 100):
@@ -147,7 +156,10 @@ def run(args: argparse.Namespace) -> int:
     say(f"device {name!r} -> hardware preset {hardware}")
     common = {"hardware": hardware, "precision": opts["precision"], "workdir": workdir, "env": env,
               "profile_path": profile.get("path")}
-    layouts = jobs_mod.predict_all(opts["cases"], common, reserved_bytes=_runtime_reserved_bytes(hardware), say=say)
+    cases, too_large = jobs_mod.split_by_device_memory(opts["cases"], _device_gib(hardware))
+    layouts = jobs_mod.predict_all(cases, common, reserved_bytes=_runtime_reserved_bytes(hardware), say=say)
+    layouts += [jobs_mod.skipped_row(case, f"needs a device of {case.needs_device_gib:g} GiB; {hardware} has "
+                                           f"{_device_gib(hardware):g}", opts["precision"]) for case in too_large]
     env_info = jobs_mod.measure_all(layouts, workdir, env, steps=opts["steps"], warmup=opts["warmup"],
                                     deadline=deadline, say=say)
     if smi is not None:  # clocks, power and temperature after the sweep, beside those before it

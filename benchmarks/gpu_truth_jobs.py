@@ -88,8 +88,9 @@ def predict_one(case: Case, common: dict, reserved_bytes: float) -> dict:
     """Plan file, job directory and both predictions of one case; an error entry if any step fails."""
     base = common["workdir"] / case.name
     args = _evaluate_args(case, common["hardware"], common["precision"])
-    commands = {"plan": AUTOPLAN + args + ["--out", str(base / "plan.json")],
-                "launch": AUTOPLAN + ["launch", str(base / "plan.json"), "--out", str(base / "job")],
+    launch = ["launch", str(base / "plan.json"), "--out", str(base / "job")]
+    launch += ["--allow-no-fit"] if case.allow_no_fit else []
+    commands = {"plan": AUTOPLAN + args + ["--out", str(base / "plan.json")], "launch": AUTOPLAN + launch,
                 "predict_datasheet": AUTOPLAN + args + ["--format", "json"]}
     if common["profile_path"]:
         commands["predict_profile"] = AUTOPLAN + args + ["--profile", common["profile_path"], "--format", "json"]
@@ -107,6 +108,18 @@ def predict_one(case: Case, common: dict, reserved_bytes: float) -> dict:
         if stage.startswith("predict_"):
             row["predicted"][stage.removeprefix("predict_")] = rec.prediction(json.loads(text), reserved_bytes)
     return {**row, "status": "pending"}
+
+
+def split_by_device_memory(cases, device_gib: float) -> tuple[list[Case], list[Case]]:
+    """(the cases this device can hold, those needing more, ``Case.needs_device_gib``)."""
+    return [c for c in cases if c.needs_device_gib <= device_gib], [c for c in cases if c.needs_device_gib > device_gib]
+
+
+def skipped_row(case: Case, why: str, precision: str) -> dict:
+    """The record's entry of a case not measured on this device."""
+    return {"name": case.name, "model": case.model_label, "model_source": case.model, "seq_len": case.seq_len,
+            "micro_batch_size": case.micro_batch_size, "recompute": case.recompute, "precision": precision,
+            "commands": {}, "predicted": {}, "status": "skipped", "error": why}
 
 
 def predict_all(cases, common: dict, *, reserved_bytes: float, say: Say) -> list[dict]:

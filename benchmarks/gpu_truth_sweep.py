@@ -6,6 +6,14 @@ The GPU sweep covers three Llama-shaped models (Qwen2.5-0.5B, Llama-3.2-1B, Llam
 8k tokens: 12 jobs, chosen so each axis moves with the others held (mb 1 -> 4 on one model and
 sequence; none -> selective -> full at one shape) and every predicted peak (datasheet, 2026-11-26) stays under 51 GiB
 of an 80 GiB device. The CPU quick sweep has the same structure at toy sizes (8 jobs).
+
+The large sweep (issue #37, item 3) measures what large layers hold that small ones do not:
+Llama-3-70B's layer (h 8192, f 28672, 64/8 heads) at tensor parallelism 1, cut to 2 layers with
+Llama 2's 32,000-token vocabulary so the layers, not the logits, set the peak (recomputation none,
+selective and full, sequences 2k-8k); and Llama-3-8B whole (32 layers, 128k vocabulary), which
+with fp32 AdamW states needs about 124 GiB: measured only on a device with that much
+(``Case.needs_device_gib``), and launched past the fit rule (``Case.allow_no_fit``), since the
+measurement is of the limit itself.
 """
 
 from __future__ import annotations
@@ -28,6 +36,11 @@ class Case:
     """Sequences per micro-batch; also the global batch (one micro-batch per step, dp 1)."""
     recompute: str
     """none, selective or full (``autoplan evaluate --recompute``)."""
+    needs_device_gib: float = 0.0
+    """Device memory (GiB, as the hardware preset gives it) below which the case is recorded as
+    skipped instead of measured; 0: any device of the sweep."""
+    allow_no_fit: bool = False
+    """Launch it even where the fit rule predicts no fit (``autoplan launch --allow-no-fit``)."""
 
     @property
     def model_label(self) -> str:
@@ -74,6 +87,22 @@ def heldout_sweep() -> tuple[Case, ...]:
         Case(model=l1, seq_len=1024, micro_batch_size=8, recompute="none"),
         Case(model=l8, seq_len=4096, micro_batch_size=1, recompute="none"),
         Case(model=l8, seq_len=4096, micro_batch_size=2, recompute="full"),
+    )
+
+
+def large_sweep() -> tuple[Case, ...]:
+    """6 jobs of large layers (module docstring): the 70B layer at tp 1 in five shapes, each
+    predicted (2026-11-28) at 36-44 GiB of an 80 GiB device, and Llama-3-8B whole on a device of
+    141 GB (H200), predicted at 124 GiB."""
+    l70 = _model("llama3-70b-2l-v32k")
+    return (
+        Case(model=l70, seq_len=2048, micro_batch_size=1, recompute="none"),
+        Case(model=l70, seq_len=4096, micro_batch_size=1, recompute="none"),
+        Case(model=l70, seq_len=8192, micro_batch_size=1, recompute="selective"),
+        Case(model=l70, seq_len=4096, micro_batch_size=2, recompute="full"),
+        Case(model=l70, seq_len=8192, micro_batch_size=2, recompute="full"),
+        Case(model="llama3-8b", seq_len=2048, micro_batch_size=1, recompute="full", needs_device_gib=130.0,
+             allow_no_fit=True),
     )
 
 

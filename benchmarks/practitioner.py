@@ -1,22 +1,28 @@
-"""autoplan's pick next to a published recipe, for jobs practitioners know, per runtime.
+"""autoplan's pick next to the framework's published recipe and a published run, for jobs practitioners
+know, per runtime.
 
 Run: ``.venv/bin/python benchmarks/practitioner.py [--case NAME ...] [--runtime R ...] [--all-runtimes]``
-(prints markdown; a few seconds to a minute of CPU per case and runtime; default runtimes megatron
-and torchtitan, plus the runtime each recipe ran on). For each job and runtime: the layout ``planner.plan(runtime=R)`` picks; the
-published recipe costed by ``planner.evaluate`` under the same request and runtime; the recipe's
-measured tokens/s per GPU where its source published one (only under the runtime it ran on); and
-the breakdown term that separates the two most (recipe minus pick, ``planner.explain.
-runner_up_differences``). A job taken from the development set (``benchmarks/data/
-published_runs.json``, ``row``) is costed as that row maps (``planner.published.map_row``: model,
-GPU, precision and FP8 recipe, layout and what it assumed) and its measured figure is the row's;
-the others spell out their request and layout. Sources are listed under the table.
+(prints markdown; a few seconds to a minute of CPU per case and runtime; default runtimes megatron,
+megatron-bridge and torchtitan, plus the runtime each published run ran on). For each job and
+runtime: the layout ``planner.plan(runtime=R)`` picks; R's framework's own published recipe for the
+job (``planner.search.recipes``: its layout on the job's GPUs and batch, costed by
+``planner.evaluate``), and how the pick stands against it, as the plan says (``SearchStats.recipe``:
+at least as fast, the recipe picked, or why not); the published run costed under the same request
+and runtime, with its measured tokens/s per GPU where its source published one (only under the
+runtime it ran on); and the breakdown term that separates the recipe (else the published run) from
+the pick most (minus the pick, ``planner.explain.runner_up_differences``). A job taken from the
+development set (``benchmarks/data/published_runs.json``, ``row``) is costed as that row maps
+(``planner.published.map_row``: model, GPU, precision and FP8 recipe, layout and what it assumed)
+and its measured figure is the row's; the others spell out their request and layout. Sources are
+listed under the table. ``unstated_faster_recipes`` lists the rows where a recipe the model rates
+faster than the pick has no stated reason (none, by ``planner.search.recipes.apply_recipe``).
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -26,15 +32,17 @@ from autoplan_base.errors import AutoplanError
 from planner.api import layout_for_batch
 from planner.explain import runner_up_differences
 from planner.plan.bands import job_bands
-from planner.plan.plan_file import PlanEntry
+from planner.plan.plan_file import PlanEntry, PlanFile
 from planner.plan.render import layout_summary
 from planner.plan.report import plan_entry
 from planner.published import MappedRun, load_rows, map_row
 from planner.published.scoring import _node
+from costmodels.presets import load_model
+from planner.search.recipes import RECIPES, Recipe, recipe_for, recipe_layout, recipe_summary, verdict
 
 DATA = Path(__file__).parent / "data" / "published_runs.json"
 RUNTIMES = ("megatron", "megatron-bridge", "torchtitan", "deepspeed", "torch")
-DEFAULT_RUNTIMES = ("megatron", "torchtitan")
+DEFAULT_RUNTIMES = ("megatron", "megatron-bridge", "torchtitan")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -152,16 +160,36 @@ def measured_tokens_per_s_per_gpu(case: Case) -> float | None:
 def evaluate_published(case: Case, runtime: str | None = None) -> PlanEntry:
     """The published layout costed under the case's request and ``runtime`` (default: its own)."""
     runtime = runtime or recipe_runtime(case)
-    layout = published_layout(case)
-    if runtime != recipe_runtime(case):  # another runtime exchanges the tokens its own way
-        layout = replace(layout, moe_dispatcher="alltoall", ep_comm_overlap=False)
-    breakdown = planner.evaluate(layout=layout, runtime=runtime, **request(case))
+    breakdown = planner.evaluate(layout=published_layout(case), runtime=runtime, **request(case))
     return plan_entry(breakdown, job_bands(None, None, runtime))
+
+
+def plan_file(case: Case, runtime: str) -> PlanFile:
+    """The plan of the case's job under ``runtime`` (one alternative)."""
+    return planner.plan(top_k=1, runtime=runtime, **request(case)).to_plan_file()
 
 
 def pick(case: Case, runtime: str) -> PlanEntry | None:
     """The layout autoplan picks for the case's job under ``runtime`` (None when nothing fits)."""
-    return planner.plan(top_k=1, runtime=runtime, **request(case)).to_plan_file().best
+    return plan_file(case, runtime).best
+
+
+def framework_recipe(case: Case, runtime: str) -> tuple[Recipe | None, PlanEntry | None]:
+    """``runtime``'s framework's recipe for the case's job and its costed layout (None where it
+    published none, or its layout does not apply to the job)."""
+    r = request(case)
+    model = r["model"] if not isinstance(r["model"], str) else load_model(r["model"])
+    recipe = recipe_for(runtime, model, r["seq_len"])
+    if recipe is None:
+        return None, None
+    layout = recipe_layout(recipe, gpus=r["gpus"], global_batch=r["global_batch"])
+    if isinstance(layout, str):
+        return recipe, None
+    try:
+        breakdown = planner.evaluate(layout=layout, runtime=runtime, **r)
+    except AutoplanError:
+        return recipe, None
+    return recipe, plan_entry(breakdown, job_bands(None, None, runtime))
 
 
 def separating_term(chosen: PlanEntry, recipe: PlanEntry) -> str:
@@ -176,42 +204,91 @@ def _figures(entry: PlanEntry) -> str:
     return f"{p['step_time_s']:.2f} s · {p['mfu']:.0%}{fits}"
 
 
-def row_cells(case: Case, runtime: str) -> list[str]:
-    """One table row: job, runtime, pick, its figures, the recipe's predicted and measured figures,
-    and the separating term."""
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Row:
+    """One job under one runtime: the pick, the framework's recipe, the published run."""
+
+    case: Case
+    runtime: str
+    pick: PlanEntry | None
+    recipe: Recipe | None
+    recipe_entry: PlanEntry | None
+    statement: str
+    """What the plan says about the recipe (``SearchStats.recipe``; empty without one)."""
+    published: PlanEntry | None
+    published_text: str
+    refusal: str = ""
+    """Why ``runtime`` cannot run the job at all (its plan refuses it), else empty."""
+
+    @property
+    def recipe_faster_unstated(self) -> bool:
+        """The recipe fits, the model rates it faster than the pick, and the plan gives no reason."""
+        if self.pick is None or self.recipe_entry is None or not self.recipe_entry.predicted["fits"]:
+            return False
+        faster = self.recipe_entry.predicted["step_time_s"] < self.pick.predicted["step_time_s"] * (1 - 1e-9)
+        return faster and not self.statement
+
+
+def row(case: Case, runtime: str) -> Row:
+    """The figures of one table row."""
     try:
-        recipe = evaluate_published(case, runtime)
+        published = evaluate_published(case, runtime)
     except AutoplanError as err:
-        recipe, recipe_text = None, f"not expressible ({str(err).split(';')[0][:60]})"
-    measured = measured_tokens_per_s_per_gpu(case) if runtime == recipe_runtime(case) else None
-    if recipe is not None:
-        recipe_text = (f"{_figures(recipe)} · {recipe.predicted['tokens_per_s_per_gpu']:,.0f} tok/s/GPU"
-                       + (f" (measured {measured:,.0f})" if measured else ""))
+        published, text = None, f"not expressible ({str(err).split(';')[0][:60]})"
     try:
-        chosen = pick(case, runtime)
-    except AutoplanError as err:  # the runtime's job cannot run this training (plan refuses it)
-        return [case.name, runtime, f"refused ({str(err).split(': ', 1)[-1].split(';')[0]})", "-", recipe_text, "-"]
-    if chosen is None:
-        return [case.name, runtime, "nothing fits", "-", recipe_text, "-"]
-    if recipe is None:
+        plan = plan_file(case, runtime)
+    except AutoplanError as err:
+        return Row(case=case, runtime=runtime, pick=None, recipe=None, recipe_entry=None, statement="",
+                   published=None, published_text="-", refusal=str(err).split(": ", 1)[-1].split(";")[0])
+    measured = measured_tokens_per_s_per_gpu(case) if runtime == recipe_runtime(case) else None
+    if published is not None:
+        text = (f"{_figures(published)} · {published.predicted['tokens_per_s_per_gpu']:,.0f} tok/s/GPU"
+                + (f" (measured {measured:,.0f})" if measured else ""))
+    recipe, entry = framework_recipe(case, runtime)
+    return Row(case=case, runtime=runtime, pick=plan.best, recipe=recipe, recipe_entry=entry,
+               statement=plan.search.recipe or "", published=published, published_text=text)
+
+
+def row_cells(case: Case, runtime: str) -> list[str]:
+    """One table row: job, runtime, pick, its figures, the framework's recipe and the pick against it,
+    the published run's predicted (measured) figures, and the separating term."""
+    r = row(case, runtime)
+    if r.refusal:
+        return [case.name, runtime, f"refused ({r.refusal})", "-", "-", "-", "-", "-"]
+    if r.recipe is None:
+        recipe_text, against = "no published recipe", "-"
+    else:
+        recipe_text = f"{r.recipe.name}: " + (_figures(r.recipe_entry) if r.recipe_entry else "does not apply")
+        against = verdict(r.statement) if r.statement else "-"
+    if r.pick is None:
+        return [case.name, runtime, "nothing fits", "-", recipe_text, against, r.published_text, "-"]
+    other = r.recipe_entry or r.published
+    if other is None:
         term = "-"
-    elif recipe.layout == chosen.layout:
+    elif other.layout == r.pick.layout:
         term = "same layout"
     else:
-        term = separating_term(chosen, recipe)
-    return [case.name, runtime, layout_summary(chosen.layout), _figures(chosen), recipe_text, term]
+        term = separating_term(r.pick, other)
+    return [case.name, runtime, layout_summary(r.pick.layout), _figures(r.pick), recipe_text, against,
+            r.published_text, term]
+
+
+def unstated_faster_recipes(cases: list[Case], runtimes: tuple[str, ...]) -> list[tuple[str, str]]:
+    """(job, runtime) of every row whose framework recipe the model rates faster than the pick with
+    no reason stated in the plan (``Row.recipe_faster_unstated``)."""
+    return [(c.name, rt) for c in cases for rt in runtimes if row(c, rt).recipe_faster_unstated]
 
 
 def table(cases: list[Case], runtimes: tuple[str, ...]) -> list[str]:
-    """The markdown table, then each recipe's layout and source."""
-    head = ["job", "runtime", "autoplan pick", "pick: step · MFU", "recipe predicted (measured)",
-            "separating term (recipe - pick)"]
+    """The markdown table, then each published run's layout and source, then the recipes'."""
+    head = ["job", "runtime", "autoplan pick", "pick: step · MFU", "framework recipe: step · MFU",
+            "pick against the recipe", "published run predicted (measured)", "separating term (recipe or run - pick)"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for case in cases:
         own = recipe_runtime(case)
         for runtime in runtimes + ((own,) if own not in runtimes else ()):
             lines.append("| " + " | ".join(row_cells(case, runtime)) + " |")
-    lines += ["", "Recipes:"]
+    lines += ["", "Published runs:"]
     for case in cases:
         r = request(case)
         model = r["model"] if isinstance(r["model"], str) else r["model"].name
@@ -219,6 +296,10 @@ def table(cases: list[Case], runtimes: tuple[str, ...]) -> list[str]:
                      f"{r['seq_len']}, {r.get('precision', 'bf16')}, ran on {recipe_runtime(case)}): "
                      f"{layout_summary(published_layout(case))}. Source: {case.citation}."
                      + (f" Note: {case.note}." if case.note else ""))
+    lines += ["", "Framework recipes (planner/search/recipes.py):"]
+    for recipe in RECIPES:
+        lines.append(f"- {recipe.name} ({', '.join(recipe.runtimes)}; {recipe.model}, seq {recipe.seq_len}): "
+                     f"{recipe_summary(recipe)}. Source: {recipe.source}.")
     return lines
 
 

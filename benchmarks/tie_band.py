@@ -4,8 +4,10 @@ Run: ``.venv/bin/python benchmarks/tie_band.py [--write] [--json]`` (a few secon
 published run is scored with the shipped model (``planner.published.score``); every pair of
 measured layouts inside one sweep gives the error of the predicted step-time ratio against the
 measured one (``planner.published.pairs``). Prints the median and 80th percentile per mechanism
-(pairs that differ in that mechanism alone) and over all pairs; ``--write`` stores the record
-``costmodels/data/tie_band.json`` that ``costmodels.tie_band`` reads: band = median over all pairs.
+(pairs that differ in that mechanism alone or both run it at one setting,
+``pairs.by_mechanism_in_use``), over every runtime's pairs and over each runtime's own, and over all
+pairs; ``--write`` stores the record ``costmodels/data/tie_band.json`` that ``costmodels.tie_band``
+reads: band = median over all pairs; a runtime's mechanism figures where it has ``MIN_PAIRS`` pairs.
 The shipped calibration was fitted on these rows (a few global constants); the ratio of two layouts
 of one job cancels most of what they move.
 """
@@ -27,11 +29,12 @@ from published import DATA  # noqa: E402
 from costmodels.bands import percentile  # noqa: E402
 from costmodels.tie_band import TIE_BAND_FILE  # noqa: E402
 from planner.published import score  # noqa: E402
-from planner.published.pairs import MECHANISMS, by_mechanism, layout_pairs, relative_error  # noqa: E402
+from planner.published.pairs import MECHANISMS, by_mechanism_in_use, layout_pairs, relative_error  # noqa: E402
 from profiles.io import write_text_atomic  # noqa: E402
 
 MIN_PAIRS = 5
-"""A mechanism with fewer single-mechanism pairs than this counts as unmeasured."""
+"""A mechanism with fewer pairs than this (differing in it alone, or both running it) counts as
+unmeasured: on a runtime, its figure is then the one over every runtime's pairs."""
 
 
 def summary(log_errors: list[float]) -> dict:
@@ -42,34 +45,49 @@ def summary(log_errors: list[float]) -> dict:
             "p80_rel": round(math.exp(percentile(log_errors, 80)) - 1, 4)}
 
 
+def mechanism_table(counted: dict[str, tuple[int, int, list[float]]]) -> dict[str, dict]:
+    """Per mechanism: pair counts and the error summary, median None under ``MIN_PAIRS`` pairs."""
+    out = {}
+    for name, (alone, held, values) in counted.items():
+        entry = {**summary(values), "num_alone": alone, "num_held": held}
+        if entry["num_pairs"] < MIN_PAIRS:
+            entry["median_rel"] = None  # unmeasured: too few pairs to say
+        out[name] = entry
+    return out
+
+
 def record(rows: list[dict]) -> dict:
     """The tie-band record of the published rows."""
     results = [r for s in score(rows) for r in s.results]
     pairs = layout_pairs(results)
     logs = [p.log_error for p in pairs]
-    mechanisms = {}
-    for name, values in by_mechanism(pairs).items():
-        entry = summary(values)
-        if entry["num_pairs"] < MIN_PAIRS:
-            entry["median_rel"] = None  # unmeasured: too few pairs to say
-        mechanisms[name] = entry
-    return {"schema_version": 1, "band_rel": round(relative_error(logs), 4), **summary(logs),
+    runtimes = {runtime: {"num_pairs": sum(p.runtime == runtime for p in pairs),
+                          "mechanisms": mechanism_table(by_mechanism_in_use(pairs, runtime))}
+                for runtime in sorted({p.runtime for p in pairs})}
+    return {"schema_version": 2, "band_rel": round(relative_error(logs), 4), **summary(logs),
             "num_sweeps": len({p.sweep for p in pairs}), "num_families": len({p.family for p in pairs}),
-            "min_pairs": MIN_PAIRS, "mechanisms": mechanisms,
+            "min_pairs": MIN_PAIRS, "mechanisms": mechanism_table(by_mechanism_in_use(pairs)), "runtimes": runtimes,
             "statistic": "median over pairs of |ln(predicted ratio / measured ratio)| of tokens/s per GPU, "
-                         "as exp(.) - 1; per mechanism over pairs that differ in it alone"}
+                         "as exp(.) - 1; per mechanism over pairs that differ in it alone or both run it at one "
+                         "setting (in use as costmodels.tie_band.in_use counts it on the pair's runtime), over "
+                         "every runtime's pairs and over each runtime's own"}
 
 
 def print_record(doc: dict) -> None:
-    print(f"{'mechanism':17} {'pairs':>5} {'median':>7} {'p80':>7}")
+    scopes = [("all", doc["mechanisms"])] + [(r, e["mechanisms"]) for r, e in doc["runtimes"].items()]
+    print(f"{'mechanism':17} " + " ".join(f"{name[:15]:>15}" for name, _ in scopes))
+    print(f"{'(pairs)':17} " + " ".join(f"{doc['runtimes'][n]['num_pairs'] if n != 'all' else doc['num_pairs']:>15}"
+                                         for n, _ in scopes))
     for name in MECHANISMS:
-        m = doc["mechanisms"][name]
-        med = "-" if m["median_rel"] is None else f"{m['median_rel']:.1%}"
-        p80 = "-" if m["p80_rel"] is None else f"{m['p80_rel']:.1%}"
-        print(f"{name:17} {m['num_pairs']:5} {med:>7} {p80:>7}")
-    print(f"{'all pairs':17} {doc['num_pairs']:5} {doc['median_rel']:7.1%} {doc['p80_rel']:7.1%}   "
-          f"({doc['num_sweeps']} sweeps, {doc['num_families']} families)")
-    print(f"tie band: {doc['band_rel']:.1%} (median over all pairs); '-': fewer than {doc['min_pairs']} pairs")
+        cells = []
+        for _, table in scopes:
+            m = table[name]
+            cells.append(f"{'-' if m['median_rel'] is None else format(m['median_rel'], '.1%')} ({m['num_pairs']})")
+        print(f"{name:17} " + " ".join(f"{c:>15}" for c in cells))
+    print(f"{'all pairs':17} {doc['median_rel']:15.1%}   (p80 {doc['p80_rel']:.1%}; {doc['num_sweeps']} sweeps, "
+          f"{doc['num_families']} families)")
+    print(f"tie band: {doc['band_rel']:.1%} (median over all pairs); a mechanism is uncertain on a runtime where "
+          f"its figure (its own, else all) is above the band or '-' (fewer than {doc['min_pairs']} pairs)")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -31,7 +31,9 @@ class StageMemory:
     """Gradients live at the rank's peak (``rank_memory.grads_live_at_peak``)."""
     optimizer_bytes: float
     activations_bytes: float
-    """Saved for backward at the schedule's peak (in-flight micro-batches), plus recompute working set."""
+    """Saved for backward at the schedule's peak (in-flight micro-batches), plus recompute working set;
+    under eager activations, what is live of them in the phase that sets the peak
+    (``peak_phase``; ``backward_peak.peak_phase``), its working tensors included."""
     buffers_bytes: float
     """Communication buffers: DP buckets, ZeRO-3 prefetched params, TP gathers, pipeline send/recv."""
     overhead_bytes: float
@@ -48,6 +50,14 @@ class StageMemory:
     buffer_parts: tuple[tuple[str, float], ...] = ()
     """``buffers_bytes`` by parallelism (``rank_memory.rank_buffer_parts``): data_parallel,
     tensor_parallel, pipeline; only the non-zero ones."""
+    schedule_activations_bytes: float = 0.0
+    """Activations at the schedule's peak, saved and working (what ``activations_bytes`` is unless
+    another phase sets the peak): what the job's saved-tensor probe compares with. Not in
+    ``total_bytes``."""
+    peak_phase: str = "loss"
+    """The step phase that sets the peak (``backward_peak.PeakPhase.name``): loss, first layer
+    backward, last layer backward, optimizer step or clip; loss where activations and held
+    gradients peak together."""
 
     @property
     def total_bytes(self) -> float:

@@ -70,6 +70,11 @@ class ShardingOption:
     """It composes with pipeline parallelism (pp > 1)."""
     hsdp: bool = False
     """It also runs hybrid-sharded (shard inside a node, replicate across: ``Layout.hsdp_shard_degree``)."""
+    standard: str = ""
+    """Where the framework's own published recipes turn this stage on by default (the file that
+    says so); empty: not its standard. At most one stage of a runtime is standard: the tie rule
+    counts the ZeRO stage as a mechanism in use where it departs from it
+    (``costmodels.tie_band.in_use``)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -151,6 +156,11 @@ class RuntimeCapabilities:
     def hsdp(self) -> bool:
         return any(s.hsdp for s in self.sharding)
 
+    @property
+    def standard_zero_stage(self) -> int:
+        """The ZeRO stage its published recipes run (``ShardingOption.standard``); 0 where none is."""
+        return next((s.zero_stage for s in self.sharding if s.standard), 0)
+
 
 _MLM_ARGS = "megatron/training/arguments.py"
 _MLM_DDP = "megatron/core/distributed/distributed_data_parallel_config.py"
@@ -180,7 +190,8 @@ MEGATRON = RuntimeCapabilities(
         # --overlap-param-gather, the gathers' half of dp_overlap, needs the distributed optimizer
         # (arguments.py validate_args), so it is this stage's option and the FSDP stages'.
         ShardingOption(zero_stage=1, option="--use-distributed-optimizer --overlap-param-gather", since="core_v0.12.0",
-                       source=_MLM_DDP),
+                       source=_MLM_DDP, standard="examples/llama/train_llama3_8b_h100_fp8.sh @157006d6 (DDP_ARGS: "
+                       "--use-distributed-optimizer); Megatron-Bridge's recipes for Megatron-Core, llama3.py"),
         # Megatron-FSDP (--use-custom-fsdp in 0.12-0.13, renamed in 0.14). Not offered with pp > 1:
         # its docs (docs/user-guide/features/megatron_fsdp.md) state no pipeline combination, so the
         # table keeps to the one it shows (dp x tp x cp).
@@ -253,7 +264,9 @@ MEGATRON_BRIDGE = replace(
         # overlap needs the distributed optimizer, so it comes with the sharded stages.
         ShardingOption(zero_stage=0, option="ddp.use_distributed_optimizer=False", since="v0.5.0", source=_MB_CONFIG),
         ShardingOption(zero_stage=1, option="ddp.use_distributed_optimizer=True ddp.overlap_param_gather=True",
-                       since="v0.5.0", source=_MB_CONFIG),
+                       since="v0.5.0", source=_MB_CONFIG,
+                       standard="src/megatron/bridge/recipes/llama/llama3.py @0d5f5558: every pretrain config sets "
+                                "ddp.use_distributed_optimizer = True"),
         ShardingOption(zero_stage=2, option="ddp.use_distributed_optimizer=True ddp.overlap_param_gather=True "
                        "ddp.use_megatron_fsdp=True ddp.data_parallel_sharding_strategy=optim_grads", since="v0.5.0",
                        source=_MB_CONFIG, pipelined=False),
@@ -320,7 +333,9 @@ TORCHTITAN = RuntimeCapabilities(
         ShardingOption(zero_stage=2, option="parallelism.fsdp_reshard_after_forward=never", since="v0.2.0",
                        source=_TT_CONFIG),
         ShardingOption(zero_stage=3, option="parallelism.fsdp_reshard_after_forward=always", since="v0.2.0",
-                       source=_TT_CONFIG, hsdp=True),
+                       source=_TT_CONFIG, hsdp=True,
+                       standard="torchtitan/models/llama3/train_configs/llama3_{8b,70b}.toml @f3534d77: "
+                                "data_parallel_shard_degree = -1 (FSDP over every data-parallel rank)"),
     ),
     schedules=(
         Feature(name="1f1b", option="parallelism.pipeline_parallel_schedule=1F1B", since="v0.2.0", source=_TT_PP),

@@ -91,6 +91,12 @@ class RuntimeConvention:
     the gradients live in a buffer allocated once, before the first step (Megatron DDP's contiguous
     ``main_grad`` buffer, ``megatron/core/distributed/param_and_grad_buffer.py``; DeepSpeed's
     fp32 gradient accumulation), and are held at every peak."""
+    clip_squares_gradients: bool = False
+    """Gradient clipping squares each local gradient into a new fp32 tensor of its size before
+    summing it (autoplan's job, ``planner/launch/torchjob/clip.py``), so the clip holds every
+    gradient and one such copy of the largest (``backward_peak.clip_square_bytes``). Else the norm
+    is a reduction with no full-size temporary (``torch.nn.utils.get_total_norm``, Megatron's
+    multi-tensor L2 norm)."""
     keeps_16bit_grads: bool = False
     """The 16-bit gradients each backward writes stay allocated beside the fp32 accumulation
     buffer (2 more bytes per parameter in bf16/fp8 training)."""

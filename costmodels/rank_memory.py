@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 from . import activations as act
 from . import reserved
+from .backward_peak import peak_phase
 from .assignment import layer_key, rank_params, recomputed_layers
 from .breakdown import StageMemory
 from .layout import Layout, local_micro_batch_tokens
@@ -45,12 +46,27 @@ def rank_static(cm: "CostModel", layout: Layout, rank: RankLayers) -> RankStatic
     stored, working = rank_activation_parts(cm, layout, rank)
     host = host_state_bytes(stepped_params(cm, layout, params), cm.states) if layout.optimizer_offload else 0.0
     buffer_parts = rank_buffer_parts(cm, layout, rank, params)
+    x = activation_shape(cm, layout)
     return RankStatic(params_bytes=p, grads_bytes=g, optimizer_bytes=o, host_bytes=host,
                        buffers_bytes=sum(v for _, v in buffer_parts), buffer_parts=buffer_parts,
                        stored_per_microbatch_bytes=stored, working_bytes=working,
                        received_per_microbatch_bytes=received_saved_bytes(cm, layout, rank),
-                       largest_block_bytes=act.largest_block_bytes(cm.model, activation_shape(cm, layout),
-                                                                   last=rank.last))
+                       largest_block_bytes=act.largest_block_bytes(cm.model, x, last=rank.last),
+                       backward=eager_backward_terms(cm, layout, rank, params, x, g))
+
+
+def eager_backward_terms(cm: "CostModel", layout: Layout, rank: RankLayers, params: ShardedParams,
+                         x: act.ActivationShape, grads_bytes: float):
+    """``rank_backward.backward_terms`` under a convention with eager activations, else None (the
+    peak is the activations' and the held gradients', ``grads_live_at_peak``)."""
+    if not cm.convention.eager_activations:
+        return None
+    from .rank_backward import backward_terms
+
+    largest = layers_saved_bytes(cm, layout, rank, x)[1]
+    recompute = recompute_working_bytes(cm, layout, x, rank.num_moe > 0)
+    return backward_terms(cm, layout, rank, params, x=x, grads_bytes=grads_bytes, layer_saved_bytes=largest,
+                          recompute_bytes=recompute)
 
 
 def held_states(cm: "CostModel", layout: Layout, params: ShardedParams) -> tuple[float, float, float]:
@@ -81,17 +97,28 @@ def stage_memory(cm: "CostModel", layout: Layout, index: int, static: RankStatic
     recomputation working set; overhead is what the process holds outside its tensors
     (``overhead_parts``): the CUDA context, NCCL's buffers, GEMM workspaces and the allocator's
     fragmentation, which grows with the live activations and buffers and holds one block of the
-    largest transient tensor (``activations.largest_block_bytes``)."""
+    largest transient tensor (``activations.largest_block_bytes``). Under eager activations the
+    peak is that of the step's phase that holds the most (``backward_peak.peak_phase``: the loss,
+    a layer's backward, the optimizer step or the clip), with the activations and gradients live
+    in it."""
     activations = stage_activation_bytes(layout, index, static.stored_per_microbatch_bytes, static.working_bytes,
                                          static.received_per_microbatch_bytes)
     fragmentation = reserved.fragmentation_bytes(activations + static.buffers_bytes, static.largest_block_bytes,
                                                  cm.assumptions.allocator_fragmentation)
     parts = fixed_overhead_parts(cm, layout) + (("fragmentation", fragmentation),)
-    grads = grads_live_at_peak(cm, layout, static.grads_bytes, activations)
+    live, name = activations, "loss"
+    if static.backward is not None:
+        held = layout.num_microbatches > 1 or not cm.convention.grads_freed_each_step
+        phase = peak_phase(activations_bytes=activations, working_bytes=static.working_bytes,
+                           grads_bytes=static.grads_bytes, held=held, terms=static.backward)
+        live, grads, name = phase.activations_bytes, phase.grads_bytes, phase.name
+    else:
+        grads = grads_live_at_peak(cm, layout, static.grads_bytes, activations)
     return StageMemory(params_bytes=static.params_bytes, grads_bytes=grads, grads_freed_bytes=static.grads_bytes - grads,
-                       optimizer_bytes=static.optimizer_bytes, activations_bytes=activations,
+                       optimizer_bytes=static.optimizer_bytes, activations_bytes=live,
                        buffers_bytes=static.buffers_bytes, overhead_bytes=sum(v for _, v in parts),
-                       host_bytes=static.host_bytes, overhead_parts=parts, buffer_parts=static.buffer_parts)
+                       host_bytes=static.host_bytes, overhead_parts=parts, buffer_parts=static.buffer_parts,
+                       schedule_activations_bytes=activations, peak_phase=name)
 
 
 def grads_live_at_peak(cm: "CostModel", layout: Layout, grads_bytes: float, activations_bytes: float) -> float:

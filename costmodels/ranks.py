@@ -7,6 +7,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from functools import lru_cache
 
+from .backward_peak import BackwardTerms
 from .model_spec import ModelSpec
 from .pipeline import PassTimes
 from .params import dense_layer_params, expert_params_per_layer, layer_params
@@ -91,11 +92,14 @@ class RankStatic:
     host_bytes: float = 0.0
     """Host RAM of this rank's offloaded optimizer states (``offload.host_state_bytes``), 0 without offload."""
     received_per_microbatch_bytes: float = 0.0
+    """Of ``stored_per_microbatch_bytes``, the pipeline receive buffers (torch runtime), which
+    the buffers count for every micro-batch; subtracted per micro-batch in flight."""
     largest_block_bytes: float = 0.0
     """The largest tensor allocated and freed every micro-batch (``activations.largest_block_bytes``),
     which the allocator's fragmentation holds once more (``reserved.fragmentation_bytes``)."""
-    """Of ``stored_per_microbatch_bytes``, the pipeline receive buffers (torch runtime), which
-    the buffers count for every micro-batch; subtracted per micro-batch in flight."""
+    backward: BackwardTerms | None = None
+    """Under eager activations, what the rank's backward holds beyond its saved activations
+    (``backward_peak.BackwardTerms``), from which its peak phase is found; None otherwise."""
 
 
 def state_sum(static: RankStatic) -> float:

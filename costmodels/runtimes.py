@@ -63,6 +63,7 @@ FSDP2 = RuntimeConvention(
     torchao_low_precision=True,
     offload_holds_all_states=True,
     grads_freed_each_step=True,
+    clip_squares_gradients=True,
     gather_copy_kernels=True,
     fused_elementwise=False,
     moe_gathers_sequence=True,
@@ -70,7 +71,7 @@ FSDP2 = RuntimeConvention(
 )
 
 TORCHTITAN = replace(FSDP2, runtime="torchtitan", loss_parallel=True, moe_fixed_slots=False,
-                     attention_kernel_capability=8.0)
+                     attention_kernel_capability=8.0, clip_squares_gradients=False)
 """torchtitan's trainer (the published torchtitan runs; costed, not launched): FSDP2 and PyTorch TP
 as ``FSDP2``, except that under tp the loss is vocabulary-parallel by default
 (``parallelize_llama.apply_tp``: the output projection keeps ``Shard(-1)`` and the loss runs in
@@ -79,7 +80,8 @@ experts run the routed tokens only (``torch._grouped_mm`` over per-expert token 
 fixed capacity slots. Its attention is costed as its published runs ran it (PyTorch nightlies of
 December 2024, whose SDPA put FlashAttention-2 first on every part: an sm80 kernel,
 ``attention_kernel_capability`` 8.0); current PyTorch runs cuDNN's on Hopper, which the torch
-runtime costs (``docs/limits.md``)."""
+runtime costs (``docs/limits.md``). Its clipping takes the norm with ``torch.nn.utils.get_total_norm``
+(``torchtitan/distributed/utils.py`` ``clip_grad_norm_``), which allocates no copy of a gradient."""
 
 CONVENTIONS: dict[str, RuntimeConvention] = {
     c.runtime: c for c in (MEGATRON, MEGATRON_BRIDGE, DEEPSPEED, FSDP2, TORCHTITAN)}

@@ -31,6 +31,7 @@ from planner.plan.bands import job_bands
 from planner.search.brute_force import solve_brute_force
 from planner.search.infeasible import model_state_gib, no_fit, suggestions
 from planner.search.ranking import prefer_simplest, rank_key, tie_band
+from planner.search.recipes import apply_recipe
 from planner.plan.report import ClosestMiss, NoFit, PlanReport
 from costmodels.runtimes import CONVENTIONS
 from planner.plan.plan_file import PlanInputs
@@ -292,13 +293,16 @@ def plan(*, model: str | ModelSpec, hardware: str | NodeSpec, gpus: int, global_
     started = time.perf_counter()
     run = solve if solver == "search" else solve_brute_force
     cost_model = job.cost_model()
-    band = tie_band()
+    band = tie_band(job.training.runtime)
     result = _search_offload_last(run, cost_model, gpus, job.cluster.nvlink_domain_gpus, search_options, top_k + 1,
                                   band)
     refined = result.ranked if search_options.fixed_split or not table.uneven_stages else \
         tuple(sorted((refine_stages(cost_model, b) for b in result.ranked), key=rank_key))
-    ranked, num_tied, reason = prefer_simplest(refined, band, memory_band=shipped_memory_band(job.training.runtime),
-                                               tied_in_mesh=result.tied_in_mesh)
+    memory_band = shipped_memory_band(job.training.runtime)
+    ranked, num_tied, reason = prefer_simplest(refined, band, memory_band=memory_band, tied_in_mesh=result.tied_in_mesh)
+    recipe = apply_recipe(cost_model, ranked, gpus=gpus, band=band, memory_band=memory_band, options=search_options)
+    if recipe.moved:
+        ranked, reason = recipe.ranked, "no slower than its runtime's published recipe, then the least risky"
     rejected = dict(result.rejected)
     if len(ranked) > top_k + 1:  # compared for ties, then beaten: counted as slower
         rejected["slower"] = rejected.get("slower", 0) + len(ranked) - (top_k + 1)
@@ -317,7 +321,7 @@ def plan(*, model: str | ModelSpec, hardware: str | NodeSpec, gpus: int, global_
         warnings=job.warnings,
         search={"solver": solver, "space_size": result.num_candidates, "evaluated": result.num_evaluated,
                 "tie_band": band.band_rel, "tie_band_source": band.source, "num_tied": num_tied,
-                "tie_reason": reason or None, "seconds": round(seconds, 4)},
+                "tie_reason": reason or None, "recipe": recipe.statement or None, "seconds": round(seconds, 4)},
     )
 
 

@@ -99,8 +99,10 @@ def ties(plan: PlanFile) -> dict[str, Any]:
         text = f"{count} layout{'s' if count != 1 else ''} indistinguishable within the {s.tie_band:.1%} tie band{source}"
         if s.tie_reason and count > 1:
             text += f"; picked for {s.tie_reason}"
+    if s.recipe:
+        text += f"\n{s.recipe}"
     return {"num_indistinguishable": count, "band_rel": s.tie_band, "source": s.tie_band_source,
-            "reason": s.tie_reason, "text": text}
+            "reason": s.tie_reason, "recipe": s.recipe, "text": text}
 
 
 def explain(plan: PlanFile) -> dict[str, Any]:

@@ -190,6 +190,9 @@ def _assert_memory_floor(cm, layout):
         + unscaled
     if cm.convention.grads_freed_each_step:  # the floor's S leaves the gradients out (rank_memory.grads_live_at_peak)
         left_out += max(st.grads_bytes for st in breakdown.stages)
+    # eager activations: a backward phase may hold more than the schedule's activations
+    # (costmodels.backward_peak: a layer's transient, the clip's copy), which the floor leaves out
+    left_out += max(max(0.0, st.activations_bytes - st.schedule_activations_bytes) for st in breakdown.stages)
     assert floor >= (breakdown.peak_memory_bytes - left_out) * (1 - RELATIVE), layout
 
 

@@ -24,12 +24,17 @@ PEAK_NO_GRADS_TOLERANCE = 0.07
 """Largest |error| of the peak less the gradients: the job peaks at the loss backward before
 any gradient exists, except on llama3-8b-4l at s 2048 (-6.5%), whose peak is the gradient-norm
 clip's fp32 square of the 2 GB output-head gradient (``torchjob/clip.py``, ``_local_square_sum``)
-beside every gradient, a transient the model does not count."""
+beside every gradient (``test_the_peak_phase_is_the_measured_peak`` counts it)."""
+PEAK_PHASE_TOLERANCE = 0.01
+"""Largest |error| of the model's peak allocation (the step phase that holds the most,
+``costmodels.backward_peak``) against ``torch.cuda.max_memory_allocated``: the same tensors counted
+one by one, less the small ones the count leaves out (0.6% at most on the 2026-11-26 records)."""
 
 
 @lru_cache(maxsize=1)
-def _layouts() -> tuple[tuple[str, dict, dict], ...]:
-    """(record file, measured layout, the model's prediction) for every kept layout."""
+def _estimates() -> tuple[tuple[str, dict, dict, object], ...]:
+    """(record file, measured layout, the model's prediction by component, its peak stage) for every
+    kept layout."""
     from costmodels.estimate import CostModel, estimate
     from hardware_specs import load_node
     from planner.api import resolve_job
@@ -45,8 +50,13 @@ def _layouts() -> tuple[tuple[str, dict, dict], ...]:
             job = resolve_job(**kwargs).cost_job()
             model = CostModel(job)
             breakdown = estimate(job, plan, model)
-            out.append((path.name, layout, predicted_memory(model, breakdown)[0]))
+            out.append((path.name, layout, predicted_memory(model, breakdown)[0], breakdown.peak_stage))
     return tuple(out)
+
+
+def _layouts() -> tuple[tuple[str, dict, dict], ...]:
+    """(record file, measured layout, the model's prediction) for every kept layout."""
+    return tuple(row[:3] for row in _estimates())
 
 
 def _peak_allocated(predicted: dict) -> float:
@@ -83,3 +93,20 @@ def test_peak_allocated_is_an_upper_bound_over_by_the_gradients():
         assert 0.0 <= error <= 0.22, (name, layout["name"], error)
         without_grads = (_peak_allocated(predicted) - predicted["grads"]) / measured - 1
         assert abs(without_grads) <= PEAK_NO_GRADS_TOLERANCE, (name, layout["name"], without_grads)
+
+
+def test_the_peak_phase_is_the_measured_peak():
+    """The model's peak less what lies outside the caching allocator's allocations (the CUDA
+    context, NCCL's buffers, the fragmentation; the GEMM workspaces are allocations) against
+    ``torch.cuda.max_memory_allocated``, on every kept layout: within 1%, whichever phase sets it.
+    llama3-8b-4l at s 2048 peaks at the clip (every gradient and the fp32 square of the 2 GB head
+    gradient), the rest at the loss backward."""
+    phases = {}
+    for name, layout, _, stage in _estimates():
+        parts = dict(stage.overhead_parts)
+        allocated = stage.total_bytes - sum(parts.values()) + parts["workspaces"]
+        error = allocated / layout["measured"]["max_memory_allocated_bytes"] - 1
+        assert abs(error) <= PEAK_PHASE_TOLERANCE, (name, layout["name"], stage.peak_phase, error)
+        phases[layout["name"]] = stage.peak_phase
+    assert phases["llama3-8b-4l-s2048-mb1-none"] == "clip"
+    assert phases["qwen2.5-0.5b-s2048-mb1-none"] == "loss"

@@ -21,7 +21,7 @@ import gpu_records  # noqa: E402
 import gpu_truth_env  # noqa: E402
 import gpu_truth_jobs  # noqa: E402
 import gpu_truth_record as rec  # noqa: E402
-from gpu_truth_sweep import cpu_sweep, gpu_sweep, heldout_sweep  # noqa: E402
+from gpu_truth_sweep import cpu_sweep, gpu_sweep, heldout_sweep, large_sweep  # noqa: E402
 
 GIB = 2**30
 
@@ -201,3 +201,29 @@ def test_cpu_quick_run_writes_a_complete_record(tmp_path):
         assert row["errors"]["datasheet"]["optimizer"] == pytest.approx(0, abs=1e-4)
     rows = gpu_records.record_rows(record, path)
     assert len(rows) == len(cpu_sweep()) and all(r["extra"]["model_spec"] for r in rows)
+
+
+def test_large_sweep_holds_70b_layers_at_tp_1_and_an_8b_whole_model(tmp_path):
+    """Issue #37, item 3: Llama-3-70B's layer at tp 1 (2 layers, a 32k vocabulary) in five shapes,
+    each launched and predicted to fit an 80 GB device; Llama-3-8B whole, which needs an H200's
+    memory, is skipped on an H100 and launched past the fit rule on an H200."""
+    cases = large_sweep()
+    assert {c.recompute for c in cases} == {"none", "selective", "full"}
+    from costmodels.presets import load_model
+
+    l70 = [c for c in cases if c.model.endswith("llama3-70b-2l-v32k.json")]
+    spec = load_model(l70[0].model)
+    assert (spec.hidden_size, spec.ffn_hidden_size, spec.num_layers, spec.vocab_size) == (8192, 28672, 2, 32000)
+    fits, too_large = gpu_truth_jobs.split_by_device_memory(cases, 80.0)
+    assert [c.model for c in too_large] == ["llama3-8b"] and len(fits) == 5
+    common = {"hardware": "h100-sxm-80gb", "precision": "bf16", "workdir": tmp_path / "h100", "env": _env(),
+              "profile_path": None}
+    rows = gpu_truth_jobs.predict_all(fits, common, reserved_bytes=GIB, say=lambda _: None)
+    assert [r.get("error") for r in rows] == [None] * len(rows)
+    for row in rows:
+        assert row["predicted"]["datasheet"]["fits"] and (Path(row["job_dir"]) / "train.py").is_file(), row["name"]
+    h200 = dict(common, hardware="h200-sxm-141gb", workdir=tmp_path / "h200")
+    whole = gpu_truth_jobs.predict_all(too_large, h200, reserved_bytes=GIB, say=lambda _: None)
+    assert whole[0].get("error") is None and "--allow-no-fit" in whole[0]["commands"]["launch"]
+    skipped = gpu_truth_jobs.skipped_row(too_large[0], "needs 130 GiB", "bf16")
+    assert skipped["status"] == "skipped" and rec.summarise([skipped])["num_skipped"] == 1

@@ -75,5 +75,5 @@ def test_tiny_llama_interleaved_zb_saved_bytes_hand_worked():
     cost = planner.evaluate(model="tiny-llama", hardware="cpu", gpus=2, gpus_per_node=2, global_batch=4, seq_len=32,
                             precision="fp32", runtime="torch", layout=layout)
     loss_backward = 2 * 4 * 32 * 1024  # the loss's backward working set, beside the saved tensors
-    assert cost.stages[0].activations_bytes == 2_789_376
-    assert cost.stages[1].activations_bytes - loss_backward == 2_985_984
+    assert cost.stages[0].schedule_activations_bytes == 2_789_376
+    assert cost.stages[1].schedule_activations_bytes - loss_backward == 2_985_984

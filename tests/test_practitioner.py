@@ -45,5 +45,21 @@ def test_script_prints_a_markdown_row_per_runtime_with_the_measured_figure(capsy
     out = capsys.readouterr().out
     assert out.startswith("| job | runtime | autoplan pick |")
     row = next(line for line in out.splitlines() if line.startswith("| llama3-8b-8gpu | megatron-bridge |"))
-    assert "(measured 14,451)" in row and len(row.strip("|").split(" | ")) == 6
+    assert "(measured 14,451)" in row and len(row.strip("|").split(" | ")) == 8
+    assert "| llama3_8b_pretrain_config: " in row  # Megatron-Bridge's own recipe for the job
     assert "Source: Megatron-Bridge performance summary" in out
+    assert "- llama3_70b_pretrain_config (megatron-bridge, megatron; llama3-70b, seq 8192): tp 4 · pp 4 · cp 2" in out
+
+
+def test_no_framework_recipe_is_faster_than_its_pick_without_a_stated_reason():
+    """Issue #37 item 6 on a cheap subset: Llama-3-70B on 64 H100 under megatron (where the recipe,
+    faster than the tie rule's pick, moves it), Llama-3-8B on 8 under megatron-bridge and torchtitan.
+    Every row whose framework recipe the model rates faster than the pick states why."""
+    case = {c.name: c for c in practitioner.CASES}
+    rows = [practitioner.row(case["llama3-70b-64gpu"], "megatron"), practitioner.row(case["llama3-8b-8gpu"], "torchtitan"),
+            practitioner.row(case["llama3-8b-8gpu"], "megatron-bridge")]
+    assert all(r.recipe is not None and r.statement for r in rows)
+    assert not any(r.recipe_faster_unstated for r in rows)
+    moved = rows[0]
+    assert "faster than the tie rule's pick" in moved.statement
+    assert moved.pick.predicted["step_time_s"] <= moved.recipe_entry.predicted["step_time_s"] * (1 + 1e-9)

@@ -18,9 +18,12 @@ def test_nccl_buffers_count_one_communicator_per_group_of_two_or_more_plus_world
     assert reserved.communicator_count(Layout()) == 1
 
 
-def test_workspaces_are_larger_from_hopper_on():
-    assert reserved.workspace_bytes(9.0) == 2 * 32 * MIB
-    assert reserved.workspace_bytes(8.0) == 2 * 4 * MIB
+def test_workspaces_are_cublas_and_cublaslt_per_gemm_thread_larger_from_hopper_on():
+    # PyTorch defaults: cuBLAS 32 MiB on sm90+ else ':4096:2:16:8' (2 x 4096 KiB + 8 x 16 KiB);
+    # cuBLASLt 1024 KiB; one handle each for the forward thread and autograd's device thread
+    assert reserved.workspace_bytes(9.0) == 2 * (32 * MIB + 1 * MIB)
+    assert reserved.workspace_bytes(8.0) == 2 * (8 * MIB + 128 * 1024 + 1 * MIB)
+    assert reserved.workspace_bytes(0.0) == reserved.workspace_bytes(9.0)
 
 
 def test_fragmentation_holds_one_largest_block_rounded_to_2_mib():

@@ -51,6 +51,9 @@ def test_the_record_matches_the_published_runs_and_the_model_as_they_stand():
     assert fresh["num_pairs"] == doc["num_pairs"] and fresh["band_rel"] == pytest.approx(doc["band_rel"], abs=1e-3)
     assert {m: e["num_pairs"] for m, e in fresh["mechanisms"].items()} == \
         {m: e["num_pairs"] for m, e in doc["mechanisms"].items()}
+    for runtime, entry in fresh["runtimes"].items():
+        assert {m: e["median_rel"] for m, e in entry["mechanisms"].items()} == \
+            pytest.approx({m: e["median_rel"] for m, e in doc["runtimes"][runtime]["mechanisms"].items()}, abs=1e-3)
 
 
 def test_pair_error_is_the_log_error_of_the_predicted_ratio():
@@ -153,7 +156,7 @@ def test_plan_json_states_the_band_its_source_and_why_the_pick_won():
 
     report = planner.plan(model="llama3-8b", hardware="h100-sxm-80gb", gpus=8, global_batch=64, seq_len=4096)
     search = report.to_dict()["search"]
-    band = shipped_tie_band()
+    band = shipped_tie_band(runtime="megatron")
     assert search["tie_band"] == band.band_rel and search["tie_band_source"] == band.source
     assert search["num_tied"] >= 1 and search["tie_reason"]
 
@@ -173,4 +176,82 @@ def test_explain_prints_how_many_layouts_were_indistinguishable(tmp_path):
     assert result.exit_code == 0, result.output
     text = " ".join(result.output.split())
     assert f"{search['num_tied']} layout" in text and "indistinguishable within the" in text
-    assert shipped_tie_band().source in text and f"picked for {search['tie_reason']}" in text
+    assert shipped_tie_band(runtime="megatron").source in text and f"picked for {search['tie_reason']}" in text
+
+
+RECORD = {"band_rel": 0.10, "num_pairs": 40, "num_sweeps": 4, "min_pairs": 5,
+          "mechanisms": {"tp": {"median_rel": 0.05}, "pp": {"median_rel": 0.08}, "zero_stage": {"median_rel": 0.09}},
+          "runtimes": {"megatron": {"mechanisms": {"tp": {"median_rel": 0.13}, "zero_stage": {"median_rel": 0.12},
+                                                   "pp": {"median_rel": None}}}}}
+"""A record: pooled tp, pp and ZeRO under the 10% band; on megatron's own pairs tp and ZeRO above it,
+pp too few pairs (so the pooled figure)."""
+
+
+def test_a_mechanism_is_uncertain_per_runtime_where_its_own_pairs_say_so():
+    pooled = tie_band_from_record(RECORD, "r.json")
+    megatron = tie_band_from_record(RECORD, "r.json", "megatron")
+    titan = tie_band_from_record(RECORD, "r.json", "torchtitan")  # no pairs of its own: the pooled figures
+    assert not pooled.uncertain("tp") and megatron.uncertain("tp") and not titan.uncertain("tp")
+    assert megatron.mechanism_error_rel["pp"] == 0.08 and not megatron.uncertain("pp")
+    assert megatron.uncertain("cp") and pooled.uncertain("cp")  # unmeasured anywhere
+    assert "megatron's own pairs" in megatron.source and "own pairs" not in titan.source
+
+
+def test_the_zero_stage_is_in_use_where_it_departs_from_the_runtimes_standard():
+    # Megatron's recipes run the distributed optimizer (ZeRO-1); torchtitan's FSDP (ZeRO-3); the
+    # torch job has no standard (0)
+    megatron = tie_band_from_record(RECORD, "r.json", "megatron")
+    titan = tie_band_from_record(RECORD, "r.json", "torchtitan")
+    torch_job = tie_band_from_record(RECORD, "r.json", "torch")
+    assert (megatron.standard_zero_stage, titan.standard_zero_stage, torch_job.standard_zero_stage) == (1, 3, 0)
+    assert "zero_stage" not in megatron.in_use(Layout(dp=8, zero_stage=1))
+    assert "zero_stage" in megatron.in_use(Layout(dp=8, zero_stage=0))
+    assert "zero_stage" in torch_job.in_use(Layout(dp=8, zero_stage=1))
+    assert "zero_stage" not in titan.in_use(Layout(dp=8, zero_stage=3))
+    # ZeRO-0 on megatron is a departure whose error (12% on its own pairs) is above the band
+    assert num_uncertain(Layout(dp=8, zero_stage=0), megatron) == 1
+    assert num_uncertain(Layout(dp=8, zero_stage=1), megatron) == 0
+
+
+def test_a_tie_between_plain_ddp_and_the_distributed_optimizer_goes_to_megatrons_standard():
+    # two tied Megatron plans, the distributed optimizer's 2% slower: by ZeRO stage alone plain DDP
+    # is simpler, but on megatron the distributed optimizer is the standard, and not running it is
+    # the uncertain departure
+    megatron = tie_band_from_record(RECORD, "r.json", "megatron")
+    ddp = _Plan(10.0, 60.0, dp=8, zero_stage=0)
+    distopt = _Plan(10.2, 40.0, dp=8, zero_stage=1)
+    ranked, _, reason = prefer_simplest((ddp, distopt), megatron, memory_band=shipped_memory_band())
+    assert ranked[0] is distopt and "the runner-up's zero_stage" in reason
+    torch_job = tie_band_from_record(RECORD, "r.json", "torch")
+    ranked, _, _ = prefer_simplest((ddp, distopt), torch_job, memory_band=shipped_memory_band())
+    assert ranked[0] is ddp
+
+
+def test_pairs_count_under_a_mechanism_they_differ_in_alone_or_both_run():
+    from planner.published.pairs import LayoutPair, by_mechanism_in_use
+
+    def pair(runtime, differs, held, error):
+        return LayoutPair(family="f", sweep=("s",), rows=(("a",), ("b",)), differs_in=differs, runtime=runtime,
+                          held=held, log_error=error)
+
+    pairs = [pair("megatron", ("tp",), ("pp",), 0.1), pair("megatron", ("tp", "pp"), (), 0.2),
+             pair("megatron", ("micro_batch_size",), ("tp", "pp"), 0.3), pair("torch", ("tp",), (), 0.4)]
+    mine = by_mechanism_in_use(pairs, "megatron")
+    assert mine["tp"] == (1, 1, [0.1, 0.3]) and mine["pp"] == (0, 2, [0.1, 0.3])
+    assert by_mechanism_in_use(pairs)["tp"] == (2, 1, [0.1, 0.3, 0.4])
+
+
+def test_the_readme_default_runs_the_distributed_optimizer():
+    """Issue #37 item 6: Llama-3-70B on 64 H100 under megatron. The distributed optimizer is
+    megatron's standard ZeRO stage, so the tie no longer counts it against a plan (plain DDP is the
+    departure, uncertain where megatron's own pairs put it above the band); and Megatron-Core's
+    published recipe (Megatron-Bridge's llama3_70b_pretrain_config), faster by the model than the
+    tie's pick, makes the pick at least as fast as it."""
+    import planner
+
+    report = planner.plan(model="llama3-70b", hardware="h100-sxm-80gb", gpus=64, global_batch=512, seq_len=8192)
+    band = shipped_tie_band(runtime="megatron")
+    assert band.standard_zero_stage == 1
+    assert report.best.layout.zero_stage == 1
+    recipe = report.search["recipe"]
+    assert recipe.startswith("recipe llama3_70b_pretrain_config") and "picked" in recipe

@@ -298,6 +298,9 @@ class SearchStats:
     """Where ``tie_band`` comes from (``costmodels.tie_band.TieBand.source``)."""
     tie_reason: str | None = None
     """Why ``best`` won among the tied plans (``planner.search.ranking.tie_reason``)."""
+    recipe: str | None = None
+    """The runtime's published recipe for the job and how the pick stands against it: at least as
+    fast, or why not (``planner.search.recipes.apply_recipe``); None where it published none."""
 
     @classmethod
     def from_dict(cls, raw: Any, where: str = "search") -> "SearchStats":
@@ -319,12 +322,13 @@ class SearchStats:
                    seconds=_get(raw, "seconds", where, (int, float), optional=True),
                    tie_band=_get(raw, "tie_band", where, (int, float), optional=True), num_tied=tied,
                    tie_band_source=_get(raw, "tie_band_source", where, str, optional=True),
-                   tie_reason=_get(raw, "tie_reason", where, str, optional=True), **counts)
+                   tie_reason=_get(raw, "tie_reason", where, str, optional=True),
+                   recipe=_get(raw, "recipe", where, str, optional=True), **counts)
 
     def to_dict(self) -> dict[str, Any]:
         out = {"solver": self.solver, "space_size": self.space_size, "evaluated": self.evaluated,
                "rejected": dict(sorted(self.rejected.items()))}
-        for key in ("seconds", "tie_band", "tie_band_source", "num_tied", "tie_reason"):
+        for key in ("seconds", "tie_band", "tie_band_source", "num_tied", "tie_reason", "recipe"):
             if getattr(self, key) is not None:
                 out[key] = getattr(self, key)
         return out

@@ -280,3 +280,5 @@ def print_report(console: Console, report: PlanFile) -> None:
                   f"rejected: {rejected or 'none'}", style="dim")
     if tie_band_line(s):
         console.print(tie_band_line(s), style="dim")
+    if s.recipe:
+        console.print(s.recipe, style="dim", highlight=False)

@@ -73,7 +73,7 @@ class PlanReport:
                              seconds=self.search.get("seconds") if with_timing else None,
                              tie_band=self.search.get("tie_band"), num_tied=self.search.get("num_tied"),
                              tie_band_source=self.search.get("tie_band_source"),
-                             tie_reason=self.search.get("tie_reason"))
+                             tie_reason=self.search.get("tie_reason"), recipe=self.search.get("recipe"))
         misses = tuple(MissEntry(entry=plan_entry(m.breakdown, self.bands), needed_gib=round(m.needed_gib, 3),
                                  available_gib=round(m.available_gib, 3), suggestions=m.suggestions)
                        for m in self.closest_misses)

@@ -6,7 +6,10 @@ layout measured several times in it counts once, at its median. For layouts a an
 and measured tokens/s per GPU ``p`` and ``m``, the pair's error is ``|ln((p_a / p_b) / (m_a / m_b))|``
 (symmetric in a and b; tokens per second per GPU is the inverse of step time per token, so this is
 the log error of the predicted step-time ratio). A pair whose layouts differ in one mechanism
-(``MECHANISMS``; dp and the micro-batch count follow from the others) is counted under it.
+(``MECHANISMS``; dp and the micro-batch count follow from the others) is counted under it
+(``by_mechanism``); so is, in ``by_mechanism_in_use``, a pair whose layouts both run a mechanism at
+one setting (``LayoutPair.held``: the model's word between layouts that run it), each pair under
+the runtime its runs ran (``costmodels.tie_band.in_use`` with that runtime's standard ZeRO stage).
 Pure: takes ``scoring.RunResult`` values, reads nothing.
 """
 
@@ -18,7 +21,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from itertools import combinations
 
+from costmodels.capabilities import CAPABILITIES
 from costmodels.layout import Layout
+from costmodels.tie_band import in_use
 
 from .scoring import RunResult
 from .stats import median
@@ -40,6 +45,11 @@ class LayoutPair:
     """The row ids behind each layout."""
     differs_in: tuple[str, ...]
     """What differs between the two: ``MECHANISMS`` names, ``global_batch`` or ``other``."""
+    runtime: str
+    """The runtime both layouts ran on (one sweep, one runtime)."""
+    held: tuple[str, ...]
+    """Mechanisms both layouts run at one setting (in use in both, not among ``differs_in``), as
+    ``costmodels.tie_band.in_use`` counts them on ``runtime``."""
     log_error: float
     """``|ln(predicted ratio / measured ratio)|`` (≥ 0)."""
 
@@ -70,9 +80,12 @@ def layout_pairs(results: Iterable[RunResult]) -> list[LayoutPair]:
         for (key_a, runs_a), (key_b, runs_b) in combinations(by_layout.items(), 2):
             measured = _median_measured(runs_a) / _median_measured(runs_b)
             predicted = runs_a[0].predicted_tokens_per_s_per_gpu / runs_b[0].predicted_tokens_per_s_per_gpu
+            differs = differences(key_a[0], key_b[0], key_a[1], key_b[1])
+            runtime = runs_a[0].run.runtime
+            standard = CAPABILITIES[runtime].standard_zero_stage if runtime in CAPABILITIES else 0
             pairs.append(LayoutPair(
-                family=runs_a[0].family, sweep=sweep, rows=(_rows(runs_a), _rows(runs_b)),
-                differs_in=differences(key_a[0], key_b[0], key_a[1], key_b[1]),
+                family=runs_a[0].family, sweep=sweep, rows=(_rows(runs_a), _rows(runs_b)), differs_in=differs,
+                runtime=runtime, held=tuple(m for m in in_use(key_a[0], standard) if m not in differs),
                 log_error=abs(math.log(predicted / measured))))
     return pairs
 
@@ -88,6 +101,21 @@ def by_mechanism(pairs: Iterable[LayoutPair]) -> dict[str, list[float]]:
     for pair in pairs:
         if len(pair.differs_in) == 1 and pair.differs_in[0] in out:
             out[pair.differs_in[0]].append(pair.log_error)
+    return out
+
+
+def by_mechanism_in_use(pairs: Iterable[LayoutPair], runtime: str | None = None) -> dict[str, tuple[int, int, list[float]]]:
+    """Per mechanism (every one listed): (pairs that differ in it alone, pairs that hold it, the log
+    errors of both), over the pairs of ``runtime`` (None: every runtime's)."""
+    out: dict[str, tuple[int, int, list[float]]] = {m: (0, 0, []) for m in MECHANISMS}
+    for pair in pairs:
+        if runtime is not None and pair.runtime != runtime:
+            continue
+        for m in MECHANISMS:
+            alone, held = pair.differs_in == (m,), m in pair.held
+            if alone or held:
+                n_alone, n_held, errors = out[m]
+                out[m] = (n_alone + alone, n_held + held, errors + [pair.log_error])
     return out
 
 

@@ -23,7 +23,7 @@ from .space import SearchOptions, all_layouts
 
 def solve_brute_force(cost_model: CostModel, num_gpus: int, domain_gpus: int, options: SearchOptions,
                       top_k: int, num_misses: int = 3, band: TieBand | None = None) -> SolverResult:
-    band = band or tie_band()
+    band = band or tie_band(cost_model.training.runtime)
     bands: dict[tuple, MeshBand] = {}
     memory_band = shipped_memory_band(cost_model.training.runtime)
     rejected: Counter = Counter()

@@ -8,7 +8,7 @@ from __future__ import annotations
 from costmodels.bands import Band, memory_risk
 from costmodels.breakdown import CostBreakdown
 from costmodels.layout import Layout
-from costmodels.tie_band import TieBand, in_use, num_uncertain, shipped_tie_band
+from costmodels.tie_band import TieBand, num_uncertain, shipped_tie_band
 
 
 _FIELDS = tuple(Layout.__dataclass_fields__)
@@ -29,11 +29,12 @@ def mesh_of(layout: Layout) -> tuple[int, int, int, int, int]:
     return (layout.dp, layout.tp, layout.pp, layout.cp, layout.ep)
 
 
-def tie_band() -> TieBand:
+def tie_band(runtime: str = "") -> TieBand:
     """The relative step-time band within which layouts count as tied: the cost model's measured
-    between-layout error (``costmodels.tie_band``, read once on first use). Among tied layouts the
-    least risky is picked (``tie_key``)."""
-    return shipped_tie_band()
+    between-layout error (``costmodels.tie_band``, read once on first use), with which mechanisms
+    are uncertain on ``runtime`` (empty: over every runtime's pairs). Among tied layouts the least
+    risky is picked (``tie_key``)."""
+    return shipped_tie_band(runtime=runtime)
 
 
 RECOMPUTE_ORDER = {"none": 0, "selective": 1, "op-sac": 2, "full": 3}
@@ -45,14 +46,15 @@ SCHEDULE_ORDER = {"gpipe": 0, "1f1b": 0, "interleaved": 1, "zb-h1": 2, "interlea
 """How unusual a pipeline schedule is, for ``simplicity_class`` (GPipe and 1F1B are split later)."""
 
 
-def simplicity_class(layout: Layout) -> tuple:
+def simplicity_class(layout: Layout, standard_zero_stage: int = 0) -> tuple:
     """What makes one layout simpler than another, least first, for breaking ties inside the band:
 
     1. how many of context parallel, expert parallel and optimizer offload it uses (each only when needed);
     2. how many parallel axes (dp, tp, pp, cp, ep) have degree > 1;
     3. the pipeline schedule: 1F1B/GPipe, interleaved, the zero-bubble family, DualPipeV, then
        DualPipe (two parameter copies, and not in torch 2.13, so ``launch`` cannot run it);
-    4. the ZeRO stage;
+    4. the ZeRO stage's distance from the runtime's standard one (``standard_zero_stage``, what its
+       published recipes run: Megatron's distributed optimizer, torchtitan's FSDP; 0 where none is);
     5. the number of micro-batches;
     6. recomputation: none, then selective, then full;
     7. the virtual stages per pipeline rank (1 = a plain schedule);
@@ -61,11 +63,12 @@ def simplicity_class(layout: Layout) -> tuple:
        CUDA_DEVICE_MAX_CONNECTIONS above 1)."""
     exotic = (layout.cp > 1) + (layout.ep > 1) + bool(layout.optimizer_offload)
     axes = sum(d > 1 for d in (layout.dp, layout.tp, layout.pp, layout.cp, layout.ep))
-    return (exotic, axes, SCHEDULE_ORDER[layout.schedule], layout.zero_stage, layout.num_microbatches,
-            RECOMPUTE_ORDER[layout.recompute], layout.virtual_stages, layout.tp_comm_overlap, layout.ep_comm_overlap)
+    return (exotic, axes, SCHEDULE_ORDER[layout.schedule], abs(layout.zero_stage - standard_zero_stage),
+            layout.num_microbatches, RECOMPUTE_ORDER[layout.recompute], layout.virtual_stages, layout.tp_comm_overlap,
+            layout.ep_comm_overlap)
 
 
-def simplicity_key(layout: Layout) -> tuple:
+def simplicity_key(layout: Layout, standard_zero_stage: int = 0) -> tuple:
     """``simplicity_class``, then 1F1B before GPipe, sequence parallelism on before off, the alltoall
     dispatcher before a flex backend and whole NVLink domains before a partial placement, then
     ``layout_key`` so the order is total and deterministic. GPipe never beats its 1F1B twin and,
@@ -73,9 +76,9 @@ def simplicity_key(layout: Layout) -> tuple:
     _undominated``); a flex dispatcher or a placement the search skips costs what its twin costs
     (``search.space._placed_meshes``): so each kept twin is the simpler one too, and a solver that
     skips the other picks what a solver that costs it picks."""
-    return simplicity_class(layout) + (layout.schedule == "gpipe", not layout.sequence_parallel,
-                                       layout.moe_dispatcher != "alltoall", layout.gpus_per_nvlink_domain != 0,
-                                       layout_key(layout))
+    return simplicity_class(layout, standard_zero_stage) + (
+        layout.schedule == "gpipe", not layout.sequence_parallel, layout.moe_dispatcher != "alltoall",
+        layout.gpus_per_nvlink_domain != 0, layout_key(layout))
 
 
 def tie_key(breakdown: CostBreakdown, memory_band: Band | None, band: TieBand) -> tuple:
@@ -87,7 +90,7 @@ def tie_key(breakdown: CostBreakdown, memory_band: Band | None, band: TieBand) -
     ``simplicity_key``. Twins a solver skips (GPipe, no sequence parallelism) use the same
     mechanisms as the twin it keeps, so the order between them is still ``simplicity_key``'s."""
     risky = memory_risk(breakdown.peak_memory_bytes, breakdown.memory_usable_bytes, memory_band)
-    return (risky, num_uncertain(breakdown.layout, band)) + simplicity_key(breakdown.layout)
+    return (risky, num_uncertain(breakdown.layout, band)) + simplicity_key(breakdown.layout, band.standard_zero_stage)
 
 
 TIE_REASONS = ("memory band under the cap", "fewest uncertain mechanisms", "simplest layout")
@@ -108,7 +111,7 @@ def tie_reason(pick: CostBreakdown, tied: list[CostBreakdown], memory_band: Band
     runner = tie_key(runner_plan, memory_band, band)
     part = next(i for i, (a, b) in enumerate(zip(key, runner)) if a != b)
     if part == 1:
-        theirs = [m for m in in_use(runner_plan.layout) if band.uncertain(m) and m not in in_use(pick.layout)]
+        theirs = [m for m in band.in_use(runner_plan.layout) if band.uncertain(m) and m not in band.in_use(pick.layout)]
         named = f": the runner-up's {', '.join(theirs)}" if theirs else ""
         why = f"fewest uncertain mechanisms ({key[1]} against {runner[1]}{named})"
     else:
@@ -143,7 +146,7 @@ class MeshBand:
     def simplest(self) -> tuple[CostBreakdown, int]:
         """The simplest plan within the band, and how many simplicity classes the band holds."""
         pick = min(self.plans, key=lambda b: tie_key(b, self.memory_band, self.tie_band))
-        return pick, len({simplicity_class(b.layout) for b in self.plans})
+        return pick, len({simplicity_class(b.layout, self.tie_band.standard_zero_stage) for b in self.plans})
 
 
 def prefer_simplest(ranked: tuple[CostBreakdown, ...], band: TieBand, *, memory_band: Band | None,

@@ -147,9 +147,9 @@ def solve(cost_model: CostModel, num_gpus: int, domain_gpus: int, options: Searc
     K-th best plan is known early and whole meshes are cut on a floor without a full evaluation
     (what a later stage needs is never computed for meshes cut at an earlier one). The cyclic
     garbage collector is paused meanwhile (``_collector_paused``). ``band``: the tie band
-    (default: the shipped, measured one, ``ranking.tie_band``)."""
+    (default: the shipped, measured one for the job's runtime, ``ranking.tie_band``)."""
     with _collector_paused():
-        return _solve(cost_model, num_gpus, domain_gpus, options, top_k, num_misses, band or tie_band())
+        return _solve(cost_model, num_gpus, domain_gpus, options, top_k, num_misses, band)
 
 
 @contextmanager
@@ -169,8 +169,9 @@ def _collector_paused() -> Iterator[None]:
 
 
 def _solve(cost_model: CostModel, num_gpus: int, domain_gpus: int, options: SearchOptions, top_k: int,
-           num_misses: int, band: TieBand) -> SolverResult:
+           num_misses: int, band: TieBand | None) -> SolverResult:
     model, training = cost_model.model, cost_model.training
+    band = band or tie_band(training.runtime)
     ranking, tally = _Ranking(top_k, band, shipped_memory_band(training.runtime)), _Tally(num_misses)
     total = 0
     work: list[tuple] = []

@@ -47,16 +47,18 @@ def cost_model(inputs: PlanInputs, *, profile=None, assumptions: Assumptions | N
 
 
 def predicted_memory(cm: CostModel, breakdown: CostBreakdown) -> list[dict[str, float]]:
-    """Per pipeline rank: params, grads, optimizer, states, activations (saved) and the rest; the
-    working set backward allocates outside the saved tensors (``rank_memory.unsaved_working_bytes``:
-    a layer being recomputed, the loss's backward) is reported beside them."""
+    """Per pipeline rank: params, grads, optimizer, states, activations (saved, at the schedule's
+    peak whatever phase sets the rank's peak: ``StageMemory.schedule_activations_bytes``) and the
+    rest; the working set backward allocates outside the saved tensors
+    (``rank_memory.unsaved_working_bytes``: a layer being recomputed, the loss's backward) is
+    reported beside them."""
     out = []
     for stage, rank in zip(breakdown.stages, rank_layers(cm, breakdown.layout)):
         working = rank_memory.unsaved_working_bytes(cm, breakdown.layout, rank)
         grads = stage.grads_bytes + stage.grads_freed_bytes  # as allocated, as the probe measures them
         states = stage.params_bytes + grads + stage.optimizer_bytes
         out.append({"params": stage.params_bytes, "grads": grads, "optimizer": stage.optimizer_bytes,
-                    "states": states, "states_peak": states + stage.buffers_bytes, "activations": stage.activations_bytes - working,
+                    "states": states, "states_peak": states + stage.buffers_bytes, "activations": stage.schedule_activations_bytes - working,
                     "recompute_working": working, "buffers": stage.buffers_bytes,
                     "overhead": stage.overhead_bytes, "total": stage.total_bytes})
     return out
