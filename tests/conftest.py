@@ -26,7 +26,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     - A multi-process launch (``torchrun``) is ``slow``: ``pytest -m "not slow"`` is the fast tier.
     - Under pytest-xdist (``-n 2 --dist loadgroup``) a session fixture runs once per worker, so every
       test using ``case_results`` (one launch per world size, shared by several files) goes to one
-      worker, and each module with a module-scoped launch stays on one worker: no launch runs twice.
+      worker, and each module with a module-scoped launch (or a session-scoped one of its own) stays
+      on one worker: no launch runs twice.
     """
     for item in items:
         if item.get_closest_marker("torchrun"):
@@ -38,5 +39,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 def _uses_a_module_fixture(item: pytest.Item) -> bool:
+    """A module-scoped fixture, or a session-scoped one the test's own module defines (a session
+    fixture runs once per worker, so its module's tests share it only on one worker)."""
     info = getattr(item, "_fixtureinfo", None)
-    return bool(info) and any(d.scope == "module" for defs in info.name2fixturedefs.values() for d in defs)
+    module = getattr(item, "module", None)
+    return bool(info) and any(
+        d.scope == "module" or (d.scope == "session" and module is not None
+                                and getattr(d.func, "__module__", None) == module.__name__)
+        for defs in info.name2fixturedefs.values() for d in defs)

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any, Callable
 import click
 
 from .common import EXIT_INFEASIBLE, check_places, output_console, run_command, write_atomic
+from .progress import search_notice
 
 SCHEDULE_NAMES = ("gpipe", "1f1b", "interleaved", "zb-h1", "interleaved-zb", "zb-v", "dualpipe-v", "dualpipe")
 """``costmodels.layout.SCHEDULES``, spelled out so the CLI loads no cost model (a test checks they agree)."""
@@ -263,9 +264,10 @@ def plan_command(fmt: str, out: str | None, top_k: int, allow_cross_node_tp: boo
             click.echo("warning: --launchable is deprecated; it means --runtime torch", err=True)
         runtime = kw["runtime"] or ("torch" if launchable else "megatron")
         narrowing = _narrowing_kwargs(kw, runtime)
-        report = api.plan(top_k=top_k, solver=solver, allow_cross_node_tp=allow_cross_node_tp, launchable=launchable,
-                          layers_per_chunk=split, first_stage_layers=first_stage_layers,
-                          last_stage_layers=last_stage_layers, **narrowing, **_job_kwargs(kw))
+        with search_notice(f"the layouts of {kw['model']} on {kw['gpus']} GPUs"):
+            report = api.plan(top_k=top_k, solver=solver, allow_cross_node_tp=allow_cross_node_tp,
+                              launchable=launchable, layers_per_chunk=split, first_stage_layers=first_stage_layers,
+                              last_stage_layers=last_stage_layers, **narrowing, **_job_kwargs(kw))
         _warn(report.warnings)
         plan_file = report.to_plan_file()
         timed = report.to_plan_file(with_timing=True)
