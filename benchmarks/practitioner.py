@@ -14,8 +14,7 @@ the pick most (minus the pick, ``planner.explain.runner_up_differences``). A job
 development set (``benchmarks/data/published_runs.json``, ``row``) is costed as that row maps
 (``planner.published.map_row``: model, GPU, precision and FP8 recipe, layout and what it assumed)
 and its measured figure is the row's; the others spell out their request and layout. Sources are
-listed under the table. ``unstated_faster_recipes`` lists the rows where a recipe the model rates
-faster than the pick has no stated reason (none, by ``planner.search.recipes.apply_recipe``).
+listed under the table.
 """
 
 from __future__ import annotations
@@ -169,11 +168,6 @@ def plan_file(case: Case, runtime: str) -> PlanFile:
     return planner.plan(top_k=1, runtime=runtime, **request(case)).to_plan_file()
 
 
-def pick(case: Case, runtime: str) -> PlanEntry | None:
-    """The layout autoplan picks for the case's job under ``runtime`` (None when nothing fits)."""
-    return plan_file(case, runtime).best
-
-
 def framework_recipe(case: Case, runtime: str) -> tuple[Recipe | None, PlanEntry | None]:
     """``runtime``'s framework's recipe for the case's job and its costed layout (None where it
     published none, or its layout does not apply to the job)."""
@@ -220,14 +214,6 @@ class Row:
     refusal: str = ""
     """Why ``runtime`` cannot run the job at all (its plan refuses it), else empty."""
 
-    @property
-    def recipe_faster_unstated(self) -> bool:
-        """The recipe fits, the model rates it faster than the pick, and the plan gives no reason."""
-        if self.pick is None or self.recipe_entry is None or not self.recipe_entry.predicted["fits"]:
-            return False
-        faster = self.recipe_entry.predicted["step_time_s"] < self.pick.predicted["step_time_s"] * (1 - 1e-9)
-        return faster and not self.statement
-
 
 def row(case: Case, runtime: str) -> Row:
     """The figures of one table row."""
@@ -271,12 +257,6 @@ def row_cells(case: Case, runtime: str) -> list[str]:
         term = separating_term(r.pick, other)
     return [case.name, runtime, layout_summary(r.pick.layout), _figures(r.pick), recipe_text, against,
             r.published_text, term]
-
-
-def unstated_faster_recipes(cases: list[Case], runtimes: tuple[str, ...]) -> list[tuple[str, str]]:
-    """(job, runtime) of every row whose framework recipe the model rates faster than the pick with
-    no reason stated in the plan (``Row.recipe_faster_unstated``)."""
-    return [(c.name, rt) for c in cases for rt in runtimes if row(c, rt).recipe_faster_unstated]
 
 
 def table(cases: list[Case], runtimes: tuple[str, ...]) -> list[str]:

@@ -10,7 +10,7 @@ World size = dp · tp · pp · cp.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from autoplan_base.errors import SpecError
 
@@ -27,12 +27,12 @@ SCHEDULES: tuple[str, ...] = ("gpipe", "1f1b", "interleaved", "zb-h1", "interlea
 MULTI_CHUNK_SCHEDULES: tuple[str, ...] = ("interleaved", "interleaved-zb", "zb-v", "dualpipe-v")
 """Schedules with v > 1 model chunks per rank (ZB-V and DualPipeV: exactly 2, in a V)."""
 RECOMPUTE_MODES: tuple[str, ...] = ("none", "selective", "op-sac", "full")
-MoeDispatcher = Literal["alltoall", "deepep", "hybridep"]
-MOE_DISPATCHERS: tuple[str, ...] = ("alltoall", "deepep", "hybridep")
-"""How a MoE layer's tokens reach their experts: one NCCL all-to-all over the ep group, or the
-deduplicating DeepEP / HybridEP kernels of Megatron-Core's flex dispatcher (``costmodels.moe_dispatch``)."""
 """selective: Megatron's (the attention core, Korthikanti et al. 2022); op-sac: torchtitan's op-level
 selective checkpointing (``costmodels.op_sac``); full: the whole block."""
+MoeDispatcher = Literal["alltoall", "deepep", "hybridep"]
+MOE_DISPATCHERS: tuple[str, ...] = get_args(MoeDispatcher)
+"""How a MoE layer's tokens reach their experts: one NCCL all-to-all over the ep group, or the
+deduplicating DeepEP / HybridEP kernels of Megatron-Core's flex dispatcher (``costmodels.moe_dispatch``)."""
 
 
 class LayoutError(SpecError):

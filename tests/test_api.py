@@ -119,6 +119,12 @@ def test_an_infeasible_plan_says_the_smallest_gpu_count_that_fits_as_a_number():
     assert f"--gpus {fit.smallest_fitting_gpus} fits" in report.closest_misses[0].suggestions[1]
 
 
+def test_the_fitting_gpu_count_is_found_inside_the_requested_micro_batch_sizes():
+    report = planner.plan(model="llama3-70b", hardware="a100-sxm-40gb", gpus=4, global_batch=64, seq_len=8192,
+                          micro_batch_sizes=[2])
+    assert report.best is None and report.no_fit.fitting_layout.micro_batch_size == 2
+
+
 def test_a_request_with_nothing_to_search_says_why_in_no_fit():
     report = planner.plan(model="tiny-llama", hardware="cpu", gpus=64, global_batch=1, seq_len=7)
     assert report.best is None and report.search["space_size"] == 0

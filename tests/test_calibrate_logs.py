@@ -73,6 +73,18 @@ def test_a_megatron_log_reads_back_as_its_job_and_layout(tmp_path):
     assert job.cost_model().estimate(run.layout).step_time_s > 0
 
 
+def test_the_first_logged_interval_is_warm_up_whatever_the_log_interval():
+    from planner.calibrate.megatron_log import step_times
+
+    def line(iteration: int, ms: float) -> str:
+        return f" iteration {iteration:8d}/    1000 | elapsed time per iteration (ms): {ms:.1f} |"
+
+    # --log-interval 100: iteration 100's interval averages the warm-up in; it is not a step time
+    assert step_times([line(100, 3000.0), line(200, 1000.0), line(300, 1010.0)]) == [1.0, 1.01]
+    assert step_times([line(10, 3000.0), line(20, 1000.0)]) == [1.0]  # --log-interval 10, as the synthetic logs
+    assert step_times([line(5, 3000.0), line(10, 1500.0), line(15, 1000.0)]) == [1.0]  # past 10 iterations only
+
+
 def test_a_megatron_log_without_an_arguments_block_names_the_file(tmp_path):
     path = tmp_path / "bare.log"
     path.write_text(" iteration       10/     100 | elapsed time per iteration (ms): 1000.0 |\n", encoding="utf-8")
@@ -159,6 +171,10 @@ def test_bad_sources_are_one_line_errors(tmp_path):
     bad = runner.invoke(main, ["calibrate", str(table), "--hardware", "h100", "--out", str(tmp_path / "c.json")])
     assert bad.exit_code == 2 and "runs.csv:2: step_time_s is 'abc', not a number" in bad.output
     assert not (tmp_path / "c.json").exists()
+    binary = tmp_path / "utf16.csv"
+    binary.write_bytes("model,gpus\n".encode("utf-16"))
+    coded = runner.invoke(main, ["calibrate", str(binary), "--hardware", "h100", "--out", str(tmp_path / "c.json")])
+    assert coded.exit_code == 2 and "utf16.csv: not UTF-8 text" in coded.output and "Traceback" not in coded.output
 
 
 def _calibration(tmp_path: Path, name: str, table: dict[str, float], factors: dict[str, float]) -> str:
@@ -200,3 +216,16 @@ def test_the_calibration_moves_the_pick_where_its_factors_say_so_and_explain_nam
         assert doc["moved"] is changed
         if changed:
             assert doc["factors"] == ["intra_node"] and "tp 4" in doc["uncalibrated"]
+
+
+def test_the_written_profile_keeps_the_base_calibration_no_factor_replaces(tmp_path):
+    from planner.calibrate import write_calibration_profile
+    from profiles import HardwareProfile, load_profile
+
+    base = HardwareProfile(device_type="cuda", calibration={"compute_scale": 1.3, "step_overhead_s": 0.02},
+                           provenance={"device_name": "NVIDIA H100 80GB HBM3", "devices_per_node": 8})
+    out = tmp_path / "cal.json"
+    write_calibration_profile(out, {"compute_scale": 1.1, "step_time_log_sd": 0.02}, {"source": "test"}, base,
+                              hardware=HW, gpus_per_node=None)
+    written = load_profile(out).calibration
+    assert written == {"compute_scale": 1.1, "step_overhead_s": 0.02, "step_time_log_sd": 0.02}

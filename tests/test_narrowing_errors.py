@@ -37,6 +37,26 @@ def test_a_narrowing_that_excludes_everything_is_bad_input_naming_the_option(opt
     assert all(f"{k}=" in str(raised.value) for k in keywords if k != "runtime")
 
 
+def test_a_pipeline_degree_past_the_layers_is_refused_only_when_no_other_is_left():
+    from costmodels.capabilities import Narrowing, capabilities
+    from costmodels.presets import load_model
+    from costmodels.training import TrainingSpec
+    from planner.search.narrowing_conflicts import narrowing_conflicts
+
+    model, table = load_model("llama3-8b"), capabilities("megatron")
+    training = TrainingSpec(global_batch_size=512, seq_len=4096)
+
+    def conflicts(pp):
+        return narrowing_conflicts(table, Narrowing(pp=pp), model, training, gpus=64, domain_gpus=8,
+                                   cross_node_tp=False)
+
+    assert conflicts((2, 64)) == []  # pp 2 is left to search
+    [line] = conflicts((64,))
+    assert line.startswith("--pp 64: pp 64 is more than the 32 layers")
+    with pytest.raises(NarrowingError, match="pp 64 is more than the 32 layers"):
+        api.plan(model="llama3-8b", hardware="h100-sxm-80gb", gpus=64, global_batch=512, seq_len=4096, pp=[64])
+
+
 def test_capacity_is_still_nothing_fits():
     report = api.plan(model="llama3-405b", hardware="h100-sxm-80gb", gpus=8, global_batch=64, seq_len=4096)
     assert report.best is None and report.no_fit is not None

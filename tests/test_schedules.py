@@ -35,6 +35,13 @@ def test_cli_schedule_names_are_the_layouts():
     assert SCHEDULE_NAMES == SCHEDULES
 
 
+def test_cli_moe_dispatcher_names_are_the_layouts():
+    from costmodels.layout import MOE_DISPATCHERS
+    from planner.cli.plan import MOE_DISPATCHER_NAMES
+
+    assert MOE_DISPATCHER_NAMES == MOE_DISPATCHERS
+
+
 @pytest.mark.parametrize("layout, words", [
     (Layout(pp=2, num_microbatches=4, schedule="zb-v"), "needs --virtual-stages 2"),
     (Layout(pp=2, num_microbatches=2, schedule="zb-v", virtual_stages=2), "at least 3 micro-batches"),

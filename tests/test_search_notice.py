@@ -22,7 +22,8 @@ def test_a_search_past_the_threshold_says_it_is_searching_and_how_long_it_took(m
     assert "searched the layouts of tiny-llama on 2 GPUs in" in result.stderr
 
 
-def test_a_quick_search_prints_no_notice():
+def test_a_search_inside_the_threshold_prints_no_notice(monkeypatch):
+    monkeypatch.setattr(progress, "NOTICE_AFTER_S", 600.0)
     result = CliRunner().invoke(main, PLAN)
     assert result.exit_code == 0, result.output
     assert "search" not in result.stderr

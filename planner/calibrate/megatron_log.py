@@ -35,8 +35,9 @@ MEMORY = re.compile(r"memory \(MB\)\s*\|.*?max allocated:\s*([0-9.]+)(?:.*?max r
 OUT_OF_MEMORY = re.compile(r"OutOfMemoryError|CUDA out of memory")
 WARMUP_ITERATIONS = 10
 """Iterations whose logged interval is dropped: the first ones build NCCL communicators, tune
-kernels and fill the data loader (and the first logged interval holds them). Where a log has no
-line past it, every line but the first is kept."""
+kernels and fill the data loader. The first logged interval holds them whatever its length, so it
+is dropped too (``--log-interval 100`` logs iteration 100 first). Where a log has no line past both,
+every line but the first is kept."""
 MIB = 2**20
 REQUIRED = ("num_layers", "hidden_size", "num_attention_heads", "seq_length", "global_batch_size",
             "micro_batch_size", "world_size")
@@ -104,7 +105,7 @@ def _fields(args: dict[str, Any]) -> dict[str, Any]:
 def step_times(lines: list[str]) -> list[float]:
     """Seconds per iteration of each iteration line past the warm-up."""
     logged = [(int(m.group(1)), float(m.group(2)) / 1e3) for m in map(ITERATION.search, lines) if m]
-    kept = [t for i, t in logged if i > WARMUP_ITERATIONS]
+    kept = [t for i, t in logged[1:] if i > WARMUP_ITERATIONS]  # the first interval holds the warm-up
     return kept or [t for _, t in logged[1:]] or [t for _, t in logged]
 
 

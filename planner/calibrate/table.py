@@ -22,10 +22,10 @@ from pathlib import Path
 from typing import Any
 
 from costmodels.layout import Layout, LayoutError
+from hardware_specs.units import GIB
 
 from .runs import CalibrationError, LoggedRun
 
-GIB = 2**30
 REQUIRED = ("model", "gpus", "global_batch", "seq_len", "dp", "tp", "pp")
 STATUSES = ("ok", "oom")
 TRUE = ("1", "true", "yes", "on")
@@ -80,6 +80,8 @@ def read_table(path: Path, *, hardware: str, gpus_per_node: int | None = None) -
         text = path.read_text(encoding="utf-8")
     except OSError as err:
         raise CalibrationError(f"{path}: cannot read ({err.strerror})") from None
+    except UnicodeDecodeError as err:
+        raise CalibrationError(f"{path}: not UTF-8 text (byte {err.start}); save the table as UTF-8 CSV or TSV") from None
     numbered = [(n, line) for n, line in enumerate(text.splitlines(), start=1)
                 if line.strip() and not line.lstrip().startswith("#")]
     if not numbered:

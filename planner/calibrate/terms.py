@@ -8,8 +8,8 @@ around 1 (``PROBE``, inside the factor's bounds). The fit then predicts
 
 for any multipliers m: linear in each mechanism's time, so GEMM, attention, memory-bound and
 communication time add as the model adds them, and a term the model hides behind compute (an
-overlapped collective) carries the slope the hiding leaves it. The probes cost 1 + 2K estimates per
-run (K factors), once. Memory: the peak at the prior and its slope in the allocator's
+overlapped collective) carries the slope the hiding leaves it. The probes cost 2 + 2K estimates per
+run (the prior, two for each of K factors, one for fragmentation), once. Memory: the peak at the prior and its slope in the allocator's
 fragmentation share (``memory``).
 """
 

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from costmodels.presets import load_model
+from hardware_specs.units import GIB
 from planner.launch.frameworks import TORCHTITAN_LLAMA3_FLAVORS
 from planner.launch.readback import torchtitan_sections_layout
 
@@ -30,7 +31,6 @@ MEMORY = re.compile(r"memory:\s*([0-9.]+)\s*GiB")
 OUT_OF_MEMORY = re.compile(r"OutOfMemoryError|CUDA out of memory")
 WARMUP_STEPS = 5
 """Logged steps dropped: the first ones compile, tune kernels and build communicators."""
-GIB = 2**30
 SHAPE_PRESETS = {(32, 4096, 128256): "llama3-8b", (80, 8192, 128256): "llama3-70b", (126, 16384, 128256): "llama3-405b"}
 """The autoplan preset of each Llama 3 shape torchtitan registers a flavor for."""
 FLAVOR_PRESETS = {flavor: SHAPE_PRESETS[shape] for shape, flavor in TORCHTITAN_LLAMA3_FLAVORS.items()}
@@ -42,7 +42,7 @@ def _config_path(directory: Path) -> Path | None:
         try:
             if "parallelism" in tomllib.loads(path.read_text(encoding="utf-8")):
                 return path
-        except (OSError, tomllib.TOMLDecodeError):
+        except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
             continue
     return None
 

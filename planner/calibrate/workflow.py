@@ -91,8 +91,9 @@ def calibrate(paths: list[str], *, hardware: str, gpus_per_node: int | None = No
 
 def write_calibration_profile(out: str | Path, table: dict[str, float], provenance: dict[str, Any],
                               base_profile: Any, *, hardware: str, gpus_per_node: int | None) -> None:
-    """The base profile (or an empty one for ``hardware``) with ``table`` as its calibration,
-    written atomically and read back."""
+    """The base profile (or an empty one for ``hardware``) with ``table`` over its calibration (the
+    base's entries that no fitted factor replaces are kept: the fit ran on them), written
+    atomically and read back."""
     from hardware_specs.loader import load_node
     from profiles import HardwareProfile, load_profile, write_profile
 
@@ -103,7 +104,9 @@ def write_calibration_profile(out: str | Path, table: dict[str, float], provenan
                                        provenance={"device_name": node.hardware.display_name,
                                                    "devices_per_node": gpus_per_node or node.gpus_per_node})
     history = {**base_profile.provenance, "calibration": provenance}
-    write_profile(out, replace(base_profile, calibration=table, provenance=history))
+    # the base profile's own calibration is what the fit started from: kept where no factor replaces it
+    merged = {**(base_profile.calibration or {}), **table}
+    write_profile(out, replace(base_profile, calibration=merged, provenance=history))
     try:
         load_profile(Path(out))
     except ValueError as err:  # pragma: no cover - the writer and reader share one schema

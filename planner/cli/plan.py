@@ -13,6 +13,8 @@ from .progress import search_notice
 
 SCHEDULE_NAMES = ("gpipe", "1f1b", "interleaved", "zb-h1", "interleaved-zb", "zb-v", "dualpipe-v", "dualpipe")
 """``costmodels.layout.SCHEDULES``, spelled out so the CLI loads no cost model (a test checks they agree)."""
+MOE_DISPATCHER_NAMES = ("alltoall", "deepep", "hybridep")
+"""``costmodels.layout.MOE_DISPATCHERS``, spelled out likewise (a test checks they agree)."""
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -317,7 +319,7 @@ def plan_command(fmt: str, out: str | None, top_k: int, allow_cross_node_tp: boo
 @click.option("--gpus-per-nvlink-domain", type=click.IntRange(min=0), default=0, show_default=True,
               help="GPUs of each NVLink domain the ranks fill before the next (whole nodes, at most one "
                    "domain: 64 of a GB200 NVL72 rack's 72); 0 = all of each.")
-@click.option("--moe-dispatcher", type=click.Choice(["alltoall", "deepep", "hybridep"]), default="alltoall",
+@click.option("--moe-dispatcher", type=click.Choice(MOE_DISPATCHER_NAMES), default="alltoall",
               show_default=True, help="MoE token exchange with ep > 1: one all-to-all, or Megatron-Core's flex "
               "dispatcher with DeepEP or HybridEP (a token crosses to each remote NVLink domain once).")
 @click.option("--ep-comm-overlap/--no-ep-comm-overlap", default=False, show_default=True,

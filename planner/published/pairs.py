@@ -6,8 +6,8 @@ layout measured several times in it counts once, at its median. For layouts a an
 and measured tokens/s per GPU ``p`` and ``m``, the pair's error is ``|ln((p_a / p_b) / (m_a / m_b))|``
 (symmetric in a and b; tokens per second per GPU is the inverse of step time per token, so this is
 the log error of the predicted step-time ratio). A pair whose layouts differ in one mechanism
-(``MECHANISMS``; dp and the micro-batch count follow from the others) is counted under it
-(``by_mechanism``); so is, in ``by_mechanism_in_use``, a pair whose layouts both run a mechanism at
+(``MECHANISMS``; dp and the micro-batch count follow from the others) is counted under it in
+``by_mechanism_in_use``; so is a pair whose layouts both run a mechanism at
 one setting (``LayoutPair.held``: the model's word between layouts that run it), each pair under
 the runtime its runs ran (``costmodels.tie_band.in_use`` with that runtime's standard ZeRO stage).
 Pure: takes ``scoring.RunResult`` values, reads nothing.
@@ -93,15 +93,6 @@ def layout_pairs(results: Iterable[RunResult]) -> list[LayoutPair]:
 def relative_error(log_errors: list[float]) -> float:
     """The median pair error as a relative step-time figure: ``exp(median |ln ratio error|) - 1``."""
     return math.exp(median(log_errors)) - 1
-
-
-def by_mechanism(pairs: Iterable[LayoutPair]) -> dict[str, list[float]]:
-    """Log errors of the pairs that differ in exactly one mechanism, per mechanism (every one listed)."""
-    out: dict[str, list[float]] = {m: [] for m in MECHANISMS}
-    for pair in pairs:
-        if len(pair.differs_in) == 1 and pair.differs_in[0] in out:
-            out[pair.differs_in[0]].append(pair.log_error)
-    return out
 
 
 def by_mechanism_in_use(pairs: Iterable[LayoutPair], runtime: str | None = None) -> dict[str, tuple[int, int, list[float]]]:

@@ -39,8 +39,9 @@ found up to the last count tried) is returned. An ordinary no-fit finishes in a 
 
 
 BUDGET_NOTE = f"; the search for a fitting GPU count stopped at its {NO_FIT_BUDGET_S:g} s budget"
-"""What a no-fit reason adds when that search ran out of time (the count it reached varies with the
-machine, so it is not stated: the plan file stays the same bytes on any machine)."""
+"""What a no-fit reason adds when that search ran out of time. The count it reached varies with the
+machine, so it is not stated; but which counts were searched in time does too, so such a no-fit
+answer (and only such a one) may differ between a fast and a slow machine."""
 
 
 def parameter_floor_gpus(cost_model: CostModel, usable_bytes: float) -> int:
@@ -77,13 +78,14 @@ def smallest_fitting_gpus(cost_model: CostModel, options: SearchOptions, node_gp
 
 def frugal_options(options: SearchOptions) -> SearchOptions:
     """``options`` cut to the least memory of each choice that only trades memory for time: one
-    sequence a micro-batch and full recomputation (where searched). Whether anything fits at a GPU
+    sequence a micro-batch (or the smallest size requested) and full recomputation (where searched). Whether anything fits at a GPU
     count is decided by these alone (a larger micro-batch or less recomputation never lowers the
     peak), at a fraction of the full search's cost (a full search at the fitting count can take
     minutes: gpt-oss-120b at a global batch of a million sequences). The layout reported is the best
     of these; ``plan --gpus N`` at the count found searches every choice."""
     recompute = ("full",) if "full" in options.recompute_modes else options.recompute_modes
-    return replace(options, micro_batch_sizes=(1,), recompute_modes=recompute)
+    smallest = (min(options.micro_batch_sizes),) if options.micro_batch_sizes else (1,)  # inside the request
+    return replace(options, micro_batch_sizes=smallest, recompute_modes=recompute)
 
 
 def _bisect_nodes(cost_model: CostModel, options: SearchOptions, per_node: int, low: int, high: int,

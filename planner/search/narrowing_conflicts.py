@@ -4,8 +4,8 @@ GPU count ("nothing fits", exit 1, stays for capacity).
 
 The rules are the search space's own: tp inside one NVLink domain unless ``--allow-cross-node-tp``
 and dividing the attention heads (``planner.search.space.mesh_choices``), pp at most the layers, the
-ZeRO stages a runtime pipelines (``RuntimeCapabilities.pipelined_zero_stages``), the data-parallel
-degree dividing the global batch.
+ZeRO stages a runtime pipelines (``RuntimeCapabilities.pipelined_zero_stages``), virtual stages
+dividing the layers per stage, a micro-batch size dividing the global batch.
 """
 
 from __future__ import annotations
@@ -31,12 +31,16 @@ def _tp_reasons(tp: int, model: ModelSpec, gpus: int, domain: int, cross_node: b
 
 
 def _pp_zero_reasons(narrowing: Narrowing, table: RuntimeCapabilities, model: ModelSpec) -> list[str]:
-    out = [f"pp {p} is more than the {model.num_layers} layers" for p in narrowing.pp if p > model.num_layers]
+    """Why every requested pipeline degree is excluded (more stages than layers, or a ZeRO stage the
+    runtime does not pipeline); empty when one of them is left to search."""
     stages = narrowing.zero_stages or table.zero_stages
-    pipelines = [p for p in narrowing.pp if p > 1]
-    if pipelines and not (narrowing.pp and 1 in narrowing.pp) and not set(stages) & set(table.pipelined_zero_stages):
-        shown = ",".join(map(str, stages))
-        out.append(f"{table.runtime} cannot combine ZeRO stage {shown} with pipelining (pp "
+    zero_conflict = not set(stages) & set(table.pipelined_zero_stages)
+    if not narrowing.pp or not all(p > model.num_layers or (p > 1 and zero_conflict) for p in narrowing.pp):
+        return []
+    out = [f"pp {p} is more than the {model.num_layers} layers" for p in narrowing.pp if p > model.num_layers]
+    pipelines = [p for p in narrowing.pp if 1 < p <= model.num_layers]
+    if pipelines:
+        out.append(f"{table.runtime} cannot combine ZeRO stage {','.join(map(str, stages))} with pipelining (pp "
                    f"{','.join(map(str, pipelines))}); it pipelines ZeRO stages "
                    f"{','.join(map(str, table.pipelined_zero_stages))} only")
     return out
