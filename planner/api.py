@@ -35,7 +35,7 @@ from planner.search.recipes import apply_recipe
 from planner.plan.report import ClosestMiss, NoFit, PlanReport
 from costmodels.runtimes import CONVENTIONS
 from planner.plan.plan_file import PlanInputs
-from planner.search.solve import solve
+from planner.search.solve import collector_paused, solve
 from planner.search.space import SearchOptions, empty_space_reason, overlap_searched
 from planner.search.framework_rules import runtime_refusal
 from planner.search.narrowing_conflicts import narrowing_conflicts
@@ -220,6 +220,7 @@ _RESOLVE_OPTIONS = ("gpus_per_node", "precision", "fp8_recipe", "optimizer", "lo
 """The keyword options ``plan`` and ``evaluate`` pass on to ``resolve_job``."""
 
 
+@collector_paused()
 def plan(*, model: str | ModelSpec, hardware: str | NodeSpec, gpus: int, global_batch: int, seq_len: int,
          top_k: int = 5, solver: str = "search", allow_cross_node_tp: bool = False,
          launchable: bool = False, layers_per_chunk: tuple[int, ...] = (), first_stage_layers: int | None = None,
