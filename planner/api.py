@@ -332,10 +332,12 @@ def _search_offload_last(run: Any, cost_model: CostModel, gpus: int, domain_gpus
     the whole space only when nothing fits there. Offload trades host-link traffic and a CPU
     optimizer step for device memory; no published sweep measures it against a layout that keeps
     its optimizer on the GPU (``costmodels.tie_band``), so where the job fits without it, the
-    plan keeps its optimizer on the GPU."""
+    plan keeps its optimizer on the GPU. The first search keeps no closest misses (it is answered
+    only where something fits, and then has none), so it cuts by memory floors from the start."""
     if not options.allow_offload:
         return run(cost_model, gpus, domain_gpus, options, top_k, band=band)
-    on_gpu = run(cost_model, gpus, domain_gpus, replace(options, allow_offload=False), top_k, band=band)
+    on_gpu = run(cost_model, gpus, domain_gpus, replace(options, allow_offload=False), top_k, num_misses=0,
+                 band=band)
     return on_gpu if on_gpu.ranked else run(cost_model, gpus, domain_gpus, options, top_k, band=band)
 
 

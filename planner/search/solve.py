@@ -148,7 +148,9 @@ def solve(cost_model: CostModel, num_gpus: int, domain_gpus: int, options: Searc
     K-th best plan is known early and whole meshes are cut on a floor without a full evaluation
     (what a later stage needs is never computed for meshes cut at an earlier one). The cyclic
     garbage collector is paused meanwhile (``collector_paused``). ``band``: the tie band
-    (default: the shipped, measured one for the job's runtime, ``ranking.tie_band``)."""
+    (default: the shipped, measured one for the job's runtime, ``ranking.tie_band``). ``num_misses``:
+    closest misses kept for when nothing fits; with 0, layouts are cut by their memory floors before
+    anything fits too (the same plans and counts, no misses)."""
     with collector_paused():
         return _solve(cost_model, num_gpus, domain_gpus, options, top_k, num_misses, band)
 
@@ -216,7 +218,8 @@ def _solve(cost_model: CostModel, num_gpus: int, domain_gpus: int, options: Sear
             fitting = states_that_may_fit(cm, mesh, states, groups)
             count(tally.rejected, "memory", (len(states) - len(fitting)) * num_scheds)
             if not fitting:
-                tally.misses.append(cm.estimate(make_layout(mesh, states[0], groups[0].lowest)))
+                if tally.num_misses:
+                    tally.misses.append(cm.estimate(make_layout(mesh, states[0], groups[0].lowest)))
                 continue
             count(tally.rejected, "slower", (num_scheds - sum(len(g.members) for g in groups)) * len(fitting))
             groups = with_state_floors(cm, mesh, fitting, groups)
@@ -260,18 +263,19 @@ def _visit_mesh(cost_model: CostModel, mesh: MeshChoice, states: list[StateChoic
                 continue
             layout = make_layout(mesh, pair.state, sched)  # built only past the time bound
             tally.evaluated += 1
-            if ranking.best and heavy.too_big(pair.state, sched):
+            prune = bool(ranking.best) or not tally.num_misses  # misses matter only while nothing fits
+            if prune and heavy.too_big(pair.state, sched):
                 tally.rejected["memory"] += 1  # its states and activations alone pass the capacity
                 continue
-            fits = twins.fits_from_twin(layout) if ranking.best else None  # cheap where its twin was costed
+            fits = twins.fits_from_twin(layout) if prune else None  # cheap where its twin was costed
             if fits is False:
-                tally.rejected["memory"] += 1  # misses matter only while nothing fits
+                tally.rejected["memory"] += 1
                 continue
             if ranking.best and (lowest_s if lowest_s is not None and sched == pair.group.lowest else
                                  twins.step_s(layout, cutoff_s)) > cutoff_s:
                 tally.rejected["slower"] += 1  # its exact time, summed without memory and traffic
                 continue
-            if ranking.best and fits is None and not twins.fits(layout):
+            if prune and fits is None and not twins.fits(layout):
                 tally.rejected["memory"] += 1
                 continue
             breakdown = cost_model.estimate(layout)
