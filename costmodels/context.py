@@ -49,7 +49,7 @@ class CostContext:
         self.ranks_memo: dict[tuple, list[RankLayers]] = {}
         self.groups_memo: dict[tuple, list[tuple[RankLayers, int]]] = {}
         self.params_memo: dict[tuple, ShardedParams] = {}
-        self.activation_memo: dict[tuple, tuple[float, float]] = {}
+        self.activation_memo: dict[tuple, tuple[float, float, float, float]] = {}
         self.bound_memo: dict[tuple, object] = {}
         self.extremes_memo: dict[tuple, list[tuple[RankLayers, tuple[int, ...]]]] = {}
         self.placed_memo: WeakValueDictionary[int, CostContext] = WeakValueDictionary(
