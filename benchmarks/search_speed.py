@@ -75,14 +75,14 @@ def main(repeats: int = 5, runtimes: tuple[str, ...] = RUNTIMES) -> None:
             try:
                 wall_s, search_s, cpu_s, report = _timed(dict(case, runtime=runtime), repeats)
             except planner.PlanError as error:
-                print(f"{runtime}: {name}: refused ({str(error).split(':')[1].strip()})")
+                print(f"{runtime}: {name}: refused ({str(error).partition(': ')[2].split(';')[0]})")
                 continue
-            print(f"{runtime}: {name}: plan {wall_s:.2f} s, search {search_s:.2f} s (least CPU {cpu_s:.2f} s), "
-                  f"best of {repeats}; {_report_line(report)}")
+            print(f"{runtime}: {name}: plan best {wall_s:.2f} s, search {search_s:.2f} s (least CPU {cpu_s:.2f} s) "
+                  f"of {repeats}; {_report_line(report)}")
         case = dict(API_CALL, runtime=runtime)
         wall_s, _, cpu_s, _ = _timed(case, repeats)
-        print(f"{runtime}: planner.plan llama3-70b on 64 x h100-sxm-80gb: {wall_s:.2f} s (least CPU {cpu_s:.2f} s), "
-              f"import included {_fresh_process_s(case, repeats):.2f} s, best of {repeats}")
+        print(f"{runtime}: planner.plan llama3-70b on 64 x h100-sxm-80gb: best {wall_s:.2f} s "
+              f"(least CPU {cpu_s:.2f} s), import included {_fresh_process_s(case, repeats):.2f} s, of {repeats}")
     start = time.perf_counter()
     report = planner.plan(**NO_FIT, runtime="torch")
     print(f"no fit: gpt-oss-120b on 1 x a100-sxm-40gb at 1,000,000 x 131072 tokens: answered in "
