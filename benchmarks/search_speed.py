@@ -1,17 +1,25 @@
-"""Search speed: median wall time and least process CPU time of ``planner.plan``, and layouts
-evaluated, on the issue's two cases. On a machine shared with other jobs the wall time counts
-their time too; the CPU time of this process does much less so.
+"""Search speed: the best wall time of ``planner.plan`` (and of its search alone, ``search.seconds``)
+over repeated runs, and the least process CPU time, per runtime.
 
-(a) a 1T-parameter GPT (128 layers, h = 25600, 160 heads; Narayanan et al. SC'21, Table 1) on 3072
-A100-80GB at global batch 3072, seq 2048; (b) llama3-405b on 16384 H100s at seq 8192 (global batch
-2048 sequences = 16M tokens, Dubey et al. 2024). Run: ``.venv/bin/python benchmarks/search_speed.py``
-(one process, so one core).
+Reference jobs: (a) a 1T-parameter GPT (128 layers, h = 25600, 160 heads; Narayanan et al. SC'21,
+Table 1) on 3072 A100-80GB at global batch 3072, seq 2048; (b) llama3-405b on 16384 H100s at seq
+8192 (global batch 2048 sequences = 16M tokens, Dubey et al. 2024). The API call: llama3-70b on 64
+H100s (global batch 512, seq 8192, the README's command), in this process and, import included, in a
+fresh interpreter. A no-fit request: gpt-oss-120b on one A100-40GB at a million sequences of 131072
+tokens (``planner.search.infeasible`` searches larger GPU counts for one that fits).
+
+Run: ``.venv/bin/python benchmarks/search_speed.py`` (one process, so one core; ``--repeats N``,
+``--runtimes megatron,torch``). On a machine shared with other jobs the wall time counts their time
+too; the best of several runs and the CPU time of this process much less so.
 """
 
 from __future__ import annotations
 
-import statistics
+import argparse
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import planner
 from costmodels.model_spec import ModelSpec
@@ -26,23 +34,64 @@ CASES = {
     "llama3-405b on 16384 x h100-sxm-80gb": dict(model="llama3-405b", hardware="h100-sxm-80gb", gpus=16384,
                                                  global_batch=2048, seq_len=8192),
 }
+API_CALL = dict(model="llama3-70b", hardware="h100-sxm-80gb", gpus=64, global_batch=512, seq_len=8192)
+NO_FIT = dict(model="gpt-oss-120b", hardware="a100-sxm-40gb", gpus=1, global_batch=1_000_000, seq_len=131072)
+RUNTIMES = ("megatron", "torchtitan", "deepspeed", "torch")
+"""The runtimes of ``costmodels.capabilities`` whose jobs differ in their search space (Megatron-Bridge
+searches Megatron's)."""
 
 
-def main(repeats: int = 3) -> None:
-    for name, case in CASES.items():
-        seconds, cpu_seconds = [], []
-        for _ in range(repeats):
-            start, cpu_start = time.perf_counter(), time.process_time()
-            report = planner.plan(**case)
-            seconds.append(time.perf_counter() - start)
-            cpu_seconds.append(time.process_time() - cpu_start)
-        best = report.best
-        print(f"{name}: median {statistics.median(seconds):.2f} s (least CPU {min(cpu_seconds):.2f} s) over "
-              f"{repeats} runs; "
-              f"space {report.search['space_size']:,} layouts, {report.search['evaluated']:,} evaluated in full; "
-              f"best {best.layout.dp}x{best.layout.tp}x{best.layout.pp} (dp x tp x pp), cp {best.layout.cp}, "
-              f"ZeRO-{best.layout.zero_stage}, step {best.step_time_s:.2f} s, MFU {best.mfu:.1%}")
+def _timed(case: dict, repeats: int) -> tuple[float, float, float, planner.PlanReport]:
+    """(least wall time, least search time, least CPU time) of ``planner.plan(**case)``, and its report."""
+    walls, searches, cpus = [], [], []
+    for _ in range(repeats):
+        start, cpu_start = time.perf_counter(), time.process_time()
+        report = planner.plan(**case)
+        walls.append(time.perf_counter() - start)
+        cpus.append(time.process_time() - cpu_start)
+        searches.append(report.search["seconds"])
+    return min(walls), min(searches), min(cpus), report
+
+
+def _fresh_process_s(case: dict, repeats: int) -> float:
+    """Least wall time of ``import planner`` plus ``planner.plan(**case)`` in a fresh interpreter."""
+    code = ("import time; start = time.perf_counter(); import planner; "
+            f"planner.plan(**{case!r}); print(time.perf_counter() - start)")
+    root = str(Path(__file__).resolve().parents[1])
+    return min(float(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                                    cwd=root).stdout) for _ in range(repeats))
+
+
+def _report_line(report: planner.PlanReport) -> str:
+    best = report.best
+    return (f"space {report.search['space_size']:,} layouts, {report.search['evaluated']:,} evaluated in full; "
+            f"best {best.layout.dp}x{best.layout.tp}x{best.layout.pp} (dp x tp x pp), cp {best.layout.cp}, "
+            f"ZeRO-{best.layout.zero_stage}, step {best.step_time_s:.2f} s")
+
+
+def main(repeats: int = 5, runtimes: tuple[str, ...] = RUNTIMES) -> None:
+    for runtime in runtimes:
+        for name, case in CASES.items():
+            try:
+                wall_s, search_s, cpu_s, report = _timed(dict(case, runtime=runtime), repeats)
+            except planner.PlanError as error:
+                print(f"{runtime}: {name}: refused ({str(error).partition(': ')[2].split(';')[0]})")
+                continue
+            print(f"{runtime}: {name}: plan best {wall_s:.2f} s, search {search_s:.2f} s (least CPU {cpu_s:.2f} s) "
+                  f"of {repeats}; {_report_line(report)}")
+        case = dict(API_CALL, runtime=runtime)
+        wall_s, _, cpu_s, _ = _timed(case, repeats)
+        print(f"{runtime}: planner.plan llama3-70b on 64 x h100-sxm-80gb: best {wall_s:.2f} s "
+              f"(least CPU {cpu_s:.2f} s), import included {_fresh_process_s(case, repeats):.2f} s, of {repeats}")
+    start = time.perf_counter()
+    report = planner.plan(**NO_FIT, runtime="torch")
+    print(f"no fit: gpt-oss-120b on 1 x a100-sxm-40gb at 1,000,000 x 131072 tokens: answered in "
+          f"{time.perf_counter() - start:.2f} s (smallest fitting GPUs {report.no_fit.smallest_fitting_gpus})")
 
 
 if __name__ == "__main__":
-    main()
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--runtimes", default=",".join(RUNTIMES))
+    args = parser.parse_args()
+    main(args.repeats, tuple(args.runtimes.split(",")))

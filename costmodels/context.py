@@ -7,6 +7,8 @@ it as ``cm``; ``estimate.CostModel`` is this context with the verbs (``estimate`
 
 from __future__ import annotations
 
+from weakref import WeakValueDictionary
+
 from .compute import Rates
 from .goodput import checkpoint_state_bytes
 from .job import Job
@@ -47,8 +49,13 @@ class CostContext:
         self.ranks_memo: dict[tuple, list[RankLayers]] = {}
         self.groups_memo: dict[tuple, list[tuple[RankLayers, int]]] = {}
         self.params_memo: dict[tuple, ShardedParams] = {}
-        self.activation_memo: dict[tuple, tuple[float, float]] = {}
+        self.activation_memo: dict[tuple, tuple[float, float, float, float]] = {}
         self.bound_memo: dict[tuple, object] = {}
         self.extremes_memo: dict[tuple, list[tuple[RankLayers, tuple[int, ...]]]] = {}
-        self.placed_memo: dict[int, CostContext] = {cluster.gpus_per_nvlink_domain: self}
-        """This job's memo per ``Layout.gpus_per_nvlink_domain`` (``estimate.CostModel.placed``)."""
+        self.placed_memo: WeakValueDictionary[int, CostContext] = WeakValueDictionary(
+            {cluster.gpus_per_nvlink_domain: self})
+        """This job's memo per ``Layout.gpus_per_nvlink_domain`` (``estimate.CostModel.placed``), held
+        weakly: each memo holds those it made (``placed_models``), so the memos that share this one form
+        no reference cycle, and their values are freed as soon as the last is dropped, not by a pass of
+        the cyclic garbage collector over every value (a quarter of a second after a large search)."""
+        self.placed_models: list[CostContext] = []

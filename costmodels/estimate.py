@@ -42,6 +42,7 @@ class CostModel(CostContext):
             for name in PLACEMENT_FREE_MEMOS:
                 setattr(known, name, getattr(self, name))
             self.placed_memo[gpus_per_nvlink_domain] = known
+            self.placed_models.append(known)
         return known  # type: ignore[return-value]
 
     def estimate(self, layout: Layout) -> CostBreakdown:

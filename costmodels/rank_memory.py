@@ -182,15 +182,19 @@ def rank_activation_parts(cm: "CostModel", layout: Layout, rank: RankLayers) -> 
     (``pipeline.head_microbatches``; the logits ``pipeline.logits_microbatches``), counted with the working set, which is at least the eager
     loss (``activations.loss_working_bytes``). Under the EP overlap the working set also holds the
     merged forward's layer beside its partner's backward (``moe_overlap.merged_extra_layers``).
-    Memoised: every way of holding model states shares it."""
+    Memoised, apart from the head's micro-batches in flight (which read the schedule, pp and m): every
+    way of holding model states, and every pipeline of the same micro-batch and rank, shares it."""
     key = (layout.micro_batch_size, layout.cp, layout.tp, layout.sequence_parallel, layout.recompute,
            layout.activation_offload_layers, layout.ep_comm_overlap,
            layout.recompute_num_layers, layout.virtual_stages, chunks_per_rank(layout.schedule, layout.virtual_stages),
            rank.signature,
-           layout.dp * layout.cp == 1,
-           head_microbatches(layout.schedule, layout.pp, layout.num_microbatches),
-           logits_microbatches(layout.schedule, layout.pp, layout.num_microbatches))
-    return memoised(cm.activation_memo, key, lambda: _compute_activation_parts(cm, layout, rank))
+           layout.dp * layout.cp == 1)
+    stored, working, head, logits = memoised(cm.activation_memo, key,
+                                             lambda: _compute_activation_parts(cm, layout, rank))
+    if rank.last:
+        working += (head_microbatches(layout.schedule, layout.pp, layout.num_microbatches) * (head - logits)
+                    + logits_microbatches(layout.schedule, layout.pp, layout.num_microbatches) * logits)
+    return stored, working
 
 
 def activation_shape(cm: "CostModel", layout: Layout) -> act.ActivationShape:
@@ -224,7 +228,10 @@ def layers_saved_bytes(cm: "CostModel", layout: Layout, rank: RankLayers,
     return total, largest
 
 
-def _compute_activation_parts(cm: "CostModel", layout: Layout, rank: RankLayers) -> tuple[float, float]:
+def _compute_activation_parts(cm: "CostModel", layout: Layout,
+                              rank: RankLayers) -> tuple[float, float, float, float]:
+    """(stored, working set without the head's, the head's bytes, its logits' bytes) of one micro-batch:
+    ``rank_activation_parts`` before the head's micro-batches in flight (0 for the head off the last rank)."""
     model = cm.model
     x = activation_shape(cm, layout)
     offloaded = activation_offload_share(layout.activation_offload_layers, rank.num_layers)
@@ -235,12 +242,10 @@ def _compute_activation_parts(cm: "CostModel", layout: Layout, rank: RankLayers)
         stored += act.first_stage_extra_bytes(model, x)
     working = unsaved_working_bytes(cm, layout, rank, x) + reloaded  # one offloaded layer back from the host
     working += merged_extra_layers(layout.ep_comm_overlap) * largest
-    if rank.last:
-        head = act.last_stage_extra_bytes(model, x) + act.mtp_bytes(model, x, recompute=layout.recompute)
-        logits = act.last_stage_logits_bytes(model, x)
-        working += (head_microbatches(layout.schedule, layout.pp, layout.num_microbatches) * (head - logits)
-                    + logits_microbatches(layout.schedule, layout.pp, layout.num_microbatches) * logits)
-    return stored, working
+    if not rank.last:
+        return stored, working, 0.0, 0.0
+    head = act.last_stage_extra_bytes(model, x) + act.mtp_bytes(model, x, recompute=layout.recompute)
+    return stored, working, head, act.last_stage_logits_bytes(model, x)
 
 
 def unsaved_working_bytes(cm: "CostModel", layout: Layout, rank: RankLayers,

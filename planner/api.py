@@ -35,7 +35,7 @@ from planner.search.recipes import apply_recipe
 from planner.plan.report import ClosestMiss, NoFit, PlanReport
 from costmodels.runtimes import CONVENTIONS
 from planner.plan.plan_file import PlanInputs
-from planner.search.solve import solve
+from planner.search.solve import collector_paused, solve
 from planner.search.space import SearchOptions, empty_space_reason, overlap_searched
 from planner.search.framework_rules import runtime_refusal
 from planner.search.narrowing_conflicts import narrowing_conflicts
@@ -220,6 +220,7 @@ _RESOLVE_OPTIONS = ("gpus_per_node", "precision", "fp8_recipe", "optimizer", "lo
 """The keyword options ``plan`` and ``evaluate`` pass on to ``resolve_job``."""
 
 
+@collector_paused()
 def plan(*, model: str | ModelSpec, hardware: str | NodeSpec, gpus: int, global_batch: int, seq_len: int,
          top_k: int = 5, solver: str = "search", allow_cross_node_tp: bool = False,
          launchable: bool = False, layers_per_chunk: tuple[int, ...] = (), first_stage_layers: int | None = None,
@@ -331,10 +332,12 @@ def _search_offload_last(run: Any, cost_model: CostModel, gpus: int, domain_gpus
     the whole space only when nothing fits there. Offload trades host-link traffic and a CPU
     optimizer step for device memory; no published sweep measures it against a layout that keeps
     its optimizer on the GPU (``costmodels.tie_band``), so where the job fits without it, the
-    plan keeps its optimizer on the GPU."""
+    plan keeps its optimizer on the GPU. The first search keeps no closest misses (it is answered
+    only where something fits, and then has none), so it cuts by memory floors from the start."""
     if not options.allow_offload:
         return run(cost_model, gpus, domain_gpus, options, top_k, band=band)
-    on_gpu = run(cost_model, gpus, domain_gpus, replace(options, allow_offload=False), top_k, band=band)
+    on_gpu = run(cost_model, gpus, domain_gpus, replace(options, allow_offload=False), top_k, num_misses=0,
+                 band=band)
     return on_gpu if on_gpu.ranked else run(cost_model, gpus, domain_gpus, options, top_k, band=band)
 
 

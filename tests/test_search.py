@@ -103,7 +103,7 @@ def test_search_equals_brute_force_with_a_measured_profile(gpus, model):
 
 
 def test_search_leaves_the_garbage_collector_as_it_found_it(monkeypatch):
-    # solve pauses the cyclic collector while it searches (search._collector_paused): back on after,
+    # solve pauses the cyclic collector while it searches (search.collector_paused): back on after,
     # also when the search raises, and still off when the caller had it off
     import gc
 

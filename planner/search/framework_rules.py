@@ -179,6 +179,17 @@ _JOB_RULES = {"megatron": _megatron_job, "megatron-bridge": _megatron_job, "torc
               "deepspeed": _deepspeed_job}
 _LAYOUT_RULES = {"megatron": _megatron_layout, "megatron-bridge": _megatron_layout, "torchtitan": _torchtitan_layout,
                  "deepspeed": _deepspeed_layout, "torch": launch_problems}
+SCHEDULE_READS: dict[str, tuple[str, ...]] = {
+    "megatron": ("recompute", "virtual_stages", "sequence_parallel", "ep_comm_overlap"),
+    "megatron-bridge": ("recompute", "virtual_stages", "sequence_parallel", "ep_comm_overlap"),
+    "torchtitan": ("recompute", "sequence_parallel", "tp_comm_overlap"),
+    "deepspeed": ("virtual_stages", "layers_per_chunk"),
+    "torch": ("num_microbatches", "recompute", "schedule", "tp_comm_overlap"),
+}
+"""The schedule-choice fields (``planner.search.space.ScheduleChoice``) each runtime's layout rule
+reads: two choices of one mesh and state that agree on these get the same answer, so the search asks
+the rule once per value of them (``planner.search.schedule_rules``). ``tests/test_framework_rules.py``
+changes every other field and checks that no answer moves."""
 
 
 def job_rule_problems(runtime: str, model: ModelSpec, training: TrainingSpec) -> list[str]:

@@ -108,7 +108,7 @@ def _best_at(cost_model: CostModel, options: SearchOptions, gpus: int, per_node:
     """The best plan of ``cost_model``'s job on ``gpus`` GPUs, ``per_node`` a node; None when nothing fits."""
     cluster = make_cluster(cost_model.cluster.node, gpus, per_node if gpus >= per_node else gpus)
     job = replace(cost_model.job, cluster=cluster)
-    result = solve(CostModel(job), gpus, job.cluster.nvlink_domain_gpus, options, top_k=1)
+    result = solve(CostModel(job), gpus, job.cluster.nvlink_domain_gpus, options, top_k=1, num_misses=0)
     return result.ranked[0] if result.ranked else None
 
 

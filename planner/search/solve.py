@@ -62,9 +62,10 @@ from costmodels.tie_band import TieBand
 from .ranking import MeshBand, ranked_plans, tie_band
 from .groups import Group, least_bound_s, pairs, schedule_groups, states_that_may_fit, with_state_floors
 from .result import SolverResult, count, overshoot_key
+from .schedule_rules import RuleCheck, num_runnable_schedules, runnable_schedules
 from .space import (MeshChoice, PipelineChoice, ScheduleChoice, SearchOptions, StateChoice, ep_overlap_values,
-                    make_layout, mesh_choices, num_schedule_choices, pipeline_choices, schedule_choices,
-                    sequence_parallel_values, state_choices, tp_overlap_values)
+                    make_layout, mesh_choices, pipeline_choices, schedule_choice, sequence_parallel_values,
+                    state_choices, tp_overlap_values)
 
 BOUND_SLACK = 1e-9
 """Relative margin by which a bound must exceed a cutoff to cut: a bound adds the same terms as
@@ -146,19 +147,24 @@ def solve(cost_model: CostModel, num_gpus: int, domain_gpus: int, options: Searc
     states' floors added (the least bound over its (group, state) pairs), then is visited, so the
     K-th best plan is known early and whole meshes are cut on a floor without a full evaluation
     (what a later stage needs is never computed for meshes cut at an earlier one). The cyclic
-    garbage collector is paused meanwhile (``_collector_paused``). ``band``: the tie band
-    (default: the shipped, measured one for the job's runtime, ``ranking.tie_band``)."""
-    with _collector_paused():
+    garbage collector is paused meanwhile (``collector_paused``). ``band``: the tie band
+    (default: the shipped, measured one for the job's runtime, ``ranking.tie_band``). ``num_misses``:
+    closest misses kept for when nothing fits; with 0, layouts are cut by their memory floors before
+    anything fits too (the same plans and counts, no misses)."""
+    with collector_paused():
         return _solve(cost_model, num_gpus, domain_gpus, options, top_k, num_misses, band)
 
 
 @contextmanager
-def _collector_paused() -> Iterator[None]:
+def collector_paused() -> Iterator[None]:
     """Python's cyclic garbage collector off, and back on after if it was on. The search makes
     hundreds of thousands of short-lived objects (choices, layouts, memo keys and values) that
     reference counting frees, and each collection walks every tracked object, the growing memos
     among them: about 8% of the search's CPU time on ``benchmarks/search_speed.py``'s cases. A
-    reference cycle made meanwhile is collected once the collector is back."""
+    reference cycle made meanwhile is collected once the collector is back. As a decorator
+    (``planner.api.plan``) it keeps the collector off until the function's frame, and with it the
+    cost model's memos (freed by reference counting, ``costmodels.context``), is gone, so the first
+    collection after it walks what the function returned, not every memo value."""
     was_on = gc.isenabled()
     gc.disable()
     try:
@@ -177,6 +183,7 @@ def _solve(cost_model: CostModel, num_gpus: int, domain_gpus: int, options: Sear
     work: list[tuple] = []
     pipes_of: dict[tuple[int, int], list[PipelineChoice]] = {}  # they read the mesh's dp and pp only
     counts: dict[MeshChoice, int] = {}  # no rule reads the placement: its variants share the count
+    checks: dict[MeshChoice, RuleCheck | None] = {}  # and the rules' answers
     for order, mesh in enumerate(mesh_choices(model, training, num_gpus, domain_gpus, options)):
         cm = cost_model.placed(mesh.gpus_per_nvlink_domain)  # the mesh's collectives on its placement
         if (mesh.dp, mesh.pp) not in pipes_of:
@@ -185,31 +192,34 @@ def _solve(cost_model: CostModel, num_gpus: int, domain_gpus: int, options: Sear
         states = state_choices(mesh, domain_gpus, options, model, training)
         unplaced = replace(mesh, gpus_per_nvlink_domain=0)
         if unplaced not in counts:
-            counts[unplaced] = num_schedule_choices(mesh, model, training, options, pipes)
+            checks[unplaced] = RuleCheck(options, model, training, mesh) if options.job_rules else None
+            counts[unplaced] = num_runnable_schedules(checks[unplaced], mesh, model, training, options, pipes)
         num_scheds = counts[unplaced]
         total += num_scheds * len(states)
         if num_scheds and states:  # stage 0: the mean floor; a state adds at least the per-step overhead
             floor_s = _mesh_floor_s(cm, mesh, states[0], pipes, options)
             floor_s += cm.assumptions.step_overhead_s
-            heapq.heappush(work, (floor_s, order, 0, mesh, (states, num_scheds), pipes, cm))
+            heapq.heappush(work, (floor_s, order, 0, mesh, (states, num_scheds, checks[unplaced]), pipes, cm))
     while work:
         floor_s, order, stage, mesh, states, groups, cm = heapq.heappop(work)
         if stage < 2:
-            states, num_scheds = states
+            states, num_scheds, check = states
         if floor_s > ranking.cutoff_s(mesh):  # the mesh's floor: no pair of it can pass
             count(tally.rejected, "slower", (num_scheds if stage < 2 else sum(len(g.members) for g in groups))
                   * len(states))
         elif stage == 0:  # stage 1: the schedule groups, each with its pipeline floor
-            scheds = schedule_choices(mesh, model, training, options, groups, _kept_sp_values(cm, mesh, options))
+            scheds = runnable_schedules(check, mesh, model, training, options, groups,
+                                        _kept_sp_values(cm, mesh, options))
             groups = schedule_groups(cm, mesh, states[0], _undominated(cm, mesh, scheds),
                                       ranking.cutoff_s(mesh) - cm.assumptions.step_overhead_s)
             floor_s = min(group.floor_s for group in groups) + cm.assumptions.step_overhead_s
-            heapq.heappush(work, (floor_s, order, 1, mesh, (states, num_scheds), groups, cm))
+            heapq.heappush(work, (floor_s, order, 1, mesh, (states, num_scheds, check), groups, cm))
         elif stage == 1:  # stage 2: with each state that may fit, its floor added
             fitting = states_that_may_fit(cm, mesh, states, groups)
             count(tally.rejected, "memory", (len(states) - len(fitting)) * num_scheds)
             if not fitting:
-                tally.misses.append(cm.estimate(make_layout(mesh, states[0], groups[0].lowest)))
+                if tally.num_misses:
+                    tally.misses.append(cm.estimate(make_layout(mesh, states[0], groups[0].lowest)))
                 continue
             count(tally.rejected, "slower", (num_scheds - sum(len(g.members) for g in groups)) * len(fitting))
             groups = with_state_floors(cm, mesh, fitting, groups)
@@ -244,27 +254,28 @@ def _visit_mesh(cost_model: CostModel, mesh: MeshChoice, states: list[StateChoic
             continue
         for sched in pair.members:
             cutoff_s = ranking.cutoff_s(mesh)
-            layout = make_layout(mesh, pair.state, sched)
             if sched not in floors:
                 floors[sched] = pair.group.floor_s if sched.recompute == "none" else \
-                    pipeline_floor_s(cost_model, layout)
+                    pipeline_floor_s(cost_model, make_layout(mesh, pair.state, sched))
             bound_s = floors[sched] + sched.num_microbatches * pair.per_microbatch_s + pair.tail_s
             if bound_s > cutoff_s:
                 tally.rejected["slower"] += 1
                 continue
+            layout = make_layout(mesh, pair.state, sched)  # built only past the time bound
             tally.evaluated += 1
-            if ranking.best and heavy.too_big(pair.state, sched):
+            prune = bool(ranking.best) or not tally.num_misses  # misses matter only while nothing fits
+            if prune and heavy.too_big(pair.state, sched):
                 tally.rejected["memory"] += 1  # its states and activations alone pass the capacity
                 continue
-            fits = twins.fits_from_twin(layout) if ranking.best else None  # cheap where its twin was costed
+            fits = twins.fits_from_twin(layout) if prune else None  # cheap where its twin was costed
             if fits is False:
-                tally.rejected["memory"] += 1  # misses matter only while nothing fits
+                tally.rejected["memory"] += 1
                 continue
             if ranking.best and (lowest_s if lowest_s is not None and sched == pair.group.lowest else
                                  twins.step_s(layout, cutoff_s)) > cutoff_s:
                 tally.rejected["slower"] += 1  # its exact time, summed without memory and traffic
                 continue
-            if ranking.best and fits is None and not twins.fits(layout):
+            if prune and fits is None and not twins.fits(layout):
                 tally.rejected["memory"] += 1
                 continue
             breakdown = cost_model.estimate(layout)
@@ -318,10 +329,7 @@ def _mesh_floor_s(cost_model: CostModel, mesh: MeshChoice, state: StateChoice, p
     ep_values = ep_overlap_values(mesh, cost_model.model, options)
     floors = []
     for pipe in chosen.values():
-        scheds = [ScheduleChoice(micro_batch_size=pipe.micro_batch_size, num_microbatches=pipe.num_microbatches,
-                                 schedule=pipe.schedule, virtual_stages=pipe.virtual_stages, recompute="none",
-                                 sequence_parallel=sp, layers_per_chunk=pipe.layers_per_chunk, tp_comm_overlap=overlap,
-                                 ep_comm_overlap=ep_overlap)
+        scheds = [schedule_choice(pipe, "none", sp, overlap, ep_overlap)
                   for sp, overlap in values for ep_overlap in ep_values]
         layouts = [make_layout(mesh, state, sched) for sched in scheds]
         if (True, True) in values and (True, False) in values:

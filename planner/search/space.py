@@ -58,7 +58,7 @@ class SearchOptions:
     """The runtime whose job must run every layout searched: its rules
     (``planner.search.framework_rules.layout_rule_problems``; for ``torch``, what ``autoplan launch``
     applies, ``planner.search.launchable.launch_problems``) are checked on every mesh, state and
-    schedule choice (see ``_runs``); "" checks none."""
+    schedule choice (see ``rules_pass``); "" checks none."""
     layers_per_chunk: tuple[int, ...] = ()
     """A fixed split (layers per chunk): only pipelines with pp · v chunks of that count are searched."""
     first_stage_layers: int | None = None
@@ -218,7 +218,7 @@ def mesh_choices(model: ModelSpec, training: TrainingSpec, num_gpus: int, domain
                 for ep in _expert_degrees(model, dp, options.ep_degrees):
                     for mesh in _placed_meshes(MeshChoice(dp=dp, tp=tp, pp=pp, cp=cp, ep=ep), model, num_gpus,
                                                domain_gpus, options):
-                        if not options.job_rules or _neutral_state(options, model, training, mesh) is not None:
+                        if not options.job_rules or neutral_state(options, model, training, mesh) is not None:
                             out.append(mesh)
     return out
 
@@ -284,12 +284,12 @@ def state_choices(mesh: MeshChoice, domain_gpus: int, options: SearchOptions, mo
         for shard in shard_degrees:
             for offload in ((False, True) if options.allow_offload else (False,)):
                 state = StateChoice(zero_stage=zero, hsdp_shard_degree=shard, optimizer_offload=offload)
-                if _runs(options, model, training, mesh, state=state):
+                if rules_pass(options, model, training, mesh, state=state):
                     out.append(state)
     if mesh.dp * mesh.cp == 1 and options.allow_offload and 1 in options.zero_stages \
             and (mesh.pp == 1 or 1 in options.pipelined_zero_stages):
         state = StateChoice(zero_stage=1, hsdp_shard_degree=0, optimizer_offload=True)
-        if _runs(options, model, training, mesh, state=state):
+        if rules_pass(options, model, training, mesh, state=state):
             out.append(state)
     return out
 
@@ -363,21 +363,36 @@ def schedule_choices(mesh: MeshChoice, model: ModelSpec, training: TrainingSpec,
                      pipes: list[PipelineChoice] | None = None,
                      sp_values: tuple[bool, ...] | None = None) -> list[ScheduleChoice]:
     """Each pipeline choice (``pipes``, else ``pipeline_choices``) with each recomputation mode and SP
-    value (``sp_values``, else ``sequence_parallel_values``)."""
+    value (``sp_values``, else ``sequence_parallel_values``) that the job rules pass (``rules_pass``,
+    asked of each; ``planner.search.schedule_rules`` asks once per value of the fields they read)."""
+    out = candidate_schedules(mesh, model, training, options, pipes, sp_values)
+    if options.job_rules:
+        state = neutral_state(options, model, training, mesh)
+        out = [sched for sched in out if state is not None and rules_pass(options, model, training, mesh, state, sched)]
+    return out
+
+
+def candidate_schedules(mesh: MeshChoice, model: ModelSpec, training: TrainingSpec, options: SearchOptions,
+                        pipes: list[PipelineChoice] | None = None,
+                        sp_values: tuple[bool, ...] | None = None) -> list[ScheduleChoice]:
+    """``schedule_choices`` before the job rules, in its order: pipeline choice, recomputation mode,
+    (SP, TP overlap), EP overlap."""
     sp_values = sequence_parallel_values(mesh, training) if sp_values is None else sp_values
     tp_values = tp_overlap_values(sp_values, options)
-    out = [ScheduleChoice(micro_batch_size=pipe.micro_batch_size, num_microbatches=pipe.num_microbatches,
+    return [schedule_choice(pipe, recompute, sp, overlap, ep_overlap)
+            for pipe in (pipeline_choices(mesh, model, training, options) if pipes is None else pipes)
+            for recompute in options.recompute_modes for sp, overlap in tp_values
+            for ep_overlap in ep_overlap_values(mesh, model, options)
+            if not ep_overlap or ep_overlap_runs(mesh.pp, pipe.schedule)]
+
+
+def schedule_choice(pipe: PipelineChoice, recompute: str, sequence_parallel: bool, tp_comm_overlap: bool,
+                    ep_comm_overlap: bool) -> ScheduleChoice:
+    """The schedule choice of a pipeline choice with these values."""
+    return ScheduleChoice(micro_batch_size=pipe.micro_batch_size, num_microbatches=pipe.num_microbatches,
                           schedule=pipe.schedule, virtual_stages=pipe.virtual_stages, recompute=recompute,
-                          sequence_parallel=sp, layers_per_chunk=pipe.layers_per_chunk, tp_comm_overlap=overlap,
-                          ep_comm_overlap=ep_overlap)
-           for pipe in (pipeline_choices(mesh, model, training, options) if pipes is None else pipes)
-           for recompute in options.recompute_modes for sp, overlap in tp_values
-           for ep_overlap in ep_overlap_values(mesh, model, options)
-           if not ep_overlap or ep_overlap_runs(mesh.pp, pipe.schedule)]
-    if options.job_rules:
-        state = _neutral_state(options, model, training, mesh)
-        out = [sched for sched in out if state is not None and _runs(options, model, training, mesh, state, sched)]
-    return out
+                          sequence_parallel=sequence_parallel, layers_per_chunk=pipe.layers_per_chunk,
+                          tp_comm_overlap=tp_comm_overlap, ep_comm_overlap=ep_comm_overlap)
 
 
 def ep_overlap_values(mesh: MeshChoice, model: ModelSpec, options: SearchOptions) -> tuple[bool, ...]:
@@ -429,7 +444,7 @@ def _requested_split(options: SearchOptions, num_layers: int, pp: int, v: int,
         return None
 
 
-def _runs(options: SearchOptions, model: ModelSpec, training: TrainingSpec, mesh: MeshChoice,
+def rules_pass(options: SearchOptions, model: ModelSpec, training: TrainingSpec, mesh: MeshChoice,
           state: StateChoice, sched: ScheduleChoice | None = None) -> bool:
     """True unless ``options.job_rules`` names a runtime whose ``layout_rule_problems`` finds a problem
     with this choice.
@@ -437,7 +452,7 @@ def _runs(options: SearchOptions, model: ModelSpec, training: TrainingSpec, mesh
     Each rule reads the mesh plus at most one level: how model states are held (``state``), or the
     schedule choice (``sched``). So a state is checked with the neutral schedule choice
     (``_neutral_schedule``, which passes every schedule rule some choice of the mesh passes), a
-    schedule choice with a state of the mesh that passes (``_neutral_state``), and a layout passes
+    schedule choice with a state of the mesh that passes (``neutral_state``), and a layout passes
     every level's check exactly when it passes the rules as a whole (``tests/test_launchable.py``
     and ``tests/test_framework_rules.py`` check this on every runtime)."""
     if not options.job_rules:
@@ -455,13 +470,13 @@ def _neutral_schedule(mesh: MeshChoice, training: TrainingSpec) -> ScheduleChoic
                           recompute="none", sequence_parallel=True in sequence_parallel_values(mesh, training))
 
 
-def _neutral_state(options: SearchOptions, model: ModelSpec, training: TrainingSpec,
+def neutral_state(options: SearchOptions, model: ModelSpec, training: TrainingSpec,
                    mesh: MeshChoice) -> StateChoice | None:
     """The first ZeRO stage of the mesh (without HSDP or offload, which no rule asks for) that passes
     the job rules with the neutral schedule choice; None when none does (no layout of the mesh runs)."""
     for zero in _zero_stages(mesh, options):
         state = StateChoice(zero_stage=zero, hsdp_shard_degree=0, optimizer_offload=False)
-        if _runs(options, model, training, mesh, state):
+        if rules_pass(options, model, training, mesh, state):
             return state
     return None
 

@@ -46,13 +46,18 @@ class _Stages:
         self.inflight, self.num_stages = inflight, num_stages
         self.first_s, self.last_s, self.first_b, self.last_b = extras
 
+    def extra_s(self, s: int) -> float:
+        """What stage s carries beside its layers: the embedding on the first, the head on the last."""
+        return (self.first_s if s == 0 else 0.0) + (self.last_s if s == self.num_stages - 1 else 0.0)
+
+    def extra_bytes(self, s: int) -> float:
+        return (self.first_b if s == 0 else 0.0) + (self.last_b if s == self.num_stages - 1 else 0.0)
+
     def time_s(self, s: int, k: int, i: int) -> float:
-        extra = (self.first_s if s == 0 else 0.0) + (self.last_s if s == self.num_stages - 1 else 0.0)
-        return self.t[i] - self.t[k] + extra
+        return self.t[i] - self.t[k] + self.extra_s(s)
 
     def memory_bytes(self, s: int, k: int, i: int) -> float:
-        extra = (self.first_b if s == 0 else 0.0) + (self.last_b if s == self.num_stages - 1 else 0.0)
-        return self.m[i] - self.m[k] + self.inflight[s] * (self.a[i] - self.a[k]) + extra
+        return self.m[i] - self.m[k] + self.inflight[s] * (self.a[i] - self.a[k]) + self.extra_bytes(s)
 
 
 def _solve_dp(st: _Stages, num_layers: int, t_max: float, cap: float):
@@ -62,21 +67,25 @@ def _solve_dp(st: _Stages, num_layers: int, t_max: float, cap: float):
     """
     S, K = st.num_stages, num_layers
     tol = _REL_EPS * max(1.0, abs(t_max))
+    limit_s = t_max + tol
     # best[s][k]: (F, sum of squares, next boundary) for stages s..S-1 over layers k..K-1
     inf = (math.inf, math.inf, -1)
     best = [[inf] * (K + 1) for _ in range(S + 1)]
     best[S][K] = (0.0, 0.0, K)
+    times, held, acts = st.t, st.m, st.a  # ``_Stages.time_s`` and ``memory_bytes`` inlined: the inner loop
     for s in range(S - 1, -1, -1):
+        after, extra_s, extra_bytes, inflight = best[s + 1], st.extra_s(s), st.extra_bytes(s), st.inflight[s]
         for k in range(K - (S - s), s - 1, -1):
             cand = inf
+            t_k, m_k, a_k = times[k], held[k], acts[k]
             for i in range(k + 1, K - (S - s - 1) + 1):
-                rest = best[s + 1][i]
+                rest = after[i]
                 if rest[0] == math.inf:
                     continue
-                t = st.time_s(s, k, i)
-                if t > t_max + tol:
+                t = times[i] - t_k + extra_s
+                if t > limit_s:
                     break
-                if st.memory_bytes(s, k, i) > cap:
+                if held[i] - m_k + inflight * (acts[i] - a_k) + extra_bytes > cap:
                     continue
                 key = (t + rest[0], t * t + rest[1], i)
                 if key[0] < cand[0] - tol or (key[0] <= cand[0] + tol and key[1] < cand[1]):
@@ -117,11 +126,13 @@ def _feasible(st: _Stages, num_layers: int, t_max: float, cap: float) -> bool:
 
 def _candidate_t_max(st: _Stages, num_layers: int) -> list[float]:
     """Every stage time a slicing can produce (Alpa enumerates t_max over these)."""
-    values = set()
+    values: set[float] = set()
+    times = st.t
     for s in {0, st.num_stages - 1, min(1, st.num_stages - 1)}:
+        extra_s = st.extra_s(s)
         for k in range(num_layers):
-            for i in range(k + 1, num_layers + 1):
-                values.add(st.time_s(s, k, i))
+            t_k = times[k]
+            values.update([times[i] - t_k + extra_s for i in range(k + 1, num_layers + 1)])  # ``time_s``
     return sorted(values)
 
 
