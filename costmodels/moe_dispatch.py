@@ -61,19 +61,21 @@ def dispatch(dispatcher: str, size_bytes: float, copies: float, degree: int, str
     curve where the profile has one). Otherwise the flex kernels (datasheet rates): the deduplicated
     bytes over the NIC share, s_r = (S/k')·E[remote domains], and the fan-out inside the domain, an
     all-to-all of S over its n_d ranks, run in one kernel, so the slower of the two sets the time:
-    max(s_r/β_nic + (D − 1)·α_nic, ring all-to-all of S over n_d on NVLink). Bytes sent: s_r plus
-    the NVLink share (n_d − 1)/n_d·S."""
+    max(s_r/β_nic + (D − 1)·α_nic, ring all-to-all of S over n_d on NVLink), each leg at the link
+    efficiency and calibration scale ``collectives`` gives its links (``network_efficiency`` and
+    ``inter_node_comm_scale`` for the NICs, ``link_efficiency`` and ``intra_node_comm_scale`` for
+    NVLink). Bytes sent: s_r plus the NVLink share (n_d − 1)/n_d·S."""
     per_domain, domains = cluster.group_placement(degree, stride)
     if dispatcher == "alltoall" or domains == 1:
         return collective("all_to_all", size_bytes, degree, stride)
-    node, eta = cluster.node, assumptions.link_efficiency
-    nic_share = node.inter_node.node_bandwidth_bytes_per_s / node.gpus_per_node * eta
+    a, node = assumptions, cluster.node
+    nic_share = node.inter_node.node_bandwidth_bytes_per_s / node.gpus_per_node * a.network_efficiency
     remote = size_bytes / copies * remote_domains_per_token(copies, domains)
-    nic_s = remote / nic_share + (domains - 1) * node.inter_node.latency_s
+    nic_s = (remote / nic_share + (domains - 1) * node.inter_node.latency_s) * a.inter_node_comm_scale
     nvlink_s = ring_time_s("all_to_all", size_bytes, per_domain, node.intra_node.latency_s,
-                           node.intra_node.bandwidth_bytes_per_s * eta)
+                           node.intra_node.bandwidth_bytes_per_s * a.link_efficiency) * a.intra_node_comm_scale
     sent = remote + size_bytes * (per_domain - 1) / per_domain
-    return max(nic_s, nvlink_s) * assumptions.communication_scale, sent, "datasheet"
+    return max(nic_s, nvlink_s) * a.communication_scale, sent, "datasheet"
 
 
 def ep_group_stride(*, tp: int, cp: int, etp: int, gathers_sequence: bool) -> int:

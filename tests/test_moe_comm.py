@@ -20,7 +20,7 @@ from planner.search.framework_rules import layout_rule_problems
 from planner.search.runtime_space import search_options
 from costmodels.capabilities import Narrowing
 
-EXACT = Assumptions(link_efficiency=1.0)
+EXACT = Assumptions(link_efficiency=1.0, network_efficiency=1.0)
 QWEN3 = dict(model="qwen3-235b-a22b", hardware="gb200-nvl72", gpus=128, global_batch=8192, seq_len=4096,
              precision="mxfp8", runtime="megatron-bridge")
 
@@ -142,3 +142,21 @@ def test_the_export_writes_the_dispatcher_and_the_overlap_as_costed():
                              4096)
     assert "--moe-token-dispatcher-type alltoall" in " ".join(plain)  # Megatron's default is allgather
     assert "--overlap-moe-expert-parallel-comm" not in plain
+
+
+def test_the_flex_legs_take_the_calibrated_link_scales():
+    """``autoplan calibrate``'s inter- and intra-node factors reach the flex dispatcher's two legs."""
+    from dataclasses import replace
+
+    cluster = make_cluster(load_node("h100-sxm-80gb"), 16)
+    size, copies = 2 ** 30, 8.0
+
+    def collective(*_):  # pragma: no cover - the flex path does not call it across nodes
+        raise AssertionError("the flex path costs its own legs")
+
+    def seconds(**scales: float) -> float:
+        return dispatch("deepep", size, copies, 16, 1, cluster, replace(EXACT, **scales), collective)[0]
+
+    base = seconds()
+    assert seconds(inter_node_comm_scale=50.0) > base and seconds(intra_node_comm_scale=50.0) > base
+    assert seconds(network_efficiency=0.5) > base
