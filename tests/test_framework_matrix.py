@@ -46,10 +46,8 @@ JOBS = {
 apart from hidden / heads) and Qwen3-30B-A3B (MoE, q/k norms)."""
 RUNTIMES = ("megatron", "megatron-bridge", "torchtitan", "deepspeed")
 REFUSED = {
-    # torchtitan's job names its llama3 model, which is dense, LayerNorm-free, ... (framework_rules); v0.3.0
-    # registers bf16 configs of the 8B and 70B only (its llama3_405b trains in Float8)
+    # torchtitan's job names its llama3 model, which is dense, LayerNorm-free, ... (framework_rules)
     ("gpt3-175b", "torchtitan"): "LayerNorm", ("mixtral-8x7b", "torchtitan"): "mixture-of-experts",
-    ("llama3-405b", "torchtitan"): "registers no bf16 llama3 config",
     ("mistral-nemo-12b", "torchtitan"): "head dim 128", ("qwen3-30b-a3b", "torchtitan"): "mixture-of-experts",
     # Megatron-DeepSpeed's GPT has no q/k norms
     ("qwen3-30b-a3b", "deepspeed"): "q/k norms",

@@ -35,14 +35,13 @@ REFERENCE = {"llama3-8b": ("llama3-8b", "h100-sxm-80gb", 8, 64, 4096),
              "gpt3-175b": ("gpt3-175b", "a100-sxm-80gb", 1024, 1536, 2048),
              "mixtral-8x7b": ("mixtral-8x7b", "h100-sxm-80gb", 64, 512, 4096)}
 """The five reference jobs (``test_framework_jobs.CASES``)."""
-BUILT = {"llama3-8b": ("llama3-8b", []), "llama3-70b": ("llama3-70b", []),
+BUILT = {"llama3-8b": ("llama3-8b", []), "llama3-70b": ("llama3-70b", []), "llama3-405b": ("llama3-405b", []),
          # pipelines: even stages (layers per stage), uneven stages (module names per chunk), interleaved
          "llama3-70b-pp4": ("llama3-70b", ["--pp", "4"]),
          "llama3-8b-uneven": ("llama3-8b", ["--pp", "2", "--layers-per-chunk", "15,17"]),
          "llama3-8b-interleaved": ("llama3-8b", ["--pp", "2", "--virtual-stages", "2", "--schedules", "interleaved"])}
 """Jobs built: the reference picks torchtitan 0.3.0 runs, and pipelined picks of the same models."""
-REFUSED = {"llama3-405b": "registers no bf16 llama3 config", "gpt3-175b": "LayerNorm",
-           "mixtral-8x7b": "qwen3_30b_a3b"}
+REFUSED = {"gpt3-175b": "LayerNorm", "mixtral-8x7b": "qwen3_30b_a3b"}
 """Reference jobs ``plan`` refuses under torchtitan 0.3.0, with what the line must say."""
 
 
@@ -69,7 +68,8 @@ def check_built(plan, job: Path, built: dict) -> None:
     """The mesh, FSDP, the stages and the round trip of one job as torchtitan 0.3.0 built it."""
     world, L, n = launch_world_size(job), plan.best.layout, plan.inputs.model_spec.num_layers
     assert built["mesh_size"] == world and built["fsdp_enabled"] == (L.zero_stage > 0)
-    assert built["sections"]["model"] == {"name": "llama3", "flavor": {32: "8B", 80: "70B"}[n], "num_layers": n}
+    assert built["sections"]["model"] == {"name": "llama3", "flavor": {32: "8B", 80: "70B", 126: "405B"}[n],
+                                          "num_layers": n}
     stages = built["stages"]
     if L.pp > 1:
         assert len(stages) == L.pp * L.virtual_stages
@@ -124,10 +124,23 @@ def test_what_torchtitan_030_cannot_build_is_refused_at_plan_time(tmp_path, job)
     assert "plan with --runtime megatron" in lines[0]
 
 
-def test_the_405b_runs_under_torchtitan_022_which_the_refusal_names(tmp_path):
-    """Llama 3 405B has a TOML job under torchtitan 0.2.2 (``--runtime-version v0.2.2``), still selectable."""
-    result = _plan(tmp_path / "plan.json", "llama3-405b")
-    assert "--runtime torchtitan --runtime-version v0.2.2" in result.output
+def test_the_405b_job_brings_its_own_config_registry(tmp_path):
+    """torchtitan's registered llama3_405b trains in Float8 (its model spec's converter): the job's own
+    registry, beside launch.sh and on its PYTHONPATH, gives the bf16 405B the plan costed."""
+    assert _plan(tmp_path / "plan.json", "llama3-405b").exit_code == 0
+    write_job(read_plan_file(tmp_path / "plan.json"), tmp_path / "job")
+    options = bash_array((tmp_path / "job" / "torchtitan_args.sh").read_text(encoding="utf-8"), "TORCHTITAN_ARGS")
+    assert options[:4] == ["--module", "torchtitan_job", "--config", "llama3_405b_bf16"]
+    registry = (tmp_path / "job" / "torchtitan_job.py").read_text(encoding="utf-8")
+    assert 'model_registry("405B")' in registry and "converters" not in registry.split('"""')[-1]
+    assert 'export PYTHONPATH="$HERE' in (tmp_path / "job" / "launch.sh").read_text(encoding="utf-8")
+
+
+def test_fp8_is_refused_naming_torchtitan_022_which_runs_it(tmp_path):
+    """0.3.0 sets FP8 in a registered config's model spec, not on its command line; 0.2.2's TOML sets it,
+    and ``--runtime-version v0.2.2`` stays selectable."""
+    result = _plan(tmp_path / "plan.json", "llama3-8b", "--precision", "fp8", "--fp8-recipe", "tensorwise")
+    assert result.exit_code == 2 and "--runtime torchtitan --runtime-version v0.2.2" in result.output
     result = _plan(tmp_path / "plan.json", "llama3-405b", "--runtime-version", "v0.2.2")
     assert result.exit_code == 0, result.output
     write_job(read_plan_file(tmp_path / "plan.json"), tmp_path / "job")

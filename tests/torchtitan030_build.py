@@ -77,7 +77,10 @@ def build(job: str, world_size: int) -> dict:
     from torchtitan.config import ConfigManager
     from torchtitan.distributed.parallel_dims import ParallelDims
 
+    sys.path.insert(0, job)  # the job's own config registry, if it has one (launch.sh's PYTHONPATH)
+    sys.modules.pop("torchtitan_job", None)
     config = ConfigManager().parse_args(job_command(job))
+    sys.path.remove(job)
     dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=world_size)
     dims = ParallelDims.from_config(config.parallelism, world_size)
     mesh = dims.build_mesh()

@@ -40,10 +40,11 @@ _COMMANDS = {
                   '"${MEGATRON_DS_ARGS[@]}" --deepspeed_config "$HERE/deepspeed.json" "$@"'),
 }
 """Runtime -> (bash line that loads the exported options, what torchrun runs)."""
-TORCHTITAN_CLI_COMMAND = ('source "$HERE/torchtitan_args.sh"',
+TORCHTITAN_CLI_COMMAND = ('source "$HERE/torchtitan_args.sh"\nexport PYTHONPATH="$HERE${PYTHONPATH:+:$PYTHONPATH}"',
                           '-m torchtitan.train "${TORCHTITAN_ARGS[@]}" "$@" "${TORCHTITAN_AC[@]}"')
 """torchtitan 0.3.0 on: its options, the arguments given to launch.sh, then the activation-checkpoint
-subcommand, after which tyro would apply any option to the subcommand (``torchtitan_cli``)."""
+subcommand, after which tyro would apply any option to the subcommand (``torchtitan_cli``); the job's
+directory on the PYTHONPATH for its own config registry, where it has one."""
 FRAMEWORK_VARIABLES: dict[str, tuple[str, ...]] = {
     "megatron": ("MEGATRON_LM",), "megatron-bridge": ("MEGATRON_BRIDGE", "RECIPE"), "torchtitan": (),
     "deepspeed": ("MEGATRON_DEEPSPEED",)}

@@ -28,7 +28,8 @@ from profiles.io import write_text_atomic
 
 from . import frameworks, scripts
 from .framework_scripts import device_connections, framework_launch_sh, framework_sbatch
-from .torchtitan_cli import takes_command_line, torchtitan_030_command, torchtitan_030_script
+from .torchtitan_cli import (JOB_REGISTRY, job_registry, takes_command_line, torchtitan_030_command,
+                             torchtitan_030_script)
 from .megatron_fields import bridge_override_lines
 from .slurm import SlurmOptions
 from .training_settings import DEFAULT_SETTINGS, TrainingSettings, megatron_training_args, torchtitan_training_sections
@@ -235,7 +236,9 @@ def framework_files(runtime: str, name: str, model: ModelSpec, training: Trainin
         options, subcommand = torchtitan_030_command(model, training, layout, settings, checkpoint_every)
         header = [f"torchtitan v0.3.0 command line for {name} (torchtitan.train options, then the "
                   "activation-checkpoint subcommand)", settings.summary()]
-        return {"torchtitan_args.sh": torchtitan_030_script(options, subcommand, header)}
+        registry = job_registry(model)
+        return {"torchtitan_args.sh": torchtitan_030_script(options, subcommand, header),
+                **({f"{JOB_REGISTRY}.py": registry} if registry else {})}
     if runtime == "torchtitan":
         config, notes = frameworks.torchtitan_config(name, model, training, layout, training.seq_len)
         config["checkpoint"] = frameworks.torchtitan_checkpoint(checkpoint_every)

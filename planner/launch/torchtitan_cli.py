@@ -19,7 +19,7 @@ from costmodels.capabilities import capabilities
 from costmodels.layout import Layout
 from costmodels.model_spec import ModelSpec
 from costmodels.training import TrainingSpec
-from planner.search.framework_rules import TORCHTITAN_030_CONFIGS, TORCHTITAN_CLI_VERSIONS
+from planner.search.framework_rules import TORCHTITAN_030_CONFIGS, TORCHTITAN_030_REBUILT, TORCHTITAN_CLI_VERSIONS
 
 from .export_problems import require_exportable
 from .frameworks import TORCHTITAN_SCHEDULES, torchtitan_model_parts
@@ -37,10 +37,47 @@ def takes_command_line(version: str | None) -> bool:
     return (version or capabilities("torchtitan").latest) in TORCHTITAN_CLI_VERSIONS
 
 
-def registered_config(model: ModelSpec) -> str:
-    """The 0.3.0 config registered for the plan's Llama 3 shape (``framework_rules`` refuses others)."""
-    return TORCHTITAN_030_CONFIGS[(model.num_layers, model.hidden_size, model.num_attention_heads,
-                                   model.num_kv_heads, model.ffn_hidden_size, model.vocab_size)]
+JOB_REGISTRY = "torchtitan_job"
+"""The job's own config registry module (``torchtitan_job.py`` beside launch.sh, on its PYTHONPATH)."""
+JOB_REGISTRY_TEXT = '''"""torchtitan 0.3.0 config registry of this autoplan job (launch.sh: --module torchtitan_job --config
+llama3_{name}_bf16; torchtitan's ConfigManager imports a --module given as a module path).
+
+torchtitan's own llama3_{name} puts a Float8 converter in its model spec, which its command line cannot
+remove. This config is the {flavor} model spec without converters under llama3_70b's trainer config (its
+loss, AdamW group, data and checkpoint settings); all the plan sets comes from the command line.
+"""
+
+from torchtitan.models.llama3 import model_registry
+from torchtitan.models.llama3.config_registry import llama3_70b
+
+
+def llama3_{name}_bf16():
+    config = llama3_70b()
+    config.model_spec = model_registry("{flavor}")
+    config.hf_assets_path = "./assets/hf/Llama-3.1-{flavor}"
+    return config
+'''
+"""``torchtitan_job.py`` for a shape of ``TORCHTITAN_030_REBUILT`` (``name``: the flavor in lower case)."""
+
+
+def _shape(model: ModelSpec) -> tuple[int, ...]:
+    return (model.num_layers, model.hidden_size, model.num_attention_heads, model.num_kv_heads,
+            model.ffn_hidden_size, model.vocab_size)
+
+
+def registered_config(model: ModelSpec) -> tuple[str, str]:
+    """(``--module``, ``--config``) for the plan's Llama 3 shape: a config 0.3.0 registers, or the job's
+    own (``job_registry``) where the registered one is not the bf16 model (``framework_rules`` refuses
+    other shapes)."""
+    if _shape(model) in TORCHTITAN_030_REBUILT:
+        return JOB_REGISTRY, f"llama3_{TORCHTITAN_030_REBUILT[_shape(model)].lower()}_bf16"
+    return "llama3", TORCHTITAN_030_CONFIGS[_shape(model)]
+
+
+def job_registry(model: ModelSpec) -> str | None:
+    """The text of ``torchtitan_job.py`` the plan's job needs (None: it runs a registered config)."""
+    flavor = TORCHTITAN_030_REBUILT.get(_shape(model))
+    return None if flavor is None else JOB_REGISTRY_TEXT.format(name=flavor.lower(), flavor=flavor)
 
 
 def _flag(name: str, on: bool) -> str:
@@ -111,7 +148,8 @@ def torchtitan_030_command(model: ModelSpec, training: TrainingSpec, layout: Lay
     # async TP is an inductor pass: CompileConfig refuses it without compile of the model
     compile_ = [_flag("compile.enable", training.compiled), "--compile.components", "model,loss",
                 _flag("compile.enable-async-tensor-parallel", L.tp_comm_overlap)]
-    options = ["--module", "llama3", "--config", registered_config(model), "--dump_folder", "./outputs",
+    module, config = registered_config(model)
+    options = ["--module", module, "--config", config, "--dump_folder", "./outputs",
                *_training(training, L, settings), *_parallelism(model, L), *compile_,
                *_schedule_and_logs(settings, checkpoint_every)]
     return options, [AC_SUBCOMMANDS[L.recompute]]

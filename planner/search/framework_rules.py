@@ -34,10 +34,12 @@ TORCHTITAN_030_MOE = "torchtitan v0.3.0's MoE configs are qwen3_30b_a3b, deepsee
 TORCHTITAN_030_CONFIGS = {(32, 4096, 32, 8, 14336, 128256): "llama3_8b", (80, 8192, 64, 8, 28672, 128256): "llama3_70b"}
 """(layers, hidden, heads, kv heads, FFN hidden, vocabulary) -> the torchtitan 0.3.0 config registered for that
 Llama 3 shape whose model spec is the plain bf16 model (``torchtitan/models/llama3/config_registry.py``: the
-``model_registry("8B")`` / ``("70B")`` flavors of ``models/llama3/__init__.py``). Its ``llama3_405b`` is left out:
-its model spec carries a ``Float8LinearConverter`` (tensorwise, ``filter_fqns=["lm_head"]``), which the
-command line cannot remove (``Trainer.Config.model_spec`` is ``tyro.conf.Suppress``ed) and which refuses
-to build below SM89."""
+``model_registry("8B")`` / ``("70B")`` flavors of ``models/llama3/__init__.py``)."""
+TORCHTITAN_030_REBUILT = {(126, 16384, 128, 8, 53248, 128256): "405B"}
+"""Shapes whose registered 0.3.0 config is not the plain bf16 model -> the flavor the job's own config
+registry builds instead (``planner.launch.torchtitan_cli``). ``llama3_405b``'s model spec carries a
+``Float8LinearConverter`` (tensorwise, ``filter_fqns=["lm_head"]``), which the command line cannot remove
+(``Trainer.Config.model_spec`` is ``tyro.conf.Suppress``ed) and which refuses to build below SM89."""
 
 
 def _fractional_rope(model: ModelSpec, runtime: str) -> list[str]:
@@ -129,10 +131,9 @@ def _torchtitan_030_job(model: ModelSpec, training: TrainingSpec) -> list[str]:
                    "registered config's model spec, which its command line cannot change")
     shape = (model.num_layers, model.hidden_size, model.num_attention_heads, model.num_kv_heads,
              model.ffn_hidden_size, model.vocab_size)
-    if shape not in TORCHTITAN_030_CONFIGS:
-        out.append(f"model: torchtitan v0.3.0 registers no bf16 llama3 config of this shape ({model.num_layers} layers, "
-                   f"hidden {model.hidden_size}; it has {', '.join(TORCHTITAN_030_CONFIGS.values())}, and a "
-                   "llama3_405b whose model spec trains in Float8)")
+    if shape not in TORCHTITAN_030_CONFIGS and shape not in TORCHTITAN_030_REBUILT:
+        out.append(f"model: torchtitan v0.3.0 registers no llama3 config of this shape ({model.num_layers} layers, "
+                   f"hidden {model.hidden_size}; it has llama3_8b, llama3_70b and llama3_405b)")
     return out
 
 
