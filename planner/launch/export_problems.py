@@ -61,7 +61,8 @@ def export_problems(runtime: str, model: ModelSpec, training: TrainingSpec, layo
     ``planner.search.launchable.launch_problems``."""
     if runtime == "torch":
         return launch_problems(model, training, layout)
-    return (_table_problems(capabilities(runtime, version), layout) + job_rule_problems(runtime, model, training, version)
+    return (_table_problems(capabilities(runtime, version), layout)
+            + job_rule_problems(runtime, model, training, version)
             + layout_rule_problems(runtime, model, training, layout, version))
 
 

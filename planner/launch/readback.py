@@ -163,7 +163,8 @@ def torchtitan_030_sections_layout(c: dict, world_size: int, num_layers: int) ->
     export refuses low precision); there is no expert tp degree (the export refuses MoE models) and
     no cp rotation option (K/V are all-gathered; the attention is left out of the options at cp 1)."""
     p = c["parallelism"]
-    moved = {"expert_tensor_parallel_degree": p["tensor_parallel_degree"], "context_parallel_rotate_method": "allgather",
+    moved = {"expert_tensor_parallel_degree": p["tensor_parallel_degree"],
+             "context_parallel_rotate_method": "allgather",
              "enable_async_tensor_parallel": c["compile"]["enable_async_tensor_parallel"]}
     sections = {**c, "parallelism": {**p, **moved}, "model": {"converters": []},
                 "activation_checkpoint": {"mode": TORCHTITAN_030_POLICIES[c["activation_checkpoint"]["mode"]]}}

@@ -19,7 +19,8 @@ from costmodels.capabilities import capabilities
 from costmodels.layout import Layout
 from costmodels.model_spec import ModelSpec
 from costmodels.training import TrainingSpec
-from planner.search.framework_rules import TORCHTITAN_030_CONFIGS, TORCHTITAN_030_REBUILT, TORCHTITAN_CLI_VERSIONS
+from planner.search.framework_rules import (TORCHTITAN_030_CONFIGS, TORCHTITAN_030_REBUILT, TORCHTITAN_CLI_VERSIONS,
+                                            llama3_shape)
 
 from .export_problems import require_exportable
 from .frameworks import TORCHTITAN_SCHEDULES, torchtitan_model_parts
@@ -39,8 +40,8 @@ def takes_command_line(version: str | None) -> bool:
 
 JOB_REGISTRY = "torchtitan_job"
 """The job's own config registry module (``torchtitan_job.py`` beside launch.sh, on its PYTHONPATH)."""
-JOB_REGISTRY_TEXT = '''"""torchtitan 0.3.0 config registry of this autoplan job (launch.sh: --module torchtitan_job --config
-llama3_{name}_bf16; torchtitan's ConfigManager imports a --module given as a module path).
+JOB_REGISTRY_TEXT = '''"""torchtitan 0.3.0 config registry of this autoplan job (launch.sh: --module torchtitan_job
+--config llama3_{name}_bf16; torchtitan's ConfigManager imports a --module given as a module path).
 
 torchtitan's own llama3_{name} puts a Float8 converter in its model spec, which its command line cannot
 remove. This config is the {flavor} model spec without converters under llama3_70b's trainer config (its
@@ -60,23 +61,18 @@ def llama3_{name}_bf16():
 """``torchtitan_job.py`` for a shape of ``TORCHTITAN_030_REBUILT`` (``name``: the flavor in lower case)."""
 
 
-def _shape(model: ModelSpec) -> tuple[int, ...]:
-    return (model.num_layers, model.hidden_size, model.num_attention_heads, model.num_kv_heads,
-            model.ffn_hidden_size, model.vocab_size)
-
-
 def registered_config(model: ModelSpec) -> tuple[str, str]:
     """(``--module``, ``--config``) for the plan's Llama 3 shape: a config 0.3.0 registers, or the job's
     own (``job_registry``) where the registered one is not the bf16 model (``framework_rules`` refuses
     other shapes)."""
-    if _shape(model) in TORCHTITAN_030_REBUILT:
-        return JOB_REGISTRY, f"llama3_{TORCHTITAN_030_REBUILT[_shape(model)].lower()}_bf16"
-    return "llama3", TORCHTITAN_030_CONFIGS[_shape(model)]
+    if llama3_shape(model) in TORCHTITAN_030_REBUILT:
+        return JOB_REGISTRY, f"llama3_{TORCHTITAN_030_REBUILT[llama3_shape(model)].lower()}_bf16"
+    return "llama3", TORCHTITAN_030_CONFIGS[llama3_shape(model)]
 
 
 def job_registry(model: ModelSpec) -> str | None:
     """The text of ``torchtitan_job.py`` the plan's job needs (None: it runs a registered config)."""
-    flavor = TORCHTITAN_030_REBUILT.get(_shape(model))
+    flavor = TORCHTITAN_030_REBUILT.get(llama3_shape(model))
     return None if flavor is None else JOB_REGISTRY_TEXT.format(name=flavor.lower(), flavor=flavor)
 
 

@@ -122,15 +122,20 @@ def _torchtitan_job(model: ModelSpec, training: TrainingSpec) -> list[str]:
     return out
 
 
+def llama3_shape(model: ModelSpec) -> tuple[int, ...]:
+    """The key of ``TORCHTITAN_030_CONFIGS``: (layers, hidden, heads, kv heads, FFN hidden, vocabulary)."""
+    return (model.num_layers, model.hidden_size, model.num_attention_heads, model.num_kv_heads,
+            model.ffn_hidden_size, model.vocab_size)
+
+
 def _torchtitan_030_job(model: ModelSpec, training: TrainingSpec) -> list[str]:
-    """What torchtitan 0.3.0's command line cannot state: the model is a registered config's, and a
-    low-precision converter sits in that config's model spec, not in an option."""
+    """What torchtitan 0.3.0's command line cannot state: the model is a registered config's shape,
+    and a low-precision converter sits in a config's model spec, not in an option."""
     out = []
     if training.recipe.is_low_precision:
         out.append(f"training.precision = {training.precision}: torchtitan v0.3.0 sets FP8/MX converters in a "
                    "registered config's model spec, which its command line cannot change")
-    shape = (model.num_layers, model.hidden_size, model.num_attention_heads, model.num_kv_heads,
-             model.ffn_hidden_size, model.vocab_size)
+    shape = llama3_shape(model)
     if shape not in TORCHTITAN_030_CONFIGS and shape not in TORCHTITAN_030_REBUILT:
         out.append(f"model: torchtitan v0.3.0 registers no llama3 config of this shape ({model.num_layers} layers, "
                    f"hidden {model.hidden_size}; it has llama3_8b, llama3_70b and llama3_405b)")
