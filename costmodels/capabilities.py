@@ -315,7 +315,7 @@ TORCHTITAN = RuntimeCapabilities(
     framework="torchtitan (FSDP2, DTensor TP, torch.distributed.pipelining)",
     repository="pytorch/torchtitan",
     commit="b5bcd76c66d0acb1a08b176d9639425bc55e0b2a",
-    versions=("v0.2.0", "v0.2.1", "v0.2.2"),
+    versions=("v0.2.0", "v0.2.1", "v0.2.2", "v0.3.0"),
     degrees=(
         Feature(name="tp", option="parallelism.tensor_parallel_degree", since="v0.2.0", source=_TT_CONFIG),
         Feature(name="pp", option="parallelism.pipeline_parallel_degree", since="v0.2.0", source=_TT_CONFIG),
@@ -367,7 +367,13 @@ TORCHTITAN = RuntimeCapabilities(
     ),
     cp_chunks_per_rank=2,
 )
-"""torchtitan's trainer. Async TP needs ``torch.compile`` and CUDA symmetric memory."""
+"""torchtitan's trainer. Async TP needs ``torch.compile`` and CUDA symmetric memory. Sources at ``commit``
+for v0.2.x; v0.3.0's options were read from its release on the package index
+(``torchtitan-0.3.0-py3-none-any.whl``: ``config/configs.py``, ``distributed/activation_checkpoint.py``,
+``distributed/pipeline_parallel.py``), where the same degrees, sharding, schedules and recomputation are
+set on the command line (``planner.launch.torchtitan_cli``) and async TP is
+``compile.enable_async_tensor_parallel``; v0.3.0 has no ``expert_tensor_parallel_degree``, which only MoE
+layouts use, and torchtitan's exported model (llama3) has none (``framework_rules``)."""
 
 
 _DS_PIPE = "deepspeed/runtime/pipe/engine.py"

@@ -275,7 +275,7 @@ def plan(*, model: str | ModelSpec, hardware: str | NodeSpec, gpus: int, global_
         raise PlanError(f"{field('precision', job.training.precision)} with {field('runtime', 'torch')}: the generated "
                         f"job does not apply low-precision recipes; plan with {field('runtime', 'megatron')} or "
                         f"torchtitan, or {field('precision', 'bf16')}")
-    refusal = runtime_refusal(job.training.runtime, job.model, job.training)
+    refusal = runtime_refusal(job.training.runtime, job.model, job.training, runtime_version)
     if refusal is not None:
         raise PlanError(refusal)
     if not isinstance(top_k, int) or isinstance(top_k, bool) or top_k < 1:

@@ -31,8 +31,9 @@ but the checkpoint interval, which it leaves at the job's default (no ``goodput`
 
 
 def make_plan(model: str = "tiny-llama", name: str | None = None, gpus: int = 4, runtime: str = "torch",
-              **layout) -> dict:
-    """A plan dict in the shape of the lead's plan file, built by hand, for ``runtime``'s job."""
+              runtime_version: str | None = None, **layout) -> dict:
+    """A plan dict in the shape of the lead's plan file, built by hand, for ``runtime``'s job (of release
+    ``runtime_version``, None: its latest)."""
     base = {"dp": gpus, "zero_stage": 3, "num_microbatches": 2, "micro_batch_size": 1}
     base.update(layout)
     world = base.get("dp", 1) * base.get("tp", 1) * base.get("pp", 1) * base.get("cp", 1)
@@ -43,7 +44,8 @@ def make_plan(model: str = "tiny-llama", name: str | None = None, gpus: int = 4,
                        "gpus": world, "gpus_per_node": 2,
                        "training": {"global_batch_size": batch, "seq_len": 32, "precision": "bf16",
                                     "optimizer": "adamw", "lora_rank": 0, "lora_targets": ["q", "k", "v", "o"],
-                                    "attention": "fused", "runtime": runtime}},
+                                    "attention": "fused", "runtime": runtime},
+                       **({"runtime_version": runtime_version} if runtime_version else {})},
             "best": {"layout": base, "predicted": HAND_PREDICTED}, "candidates": [],
             "search": {"solver": "evaluate", "space_size": 1, "evaluated": 1, "rejected": {}}}
 
@@ -73,7 +75,8 @@ def framework_jobs(tmp_path_factory) -> dict[str, Path]:
     for runtime, layout in FRAMEWORK_LAYOUTS.items():
         out = tmp_path_factory.mktemp(f"{runtime} job dir with space")
         plan = make_plan(name=NASTY, gpus=8, runtime=runtime, dp=2, tp=2, pp=2, sequence_parallel=True,
-                         num_microbatches=4, recompute="full", **layout)
+                         num_microbatches=4, recompute="full",  # torchtitan: the TOML's release
+                         runtime_version="v0.2.2" if runtime == "torchtitan" else None, **layout)
         write_job(PlanFile.from_dict(plan), out)
         jobs[runtime] = out
     return jobs

@@ -81,19 +81,22 @@ def _run(script: Path, fake_bin: Path, tmp_path: Path, args: tuple[str, ...] = t
 
 
 def _expected_command(runtime: str, job: Path) -> list[str]:
-    """What torchrun must run after its own options, built from the job's files independently of launch.sh."""
+    """What torchrun must run after its own options, built from the job's files independently of launch.sh,
+    with launch.sh's arguments (``EXTRA``) where they go."""
     if runtime == "megatron":
         tokens = bash_array((job / "megatron_args.sh").read_text(), "MEGATRON_ARGS")
-        return ["/opt/Megatron-LM/pretrain_gpt.py", *tokens]  # EXTRA names data: no --mock-data
+        return ["/opt/Megatron-LM/pretrain_gpt.py", *tokens, *EXTRA]  # EXTRA names data: no --mock-data
     if runtime == "megatron-bridge":
         overrides = [line for line in (job / "bridge_overrides.txt").read_text().splitlines()
                      if not line.startswith("#")]
         return ["/opt/Megatron-Bridge/scripts/training/run_recipe.py", "--recipe", "llama3_8b_pretrain_config",
-                "--dataset", "mock", *overrides]
-    if runtime == "torchtitan":
-        return ["-m", "torchtitan.train", "--job.config_file", str(job / "torchtitan.toml")]
+                "--dataset", "mock", *overrides, *EXTRA]
+    if runtime == "torchtitan":  # torchtitan 0.3.0: the activation-checkpoint subcommand last
+        text = (job / "torchtitan_args.sh").read_text()
+        return ["-m", "torchtitan.train", *bash_array(text, "TORCHTITAN_ARGS"), *EXTRA, *bash_array(text, "TORCHTITAN_AC")]
     tokens = bash_array((job / "megatron_deepspeed_args.sh").read_text(), "MEGATRON_DS_ARGS")
-    return ["/opt/Megatron-DeepSpeed/pretrain_gpt.py", *tokens, "--deepspeed_config", str(job / "deepspeed.json")]
+    return ["/opt/Megatron-DeepSpeed/pretrain_gpt.py", *tokens, "--deepspeed_config", str(job / "deepspeed.json"),
+            *EXTRA]
 
 
 def _torchrun_options(nnodes: int, nproc: int, rank: int, addr: str) -> list[str]:
@@ -108,7 +111,7 @@ def test_launch_sh_runs_torchrun_on_the_plans_world(jobs, fake_bin, tmp_path, ru
     proc, argv = _run(job / "launch.sh", fake_bin, tmp_path, **CHECKOUTS)
     assert proc.returncode == 0, proc.stderr
     # 8 GPUs, 4 a node: 2 nodes; this is node 0 of a local rendezvous
-    assert argv == _torchrun_options(2, 4, 0, "localhost") + _expected_command(runtime, job) + EXTRA
+    assert argv == _torchrun_options(2, 4, 0, "localhost") + _expected_command(runtime, job)
     assert "" not in argv  # no empty argument (a blank overrides line, an unset variable)
     assert Path(tmp_path / "argv.env").read_text() == "1"  # CUDA_DEVICE_MAX_CONNECTIONS for TP overlap
 
@@ -171,7 +174,7 @@ def test_slurm_sbatch_starts_launch_sh_on_each_node_with_the_first_as_rendezvous
     proc, argv = _run(spool / "slurm_script", fake_bin, tmp_path, SLURM_JOB_NODELIST="gpu-[a-b]", SLURM_JOB_ID="42",
                       SUBMITTED=str(job / "slurm.sbatch"), **CHECKOUTS)
     assert proc.returncode == 0, proc.stderr
-    assert argv == _torchrun_options(2, 4, 1, "gpu-a") + _expected_command(runtime, job) + EXTRA
+    assert argv == _torchrun_options(2, 4, 1, "gpu-a") + _expected_command(runtime, job)
 
 
 def test_slurm_sbatch_stops_when_it_cannot_find_its_job_directory(jobs, fake_bin, tmp_path):

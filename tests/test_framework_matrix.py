@@ -6,8 +6,9 @@ what the framework parsed, evaluates to the plan's peak memory and step time exa
 
 Parsers: Megatron-LM's and Megatron-DeepSpeed's ``pretrain_gpt.py`` arguments through their schemas
 (``tests/framework_args.py``: Megatron-LM at the plan's release and at the capability table's commit);
-torchtitan v0.2.2's ``ConfigManager`` in ``tests/torchtitan_build.py`` (its own process: it starts a
-fake process group); DeepSpeed's ``DeepSpeedConfig``; Megatron-Bridge's overrides are Megatron-Core's
+torchtitan v0.3.0's ``ConfigManager`` on the job's command line in ``tests/torchtitan030_build.py`` (its own
+process: it starts a fake process group), and v0.2.2's on the TOML in ``tests/torchtitan_build.py`` for the
+jobs planned with ``--runtime-version v0.2.2``; DeepSpeed's ``DeepSpeedConfig``; Megatron-Bridge's overrides are Megatron-Core's
 ``TransformerConfig``/``DistributedDataParallelConfig``/``OptimizerConfig`` fields (megatron-bridge
 itself is not installed by ``scripts/setup.sh``: its package pulls NeMo's stack)."""
 
@@ -45,7 +46,7 @@ JOBS = {
 apart from hidden / heads) and Qwen3-30B-A3B (MoE, q/k norms)."""
 RUNTIMES = ("megatron", "megatron-bridge", "torchtitan", "deepspeed")
 REFUSED = {
-    # torchtitan's job names its llama3 model (v0.2.2), which is dense, LayerNorm-free, ... (framework_rules)
+    # torchtitan's job names its llama3 model, which is dense, LayerNorm-free, ... (framework_rules)
     ("gpt3-175b", "torchtitan"): "LayerNorm", ("mixtral-8x7b", "torchtitan"): "mixture-of-experts",
     ("mistral-nemo-12b", "torchtitan"): "head dim 128", ("qwen3-30b-a3b", "torchtitan"): "mixture-of-experts",
     # Megatron-DeepSpeed's GPT has no q/k norms
@@ -54,12 +55,12 @@ REFUSED = {
 """The cells ``plan`` refuses, with the reason its line must give; every other cell runs."""
 
 
-def _plan(tmp_path: Path, job: str, runtime: str):
+def _plan(tmp_path: Path, job: str, runtime: str, *extra: str):
     model, hardware, gpus, batch, seq = JOBS[job]
     out = tmp_path / "plan.json"
     result = CliRunner().invoke(main, ["plan", "--model", model, "--hardware", hardware, "--gpus", str(gpus),
                                        "--global-batch", str(batch), "--seq-len", str(seq), "--runtime", runtime,
-                                       "--out", str(out)])
+                                       *extra, "--out", str(out)])
     return result, out
 
 
@@ -156,6 +157,13 @@ def _check_deepspeed(plan: PlanFile, job: Path) -> None:
 
 
 def _check_torchtitan(plan: PlanFile, job: Path) -> None:
+    """torchtitan v0.3.0 (``test_torchtitan_030``)."""
+    from test_torchtitan_030 import build_jobs, check_built
+
+    check_built(plan, job, build_jobs([job])[0])
+
+
+def _check_torchtitan_022(plan: PlanFile, job: Path) -> None:
     if "torchtitan" not in sys.modules and importlib.util.find_spec("torchtitan") is None:
         pytest.skip("torchtitan is not installed (scripts/setup.sh)")  # (imported: maybe without its __init__)
     world = launch_world_size(job)
@@ -194,7 +202,8 @@ def test_each_job_is_refused_at_plan_time_or_runs_on_its_framework(tmp_path, job
     assert result.exit_code == 0, result.output
     plan = read_plan_file(out)
     # launch's refusals are a second line of defence that plan never reaches
-    assert export_problems(runtime, plan.inputs.model_spec, plan.inputs.training, plan.best.layout) == []
+    assert export_problems(runtime, plan.inputs.model_spec, plan.inputs.training, plan.best.layout,
+                           plan.inputs.runtime_version) == []
     write_job(plan, tmp_path / "job")
     CHECKS[runtime](plan, tmp_path / "job")
 
@@ -206,3 +215,14 @@ def test_schemas_record_the_commits_the_capability_table_names():
     assert load_schema("megatron-lm@" + megatron.commit[:12])["commit"] == megatron.commit
     assert "4efb479d" in capabilities("deepspeed").degrees[0].source  # the Megatron-DeepSpeed commit it cites
     assert load_schema("megatron-deepspeed@4efb479d5317")["commit"].startswith("4efb479d")
+
+
+@pytest.mark.parametrize("job", ["llama3-8b", "llama3-70b", "llama3-405b"])
+def test_torchtitan_022_stays_selectable(tmp_path, job):
+    """``--runtime-version v0.2.2`` plans the TOML job, which torchtitan 0.2.2 builds and which round-trips."""
+    result, out = _plan(tmp_path, job, "torchtitan", "--runtime-version", "v0.2.2")
+    assert result.exit_code == 0, result.output
+    plan = read_plan_file(out)
+    assert export_problems("torchtitan", plan.inputs.model_spec, plan.inputs.training, plan.best.layout, "v0.2.2") == []
+    write_job(plan, tmp_path / "job")
+    _check_torchtitan_022(plan, tmp_path / "job")

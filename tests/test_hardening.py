@@ -237,7 +237,8 @@ def test_8_torchtitan_toml_reads_back_for_an_emoji_name(tmp_path):
     source = tmp_path / 'llama 🦙 "q" \\.json'
     source.write_text(json.dumps(config))
     plan = tmp_path / "plan.json"
-    planned = run(["plan", "--model", str(source), *JOB[2:], "--runtime", "torchtitan", "--out", str(plan)])
+    planned = run(["plan", "--model", str(source), *JOB[2:], "--runtime", "torchtitan", "--runtime-version", "v0.2.2",
+                   "--out", str(plan)])  # the TOML's release: v0.3.0 registers no config of this model
     assert planned.exit_code == 0, planned.output
     launched = run(["launch", str(plan), "--out", str(tmp_path / "job")])
     assert launched.exit_code == 0, launched.output

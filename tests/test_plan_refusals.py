@@ -22,6 +22,7 @@ from planner.launch.frameworks import megatron_deepspeed_args
 from planner.launch.job import write_job
 from planner.launch.readback import launch_world_size
 from planner.plan.plan_file import read_plan_file
+from test_framework_jobs import at_release
 from planner.search.framework_rules import runtime_refusal
 
 SMALL = ["--hardware", "h100-sxm-80gb", "--gpus", "8", "--global-batch", "64", "--seq-len", "4096"]
@@ -86,7 +87,7 @@ def test_torchtitan_uneven_stages_name_the_output_head_torchtitan_builds(tmp_pat
                                        "--dp", "4", "--tp", "1", "--pp", "2", "--zero", "2",
                                        "--layers-per-chunk", "17,15", "--out", str(out)])
     assert result.exit_code == 0, result.output
-    write_job(read_plan_file(out), tmp_path / "job")
+    write_job(at_release(read_plan_file(out), "v0.2.2"), tmp_path / "job")
     run = subprocess.run([sys.executable, str(Path(__file__).parent / "torchtitan_build.py"), str(tmp_path / "job"),
                           str(launch_world_size(tmp_path / "job"))], capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stderr[-3000:]

@@ -78,7 +78,7 @@ def test_megatron_offers_zero_2_and_3_only_with_megatron_fsdp_and_never_zero_bub
 
 
 def test_unknown_runtime_version_is_one_line_naming_the_known_ones():
-    with pytest.raises(planner.SpecError, match=r"runtime_version='v9': torchtitan knows v0.2.0, v0.2.1, v0.2.2"):
+    with pytest.raises(planner.SpecError, match=r"runtime_version='v9': torchtitan knows v0.2.0, v0.2.1, v0.2.2, v0.3.0"):
         planner.plan(model="tiny-llama", hardware="cpu", gpus=2, global_batch=4, seq_len=64, precision="fp32",
                      runtime="torchtitan", runtime_version="v9")
 
@@ -132,9 +132,9 @@ def test_api_narrowing_restricts_the_search_and_is_recorded():
 
 
 @pytest.mark.parametrize("kwargs, message", [
-    (dict(zero_stages=[2], runtime="torchtitan", schedules=["zb-h1"]), r"schedules= zb-h1: torchtitan v0.2.2 runs"),
+    (dict(zero_stages=[2], runtime="torchtitan", schedules=["zb-h1"]), r"schedules= zb-h1: torchtitan v0.3.0 runs"),
     (dict(cp=[2], runtime="deepspeed"), r"cp= 2: deepspeed v0.19.5 does not run cp > 1"),
-    (dict(zero_stages=[1], runtime="torchtitan"), r"zero_stages= 1: torchtitan v0.2.2 runs 0,2,3"),
+    (dict(zero_stages=[1], runtime="torchtitan"), r"zero_stages= 1: torchtitan v0.3.0 runs 0,2,3"),
     (dict(tp=4), r"tp= expected a list of integers"),
     (dict(recompute_modes=["op-sac"]), r"recompute_modes= op-sac: megatron core_v0.19.0 runs none,selective,full"),
 ])

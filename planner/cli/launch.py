@@ -97,7 +97,7 @@ def launch_command(plan_file: str, out_dir: str, force: bool, python: str | None
         plan = read_plan_file(plan_file)
         if plan.best is not None and plan.inputs.module is None:  # what the runtime cannot run: exit 2, first
             require_exportable(plan.inputs.training.runtime, plan.inputs.model_spec, plan.inputs.training,
-                               plan.best.layout)
+                               plan.best.layout, plan.inputs.runtime_version)
         _refuse_no_fit(plan_file, plan, allow_no_fit)
         options = kubernetes_options(plan, out_dir, scheduler, k8s)
         slurm = SlurmOptions(time=slurm_time, exclusive=slurm_exclusive, partition=slurm_partition,

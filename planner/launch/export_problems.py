@@ -52,19 +52,23 @@ def _table_problems(table: RuntimeCapabilities, layout: Layout) -> list[str]:
     return out
 
 
-def export_problems(runtime: str, model: ModelSpec, training: TrainingSpec, layout: Layout) -> list[str]:
-    """Every part of ``layout`` (with ``model`` and ``training``) that ``runtime``'s exported job cannot
-    run as costed, one sentence each naming the field; empty when the job runs it exactly: the
-    capability table's check, then the framework's rules (``planner.search.framework_rules``).
-    ``torch`` is autoplan's own job: ``planner.search.launchable.launch_problems``."""
+def export_problems(runtime: str, model: ModelSpec, training: TrainingSpec, layout: Layout,
+                    version: str | None = None) -> list[str]:
+    """Every part of ``layout`` (with ``model`` and ``training``) that ``runtime``'s exported job (of
+    release ``version``, None: the latest) cannot run as costed, one sentence each naming the field;
+    empty when the job runs it exactly: the capability table's check, then the framework's rules
+    (``planner.search.framework_rules``). ``torch`` is autoplan's own job:
+    ``planner.search.launchable.launch_problems``."""
     if runtime == "torch":
         return launch_problems(model, training, layout)
-    return (_table_problems(capabilities(runtime), layout) + job_rule_problems(runtime, model, training)
-            + layout_rule_problems(runtime, model, training, layout))
+    return (_table_problems(capabilities(runtime, version), layout)
+            + job_rule_problems(runtime, model, training, version)
+            + layout_rule_problems(runtime, model, training, layout, version))
 
 
-def require_exportable(runtime: str, model: ModelSpec, training: TrainingSpec, layout: Layout) -> None:
+def require_exportable(runtime: str, model: ModelSpec, training: TrainingSpec, layout: Layout,
+                       version: str | None = None) -> None:
     """Raise ``PlanFileError`` with the first of ``export_problems``, if any."""
-    problems = export_problems(runtime, model, training, layout)
+    problems = export_problems(runtime, model, training, layout, version)
     if problems:
         raise PlanFileError(f"{problems[0]} (the {runtime} job cannot run it as costed)")

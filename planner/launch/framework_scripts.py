@@ -40,6 +40,11 @@ _COMMANDS = {
                   '"${MEGATRON_DS_ARGS[@]}" --deepspeed_config "$HERE/deepspeed.json" "$@"'),
 }
 """Runtime -> (bash line that loads the exported options, what torchrun runs)."""
+TORCHTITAN_CLI_COMMAND = ('source "$HERE/torchtitan_args.sh"\nexport PYTHONPATH="$HERE${PYTHONPATH:+:$PYTHONPATH}"',
+                          '-m torchtitan.train "${TORCHTITAN_ARGS[@]}" "$@" "${TORCHTITAN_AC[@]}"')
+"""torchtitan 0.3.0 on: its options, the arguments given to launch.sh, then the activation-checkpoint
+subcommand, after which tyro would apply any option to the subcommand (``torchtitan_cli``); the job's
+directory on the PYTHONPATH for its own config registry, where it has one."""
 FRAMEWORK_VARIABLES: dict[str, tuple[str, ...]] = {
     "megatron": ("MEGATRON_LM",), "megatron-bridge": ("MEGATRON_BRIDGE", "RECIPE"), "torchtitan": (),
     "deepspeed": ("MEGATRON_DEEPSPEED",)}
@@ -58,10 +63,11 @@ def device_connections(*, ep_comm_overlap: bool, flex_dispatcher: bool, compute_
 
 
 def framework_launch_sh(runtime: str, *, nodes: int, gpus_per_node: int, summary: str,
-                        max_connections: int = 1) -> str:
+                        max_connections: int = 1, command_line: bool = False) -> str:
     """launch.sh: torchrun over NNODES x GPUS_PER_NODE (the plan's world by default), with
-    ``CUDA_DEVICE_MAX_CONNECTIONS`` = ``max_connections`` (``device_connections``)."""
-    load, command = _COMMANDS[runtime]
+    ``CUDA_DEVICE_MAX_CONNECTIONS`` = ``max_connections`` (``device_connections``); ``command_line``:
+    torchtitan configured by its command line (``TORCHTITAN_CLI_COMMAND``)."""
+    load, command = TORCHTITAN_CLI_COMMAND if command_line else _COMMANDS[runtime]
     lines = ["#!/usr/bin/env bash", f"# {runtime} job for: {json.dumps(summary)}", "set -euo pipefail",
              'HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"',
              f'NNODES="${{NNODES:-{nodes}}}"', f'GPUS_PER_NODE="${{GPUS_PER_NODE:-{gpus_per_node}}}"',

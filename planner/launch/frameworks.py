@@ -172,6 +172,8 @@ def _torchtitan_parallelism(model: ModelSpec, training: TrainingSpec, L: Layout)
     return parallelism
 
 
+TORCHTITAN_TOML_RELEASE = "v0.2.2"
+"""The last torchtitan release that reads the TOML of ``torchtitan_config`` (0.3.0 on: ``torchtitan_cli``)."""
 TORCHTITAN_LLAMA3_FLAVORS = {(32, 4096, 128256): "8B", (80, 8192, 128256): "70B", (126, 16384, 128256): "405B"}
 """(layers, hidden, vocabulary) of a dense model -> the flavor name torchtitan v0.2.2 registers for that Llama 3 shape
 (``torchtitan/models/llama3/__init__.py``, ``llama3_args``: "debugmodel", "8B", "70B", "405B")."""
@@ -191,7 +193,7 @@ def torchtitan_config(model_name: str, model: ModelSpec, training: TrainingSpec,
     ``torchtitan.train --job.config_file`` (``torchtitan/config/job_config.py`` of torchtitan v0.2.2, the
     last release that reads a TOML: v0.3.0 takes ``--module/--config`` registry functions instead).
     Raises ``PlanFileError`` for a layout torchtitan cannot run as costed (``export_problems``)."""
-    require_exportable("torchtitan", model, training, layout)
+    require_exportable("torchtitan", model, training, layout, TORCHTITAN_TOML_RELEASE)
     L = layout
     config = {
         "job": {"description": f"autoplan layout for {model_name}", "dump_folder": "./outputs"},
@@ -232,16 +234,17 @@ TORCHTITAN_SCHEDULES = {f.name: f.option.removeprefix("parallelism.pipeline_para
 per rank), read from the capability table; ``export_problems`` refuses the others (zb-h1, dualpipe)."""
 
 
-def torchtitan_model_parts(counts: tuple[int, ...]) -> list[list[str]]:
+def torchtitan_model_parts(counts: tuple[int, ...], head: str = "output") -> list[list[str]]:
     """Module names of each model chunk, in model order: the embedding on the first, the final norm
     and output head on the last (torchtitan's ``module_fqns_per_model_part``; torchtitan v0.2.2's llama3
-    ``Transformer`` names them ``tok_embeddings``, ``layers``, ``norm`` and ``output``)."""
+    ``Transformer`` names them ``tok_embeddings``, ``layers``, ``norm`` and ``output``, v0.3.0's calls
+    the head ``lm_head``)."""
     parts, start = [], 0
     for n in counts:
         parts.append([f"layers.{j}" for j in range(start, start + n)])
         start += n
     parts[0].insert(0, "tok_embeddings")
-    parts[-1] += ["norm", "output"]
+    parts[-1] += ["norm", head]
     return parts
 
 

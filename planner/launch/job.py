@@ -28,6 +28,8 @@ from profiles.io import write_text_atomic
 
 from . import frameworks, scripts
 from .framework_scripts import device_connections, framework_launch_sh, framework_sbatch
+from .torchtitan_cli import (JOB_REGISTRY, job_registry, takes_command_line, torchtitan_030_command,
+                             torchtitan_030_script)
 from .megatron_fields import bridge_override_lines
 from .slurm import SlurmOptions
 from .training_settings import DEFAULT_SETTINGS, TrainingSettings, megatron_training_args, torchtitan_training_sections
@@ -215,9 +217,10 @@ def write_job(plan: PlanFile, out: str | Path, *, python: str | None = None,
 
 def framework_files(runtime: str, name: str, model: ModelSpec, training: TrainingSpec, layout: Layout,
                     checkpoint_every: int = scripts.DEFAULT_CHECKPOINT_EVERY,
-                    settings: TrainingSettings = DEFAULT_SETTINGS) -> dict[str, str]:
-    """{file name: text} of the framework's own option files for ``runtime``, saving a checkpoint every
-    ``checkpoint_every`` steps and training as ``settings`` say (named in each file's header)."""
+                    settings: TrainingSettings = DEFAULT_SETTINGS, version: str | None = None) -> dict[str, str]:
+    """{file name: text} of the framework's own option files for ``runtime`` of release ``version``
+    (None: its latest), saving a checkpoint every ``checkpoint_every`` steps and training as
+    ``settings`` say (named in each file's header)."""
     saves = frameworks.megatron_checkpoint_args(checkpoint_every) + megatron_training_args(settings)
     args, notes = frameworks.megatron_args(model, training, layout, training.seq_len) \
         if runtime in ("megatron", "megatron-bridge") else ([], [])
@@ -229,6 +232,13 @@ def framework_files(runtime: str, name: str, model: ModelSpec, training: Trainin
                   "# the recipe (RECIPE) gives the architecture, which must be the plan's model.",
                   f"# {settings.summary()}"]
         return {"bridge_overrides.txt": "\n".join(header + bridge_override_lines(args + saves)) + "\n"}
+    if runtime == "torchtitan" and takes_command_line(version):
+        options, subcommand = torchtitan_030_command(model, training, layout, settings, checkpoint_every)
+        header = [f"torchtitan v0.3.0 command line for {name} (torchtitan.train options, then the "
+                  "activation-checkpoint subcommand)", settings.summary()]
+        registry = job_registry(model)
+        return {"torchtitan_args.sh": torchtitan_030_script(options, subcommand, header),
+                **({f"{JOB_REGISTRY}.py": registry} if registry else {})}
     if runtime == "torchtitan":
         config, notes = frameworks.torchtitan_config(name, model, training, layout, training.seq_len)
         config["checkpoint"] = frameworks.torchtitan_checkpoint(checkpoint_every)
@@ -259,7 +269,7 @@ def write_framework_job(plan: PlanFile, out: str | Path, slurm: SlurmOptions = S
     if problems:
         raise PlanFileError(problems[0])
     files = framework_files(runtime, model_name(plan), inputs.model_spec, inputs.training, layout,
-                            scripts.checkpoint_every(plan.best.predicted), settings)
+                            scripts.checkpoint_every(plan.best.predicted), settings, inputs.runtime_version)
     out = Path(out)
     per_node = min(inputs.gpus_per_node, layout.world_size)
     nodes = layout.world_size // per_node
@@ -270,7 +280,8 @@ def write_framework_job(plan: PlanFile, out: str | Path, slurm: SlurmOptions = S
                                      flex_dispatcher=layout.moe_dispatcher != "alltoall",
                                      compute_capability=_compute_capability(inputs.hardware))
     launch = framework_launch_sh(runtime, nodes=nodes, gpus_per_node=per_node, summary=job_summary(plan, layout),
-                                 max_connections=connections)
+                                 max_connections=connections,
+                                 command_line=runtime == "torchtitan" and takes_command_line(inputs.runtime_version))
     write_job_file(out / "launch.sh", launch, executable=True)
     write_job_file(out / "slurm.sbatch", framework_sbatch(nodes=nodes, gpus_per_node=per_node, name=model_name(plan),
                                                           slurm=slurm,

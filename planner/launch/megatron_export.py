@@ -263,13 +263,15 @@ def megatron_script(args: list[str], notes: list[str]) -> str:
     lines = ["#!/usr/bin/env bash", "# Megatron-LM arguments for this plan, as costed: launch.sh runs",
              "# torchrun ... \"$MEGATRON_LM/pretrain_gpt.py\" \"${MEGATRON_ARGS[@]}\" plus data/checkpoint arguments."]
     lines += [f"# note: {json.dumps(note)}" for note in notes]
-    pairs: list[list[str]] = []
-    for token in args:
-        if token.startswith("--") or not pairs:
-            pairs.append([token])
+    return "\n".join(lines + bash_array_lines("MEGATRON_ARGS", args)) + "\n"
+
+
+def bash_array_lines(name: str, tokens: list[str]) -> list[str]:
+    """``NAME=(`` ... ``)``: each option with the values that follow it on one line, shell-quoted."""
+    groups: list[list[str]] = []
+    for token in tokens:
+        if token.startswith("--") or not groups:
+            groups.append([token])
         else:
-            pairs[-1].append(token)
-    lines.append("MEGATRON_ARGS=(")
-    lines += ["  " + " ".join(shlex.quote(t) for t in pair) for pair in pairs]
-    lines.append(")")
-    return "\n".join(lines) + "\n"
+            groups[-1].append(token)
+    return [f"{name}=(", *("  " + " ".join(shlex.quote(t) for t in group) for group in groups), ")"]

@@ -152,6 +152,28 @@ def torchtitan_sections_layout(c: dict, world_size: int, num_layers: int) -> tup
     return layout, training
 
 
+TORCHTITAN_030_POLICIES = {"FullAC": "full", "SelectiveAC": "selective", None: "none"}
+"""torchtitan 0.3.0's activation-checkpoint policy class (None: the ``none`` subcommand) -> 0.2.2's mode."""
+
+
+def torchtitan_030_sections_layout(c: dict, world_size: int, num_layers: int) -> tuple[Layout, dict]:
+    """(Layout, training options) of torchtitan 0.3.0's parsed ``Trainer.Config`` sections, with
+    ``activation_checkpoint.mode`` the policy's class name: read as 0.2.2's (``torchtitan_sections_layout``)
+    after the moves of 0.3.0. Async TP sits in ``compile``; the model spec holds no converter (the
+    export refuses low precision); there is no expert tp degree (the export refuses MoE models) and
+    no cp rotation option (K/V are all-gathered; the attention is left out of the options at cp 1)."""
+    p = c["parallelism"]
+    moved = {"expert_tensor_parallel_degree": p["tensor_parallel_degree"],
+             "context_parallel_rotate_method": "allgather",
+             "enable_async_tensor_parallel": c["compile"]["enable_async_tensor_parallel"]}
+    sections = {**c, "parallelism": {**p, **moved}, "model": {"converters": []},
+                "activation_checkpoint": {"mode": TORCHTITAN_030_POLICIES[c["activation_checkpoint"]["mode"]]}}
+    layout, training = torchtitan_sections_layout(sections, world_size, num_layers)
+    if layout.cp == 1:  # how K/V cross cp ranks says nothing without cp
+        del training["context_attention"]
+    return layout, training
+
+
 def read_deepspeed_job(job: Path, num_layers: int) -> tuple[Layout, dict]:
     """The Megatron-DeepSpeed job: ``deepspeed.json`` and ``megatron_deepspeed_args.sh``."""
     ds = json.loads((job / "deepspeed.json").read_text(encoding="utf-8"))

@@ -15,6 +15,7 @@ job (runtime ``torch``) has its rule in ``planner.search.launchable``.
 
 from __future__ import annotations
 
+from costmodels.capabilities import capabilities
 from costmodels.layout import Layout
 from costmodels.model_spec import ModelSpec
 from costmodels.training import TrainingSpec
@@ -25,6 +26,20 @@ MEGATRON_FP8 = ("fp8-delayed", "fp8-tensorwise", "fp8-blockwise", "mxfp8", "nvfp
 """Recipes Megatron-LM's ``--fp8-recipe`` / ``--fp4-recipe`` name (``precision_export``)."""
 TORCHTITAN_FP8 = ("fp8-tensorwise", "fp8-rowwise", "mxfp8")
 """Recipes torchtitan's ``[float8] recipe_name`` / ``[mx] recipe_name`` name (``precision_export``)."""
+TORCHTITAN_CLI_VERSIONS = ("v0.3.0",)
+"""torchtitan releases whose job is a command line (``--module``/``--config`` of a registered config plus
+overrides, ``planner.launch.torchtitan_cli``); earlier ones read the TOML of ``frameworks.torchtitan_config``."""
+TORCHTITAN_030_MOE = "torchtitan v0.3.0's MoE configs are qwen3_30b_a3b, deepseek_v3_16b/671b and gpt_oss_20b/120b"
+"""Its registered MoE jobs (``models/{qwen3,deepseek_v3,gpt_oss}/config_registry.py``)."""
+TORCHTITAN_030_CONFIGS = {(32, 4096, 32, 8, 14336, 128256): "llama3_8b", (80, 8192, 64, 8, 28672, 128256): "llama3_70b"}
+"""(layers, hidden, heads, kv heads, FFN hidden, vocabulary) -> the torchtitan 0.3.0 config registered for that
+Llama 3 shape whose model spec is the plain bf16 model (``torchtitan/models/llama3/config_registry.py``: the
+``model_registry("8B")`` / ``("70B")`` flavors of ``models/llama3/__init__.py``)."""
+TORCHTITAN_030_REBUILT = {(126, 16384, 128, 8, 53248, 128256): "405B"}
+"""Shapes whose registered 0.3.0 config is not the plain bf16 model -> the flavor the job's own config
+registry builds instead (``planner.launch.torchtitan_cli``). ``llama3_405b``'s model spec carries a
+``Float8LinearConverter`` (tensorwise, ``filter_fqns=["lm_head"]``), which the command line cannot remove
+(``Trainer.Config.model_spec`` is ``tyro.conf.Suppress``ed) and which refuses to build below SM89."""
 
 
 def _fractional_rope(model: ModelSpec, runtime: str) -> list[str]:
@@ -107,6 +122,26 @@ def _torchtitan_job(model: ModelSpec, training: TrainingSpec) -> list[str]:
     return out
 
 
+def llama3_shape(model: ModelSpec) -> tuple[int, ...]:
+    """The key of ``TORCHTITAN_030_CONFIGS``: (layers, hidden, heads, kv heads, FFN hidden, vocabulary)."""
+    return (model.num_layers, model.hidden_size, model.num_attention_heads, model.num_kv_heads,
+            model.ffn_hidden_size, model.vocab_size)
+
+
+def _torchtitan_030_job(model: ModelSpec, training: TrainingSpec) -> list[str]:
+    """What torchtitan 0.3.0's command line cannot state: the model is a registered config's shape,
+    and a low-precision converter sits in a config's model spec, not in an option."""
+    out = []
+    if training.recipe.is_low_precision:
+        out.append(f"training.precision = {training.precision}: torchtitan v0.3.0 sets FP8/MX converters in a "
+                   "registered config's model spec, which its command line cannot change")
+    shape = llama3_shape(model)
+    if shape not in TORCHTITAN_030_CONFIGS and shape not in TORCHTITAN_030_REBUILT:
+        out.append(f"model: torchtitan v0.3.0 registers no llama3 config of this shape ({model.num_layers} layers, "
+                   f"hidden {model.hidden_size}; it has llama3_8b, llama3_70b and llama3_405b)")
+    return out
+
+
 def _torchtitan_llama3(model: ModelSpec) -> list[str]:
     """What torchtitan v0.2.2's ``llama3`` model (the one the exported TOML names: ``model/args.py``
     ``TransformerModelArgs``, ``model/model.py``) cannot be: it is dense, RMSNorm, rotary, SiLU-gated,
@@ -122,7 +157,17 @@ def _torchtitan_llama3(model: ModelSpec) -> list[str]:
         ("sandwich norms", model.sandwich_norm), ("multi-token prediction", bool(model.num_mtp_layers))) if off]
     if not parts:
         return []
-    return [f"model: torchtitan's llama3, the model its job names, has no {', '.join(parts)} ({model.name})"]
+    moe = f" ({TORCHTITAN_030_MOE}: other architectures, not exported)" if model.moe is not None else ""
+    return [f"model: torchtitan's llama3, the model its job names, has no {', '.join(parts)} ({model.name}){moe}"]
+
+
+def _torchtitan_030_layout(model: ModelSpec, training: TrainingSpec, layout: Layout) -> list[str]:
+    """torchtitan 0.3.0 has no ``context_parallel_rotate_method``: its llama3 configs attend with
+    FlexAttention, whose cp wrapper all-gathers K/V (``distributed/context_parallel/api.py``)."""
+    if layout.cp > 1 and training.context_attention == "ring":
+        return [f"layout.cp = {layout.cp} with ring attention: torchtitan v0.3.0's llama3 all-gathers K/V across "
+                "the cp ranks; plan with --cp-attention all_gather"]
+    return []
 
 
 def _torchtitan_layout(model: ModelSpec, training: TrainingSpec, layout: Layout) -> list[str]:
@@ -192,11 +237,24 @@ the rule once per value of them (``planner.search.schedule_rules``). ``tests/tes
 changes every other field and checks that no answer moves."""
 
 
-def job_rule_problems(runtime: str, model: ModelSpec, training: TrainingSpec) -> list[str]:
-    """What ``runtime``'s job cannot run of ``model`` and ``training`` at any layout, one sentence each
-    naming the field (the torch job's are inside ``launch_problems``)."""
-    rule = _JOB_RULES.get(runtime)
-    return rule(model, training) if rule else []
+_RELEASE_JOB_RULES = {("torchtitan", "v0.3.0"): _torchtitan_030_job}
+_RELEASE_LAYOUT_RULES = {("torchtitan", "v0.3.0"): _torchtitan_030_layout}
+"""Rules of one release's job on top of its runtime's (``version`` None: the capability table's latest)."""
+
+
+def _release(runtime: str, version: str | None) -> tuple[str, str]:
+    """(runtime, release) with ``version`` None read as the capability table's latest."""
+    if runtime not in _JOB_RULES:
+        return runtime, ""
+    return runtime, version or capabilities(runtime).latest
+
+
+def job_rule_problems(runtime: str, model: ModelSpec, training: TrainingSpec, version: str | None = None) -> list[str]:
+    """What ``runtime``'s job (of release ``version``, None: the latest) cannot run of ``model`` and
+    ``training`` at any layout, one sentence each naming the field (the torch job's are inside
+    ``launch_problems``)."""
+    rule, release = _JOB_RULES.get(runtime), _RELEASE_JOB_RULES.get(_release(runtime, version))
+    return (rule(model, training) if rule else []) + (release(model, training) if release else [])
 
 
 RUNTIME_ORDER = ("megatron", "megatron-bridge", "torchtitan", "deepspeed", "torch")
@@ -219,19 +277,29 @@ def runtimes_that_run(model: ModelSpec, training: TrainingSpec) -> tuple[str, ..
     return tuple(r for r in RUNTIME_ORDER if not rules[r](model, training))
 
 
-def runtime_refusal(runtime: str, model: ModelSpec, training: TrainingSpec) -> str | None:
-    """One line saying why ``runtime``'s job cannot run ``model`` with ``training`` at any layout and
-    which runtime can (None when it can): what ``plan`` refuses before searching, so that no layout it
-    offers is refused by ``launch`` for the model or training alone."""
-    problems = job_rule_problems(runtime, model, training) if runtime != "torch" else _torch_job(model, training)
+def runtime_refusal(runtime: str, model: ModelSpec, training: TrainingSpec, version: str | None = None) -> str | None:
+    """One line saying why ``runtime``'s job (of release ``version``, None: the latest) cannot run
+    ``model`` with ``training`` at any layout and which runtime can (None when it can): what ``plan``
+    refuses before searching, so that no layout it offers is refused by ``launch`` for the model or
+    training alone. Another release of the same runtime that runs it is named too."""
+    problems = job_rule_problems(runtime, model, training, version) if runtime != "torch" else \
+        _torch_job(model, training)
     if not problems:
         return None
-    others = [r for r in runtimes_that_run(model, training) if r != runtime]
-    fix = f"plan with --runtime {' or --runtime '.join(others)}" if others else "no runtime autoplan knows runs it"
-    return f"--runtime {runtime} cannot run this job: {problems[0]}; {fix}"
+    others = [f"--runtime {r}" for r in runtimes_that_run(model, training) if r != runtime]
+    if runtime in _JOB_RULES:
+        table = capabilities(runtime)
+        others += [f"--runtime {runtime} --runtime-version {v}" for v in reversed(table.versions)
+                   if v != (version or table.latest) and not job_rule_problems(runtime, model, training, v)][:1]
+    fix = f"plan with {' or '.join(others)}" if others else "no runtime autoplan knows runs it"
+    return f"--runtime {runtime}{'' if version is None else ' --runtime-version ' + version} cannot run this job: " \
+           f"{problems[0]}; {fix}"
 
 
-def layout_rule_problems(runtime: str, model: ModelSpec, training: TrainingSpec, layout: Layout) -> list[str]:
-    """What ``runtime``'s job cannot run of ``layout`` as costed, beyond its capability table, one
-    sentence each naming the field; for ``torch`` every rule of ``launch_problems``."""
-    return _LAYOUT_RULES[runtime](model, training, layout)
+def layout_rule_problems(runtime: str, model: ModelSpec, training: TrainingSpec, layout: Layout,
+                         version: str | None = None) -> list[str]:
+    """What ``runtime``'s job (of release ``version``, None: the latest) cannot run of ``layout`` as
+    costed, beyond its capability table, one sentence each naming the field; for ``torch`` every rule
+    of ``launch_problems``."""
+    release = _RELEASE_LAYOUT_RULES.get(_release(runtime, version))
+    return _LAYOUT_RULES[runtime](model, training, layout) + (release(model, training, layout) if release else [])

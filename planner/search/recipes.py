@@ -176,7 +176,7 @@ def apply_recipe(cost_model: CostModel, ranked: tuple[CostBreakdown, ...], *, gp
     except AutoplanError as err:
         return RecipeCheck(ranked=ranked, statement=f"recipe {named}; does not apply: {str(err).split(';')[0]}")
     outside = outside_request(layout, options) or "; ".join(
-        layout_rule_problems(training.runtime, model, training, layout))
+        layout_rule_problems(training.runtime, model, training, layout, options.runtime_version))
     if outside:
         return RecipeCheck(ranked=ranked, statement=f"recipe {named}; does not apply: {outside}")
     shown = f"recipe {named}: {recipe_summary(recipe)}, {costed.step_time_s:.3f} s"

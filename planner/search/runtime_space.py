@@ -144,7 +144,7 @@ def search_options(table: RuntimeCapabilities, narrowing: Narrowing, device_type
         tp_comm_overlap=table.has("tp_comm_overlap") and overlap_searched(device_type),
         allow_offload=table.has("optimizer_offload") and narrowing.allow_offload,
         cp_chunks_per_rank=table.cp_chunks_per_rank,
-        job_rules=table.runtime,
+        job_rules=table.runtime, runtime_version=table.latest,
         tp_degrees=degrees("tp"), pp_degrees=degrees("pp"), cp_degrees=degrees("cp"), ep_degrees=degrees("ep"),
         virtual_stages=degrees("virtual_stages"), micro_batch_sizes=narrowing.micro_batch_sizes,
         gpus_per_nvlink_domain=_placements(narrowing, cluster), moe_dispatchers=_dispatchers(table, narrowing, cluster),

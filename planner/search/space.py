@@ -59,6 +59,8 @@ class SearchOptions:
     (``planner.search.framework_rules.layout_rule_problems``; for ``torch``, what ``autoplan launch``
     applies, ``planner.search.launchable.launch_problems``) are checked on every mesh, state and
     schedule choice (see ``rules_pass``); "" checks none."""
+    runtime_version: str | None = None
+    """The release of ``job_rules``' runtime whose rules apply (None: its capability table's latest)."""
     layers_per_chunk: tuple[int, ...] = ()
     """A fixed split (layers per chunk): only pipelines with pp · v chunks of that count are searched."""
     first_stage_layers: int | None = None
@@ -458,7 +460,8 @@ def rules_pass(options: SearchOptions, model: ModelSpec, training: TrainingSpec,
     if not options.job_rules:
         return True
     sched = sched or _neutral_schedule(mesh, training)
-    return not layout_rule_problems(options.job_rules, model, training, make_layout(mesh, state, sched))
+    return not layout_rule_problems(options.job_rules, model, training, make_layout(mesh, state, sched),
+                                    options.runtime_version)
 
 
 def _neutral_schedule(mesh: MeshChoice, training: TrainingSpec) -> ScheduleChoice:
