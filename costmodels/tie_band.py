@@ -108,7 +108,7 @@ def tie_band_from_record(doc: dict[str, Any], record: str, runtime: str = "") ->
     sweeps = doc.get("num_sweeps")
     where = f"; mechanisms measured on {runtime}'s own pairs where it has {doc.get('min_pairs')} or more" if own else ""
     return TieBand(band_rel=float(band), mechanism_error_rel=errors, runtime=runtime,
-                   standard_zero_stage=_standard_zero_stage(runtime),
+                   standard_zero_stage=standard_zero_stage(runtime),
                    source=f"median between-layout error of {pairs} measured pairs in {sweeps} sweeps ({record}){where}")
 
 
@@ -120,12 +120,14 @@ def shipped_tie_band(path: Path = TIE_BAND_FILE, runtime: str = "") -> TieBand:
         else str(path)
     if not path.is_file():
         return TieBand(band_rel=FALLBACK_BAND_REL, mechanism_error_rel={m: None for m in MECHANISMS_IN_USE},
-                       runtime=runtime, standard_zero_stage=_standard_zero_stage(runtime),
+                       runtime=runtime, standard_zero_stage=standard_zero_stage(runtime),
                        source=f"fixed {FALLBACK_BAND_REL:.0%}: no measured record ({record} missing)")
     return tie_band_from_record(json.loads(path.read_text(encoding="utf-8")), record, runtime)
 
 
-def _standard_zero_stage(runtime: str) -> int:
+def standard_zero_stage(runtime: str) -> int:
+    """The ZeRO stage ``runtime``'s published recipes run (``RuntimeCapabilities.standard_zero_stage``;
+    0 for a name without a capability table)."""
     return CAPABILITIES[runtime].standard_zero_stage if runtime in CAPABILITIES else 0
 
 

@@ -38,7 +38,7 @@ from planner.plan.plan_file import PlanInputs
 from planner.search.solve import collector_paused, solve
 from planner.search.space import SearchOptions, empty_space_reason, overlap_searched
 from planner.search.framework_rules import runtime_refusal
-from planner.search.narrowing_conflicts import narrowing_conflicts
+from planner.search.narrowing_conflicts import narrowing_conflicts, virtual_stage_pipelines
 from planner.search.runtime_space import (NarrowingError, check_narrowing, check_narrowing_cluster,
                                           check_narrowing_gpus, dispatcher_names, narrowing_from)
 from planner.search.runtime_space import search_options as runtime_search_options
@@ -353,7 +353,7 @@ def pipelined_for_virtual_stages(narrowing: Narrowing, gpus: int, num_layers: in
     answer ``--virtual-stages 3``). The plan file records the user's narrowing as given."""
     if not narrowing.virtual_stages or 1 in narrowing.virtual_stages:
         return narrowing
-    pps = tuple(p for p in narrowing.pp or range(2, min(gpus, num_layers) + 1) if p > 1 and gpus % p == 0)
+    pps = virtual_stage_pipelines(narrowing, gpus, num_layers)
     if not pps:
         raise NarrowingError(f"{field('virtual_stages')} {','.join(map(str, narrowing.virtual_stages))}: virtual "
                              f"stages need pp > 1, and no pp above 1 divides the {gpus} GPUs; drop the option")

@@ -49,25 +49,21 @@ def runner_up_differences(best: PlanEntry, runner: PlanEntry, shown: int = 4) ->
             "terms": time_diffs + mem_diffs}
 
 
-def what_if(plan: PlanFile) -> list[dict[str, Any]]:
-    """The best plan after changing one input, each found by running the search again."""
+def what_if(plan: PlanFile, job: Any) -> list[dict[str, Any]]:
+    """The best plan after changing one input, each found by running the search again (``job``: the
+    plan's job as planned, ``api.job_as_planned``)."""
     from . import api
     from planner.plan.render import layout_summary
 
-    job = api.job_as_planned(plan.inputs)
     node = job.cluster.node
     faster_nic = replace(node, inter_node=replace(node.inter_node,
                                                   nic_bandwidth_bytes_per_s=2 * node.inter_node.nic_bandwidth_bytes_per_s))
     t = job.training
     cases = (("2x the NIC bandwidth", {"hardware": faster_nic}),
              (f"global batch {2 * t.global_batch_size}", {"global_batch": 2 * t.global_batch_size}))
+    request = _same_request(plan, job, job.profile)
     out = []
     for label, change in cases:
-        request = dict(model=job.model, hardware=node, gpus=plan.inputs.gpus, global_batch=t.global_batch_size,
-                       seq_len=t.seq_len, gpus_per_node=plan.inputs.gpus_per_node, precision=t.precision, fp8_recipe=t.fp8_recipe,
-                       optimizer=t.optimizer, lora_rank=t.lora_rank, attention=t.attention, runtime=t.runtime,
-                       context_attention=t.context_attention, memory_fraction=plan.inputs.memory_fraction, profile=job.profile,
-                       launchable=bool(plan.inputs.launchable), **plan_narrowing_kwargs(plan.inputs))
         report = api.plan(**{**request, **change})
         if report.best is None:
             out.append({"change": label, "text": f"with {label}: nothing fits"})
@@ -123,8 +119,11 @@ def explain(plan: PlanFile) -> dict[str, Any]:
     if plan.best.layout.cp > 1:
         doc["context_parallel"] = context_parallel_note(plan.inputs.training.context_attention, plan.best.layout.cp)
     if plan.inputs.module is None:
-        doc["what_would_change"] = what_if(plan)
-        moved = calibration_moves(plan)
+        from . import api
+
+        job = api.job_as_planned(plan.inputs)
+        doc["what_would_change"] = what_if(plan, job)
+        moved = calibration_moves(plan, job)
         if moved is not None:
             doc["calibration"] = moved
     return doc
@@ -140,7 +139,7 @@ def _same_request(plan: PlanFile, job: Any, profile: Any) -> dict[str, Any]:
                 profile=profile, launchable=bool(plan.inputs.launchable), **plan_narrowing_kwargs(plan.inputs))
 
 
-def calibration_moves(plan: PlanFile) -> dict[str, Any] | None:
+def calibration_moves(plan: PlanFile, job: Any) -> dict[str, Any] | None:
     """For a plan calibrated by a cluster's own runs (``autoplan calibrate``): the pick without the
     calibration, and, if it differs, the factors that moved it: each factor applied alone to the
     shipped rates, and how much it narrows the step gap of the calibrated pick over the uncalibrated
@@ -151,7 +150,6 @@ def calibration_moves(plan: PlanFile) -> dict[str, Any] | None:
     from planner.plan.bands import CALIBRATE_SOURCE
     from planner.plan.render import layout_summary
 
-    job = api.job_as_planned(plan.inputs)
     profile = job.profile
     fit = (profile.provenance.get("calibration") if profile is not None else None) or {}
     if fit.get("source") != CALIBRATE_SOURCE or plan.best is None:

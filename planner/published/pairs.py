@@ -21,9 +21,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from itertools import combinations
 
-from costmodels.capabilities import CAPABILITIES
 from costmodels.layout import Layout
-from costmodels.tie_band import in_use
+from costmodels.tie_band import in_use, standard_zero_stage
 
 from .scoring import RunResult
 from .stats import median
@@ -82,7 +81,7 @@ def layout_pairs(results: Iterable[RunResult]) -> list[LayoutPair]:
             predicted = runs_a[0].predicted_tokens_per_s_per_gpu / runs_b[0].predicted_tokens_per_s_per_gpu
             differs = differences(key_a[0], key_b[0], key_a[1], key_b[1])
             runtime = runs_a[0].run.runtime
-            standard = CAPABILITIES[runtime].standard_zero_stage if runtime in CAPABILITIES else 0
+            standard = standard_zero_stage(runtime)
             pairs.append(LayoutPair(
                 family=runs_a[0].family, sweep=sweep, rows=(_rows(runs_a), _rows(runs_b)), differs_in=differs,
                 runtime=runtime, held=tuple(m for m in in_use(key_a[0], standard) if m not in differs),

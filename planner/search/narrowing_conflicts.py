@@ -46,13 +46,19 @@ def _pp_zero_reasons(narrowing: Narrowing, table: RuntimeCapabilities, model: Mo
     return out
 
 
+def virtual_stage_pipelines(narrowing: Narrowing, gpus: int, num_layers: int) -> tuple[int, ...]:
+    """The pipeline degrees above 1 a ``virtual_stages`` narrowing can take: those of ``--pp`` (else
+    every degree up to the GPUs and layers) that divide the GPUs."""
+    return tuple(p for p in narrowing.pp or range(2, min(gpus, num_layers) + 1) if p > 1 and gpus % p == 0)
+
+
 def _virtual_reasons(narrowing: Narrowing, model: ModelSpec, gpus: int, name: Callable[[str], str]) -> list[str]:
     """Virtual stages v > 1 are searched where v divides the layers per stage, ceil(layers / pp)
     (``planner.search.space``: an interleaved pipeline's chunks hold whole layers)."""
     wanted = [v for v in narrowing.virtual_stages if v > 1]
     if not wanted or 1 in narrowing.virtual_stages:
         return []
-    pps = [p for p in narrowing.pp or range(2, min(gpus, model.num_layers) + 1) if p > 1 and gpus % p == 0]
+    pps = virtual_stage_pipelines(narrowing, gpus, model.num_layers)
     per_stage = sorted({-(-model.num_layers // p) for p in pps}, reverse=True)
     if any(n % v == 0 for n in per_stage for v in wanted):
         return []
