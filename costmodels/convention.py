@@ -173,6 +173,11 @@ class RuntimeConvention:
             return rule.gathers_per_microbatch, False
         return rule.gathers_per_microbatch, rule.reduce_every_microbatch
 
+    def grads_held(self, num_microbatches: int) -> bool:
+        """Whether a step's gradients exist before its last backward starts: in a buffer allocated
+        once (``grads_freed_each_step`` False), or accumulated over more than one micro-batch."""
+        return num_microbatches > 1 or not self.grads_freed_each_step
+
 
 MEGATRON = RuntimeConvention(
     runtime="megatron",

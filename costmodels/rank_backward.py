@@ -10,7 +10,6 @@ from . import backward_peak
 from .layout import Layout
 from .memory import ShardedParams
 from .params import embedding_params, output_params
-from .rank_memory import grads_held
 from .ranks import RankLayers
 
 if TYPE_CHECKING:
@@ -30,7 +29,7 @@ def backward_terms(cm: "CostModel", layout: Layout, rank: RankLayers, params: Sh
     per_element = grads_bytes / trainable if trainable and not lora else 0.0
     tied_here = model.tied_embeddings and rank.first and rank.last
     head = output_params(model) + (model.vocab_size * model.hidden_size if tied_here else 0)
-    accumulating = grads_held(cm, layout)
+    accumulating = cm.convention.grads_held(layout.num_microbatches)
     transient = backward_peak.layer_transient_bytes(model, x, weight_cast=x.autocast and not lora,
                                                     accumulating=accumulating) if rank.num_layers else 0.0
     clip = backward_peak.clip_square_bytes(largest_local_elements(cm, layout, rank)) \

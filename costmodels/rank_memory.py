@@ -108,7 +108,7 @@ def stage_memory(cm: "CostModel", layout: Layout, index: int, static: RankStatic
     parts = fixed_overhead_parts(cm, layout) + (("fragmentation", fragmentation),)
     live, name = activations, "loss"
     if static.backward is not None:
-        held = grads_held(cm, layout)
+        held = cm.convention.grads_held(layout.num_microbatches)
         phase = peak_phase(activations_bytes=activations, working_bytes=static.working_bytes,
                            grads_bytes=static.grads_bytes, held=held, terms=static.backward)
         live, grads, name = phase.activations_bytes, phase.grads_bytes, phase.name
@@ -121,13 +121,6 @@ def stage_memory(cm: "CostModel", layout: Layout, index: int, static: RankStatic
                        schedule_activations_bytes=activations, peak_phase=name)
 
 
-def grads_held(cm: "CostModel", layout: Layout) -> bool:
-    """Whether the step's gradients exist before its last backward starts: kept in a buffer allocated
-    once (``RuntimeConvention.grads_freed_each_step`` False), or accumulated over more than one
-    micro-batch."""
-    return layout.num_microbatches > 1 or not cm.convention.grads_freed_each_step
-
-
 def grads_live_at_peak(cm: "CostModel", layout: Layout, grads_bytes: float, activations_bytes: float) -> float:
     """Gradient bytes live at the rank's peak. A runtime that frees gradients every step
     (``RuntimeConvention.grads_freed_each_step``) and runs one micro-batch per step reaches the
@@ -135,7 +128,7 @@ def grads_live_at_peak(cm: "CostModel", layout: Layout, grads_bytes: float, acti
     saved activations as it allocates that layer's gradients, so the step holds the larger of the
     two, not their sum: A + max(0, G − A) = max(A, G). With more micro-batches the gradients of the
     first are held while the later ones run forward (and in a persistent buffer always): A + G."""
-    if grads_held(cm, layout):
+    if cm.convention.grads_held(layout.num_microbatches):
         return grads_bytes
     return max(0.0, grads_bytes - activations_bytes)
 
