@@ -202,16 +202,19 @@ def test_cuda_burn_in_is_long_enough_for_a_power_cap_to_settle() -> None:
     assert make_plan("cuda", quick=True).burn_in_s >= 8 and make_plan("cuda", quick=False).burn_in_s >= 15
 
 
-def test_sustained_burn_in_times_a_burst_before_and_the_settled_rate_after() -> None:
-    # a call that slows from 1 ms to 1.25 ms over the burn-in, as a power-capped GPU does: share 0.8
-    started = time.perf_counter()
+def test_sustained_burn_in_times_a_burst_before_and_the_settled_rate_after(monkeypatch) -> None:
+    # a call that slows from 1 ms to 1.25 ms over the burn-in, as a power-capped GPU does: share 0.8.
+    # On a virtual clock that only the call advances, so a busy machine's sleeps cannot blur it.
+    clock = [0.0]
+    monkeypatch.setattr(bench_compute.time, "perf_counter", lambda: clock[0])
 
     def call() -> None:
-        time.sleep(0.00125 if time.perf_counter() - started > 0.15 else 0.001)
+        clock[0] += 0.00125 if clock[0] > 0.15 else 0.001
 
     timed = bench_compute.sustained_burn_in(call, 0.2, bench_compute.Timer(torch.device("cpu")))
     assert timed["burn_in_s"] == 0.2
-    assert timed["burst_s"] / timed["sustained_s"] == pytest.approx(0.8, abs=0.08)
+    assert timed["burst_s"] == pytest.approx(0.001) and timed["sustained_s"] == pytest.approx(0.00125)
+    assert timed["burst_s"] / timed["sustained_s"] == pytest.approx(0.8)
 
 
 def test_the_profile_keeps_the_burn_ins_share_and_a_file_refuses_one_above_a_burst() -> None:
