@@ -50,6 +50,10 @@ class CostContext:
         self.groups_memo: dict[tuple, list[tuple[RankLayers, int]]] = {}
         self.params_memo: dict[tuple, ShardedParams] = {}
         self.activation_memo: dict[tuple, tuple[float, float, float, float]] = {}
+        self.shape_memo: dict[tuple, object] = {}
+        """``rank_memory.activation_shape`` by the layout fields it reads."""
+        self.layer_bytes_memo: dict[tuple, float] = {}
+        """``activations.layer_bytes`` by (shape, MoE layer, recomputation): ``rank_memory.saved_layer_bytes``."""
         self.bound_memo: dict[tuple, object] = {}
         self.extremes_memo: dict[tuple, list[tuple[RankLayers, tuple[int, ...]]]] = {}
         self.placed_memo: WeakValueDictionary[int, CostContext] = WeakValueDictionary(

@@ -202,27 +202,40 @@ def activation_shape(cm: "CostModel", layout: Layout) -> act.ActivationShape:
     ``autocast_without_data_parallel`` (FSDP2's job) runs mixed precision by ``torch.autocast``
     when it has no data parallelism (FSDP2's mixed-precision policy otherwise), which changes
     what is saved."""
-    x = cm.layers.shape(layer_key(cm, layout, False))
-    autocast = (cm.convention.autocast_without_data_parallel and cm.training.precision != "fp32"
-                and layout.dp * layout.cp == 1)
-    return replace(x, autocast=True) if autocast else x
+    key = (layout.micro_batch_size, layout.cp, layout.tp, layout.sequence_parallel, layout.expert_tp,
+           layout.tp_comm_overlap, layout.dp * layout.cp == 1)  # what ``layer_key(..., False)`` and autocast read
+    shape = cm.shape_memo.get(key)
+    if shape is None:
+        x = cm.layers.shape(layer_key(cm, layout, False))
+        autocast = (cm.convention.autocast_without_data_parallel and cm.training.precision != "fp32"
+                    and layout.dp * layout.cp == 1)
+        shape = cm.shape_memo[key] = replace(x, autocast=True) if autocast else x
+    return shape  # type: ignore[return-value]
+
+
+def saved_layer_bytes(cm: "CostModel", x: act.ActivationShape, moe_layer: bool, recompute: str) -> float:
+    """``activations.layer_bytes`` of the job's model, memoised by its inputs: the search asks it
+    for thousands of ranks that share a handful of shapes."""
+    key = (x, moe_layer, recompute)
+    value = cm.layer_bytes_memo.get(key)
+    if value is None:
+        value = cm.layer_bytes_memo[key] = act.layer_bytes(cm.model, x, moe_layer=moe_layer, recompute=recompute)
+    return value
 
 
 def layers_saved_bytes(cm: "CostModel", layout: Layout, rank: RankLayers,
                        x: act.ActivationShape | None = None) -> tuple[float, float]:
     """(bytes the rank's layers save for one micro-batch before any offload, the largest layer's);
     ``x``: the layout's ``activation_shape`` where the caller has it."""
-    model = cm.model
     x = x or activation_shape(cm, layout)
     share = recomputed_layers(cm, layout, rank.num_layers) / max(rank.num_layers, 1)
     total = largest = 0.0
     for kind, n in ((False, rank.num_dense), (True, rank.num_moe)):
         if n == 0:
             continue
-        mode_bytes = act.layer_bytes(model, x, moe_layer=kind, recompute=layout.recompute)
+        mode_bytes = saved_layer_bytes(cm, x, kind, layout.recompute)
         if layout.recompute == "full" and share < 1.0:
-            mode_bytes = share * mode_bytes + (1 - share) * act.layer_bytes(model, x, moe_layer=kind,
-                                                                            recompute="none")
+            mode_bytes = share * mode_bytes + (1 - share) * saved_layer_bytes(cm, x, kind, "none")
         total += n * mode_bytes
         largest = max(largest, mode_bytes)
     return total, largest
@@ -263,7 +276,7 @@ def unsaved_working_bytes(cm: "CostModel", layout: Layout, rank: RankLayers,
 def recompute_working_bytes(cm: "CostModel", layout: Layout, x: act.ActivationShape, has_moe: bool) -> float:
     """While one layer is recomputed, its full activations (full, op-sac) or its core (selective) are live."""
     if layout.recompute in ("full", "op-sac"):
-        return act.layer_bytes(cm.model, x, moe_layer=has_moe, recompute="none")
+        return saved_layer_bytes(cm, x, has_moe, "none")
     if layout.recompute == "selective":
         return act.attention_core_bytes(cm.model, x)
     return 0.0

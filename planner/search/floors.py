@@ -22,15 +22,25 @@ class MemoryFloors:
     def __init__(self, cost_model: CostModel, mesh: MeshChoice) -> None:
         self.cost_model, self.mesh = cost_model, mesh
         self.held: dict[tuple, tuple[float, ...]] = {}
-        self.acts: dict[ScheduleChoice, tuple[float, ...]] = {}
+        self.acts: dict[tuple, tuple[float, ...]] = {}
+        """By ``_acts_key``: TP-overlap twins share their activations."""
 
     def too_big(self, state: StateChoice, sched: ScheduleChoice) -> bool:
         """Whether the memory floor of (mesh, state, sched) passes the capacity (with ``BOUND_SLACK``)."""
         cm = self.cost_model
         key = (state, sched.schedule, sched.virtual_stages, sched.layers_per_chunk, sched.num_microbatches)
-        held, acts = self.held.get(key), self.acts.get(sched)
+        acts_key = _acts_key(sched)
+        held, acts = self.held.get(key), self.acts.get(acts_key)
         if held is None or acts is None:
             layout = make_layout(self.mesh, state, sched)
             held = self.held[key] = held if held is not None else held_vector(cm, layout)
-            acts = self.acts[sched] = acts if acts is not None else activation_vector(cm, layout)
+            acts = self.acts[acts_key] = acts if acts is not None else activation_vector(cm, layout)
         return floor_from_vectors(cm, held, acts) > cm.capacity_bytes * (1 + BOUND_SLACK)
+
+
+def _acts_key(sched: ScheduleChoice) -> tuple:
+    """The fields of a schedule choice that ``activation_vector`` reads: all but TP overlap, which
+    changes a layer's TP time and the buffers only (``rank_memory.rank_activation_parts`` is memoised
+    without it)."""
+    return (sched.micro_batch_size, sched.num_microbatches, sched.schedule, sched.virtual_stages, sched.recompute,
+            sched.sequence_parallel, sched.layers_per_chunk, sched.ep_comm_overlap)

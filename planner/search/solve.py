@@ -16,7 +16,8 @@ Prunes, each of which never cuts the answer:
 - Memory: model states alone (no activations) bound memory from below, cutting (mesh, state)
   pairs that cannot fit whatever the schedule (``search_groups.states_that_may_fit``); inside a
   visit, a member whose model states and activations alone (no buffers) pass the capacity is cut
-  before its step time or peak is costed (``memory_floors``, ``costmodels.memory_bounds``).
+  before its step time or peak is costed, and, where its pipeline floor is not known yet, before
+  that floor is summed (``floors.MemoryFloors``, ``costmodels.memory_bounds``).
 - Dominance: GPipe and layouts without sequence parallelism (datasheet rates) are never better
   than a twin that is kept, never simpler and never lighter in memory (``_undominated``,
   ``ranking.tie_key``).
@@ -237,7 +238,11 @@ def _solve(cost_model: CostModel, num_gpus: int, domain_gpus: int, options: Sear
 def _visit_mesh(cost_model: CostModel, mesh: MeshChoice, states: list[StateChoice], groups: list["Group"],
                 ranking: _Ranking, tally: _Tally) -> None:
     """Evaluate a mesh's (group, state) pairs best bound first (``pairs``) until the bound passes the
-    cutoff; inside a pair, each member is bounded on its own first, in time and then in memory."""
+    cutoff; inside a pair, each member is bounded on its own first, in time and in memory: a member
+    whose pipeline floor is not known yet (one with recomputation, the first time it is met) is
+    bounded in memory first, which most such members in a memory-bound search fail, so their
+    pipeline floor is never summed (either cut leaves the answer unchanged; only the counts of
+    evaluated layouts and of each reason move)."""
     floors: dict[ScheduleChoice, float] = {}
     twins, heavy = OverlapTwins(cost_model), MemoryFloors(cost_model, mesh)
     left = sum(len(g.members) for g in groups) * len(states)  # schedule choices of the pairs not yet taken
@@ -254,17 +259,21 @@ def _visit_mesh(cost_model: CostModel, mesh: MeshChoice, states: list[StateChoic
             continue
         for sched in pair.members:
             cutoff_s = ranking.cutoff_s(mesh)
-            if sched not in floors:
-                floors[sched] = pair.group.floor_s if sched.recompute == "none" else \
-                    pipeline_floor_s(cost_model, make_layout(mesh, pair.state, sched))
-            bound_s = floors[sched] + sched.num_microbatches * pair.per_microbatch_s + pair.tail_s
+            prune = bool(ranking.best) or not tally.num_misses  # misses matter only while nothing fits
+            known = sched.recompute == "none" or sched in floors  # its pipeline floor
+            if not known and prune and heavy.too_big(pair.state, sched):
+                tally.rejected["memory"] += 1  # its states and activations alone pass the capacity
+                continue
+            if not known:  # it reads no state field
+                floors[sched] = pipeline_floor_s(cost_model, make_layout(mesh, pair.state, sched))
+            bound_s = (pair.group.floor_s if sched.recompute == "none" else floors[sched]) \
+                + sched.num_microbatches * pair.per_microbatch_s + pair.tail_s
             if bound_s > cutoff_s:
                 tally.rejected["slower"] += 1
                 continue
             layout = make_layout(mesh, pair.state, sched)  # built only past the time bound
             tally.evaluated += 1
-            prune = bool(ranking.best) or not tally.num_misses  # misses matter only while nothing fits
-            if prune and heavy.too_big(pair.state, sched):
+            if known and prune and heavy.too_big(pair.state, sched):
                 tally.rejected["memory"] += 1  # its states and activations alone pass the capacity
                 continue
             fits = twins.fits_from_twin(layout) if prune else None  # cheap where its twin was costed

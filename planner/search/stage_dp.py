@@ -68,37 +68,41 @@ def _solve_dp(st: _Stages, num_layers: int, t_max: float, cap: float):
     S, K = st.num_stages, num_layers
     tol = _REL_EPS * max(1.0, abs(t_max))
     limit_s = t_max + tol
-    # best[s][k]: (F, sum of squares, next boundary) for stages s..S-1 over layers k..K-1
-    inf = (math.inf, math.inf, -1)
-    best = [[inf] * (K + 1) for _ in range(S + 1)]
-    best[S][K] = (0.0, 0.0, K)
+    inf = math.inf
+    # stages s..S-1 over layers k..K-1: least F, its sum of squared stage times, next boundary
+    f_of = [[inf] * (K + 1) for _ in range(S + 1)]
+    q_of = [[inf] * (K + 1) for _ in range(S + 1)]
+    next_of = [[-1] * (K + 1) for _ in range(S + 1)]
+    f_of[S][K], q_of[S][K], next_of[S][K] = 0.0, 0.0, K
     times, held, acts = st.t, st.m, st.a  # ``_Stages.time_s`` and ``memory_bytes`` inlined: the inner loop
     for s in range(S - 1, -1, -1):
-        after, extra_s, extra_bytes, inflight = best[s + 1], st.extra_s(s), st.extra_bytes(s), st.inflight[s]
+        f_after, q_after = f_of[s + 1], q_of[s + 1]
+        extra_s, extra_bytes, inflight = st.extra_s(s), st.extra_bytes(s), st.inflight[s]
+        f_here, q_here, next_here = f_of[s], q_of[s], next_of[s]
         for k in range(K - (S - s), s - 1, -1):
-            cand = inf
+            best_f, best_q, best_i = inf, inf, -1
             t_k, m_k, a_k = times[k], held[k], acts[k]
             for i in range(k + 1, K - (S - s - 1) + 1):
-                rest = after[i]
-                if rest[0] == math.inf:
+                rest_f = f_after[i]
+                if rest_f == inf:
                     continue
                 t = times[i] - t_k + extra_s
                 if t > limit_s:
                     break
                 if held[i] - m_k + inflight * (acts[i] - a_k) + extra_bytes > cap:
                     continue
-                key = (t + rest[0], t * t + rest[1], i)
-                if key[0] < cand[0] - tol or (key[0] <= cand[0] + tol and key[1] < cand[1]):
-                    cand = key
-            best[s][k] = cand
-    if best[0][0][0] == math.inf:
+                f, q = t + rest_f, t * t + q_after[i]
+                if f < best_f - tol or (f <= best_f + tol and q < best_q):
+                    best_f, best_q, best_i = f, q, i
+            f_here[k], q_here[k], next_here[k] = best_f, best_q, best_i
+    if f_of[0][0] == inf:
         return None
     counts, k = [], 0
     for s in range(S):
-        i = best[s][k][2]
+        i = next_of[s][k]
         counts.append(i - k)
         k = i
-    return best[0][0][0], tuple(counts)
+    return f_of[0][0], tuple(counts)
 
 
 def _feasible(st: _Stages, num_layers: int, t_max: float, cap: float) -> bool:

@@ -1,0 +1,50 @@
+"""Memo keys of the search's memory floors hold every input of what they keep: a value computed
+through a memo shared by many layouts equals the value computed afresh."""
+
+import random
+from dataclasses import replace
+
+import pytest
+
+from costmodels.estimate import CostModel
+from costmodels.job import Job
+from costmodels.memory_bounds import activation_vector
+from costmodels.presets import load_model
+from costmodels.rank_memory import activation_shape
+from costmodels.runtimes import CONVENTIONS
+from costmodels.training import TrainingSpec
+from hardware_specs import load_node, make_cluster
+from planner.search.space import SearchOptions, all_layouts
+
+
+def _job(model_name: str, runtime: str, gpus: int) -> tuple[Job, list]:
+    model = load_model(model_name)
+    training = TrainingSpec(global_batch_size=16, seq_len=512, runtime=runtime)
+    cluster = make_cluster(load_node("h100-sxm-80gb"), gpus, 4)
+    job = Job(model=model, training=training, cluster=cluster, convention=CONVENTIONS[runtime])
+    layouts = list(all_layouts(model, training, gpus, 4, SearchOptions()))
+    return job, random.Random(gpus).sample(layouts, min(300, len(layouts)))
+
+
+@pytest.mark.parametrize("model,runtime,gpus", [("tiny-llama", "megatron", 8), ("tiny-mixtral", "torch", 8),
+                                                ("tiny-llama", "torchtitan", 4)])
+def test_memoised_activation_shapes_and_vectors_equal_fresh_ones(model, runtime, gpus):
+    job, layouts = _job(model, runtime, gpus)
+    shared = CostModel(job)
+    for layout in layouts:
+        fresh = CostModel(job)
+        assert activation_shape(shared, layout) == activation_shape(fresh, layout)
+        assert activation_vector(shared, layout) == activation_vector(fresh, layout)
+
+
+def test_tp_overlap_twins_share_their_activations_as_the_memory_floors_key_them():
+    # planner.search.floors keeps a schedule choice's activation vector by a key without TP
+    # overlap (``floors._acts_key``): the twins' vectors must be equal
+    job, _ = _job("tiny-llama", "megatron", 8)
+    cm, twins = CostModel(job), 0
+    for layout in all_layouts(job.model, job.training, 8, 4, SearchOptions()):
+        if layout.tp > 1 and layout.sequence_parallel and not layout.tp_comm_overlap:
+            twin = replace(layout, tp_comm_overlap=True)
+            assert activation_vector(cm, twin) == activation_vector(CostModel(job), layout)
+            twins += 1
+    assert twins > 10
