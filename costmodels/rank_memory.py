@@ -183,12 +183,11 @@ def rank_activation_parts(cm: "CostModel", layout: Layout, rank: RankLayers) -> 
     loss (``activations.loss_working_bytes``). Under the EP overlap the working set also holds the
     merged forward's layer beside its partner's backward (``moe_overlap.merged_extra_layers``).
     Memoised, apart from the head's micro-batches in flight (which read the schedule, pp and m): every
-    way of holding model states, and every pipeline of the same micro-batch and rank, shares it."""
-    key = (layout.micro_batch_size, layout.cp, layout.tp, layout.sequence_parallel, layout.recompute,
-           layout.activation_offload_layers, layout.ep_comm_overlap,
-           layout.recompute_num_layers, layout.virtual_stages, chunks_per_rank(layout.schedule, layout.virtual_stages),
-           rank.signature,
-           layout.dp * layout.cp == 1)
+    way of holding model states, and every pipeline of the same micro-batch and rank, shares it; v and
+    ``recompute_num_layers`` are read only through the count of recomputed layers, its key."""
+    key = (layout.micro_batch_size, layout.cp, layout.tp, layout.expert_tp, layout.sequence_parallel,
+           layout.recompute, recomputed_layers(cm, layout, rank.num_layers), layout.activation_offload_layers,
+           layout.ep_comm_overlap, rank.signature, layout.dp * layout.cp == 1)
     stored, working, head, logits = memoised(cm.activation_memo, key,
                                              lambda: _compute_activation_parts(cm, layout, rank))
     if rank.last:

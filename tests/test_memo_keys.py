@@ -31,10 +31,14 @@ def _job(model_name: str, runtime: str, gpus: int) -> tuple[Job, list]:
 def test_memoised_activation_shapes_and_vectors_equal_fresh_ones(model, runtime, gpus):
     job, layouts = _job(model, runtime, gpus)
     shared = CostModel(job)
-    for layout in layouts:
+    # full recomputation of a few layers per stage: its count reads v (``assignment.recomputed_layers``)
+    partial = [replace(layout, recompute_num_layers=1) for layout in layouts if layout.recompute == "full"]
+    assert any(layout.virtual_stages > 1 for layout in partial)
+    for layout in layouts + partial:
         fresh = CostModel(job)
         assert activation_shape(shared, layout) == activation_shape(fresh, layout)
         assert activation_vector(shared, layout) == activation_vector(fresh, layout)
+        assert shared.peak_memory_bytes(layout) == fresh.peak_memory_bytes(layout)
 
 
 def test_tp_overlap_twins_share_their_activations_as_the_memory_floors_key_them():

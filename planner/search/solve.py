@@ -241,8 +241,10 @@ def _visit_mesh(cost_model: CostModel, mesh: MeshChoice, states: list[StateChoic
     cutoff; inside a pair, each member is bounded on its own first, in time and in memory: a member
     whose pipeline floor is not known yet (one with recomputation, the first time it is met) is
     bounded in memory first, which most such members in a memory-bound search fail, so their
-    pipeline floor is never summed (either cut leaves the answer unchanged; only the counts of
-    evaluated layouts and of each reason move)."""
+    pipeline floor is never summed; the exact step time of the group's lowest member, a floor for
+    every member (recomputation only adds time; GPipe has 1F1B's), is summed once a member of the
+    pair passes its memory floor, and cuts the rest of the pair where it passes the cutoff (no cut
+    changes the answer; only the counts of evaluated layouts and of each reason move)."""
     floors: dict[ScheduleChoice, float] = {}
     twins, heavy = OverlapTwins(cost_model), MemoryFloors(cost_model, mesh)
     left = sum(len(g.members) for g in groups) * len(states)  # schedule choices of the pairs not yet taken
@@ -252,12 +254,8 @@ def _visit_mesh(cost_model: CostModel, mesh: MeshChoice, states: list[StateChoic
             count(tally.rejected, "slower", left)
             return
         left -= len(pair.members)
-        lowest_s = twins.step_s(make_layout(mesh, pair.state, pair.group.lowest), cutoff_s) \
-            if ranking.best and len(pair.members) > 1 else None
-        if lowest_s is not None and lowest_s > cutoff_s:
-            count(tally.rejected, "slower", len(pair.members))  # the group's floor, now exact
-            continue
-        for sched in pair.members:
+        lowest_s = None  # the exact step time of the group's lowest member, a floor for every member
+        for position, sched in enumerate(pair.members):
             cutoff_s = ranking.cutoff_s(mesh)
             prune = bool(ranking.best) or not tally.num_misses  # misses matter only while nothing fits
             known = sched.recompute == "none" or sched in floors  # its pipeline floor
@@ -280,6 +278,11 @@ def _visit_mesh(cost_model: CostModel, mesh: MeshChoice, states: list[StateChoic
             if fits is False:
                 tally.rejected["memory"] += 1
                 continue
+            if ranking.best and lowest_s is None and len(pair.members) > 1:  # once a member passes its memory floor
+                lowest_s = twins.step_s(make_layout(mesh, pair.state, pair.group.lowest), cutoff_s)
+            if lowest_s is not None and lowest_s > cutoff_s:
+                count(tally.rejected, "slower", len(pair.members) - position)  # the group's floor, now exact
+                break
             if ranking.best and (lowest_s if lowest_s is not None and sched == pair.group.lowest else
                                  twins.step_s(layout, cutoff_s)) > cutoff_s:
                 tally.rejected["slower"] += 1  # its exact time, summed without memory and traffic
