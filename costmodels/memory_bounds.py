@@ -20,6 +20,16 @@ those but no state field (``rank_memory.rank_activation_parts``, ``received_save
 ``stage_activation_bytes``). Both are taken over the ranks that can hold the peak
 (``CostModel.in_flight_extremes``), as vectors in one order, so that a caller can keep each for
 the layouts that share it.
+
+The buffers (data-parallel, TP and pipeline buffers, ``rank_memory.rank_buffer_parts``) with their
+fragmentation, NCCL's buffers and the GEMM workspaces are terms of the total too, left out of that
+floor because they read both how model states are held and the schedule choice; ``buffer_vector``
+gives them per rank, and ``floor_from_vectors`` with it is the tighter floor
+
+    total >= S + (1 + φ)·A + (1 + φ)·buffers + context + NCCL + workspaces,
+
+which the search asks of a layout whose first floor fits (FSDP's gathered copies and torch's
+per-micro-batch receive buffers can hold more than the activations).
 """
 
 from __future__ import annotations
@@ -28,21 +38,40 @@ from typing import TYPE_CHECKING
 
 from .assignment import rank_params
 from .layout import Layout
-from .rank_memory import held_states, rank_activation_parts, received_saved_bytes, stage_activation_bytes
+from .rank_memory import (fixed_overhead_parts, held_states, rank_activation_parts, rank_buffer_bytes,
+                          received_saved_bytes, stage_activation_bytes)
 
 if TYPE_CHECKING:
     from .estimate import CostModel
 
 
-def memory_floor_bytes(cm: "CostModel", layout: Layout) -> float:
-    """The most, over the ranks that can hold the peak, of S + (1 + φ)·A, plus the runtime reserve:
-    at most ``CostModel.peak_memory_bytes(layout)`` (module docstring)."""
-    return floor_from_vectors(cm, held_vector(cm, layout), activation_vector(cm, layout))
+def memory_floor_bytes(cm: "CostModel", layout: Layout, *, with_buffers: bool = False) -> float:
+    """The most, over the ranks that can hold the peak, of S + (1 + φ)·A, plus the runtime reserve;
+    ``with_buffers``: with each rank's ``buffer_vector`` added. Either is at most
+    ``CostModel.peak_memory_bytes(layout)`` (module docstring)."""
+    return floor_from_vectors(cm, held_vector(cm, layout), activation_vector(cm, layout),
+                              buffer_vector(cm, layout) if with_buffers else ())
 
 
-def floor_from_vectors(cm: "CostModel", held: tuple[float, ...], acts: tuple[float, ...]) -> float:
-    """``memory_floor_bytes`` from a layout's ``held_vector`` and ``activation_vector``."""
+def floor_from_vectors(cm: "CostModel", held: tuple[float, ...], acts: tuple[float, ...],
+                       buffers: tuple[float, ...] = ()) -> float:
+    """``memory_floor_bytes`` from a layout's ``held_vector`` and ``activation_vector``; with its
+    ``buffer_vector``, the tighter floor (module docstring)."""
+    if buffers:
+        return max(s + a + b for s, a, b in zip(held, acts, buffers)) + cm.cluster.hardware.runtime_reserved_bytes
     return max(s + a for s, a in zip(held, acts)) + cm.cluster.hardware.runtime_reserved_bytes  # the CUDA context only
+
+
+def buffer_vector(cm: "CostModel", layout: Layout) -> tuple[float, ...]:
+    """(1 + φ)·buffers + NCCL's buffers + GEMM workspaces (bytes) of each (rank, index) of
+    ``CostModel.in_flight_extremes``, in its order."""
+    grow = 1 + cm.assumptions.allocator_fragmentation
+    fixed = sum(v for name, v in fixed_overhead_parts(cm, layout) if name != "cuda_context")
+    out = []
+    for rank, indices in cm.in_flight_extremes(layout):
+        buffers = rank_buffer_bytes(cm, layout, rank, rank_params(cm, layout, rank))
+        out += [grow * buffers + fixed] * len(indices)
+    return tuple(out)
 
 
 def held_vector(cm: "CostModel", layout: Layout) -> tuple[float, ...]:

@@ -180,6 +180,16 @@ def _assert_memory_floor(cm, layout):
     breakdown = cm.estimate(layout)
     floor = memory_floor_bytes(cm, layout)
     assert floor <= breakdown.peak_memory_bytes * (1 + RELATIVE), layout
+    # with the buffers, NCCL's buffers and the workspaces: still at most the peak, and within what
+    # it leaves out (the fragmentation's block and, where freed, the gradients) and the backward's extra
+    buffered = memory_floor_bytes(cm, layout, with_buffers=True)
+    assert floor <= buffered <= breakdown.peak_memory_bytes * (1 + RELATIVE), layout
+    block = max(dict(st.overhead_parts)["fragmentation"]
+                - cm.assumptions.allocator_fragmentation * (st.activations_bytes + st.buffers_bytes)
+                for st in breakdown.stages)
+    grads = max(st.grads_bytes for st in breakdown.stages) if cm.convention.grads_freed_each_step else 0.0
+    extra = max(max(0.0, st.activations_bytes - st.schedule_activations_bytes) for st in breakdown.stages)
+    assert buffered >= (breakdown.peak_memory_bytes - block - grads - extra) * (1 - RELATIVE), layout
     # and the overhead parts past the CUDA context that do not scale with A: NCCL's buffers, the
     # GEMM workspaces and the fragmentation's block of the largest transient
     unscaled = max(sum(v for name, v in st.overhead_parts if name not in ("cuda_context", "fragmentation"))

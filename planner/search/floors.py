@@ -3,12 +3,15 @@
 floor passes the capacity is never a plan and is cut before its step time or its peak is costed.
 The floor's two parts are kept by the choices they read (the held states by the state and what
 picks the ranks that can hold the peak, the activations by the schedule choice), so a layout asks
-two dict lookups once its state and its schedule choice have been seen."""
+two dict lookups once its state and its schedule choice have been seen. A layout that floor lets
+through is then held to the tighter floor with its buffers added (``memory_bounds.buffer_vector``),
+which under FSDP's gathered copies and per-micro-batch receive buffers cuts most of what the first
+floor misses, before the exact peak is costed."""
 
 from __future__ import annotations
 
 from costmodels.estimate import CostModel
-from costmodels.memory_bounds import activation_vector, floor_from_vectors, held_vector
+from costmodels.memory_bounds import activation_vector, buffer_vector, floor_from_vectors, held_vector
 
 from .space import MeshChoice, ScheduleChoice, StateChoice, make_layout
 
@@ -35,7 +38,12 @@ class MemoryFloors:
             layout = make_layout(self.mesh, state, sched)
             held = self.held[key] = held if held is not None else held_vector(cm, layout)
             acts = self.acts[acts_key] = acts if acts is not None else activation_vector(cm, layout)
-        return floor_from_vectors(cm, held, acts) > cm.capacity_bytes * (1 + BOUND_SLACK)
+        cap = cm.capacity_bytes * (1 + BOUND_SLACK)
+        if floor_from_vectors(cm, held, acts) > cap:
+            return True
+        # the tighter floor, with the layout's buffers (``memory_bounds.buffer_vector``): it reads the
+        # state and the schedule choice together, so it is asked only of a layout the first floor passes
+        return floor_from_vectors(cm, held, acts, buffer_vector(cm, make_layout(self.mesh, state, sched))) > cap
 
 
 def _acts_key(sched: ScheduleChoice) -> tuple:
