@@ -22,7 +22,7 @@ from costmodels.model_spec import ModelSpec, MoESpec
 from costmodels.training import TrainingSpec
 from hardware_specs import load_node
 from planner.cli import main
-from planner.search.space import divisors, prime_factors
+from planner.search.factors import divisors, prime_factors
 
 JOB = ["--model", "tiny-llama", "--hardware", "cpu", "--gpus", "2", "--global-batch", "8", "--seq-len", "128"]
 ROOT = Path(__file__).resolve().parents[1]

@@ -18,7 +18,7 @@ from costmodels.model_spec import ModelSpec, MoESpec, model_from_dict
 from costmodels.training import TrainingSpec
 from planner.cli import main
 from planner.plan.plan_file import PlanFile
-from planner.search.space import divisors
+from planner.search.factors import divisors
 
 BUDGET = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 CLI_BUDGET = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
