@@ -28,6 +28,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
       test using ``case_results`` (one launch per world size, shared by several files) goes to one
       worker, and each module with a module-scoped launch (or a session-scoped one of its own) stays
       on one worker: no launch runs twice.
+    - Modules with a ``slow`` test run first (each module's tests stay together and in order): the
+      scheduler hands out ungrouped tests in collection order, so the minute-long ones start early
+      and the last tests to hand out are quick ones, and both workers finish at about the same time.
     """
     for item in items:
         if item.get_closest_marker("torchrun"):
@@ -36,6 +39,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.xdist_group("case_results"))
         elif item.get_closest_marker("slow") and _uses_a_module_fixture(item):
             item.add_marker(pytest.mark.xdist_group(item.module.__name__))
+    slow_modules = {item.path for item in items if item.get_closest_marker("slow")}
+    items.sort(key=lambda item: item.path not in slow_modules)
 
 
 def _uses_a_module_fixture(item: pytest.Item) -> bool:

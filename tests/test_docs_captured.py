@@ -48,6 +48,19 @@ def test_timings_are_masked_and_figures_are_not():
     assert refresh_docs.mask(figure) == figure
 
 
+def test_search_notices_are_not_captured(capsys):
+    """The still-searching lines appear only when the machine is slow enough; no block keeps them."""
+    import time
+
+    from planner.cli.progress import search_notice
+
+    with search_notice("the layouts of x", after_s=0.0):
+        time.sleep(0.2)
+    printed = capsys.readouterr().err
+    assert printed.count("\n") == 2
+    assert refresh_docs._SEARCH_NOTICE.sub("", printed + "best: dp 2\n") == "best: dp 2\n"
+
+
 def test_line_selection():
     text = "a1\nb2\na3\nb4\n"
     assert refresh_docs._select(text, {"lines": "2-3"}) == "b2\na3"

@@ -119,6 +119,7 @@ r.pop("seconds"); print(json.dumps(r, sort_keys=True))
 
 
 @pytest.mark.parametrize("layout_args", [["--zero", "1"], ["--zero", "3", "--recompute", "full"]])
+@pytest.mark.slow
 def test_three_micro_batches_measure_what_all_eight_do(tmp_path, layout_args):
     """The dry run steps 3 of a pp = 1 plan's 8 micro-batches (``dryrun.stepped_layout``): every
     component's peak equals the one of stepping all 8 (each run in its own interpreter, as the dry
