@@ -10,12 +10,16 @@ tokens (``planner.search.infeasible`` searches larger GPU counts for one that fi
 
 Run: ``.venv/bin/python benchmarks/search_speed.py`` (one process, so one core; ``--repeats N``,
 ``--runtimes megatron,torch``). On a machine shared with other jobs the wall time counts their time
-too; the best of several runs and the CPU time of this process much less so.
+too; the best of several runs and the CPU time of this process much less so. ``--phases`` prints
+instead, for each reference job and the API call, the share of the search each of its phases takes
+under ``cProfile`` (which slows every call alike, so shares, not seconds).
 """
 
 from __future__ import annotations
 
 import argparse
+import cProfile
+import pstats
 import subprocess
 import sys
 import time
@@ -69,6 +73,46 @@ def _report_line(report: planner.PlanReport) -> str:
             f"ZeRO-{best.layout.zero_stage}, step {best.step_time_s:.2f} s")
 
 
+PHASES = (
+    ("mesh floors", "planner/search/solve.py", "_mesh_floor_s"),
+    ("schedule groups", "planner/search/groups.py", "schedule_groups"),
+    ("mesh visits", "planner/search/solve.py", "_visit_mesh"),
+    ("  pipeline floors", "costmodels/bounds.py", "pipeline_floor_s"),
+    ("  memory floors", "planner/search/floors.py", "too_big"),
+    ("  full estimates", "costmodels/estimate.py", "estimate"),
+    ("stage refinement", "planner/search/stages.py", "refine_stages"),
+)
+"""(label, file, function) of the search's phases (``planner.search.solve``); an indented one runs
+inside the visits and elsewhere, so shares overlap."""
+
+
+def phase_shares(case: dict) -> tuple[float, dict[str, float]]:
+    """(search seconds under cProfile, each phase's cumulative share of ``planner.plan(**case)``)."""
+    planner.plan(**case)  # the same warm start as a timed repeat
+    profile = cProfile.Profile()
+    profile.enable()
+    planner.plan(**case)
+    profile.disable()
+    stats = pstats.Stats(profile).stats  # type: ignore[attr-defined]
+    total = max(cumulative for (_, _, name), (_, _, _, cumulative, _) in stats.items() if name == "plan")
+    shares = {}
+    for label, path, function in PHASES:
+        shares[label] = sum(cumulative for (file, _, name), (_, _, _, cumulative, _) in stats.items()
+                            if name == function and file.endswith(path)) / total
+    return total, shares
+
+
+def print_phases(runtimes: tuple[str, ...]) -> None:
+    for runtime in runtimes:
+        for name, case in [*CASES.items(), ("planner.plan llama3-70b on 64 x h100-sxm-80gb", API_CALL)]:
+            try:
+                total, shares = phase_shares(dict(case, runtime=runtime))
+            except planner.PlanError:
+                continue
+            parts = ", ".join(f"{label.strip()} {share:.0%}" for label, share in shares.items())
+            print(f"{runtime}: {name}: {total:.2f} s under cProfile; {parts}")
+
+
 def main(repeats: int = 5, runtimes: tuple[str, ...] = RUNTIMES) -> None:
     for runtime in runtimes:
         for name, case in CASES.items():
@@ -93,5 +137,9 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--runtimes", default=",".join(RUNTIMES))
+    parser.add_argument("--phases", action="store_true", help="each phase's share of the search, under cProfile")
     args = parser.parse_args()
-    main(args.repeats, tuple(args.runtimes.split(",")))
+    if args.phases:
+        print_phases(tuple(args.runtimes.split(",")))
+    else:
+        main(args.repeats, tuple(args.runtimes.split(",")))
