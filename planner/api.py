@@ -132,10 +132,11 @@ def resolve_job(*, model: str | ModelSpec, hardware: str | NodeSpec, gpus: int, 
     A profile measured on other devices than ``hardware`` (``profiles.match``) is refused unless
     ``profile_device_mismatch`` is ``ok``; the plan's inputs then record the override.
     """
-    for name, value, kinds in (("model", model, (str, ModelSpec)), ("hardware", hardware, (str, NodeSpec)),
-                               ("profile", profile, (str, Path, _profile_type(), type(None)))):
+    for name, value, kinds in (("model", model, (str, ModelSpec)), ("hardware", hardware, (str, NodeSpec))):
         if not isinstance(value, kinds):
             raise SpecError(f"{field(name, repr(value))}: expected a name, a path or a spec object")
+    if not (profile is None or isinstance(profile, (str, Path, _profile_type()))):  # None imports no profiles
+        raise SpecError(f"{field('profile', repr(profile))}: expected a name, a path or a spec object")
     model_spec = model if isinstance(model, ModelSpec) else load_model(model)
     if moe_imbalance is not None:
         model_spec = _with_imbalance(model_spec, moe_imbalance)

@@ -94,10 +94,16 @@ def test_sources_name_only_the_terms_the_layout_has():
 
 
 def test_import_and_plan_load_no_click_or_rich_either():
+    # nor numpy: a plan without a profile reads no profile module (``profiles.fit`` imports numpy)
     code = ("import sys, planner; planner.plan(model='tiny-llama', hardware='cpu', gpus=2, global_batch=4, "
-            "seq_len=128); print(sorted(m for m in ('click', 'rich', 'torch') if m in sys.modules))")
+            "seq_len=128); print(sorted(m for m in ('click', 'rich', 'torch', 'numpy') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_a_profile_of_the_wrong_type_is_refused_naming_the_field():
+    with pytest.raises(planner.SpecError, match="profile.*expected a name, a path or a spec object"):
+        planner.plan(model="tiny-llama", hardware="cpu", gpus=2, global_batch=4, seq_len=128, profile=42)
 
 
 def test_an_infeasible_plan_says_the_smallest_gpu_count_that_fits_as_a_number():
