@@ -34,6 +34,7 @@ class MemoryFloors:
         key = (state, sched.schedule, sched.virtual_stages, sched.layers_per_chunk, sched.num_microbatches)
         acts_key = _acts_key(sched)
         held, acts = self.held.get(key), self.acts.get(acts_key)
+        layout = None
         if held is None or acts is None:
             layout = make_layout(self.mesh, state, sched)
             held = self.held[key] = held if held is not None else held_vector(cm, layout)
@@ -43,7 +44,8 @@ class MemoryFloors:
             return True
         # the tighter floor, with the layout's buffers (``memory_bounds.buffer_vector``): it reads the
         # state and the schedule choice together, so it is asked only of a layout the first floor passes
-        return floor_from_vectors(cm, held, acts, buffer_vector(cm, make_layout(self.mesh, state, sched))) > cap
+        layout = layout or make_layout(self.mesh, state, sched)
+        return floor_from_vectors(cm, held, acts, buffer_vector(cm, layout)) > cap
 
 
 def _acts_key(sched: ScheduleChoice) -> tuple:
