@@ -10,10 +10,12 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 LAYERS = ("autoplan_base", "hardware_specs", "profiles", "costmodels", "planner")
 """Top-level packages, lowest first: a module imports only from its own package or a lower one."""
-PLANNER_LAYERS = ("plan", "search", "", "launch", "alpa", "published", "validate", "calibrate", "cli")
+PLANNER_LAYERS = ("plan", "search", "", "launch", "alpa", "published", "calibrate", "validate", "cli")
 """``planner``'s sub-packages, lowest first ("" is its top level: ``api``, ``explain``): the search
 stands on the plan file and report, the API on the search, the launcher and Alpa's passes above
-them, the calibration from a cluster's logs above the launcher's readers, the command line on everything."""
+them, the calibration from a cluster's logs above the launcher's readers, validation above the
+calibration (``validate --from-log`` reads a log as ``autoplan calibrate`` does), the command line
+on everything."""
 
 
 def modules() -> dict[str, Path]:

@@ -9,6 +9,7 @@ formats (Megatron ``training_log``; torchtitan ``MetricsProcessor.log``), writte
 from __future__ import annotations
 
 import json
+import statistics
 from dataclasses import replace
 from pathlib import Path
 
@@ -19,7 +20,8 @@ from costmodels.assumptions import DEFAULT_ASSUMPTIONS
 from planner.cli import main
 from planner.validate.calibrate import Run, predict_all
 from planner.plan.plan_file import read_plan_file
-from planner.validate.from_log import parse_megatron, parse_torchtitan, read_table
+from planner.calibrate import megatron_log, torchtitan_log
+from planner.validate.from_log import read_table
 from planner.validate.runner import ValidateError
 from profiles import load_profile
 
@@ -59,11 +61,32 @@ def _truth_times(plan_path: Path, tmp_path: Path) -> list[float]:
 
 
 def test_framework_log_lines_give_step_time_and_peak_memory() -> None:
-    times, peak = parse_megatron(MEGATRON.format(ms=123.4))
-    assert times == [pytest.approx(0.1234)] * 2 and peak == 512.0 * 2**20      # first iteration dropped
+    lines = megatron_log.log_lines(MEGATRON.format(ms=123.4))
+    assert megatron_log.step_times(lines) == [pytest.approx(0.1234)] * 2      # first iteration dropped
+    assert megatron_log.peak_memory_bytes(lines) == 600.0 * 2**20             # max reserved
     # torchtitan: 8 sequences x 128 tokens per step over 4 GPUs at 256 tokens/s per GPU = 1 s.
-    times, peak = parse_torchtitan(TITAN.format(tps=256), tokens_per_step=8 * 128, num_gpus=4)
-    assert times == [pytest.approx(1.0)] * 2 and peak == pytest.approx(0.75 * 2**30)
+    lines = torchtitan_log.log_lines(TITAN.format(tps=256))
+    assert torchtitan_log.step_times(lines, tokens_per_step=8 * 128, num_gpus=4) == [pytest.approx(1.0)] * 2
+    assert torchtitan_log.peak_memory_bytes(lines) == pytest.approx(0.75 * 2**30)
+
+
+def test_validate_and_calibrate_read_a_log_alike(plan_path: Path, tmp_path: Path) -> None:
+    """One Megatron-LM log, as a launcher prints it (rank prefixes, a warm-up past the first
+    interval), gives ``validate --from-log`` the step time and peak that ``autoplan calibrate``
+    reads from it: the warm-up iterations (<= 10) are dropped, not just the first line."""
+    lines = ["[rank0]: ---- arguments ----", "[rank0]: ---- end of arguments ----"]
+    for i, ms in ((5, 9000.0), (10, 400.0), (15, 100.0), (20, 120.0), (25, 110.0)):
+        lines.append(f"[rank0]:  iteration {i:8d}/      50 | elapsed time per iteration (ms): {ms:.1f} | lm loss: 7.0E+00 |")
+    lines.append("[rank0]: [Rank 0] memory (MB) | allocated: 300.0 | max allocated: 512.0 | reserved: 600.0 | "
+                 "max reserved: 700.0")
+    (tmp_path / "run.log").write_text("\n".join(lines) + "\n")
+    table = tmp_path / "runs.csv"
+    table.write_text("dp,tp,pp,zero,log\n4,1,1,1,run.log\n")
+    (run,) = read_table(table, read_plan_file(plan_path).inputs)
+    parsed = megatron_log.log_lines((tmp_path / "run.log").read_text())
+    assert run.step_time_s == pytest.approx(0.110) == pytest.approx(statistics.median(megatron_log.step_times(parsed)))
+    assert run.peak_memory_bytes == 700.0 * 2**20 == megatron_log.peak_memory_bytes(parsed)
+    assert run.origin == "run.log (megatron, 3 iterations)"
 
 
 def test_calibration_from_a_table_recovers_the_step_times(plan_path: Path, tmp_path: Path) -> None:

@@ -54,6 +54,11 @@ def _clean(line: str) -> str:
     return LINE_PREFIX.sub("", line.rstrip("\n"))
 
 
+def log_lines(text: str) -> list[str]:
+    """A log's lines without a launcher's per-rank prefix (``LINE_PREFIX``)."""
+    return [_clean(line) for line in text.splitlines()]
+
+
 def arguments(lines: list[str], path: Path) -> dict[str, Any]:
     """The arguments block as {argparse dest: value}; raises naming the file when there is none."""
     start = next((i for i, line in enumerate(lines) if ARGS_START.search(line) and "end of" not in line), None)
@@ -118,7 +123,7 @@ def peak_memory_bytes(lines: list[str]) -> float | None:
 def read_megatron_log(path: Path, *, hardware: str, gpus_per_node: int | None = None) -> LoggedRun:
     """One run from a Megatron-LM log on ``hardware``."""
     try:
-        lines = [_clean(line) for line in path.read_text(encoding="utf-8", errors="replace").splitlines()]
+        lines = log_lines(path.read_text(encoding="utf-8", errors="replace"))
     except OSError as err:
         raise CalibrationError(f"{path}: cannot read ({err.strerror})") from None
     args = arguments(lines, path)

@@ -52,10 +52,29 @@ def is_torchtitan_run(directory: Path) -> bool:
     return _config_path(directory) is not None
 
 
+def log_lines(text: str) -> list[str]:
+    """A log's lines without colour codes."""
+    return ANSI.sub("", text).splitlines()
+
+
+def step_times(lines: list[str], tokens_per_step: float, num_gpus: int) -> list[float]:
+    """Seconds per step of each logged step past the warm-up (``WARMUP_STEPS``; where none is past
+    it, every step but the first): global batch tokens / (tps x devices)."""
+    logged = [float(m.group(2).replace(",", "")) for m in map(STEP.search, lines) if m]
+    return [tokens_per_step / (tps * num_gpus) for tps in logged[WARMUP_STEPS:] if tps > 0] or \
+        [tokens_per_step / (tps * num_gpus) for tps in logged[1:] if tps > 0]
+
+
+def peak_memory_bytes(lines: list[str]) -> float | None:
+    """The largest peak reserved memory the step lines report (bytes), None if none does."""
+    peaks = [float(m.group(1)) * GIB for m in map(MEMORY.search, lines) if m]
+    return max(peaks) if peaks else None
+
+
 def _log_lines(directory: Path) -> tuple[Path, list[str]]:
     for path in sorted(directory.iterdir()):
         if path.is_file() and path.suffix.lower() in (".log", ".txt", ".out"):
-            lines = ANSI.sub("", path.read_text(encoding="utf-8", errors="replace")).splitlines()
+            lines = log_lines(path.read_text(encoding="utf-8", errors="replace"))
             if any(STEP.search(line) or OUT_OF_MEMORY.search(line) for line in lines):
                 return path, lines
     raise CalibrationError(f"{directory}: a torchtitan config but no log with 'step: N ... tps: T' lines "
@@ -93,16 +112,12 @@ def read_torchtitan_run(directory: Path, *, hardware: str, gpus_per_node: int | 
     except (KeyError, TypeError, ValueError, AssertionError, ZeroDivisionError) as err:
         raise CalibrationError(f"{config_path}: the config gives no layout autoplan can cost ({err!r})") from None
     log_path, lines = _log_lines(directory)
-    tokens = training["global_batch_size"] * training["seq_len"]
-    logged = [(int(m.group(1)), float(m.group(2).replace(",", ""))) for m in map(STEP.search, lines) if m]
-    times = [tokens / (tps * world) for step, tps in logged[WARMUP_STEPS:] if tps > 0] or \
-            [tokens / (tps * world) for _, tps in logged[1:] if tps > 0]
-    peaks = [float(m.group(1)) * GIB for m in map(MEMORY.search, lines) if m]
+    times = step_times(lines, training["global_batch_size"] * training["seq_len"], world)
     oom = any(OUT_OF_MEMORY.search(line) for line in lines)
     request = {"model": model, "hardware": hardware, "gpus": world, "gpus_per_node": gpus_per_node,
                "global_batch": training["global_batch_size"], "seq_len": training["seq_len"],
                "precision": training["precision"], "fp8_recipe": training["fp8_recipe"], "runtime": "torchtitan",
                "compiled": training["compiled"]}
     return LoggedRun(request=request, layout=layout, step_time_s=statistics.median(times) if times and not oom else None,
-                     peak_memory_bytes=max(peaks) if peaks else None, out_of_memory=oom,
+                     peak_memory_bytes=peak_memory_bytes(lines), out_of_memory=oom,
                      origin=f"{log_path} (torchtitan, {len(times)} steps)")

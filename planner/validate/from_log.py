@@ -12,8 +12,8 @@ Layout columns: ``dp``, ``tp``, ``pp`` (required); ``cp``, ``ep``, ``zero``, ``m
 ``schedule``, ``virtual_stages``, ``recompute``, ``sequence_parallel`` (optional, the
 ``autoplan evaluate`` defaults). Measurement: ``step_time_s`` or ``step_time_ms``, or ``log``, a
 Megatron-LM or torchtitan training log (path relative to the table) whose per-iteration lines give
-the step time (median over the logged iterations after the first) and peak memory; optional
-``peak_memory_gib`` overrides the log's. The factors are fitted by ``calibrate.fit`` (the same
+the step time and peak memory, read as ``autoplan calibrate`` reads a log (the median past the
+warm-up; the peak reserved memory); optional ``peak_memory_gib`` overrides the log's. The factors are fitted by ``calibrate.fit`` (the same
 constants and search as ``validate --calibrate`` on runs made here) and judged leave-one-out.
 """
 
@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import csv
 import math
-import re
 import statistics
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -29,18 +28,13 @@ from typing import Any
 
 from costmodels.assumptions import DEFAULT_ASSUMPTIONS
 from costmodels.layout import Layout, LayoutError
+from planner.calibrate import megatron_log, torchtitan_log
 from planner.plan.plan_file import PlanInputs
 
 from .calibrate import Run, fit, predict_all
 from .runner import ValidateError
 
 GIB = 2**30
-MIB = 2**20
-_ANSI = re.compile(r"\x1b\[[0-9;]*m")
-_MEGATRON_ITER = re.compile(r"iteration\s+(\d+)/\s*\d+\s*\|.*?elapsed time per iteration \(ms\):\s*([0-9.]+)")
-_MEGATRON_MEMORY = re.compile(r"memory \(MB\)\s*\|.*?max allocated:\s*([0-9.]+)")
-_TITAN_STEP = re.compile(r"step:\s*(\d+)\s.*?tps:\s*([0-9,]+)")
-_TITAN_MEMORY = re.compile(r"memory:\s*([0-9.]+)\s*GiB")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -54,38 +48,25 @@ class LogRun:
     """Where the step time came from: ``table row N`` or the log file and its format."""
 
 
-def parse_megatron(text: str) -> tuple[list[float], float | None]:
-    """Megatron-LM's per-iteration lines: ``iteration N/ M | ... | elapsed time per iteration
-    (ms): T | ...`` (``training.py``'s ``training_log``), and the peak of the ``memory (MB) | ... |
-    max allocated: X`` lines. Returns (seconds per iteration of each line after the first, bytes)."""
-    times = [float(m.group(2)) / 1e3 for m in _MEGATRON_ITER.finditer(text)]
-    peaks = [float(m.group(1)) * MIB for m in _MEGATRON_MEMORY.finditer(text)]
-    return times[1:] if len(times) > 1 else times, max(peaks) if peaks else None
-
-
-def parse_torchtitan(text: str, tokens_per_step: float, num_gpus: int) -> tuple[list[float], float | None]:
-    """torchtitan's ``step: N  loss: L  memory: M GiB(P%)  tps: T  tflops: F  mfu: U%`` lines.
-
-    ``tps`` is tokens per second per device: a rank's tokens over the window's time and the
-    non-data-parallel degree (``components/metrics.py``), so a step of the global batch takes
-    global batch × sequence length / (tps × GPUs). ``memory`` is the peak reserved GiB."""
-    clean = _ANSI.sub("", text)
-    tps = [float(m.group(2).replace(",", "")) for m in _TITAN_STEP.finditer(clean)]
-    times = [tokens_per_step / (t * num_gpus) for t in tps if t > 0]
-    peaks = [float(m.group(1)) * GIB for m in _TITAN_MEMORY.finditer(clean)]
-    return times[1:] if len(times) > 1 else times, max(peaks) if peaks else None
-
-
 def _log_measurement(path: Path, inputs: PlanInputs) -> tuple[float, float | None, str]:
+    """(median seconds per step, peak bytes or None, where) of a Megatron-LM or torchtitan log, read
+    as ``autoplan calibrate`` reads one (``planner.calibrate.megatron_log``, ``torchtitan_log``: the
+    same warm-up dropped, the same peak taken), so both commands measure a log alike."""
     try:
         text = path.read_text(encoding="utf-8", errors="replace")
     except OSError as err:
         raise ValidateError(f"--from-log: cannot read the log {path} ({err.strerror})") from None
+    lines = megatron_log.log_lines(text)
+    times = megatron_log.step_times(lines)
+    if times:
+        return (statistics.median(times), megatron_log.peak_memory_bytes(lines),
+                f"{path.name} (megatron, {len(times)} iterations)")
+    lines = torchtitan_log.log_lines(text)
     tokens = float(inputs.training.global_batch_size) * float(inputs.training.seq_len)
-    for name, (times, peak) in (("megatron", parse_megatron(text)),
-                                ("torchtitan", parse_torchtitan(text, tokens, inputs.gpus))):
-        if times:
-            return statistics.median(times), peak, f"{path.name} ({name}, {len(times)} iterations)"
+    times = torchtitan_log.step_times(lines, tokens, inputs.gpus)
+    if times:
+        return (statistics.median(times), torchtitan_log.peak_memory_bytes(lines),
+                f"{path.name} (torchtitan, {len(times)} steps)")
     raise ValidateError(f"--from-log: {path} has no Megatron-LM 'elapsed time per iteration (ms)' line and no "
                         "torchtitan 'step: N ... tps: T' line; give step_time_s in the table instead")
 
