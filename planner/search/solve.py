@@ -26,10 +26,9 @@ Prunes, each of which never cuts the answer:
   groups' least pipeline floor, then on its least (group, state) bound, a pair, and then each
   member, is cut when its bound exceeds (1 + band) × the smaller of the mesh's fastest plan
   so far and the threshold (the K-th fastest mesh's, or the tie band's edge above the fastest of
-  all where that is larger, ``_Ranking.threshold_s``): it can then be neither the mesh's fastest,
-  nor within the band of the fastest of a mesh the result holds (where the simplest plan is
-  picked, ``ranking.MeshBand``). That
-  cutoff only falls while a mesh waits for its visit, so a group whose bubble floor passes it keeps
+  all where that is larger, ``standings.Standings.cutoff_s``): it can then be neither the mesh's
+  fastest, nor within the band of the fastest of a mesh the result holds (where the simplest plan
+  is picked, ``ranking.MeshBand``). That cutoff only falls while a mesh waits for its visit, so a group whose bubble floor passes it keeps
   that floor (``search_groups.schedule_groups``). Meshes are taken best floor first, so the K-th
   plan is known early and whole meshes are cut on a floor without a full evaluation.
 - TP-overlap twins (a layout with overlap on and off; ``bounds.tp_overlap_sign``, proof there): the
@@ -37,8 +36,10 @@ Prunes, each of which never cuts the answer:
   the other, and a group of it waits on its faster twin's pipeline floor; one twin's costed peak
   memory gives the other's, and outside DualPipe a faster twin's exact step time past the cutoff
   cuts the slower (``overlap_twins``). The answer is unchanged; only counts of evaluated layouts move.
-Bounds sum the estimate's terms in another order, so every cut keeps a relative slack of
-``BOUND_SLACK``. The result equals ``brute_force.solve_brute_force`` exactly.
+A layout that passes every cut is offered with its exact step time as the bounds sum it, and costed
+in full only where the result reads it (``standings``). Bounds sum the estimate's terms in another
+order, so every cut keeps a relative slack of ``BOUND_SLACK``. The result equals
+``brute_force.solve_brute_force`` exactly.
 """
 
 from __future__ import annotations
@@ -50,7 +51,7 @@ from contextlib import contextmanager
 from dataclasses import replace
 from typing import Iterator
 
-from costmodels.bands import Band, shipped_memory_band
+from costmodels.bands import shipped_memory_band
 from costmodels.bounds import mean_floor_s, pipeline_floor_s, tp_overlap_sign
 from costmodels.breakdown import CostBreakdown
 from costmodels.estimate import CostModel
@@ -60,7 +61,8 @@ from .floors import MemoryFloors
 from .twins import OverlapTwins
 from costmodels.tie_band import TieBand
 
-from .ranking import MeshBand, ranked_plans, tie_band
+from .ranking import tie_band
+from .standings import Offer, Standings
 from .groups import Group, least_bound_s, pairs, schedule_groups, states_that_may_fit, with_state_floors
 from .result import SolverResult, count, overshoot_key
 from .schedule_rules import RuleCheck, num_runnable_schedules, runnable_schedules
@@ -73,51 +75,6 @@ BOUND_SLACK = 1e-9
 ``estimate`` in another order, so it may lie a few units in the last place above the estimate."""
 
 
-class _Ranking:
-    """Each mesh's band of plans (``ranking.MeshBand``), and the step time a new mesh must beat to
-    enter the top K."""
-
-    def __init__(self, top_k: int, band: TieBand, memory_band: Band | None) -> None:
-        self.top_k = top_k
-        self.tie_band = band
-        self.memory_band = memory_band
-        self.band_rel = band.band_rel
-        self.bands: dict[tuple, MeshBand] = {}
-        """Keyed by ``MeshChoice.degrees``: a mesh's placements and dispatchers share one band, as
-        brute force's ``ranking.mesh_of`` does."""
-        self._threshold_s = float("inf")
-
-    @property
-    def best(self) -> dict[tuple, MeshBand]:
-        return self.bands
-
-    def threshold_s(self) -> float:
-        """Step time past which a mesh's fastest plan is neither in the top K nor tied with the
-        fastest of all (``ranking.ranked_plans``): the larger of the K-th fastest mesh's step time
-        (inf while fewer than K meshes have a plan) and the tie band's edge above the fastest."""
-        return self._threshold_s
-
-    def offer(self, mesh: MeshChoice, breakdown: CostBreakdown) -> None:
-        band = self.bands.setdefault(mesh.degrees, MeshBand(self.tie_band, self.memory_band))
-        before = band.fastest
-        band.offer(breakdown)
-        if band.fastest is not before and len(self.bands) >= self.top_k:
-            fastest = heapq.nsmallest(self.top_k, (b.fastest_key[0] for b in self.bands.values()))
-            self._threshold_s = max(fastest[-1], fastest[0] * (1 + self.band_rel))
-
-    def cutoff_s(self, mesh: MeshChoice) -> float:
-        """A subtree whose bound exceeds this holds neither a faster plan for a mesh that
-        ``ranking.ranked_plans`` returns (a top-K mesh, or one tied with the fastest) nor one within
-        the band of such a mesh's fastest."""
-        band = self.bands.get(mesh.degrees)
-        mesh_best = band.fastest.step_time_s if band is not None and band.fastest is not None else float("inf")
-        return (1 + self.band_rel) * min(mesh_best, self._threshold_s) * (1 + BOUND_SLACK)
-
-    def result(self) -> tuple[tuple[CostBreakdown, ...], dict[tuple, int]]:
-        """The simplest in-band plan of each of the K fastest meshes, and each one's tied count."""
-        return ranked_plans(self.bands, self.top_k, self.tie_band)
-
-
 class _Tally:
     """Counts and closest misses gathered while searching."""
 
@@ -127,9 +84,9 @@ class _Tally:
         self.num_misses = num_misses
         self.evaluated = 0
 
-    def miss(self, breakdown: CostBreakdown, ranking: _Ranking) -> None:
+    def miss(self, breakdown: CostBreakdown, ranking: Standings) -> None:
         self.rejected["memory"] += 1
-        if ranking.best:
+        if ranking:
             return  # closest misses are reported only when nothing fits
         self.misses.append(breakdown)
         if len(self.misses) > 64:
@@ -179,7 +136,8 @@ def _solve(cost_model: CostModel, num_gpus: int, domain_gpus: int, options: Sear
            num_misses: int, band: TieBand | None) -> SolverResult:
     model, training = cost_model.model, cost_model.training
     band = band or tie_band(training.runtime)
-    ranking, tally = _Ranking(top_k, band, shipped_memory_band(training.runtime)), _Tally(num_misses)
+    ranking = Standings(cost_model, top_k, band, shipped_memory_band(training.runtime))
+    tally = _Tally(num_misses)
     total = 0
     work: list[tuple] = []
     pipes_of: dict[tuple[int, int], list[PipelineChoice]] = {}  # they read the mesh's dp and pp only
@@ -205,14 +163,14 @@ def _solve(cost_model: CostModel, num_gpus: int, domain_gpus: int, options: Sear
         floor_s, order, stage, mesh, states, groups, cm = heapq.heappop(work)
         if stage < 2:
             states, num_scheds, check = states
-        if floor_s > ranking.cutoff_s(mesh):  # the mesh's floor: no pair of it can pass
+        if floor_s > ranking.cutoff_s(mesh.degrees, BOUND_SLACK):  # the mesh's floor: no pair of it can pass
             count(tally.rejected, "slower", (num_scheds if stage < 2 else sum(len(g.members) for g in groups))
                   * len(states))
         elif stage == 0:  # stage 1: the schedule groups, each with its pipeline floor
             scheds = runnable_schedules(check, mesh, model, training, options, groups,
                                         _kept_sp_values(cm, mesh, options))
             groups = schedule_groups(cm, mesh, states[0], _undominated(cm, mesh, scheds),
-                                      ranking.cutoff_s(mesh) - cm.assumptions.step_overhead_s)
+                                      ranking.cutoff_s(mesh.degrees, BOUND_SLACK) - cm.assumptions.step_overhead_s)
             floor_s = min(group.floor_s for group in groups) + cm.assumptions.step_overhead_s
             heapq.heappush(work, (floor_s, order, 1, mesh, (states, num_scheds, check), groups, cm))
         elif stage == 1:  # stage 2: with each state that may fit, its floor added
@@ -236,7 +194,7 @@ def _solve(cost_model: CostModel, num_gpus: int, domain_gpus: int, options: Sear
 
 
 def _visit_mesh(cost_model: CostModel, mesh: MeshChoice, states: list[StateChoice], groups: list["Group"],
-                ranking: _Ranking, tally: _Tally) -> None:
+                ranking: Standings, tally: _Tally) -> None:
     """Evaluate a mesh's (group, state) pairs best bound first (``pairs``) until the bound passes the
     cutoff; inside a pair, each member is bounded on its own first, in time and in memory: a member
     whose pipeline floor is not known yet (one with recomputation, the first time it is met) is
@@ -249,15 +207,15 @@ def _visit_mesh(cost_model: CostModel, mesh: MeshChoice, states: list[StateChoic
     twins, heavy = OverlapTwins(cost_model), MemoryFloors(cost_model, mesh)
     left = sum(len(g.members) for g in groups) * len(states)  # schedule choices of the pairs not yet taken
     for pair in pairs(cost_model, mesh, states, groups):
-        cutoff_s = ranking.cutoff_s(mesh)  # it falls only when a plan is offered
+        cutoff_s = ranking.cutoff_s(mesh.degrees, BOUND_SLACK)  # it falls only when a plan is offered
         if pair.bound_s > cutoff_s:
             count(tally.rejected, "slower", left)
             return
         left -= len(pair.members)
         lowest_s = None  # the exact step time of the group's lowest member, a floor for every member
         for position, sched in enumerate(pair.members):
-            cutoff_s = ranking.cutoff_s(mesh)
-            prune = bool(ranking.best) or not tally.num_misses  # misses matter only while nothing fits
+            cutoff_s = ranking.cutoff_s(mesh.degrees, BOUND_SLACK)
+            prune = bool(ranking) or not tally.num_misses  # misses matter only while nothing fits
             known = sched.recompute == "none" or sched in floors  # its pipeline floor
             if not known and prune and heavy.too_big(pair.state, sched):
                 tally.rejected["memory"] += 1  # its states and activations alone pass the capacity
@@ -278,21 +236,28 @@ def _visit_mesh(cost_model: CostModel, mesh: MeshChoice, states: list[StateChoic
             if fits is False:
                 tally.rejected["memory"] += 1
                 continue
-            if ranking.best and lowest_s is None and len(pair.members) > 1:  # once a member passes its memory floor
+            if ranking and lowest_s is None and len(pair.members) > 1:  # once a member passes its memory floor
                 lowest_s = twins.step_s(make_layout(mesh, pair.state, pair.group.lowest), cutoff_s)
             if lowest_s is not None and lowest_s > cutoff_s:
                 count(tally.rejected, "slower", len(pair.members) - position)  # the group's floor, now exact
                 break
-            if ranking.best and (lowest_s if lowest_s is not None and sched == pair.group.lowest else
-                                 twins.step_s(layout, cutoff_s)) > cutoff_s:
-                tally.rejected["slower"] += 1  # its exact time, summed without memory and traffic
-                continue
+            summed_s = None
+            if ranking:  # its exact time, summed without memory and traffic
+                summed_s = (lowest_s if lowest_s is not None and sched == pair.group.lowest else
+                            twins.step_s(layout, cutoff_s))
+                if summed_s > cutoff_s:
+                    tally.rejected["slower"] += 1
+                    continue
             if prune and fits is None and not twins.fits(layout):
                 tally.rejected["memory"] += 1
                 continue
+            if summed_s is not None and not layout.optimizer_offload:  # it fits (host RAM: the estimate's word)
+                ranking.offer(mesh.degrees, Offer(layout=layout, step_time_s=summed_s))
+                tally.rejected["slower"] += 1
+                continue
             breakdown = cost_model.estimate(layout)
             if breakdown.fits:
-                ranking.offer(mesh, breakdown)
+                ranking.offer(mesh.degrees, Offer(layout=layout, step_time_s=breakdown.step_time_s, breakdown=breakdown))
                 tally.rejected["slower"] += 1
             else:
                 tally.miss(breakdown, ranking)

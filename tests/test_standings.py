@@ -1,0 +1,100 @@
+"""``planner.search.standings``: offers made on summed step times give the result that full estimates
+give (``ranking.ranked_plans`` over ``MeshBand``s, as brute force builds it), while costing in full
+only what decides it."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from costmodels.bands import shipped_memory_band
+from costmodels.bounds import step_time_s
+from costmodels.breakdown import CostBreakdown
+from costmodels.estimate import CostModel
+from costmodels.job import Job
+from costmodels.presets import load_model
+from costmodels.runtimes import CONVENTIONS
+from costmodels.training import TrainingSpec
+from hardware_specs import load_node, make_cluster
+from planner.search.ranking import MeshBand, mesh_of, ranked_plans, tie_band
+from planner.search.space import SearchOptions, all_layouts
+from planner.search.standings import SUMMED_SLACK, Offer, Standings
+
+
+class _Counting(CostModel):
+    """A cost model that counts its full estimates."""
+
+    estimates = 0
+
+    def estimate(self, layout):
+        _Counting.estimates += 1
+        return super().estimate(layout)
+
+
+def _job(model: str, gpus: int, runtime: str) -> _Counting:
+    training = TrainingSpec(global_batch_size=16, seq_len=512, precision="bf16", runtime=runtime)
+    return _Counting(Job(model=load_model(model), training=training, cluster=make_cluster(load_node("h100-sxm-80gb"), gpus),
+                         memory_fraction=0.5, convention=CONVENTIONS[runtime]))
+
+
+def _fitting(cm: CostModel) -> list[CostBreakdown]:
+    layouts = all_layouts(cm.model, cm.training, cm.cluster.num_gpus, cm.cluster.gpus_per_node, SearchOptions())
+    return [b for b in map(cm.estimate, layouts) if b.fits]
+
+
+@pytest.mark.parametrize(("model", "gpus", "runtime", "top_k"), [
+    ("tiny-llama", 8, "megatron", 3), ("tiny-mixtral", 8, "megatron", 4), ("tiny-gpt", 4, "torch", 2),
+    ("llama2-7b", 8, "megatron", 5)])
+def test_summed_offers_give_the_full_estimates_result(model, gpus, runtime, top_k):
+    """Every fitting layout offered on its summed step time (moved by up to ``jitter`` x the slack, as
+    another summing order would move it) gives the ranked plans and tied counts that the same
+    layouts' full estimates give through ``MeshBand`` and ``ranked_plans``; the plans returned are
+    full estimates, and far fewer layouts are costed in full than offered."""
+    cm = _job(model, gpus, runtime)
+    band, memory_band = tie_band(runtime), shipped_memory_band(runtime)
+    full = _fitting(cm)
+    bands: dict[tuple, MeshBand] = {}
+    for b in full:
+        bands.setdefault(mesh_of(b.layout), MeshBand(band, memory_band)).offer(b)
+    want, want_tied = ranked_plans(bands, top_k, band)
+
+    rng = random.Random(7)
+    summed = [step_time_s(cm, b.layout) for b in full]
+    for jitter in (0.0, 0.3):
+        standings = Standings(cm, top_k, band, memory_band)
+        for b, seconds in zip(full, summed):
+            seconds *= 1 + jitter * SUMMED_SLACK * rng.uniform(-1, 1)
+            standings.offer(mesh_of(b.layout), Offer(layout=b.layout, step_time_s=seconds))
+        _Counting.estimates = 0
+        got, got_tied = standings.result()
+        assert [p.layout for p in got] == [p.layout for p in want], jitter
+        assert [p.step_time_s for p in got] == [p.step_time_s for p in want], jitter
+        assert got_tied == want_tied, jitter
+        assert all(isinstance(p, CostBreakdown) for p in got)
+        assert 0 < _Counting.estimates < len(full)
+
+
+def test_an_offer_at_its_bands_edge_is_placed_by_its_estimate():
+    """An offer whose summed time lies within the slack of its band's edge is costed in full, so
+    whether it is tied is decided on its estimate, as brute force decides it."""
+    cm = _job("tiny-llama", 8, "megatron")
+    band, memory_band = tie_band("megatron"), shipped_memory_band("megatron")
+    full = sorted(_fitting(cm), key=lambda b: b.step_time_s)
+    fastest = full[0]
+    mesh = [b for b in full if mesh_of(b.layout) == mesh_of(fastest.layout)]
+    assert len(mesh) > 1
+    other = mesh[1]
+    edge_s = fastest.step_time_s * (1 + band.band_rel)
+    standings = Standings(cm, 1, band, memory_band)
+    standings.offer(mesh_of(fastest.layout), Offer(layout=fastest.layout, step_time_s=fastest.step_time_s))
+    # summed just inside the edge, while the estimate (other's own time) decides
+    standings.offer(mesh_of(other.layout), Offer(layout=other.layout, step_time_s=edge_s * (1 - SUMMED_SLACK / 2)))
+    _Counting.estimates = 0
+    got, got_tied = standings.result()
+    assert _Counting.estimates == 2  # the fastest, and the offer at the edge
+    exact = MeshBand(band, memory_band)
+    exact.offer(fastest)
+    exact.offer(other)
+    want, want_tied = ranked_plans({mesh_of(fastest.layout): exact}, 1, band)
+    assert [p.layout for p in got] == [p.layout for p in want] and got_tied == want_tied
