@@ -53,6 +53,29 @@ def rank_chunks(schedule: str, pp: int, virtual_stages: int) -> list[list[int]]:
     return chunk_order(pp, virtual_stages)
 
 
+def check_requested_split(model_name: str, num_layers: int, layers_per_chunk: tuple[int, ...],
+                          first: int | None, last: int | None) -> None:
+    """Refuse, naming the option, a split a search is asked to keep that no pipeline of the model can
+    take: chunk counts that are not positive integers or do not add up to the model's layers, or a
+    first or last rank that would hold every layer (another rank needs at least one)."""
+    if layers_per_chunk:
+        if any(not isinstance(n, int) or isinstance(n, bool) or n < 1 for n in layers_per_chunk):
+            raise StageSplitError(f"{field('layers_per_chunk', ','.join(map(str, layers_per_chunk)))}: every chunk "
+                                  "needs a whole number of layers, at least one")
+        if sum(layers_per_chunk) != num_layers:
+            raise StageSplitError(f"{field('layers_per_chunk', ','.join(map(str, layers_per_chunk)))} adds up to "
+                                  f"{sum(layers_per_chunk)} layers; {model_name} has {num_layers}: list counts that "
+                                  f"sum to {num_layers}")
+    for name, value in (("first_stage_layers", first), ("last_stage_layers", last)):
+        if value is not None and (not isinstance(value, int) or isinstance(value, bool)
+                                  or not 1 <= value <= num_layers - 1):
+            raise StageSplitError(f"{field(name, value)} must be a whole number from 1 to {num_layers - 1} "
+                                  f"({model_name} has {num_layers} layers, and the other pipeline ranks need one each)")
+    if first is not None and last is not None and first + last > num_layers:
+        raise StageSplitError(f"{field('first_stage_layers', first)} + {field('last_stage_layers', last)} is "
+                              f"{first + last}; {model_name} has {num_layers} layers")
+
+
 def first_last_split(num_layers: int, pp: int, virtual_stages: int, first: int | None,
                      last: int | None) -> tuple[int, ...]:
     """Megatron's uneven form as layers per chunk: ``first`` (``last``) layers on the first (last)

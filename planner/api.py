@@ -21,7 +21,7 @@ from costmodels.job import Job as CostJob
 from costmodels.layout import Layout, LayoutError, check_layout
 from costmodels.model_spec import ModelSpec
 from costmodels.presets import load_model
-from costmodels.stage_split import StageSplitError, first_last_split, parse_layers
+from costmodels.stage_split import StageSplitError, check_requested_split, first_last_split, parse_layers
 from costmodels.training import TrainingSpec
 from hardware_specs import ClusterSpec, NodeSpec, load_node, make_cluster
 from hardware_specs.checks import MAX_GPUS, MAX_TOKENS_PER_STEP, finite, flag, whole
@@ -272,6 +272,10 @@ def plan(*, model: str | ModelSpec, hardware: str | NodeSpec, gpus: int, global_
                       seq_len=seq_len, **options)
     check_narrowing_gpus(narrowing, gpus)
     check_narrowing_cluster(narrowing, job.cluster)
+    if not isinstance(layers_per_chunk, (tuple, list)):
+        raise StageSplitError(f"{field('layers_per_chunk')} must be a list of layer counts, got {layers_per_chunk!r}")
+    check_requested_split(job.model.name, job.model.num_layers, tuple(layers_per_chunk), first_stage_layers,
+                          last_stage_layers)
     if table.applies_launch_rule and job.training.recipe.is_low_precision:
         raise PlanError(f"{field('precision', job.training.precision)} with {field('runtime', 'torch')}: the generated "
                         f"job does not apply low-precision recipes; plan with {field('runtime', 'megatron')} or "
@@ -298,6 +302,8 @@ def plan(*, model: str | ModelSpec, hardware: str | NodeSpec, gpus: int, global_
     band = tie_band(job.training.runtime)
     result = _search_offload_last(run, cost_model, gpus, job.cluster.nvlink_domain_gpus, search_options, top_k + 1,
                                   band)
+    if not result.num_candidates and search_options.fixed_split:
+        raise StageSplitError(_split_fits_no_pipeline(layers_per_chunk, first_stage_layers, last_stage_layers))
     refined = result.ranked if search_options.fixed_split or not table.uneven_stages else \
         tuple(sorted((refine_stages(cost_model, b) for b in result.ranked), key=rank_key))
     memory_band = shipped_memory_band(job.training.runtime)
@@ -432,6 +438,20 @@ def stage_split_option(num_layers: int, *, pp: int, virtual_stages: int, layers_
     if first is None and last is None:
         return ()
     return first_last_split(num_layers, pp, virtual_stages, first, last)
+
+
+def _split_fits_no_pipeline(layers_per_chunk: Sequence[int], first: int | None, last: int | None) -> str:
+    """Why a search asked to keep a split had nothing to search: no pipeline the options allow takes it."""
+    if layers_per_chunk:
+        asked = f"{field('layers_per_chunk', ','.join(map(str, layers_per_chunk)))}"
+        need = (f"its {len(layers_per_chunk)} chunks need a pipeline of pp x virtual stages = {len(layers_per_chunk)} "
+                "(2 chunks per rank under ZB-V and DualPipeV)")
+    else:
+        asked = " ".join(field(name, value) for name, value in (("first_stage_layers", first),
+                                                                 ("last_stage_layers", last)) if value is not None)
+        need = "Megatron's form needs pp > 1, and the rest of the layers to split evenly over the middle ranks' chunks"
+    return (f"no pipeline the other options allow takes {asked}: {need}; change the split, or the "
+            f"{field('pp')} / {field('virtual_stages')} values")
 
 
 def _one_split_form(listed: bool, first: int | None, last: int | None) -> None:

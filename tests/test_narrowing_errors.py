@@ -11,6 +11,7 @@ from click.testing import CliRunner
 
 from planner import api
 from planner.cli import main
+from costmodels.stage_split import StageSplitError
 from planner.search.runtime_space import NarrowingError
 
 JOB = dict(model="llama3-70b", hardware="h100-sxm-80gb", gpus=64, global_batch=512, seq_len=8192)
@@ -24,6 +25,8 @@ ARGV = ["--model", "llama3-70b", "--hardware", "h100-sxm-80gb", "--gpus", "64", 
      "megatron cannot combine ZeRO stage 3 with pipelining"),
     (["--runtime", "deepspeed", "--zero-stages", "2", "--pp", "2"], dict(runtime="deepspeed", zero_stages=[2], pp=[2]),
      "deepspeed cannot combine ZeRO stage 2 with pipelining"),
+    (["--ep", "2,4"], dict(ep=[2, 4]), "llama3-70b is dense"),
+    (["--moe-dispatchers", "deepep"], dict(moe_dispatchers=["deepep"]), "llama3-70b is dense"),
 ])
 def test_a_narrowing_that_excludes_everything_is_bad_input_naming_the_option(options, keywords, says):
     result = CliRunner().invoke(main, ["plan", *ARGV, *options])
@@ -99,3 +102,31 @@ def test_a_peak_over_the_cap_never_reads_fits():
                "best")
     text = console.export_text()
     assert "of 63.6 the fit rule allows (does not fit)" in text and "fits, but" not in text
+
+
+@pytest.mark.parametrize("options, keywords, says", [
+    (["--layers-per-stage", "40,41", "--pp", "2"], dict(layers_per_chunk=(40, 41), pp=[2]), "adds up to 81 layers"),
+    (["--layers-per-stage", "1,1"], dict(layers_per_chunk=(1, 1)), "adds up to 2 layers; llama3-70b has 80"),
+    (["--layers-per-stage", "40,40", "--pp", "4"], dict(layers_per_chunk=(40, 40), pp=[4]),
+     "its 2 chunks need a pipeline of pp x virtual stages = 2"),
+    (["--first-stage-layers", "100"], dict(first_stage_layers=100), "from 1 to 79"),
+    (["--first-stage-layers", "50", "--last-stage-layers", "40"], dict(first_stage_layers=50, last_stage_layers=40),
+     "is 90; llama3-70b has 80 layers"),
+])
+def test_a_split_no_pipeline_takes_is_bad_input_naming_it(options, keywords, says):
+    """A split to keep (``--layers-per-stage``, ``--first/last-stage-layers``) that does not add up to
+    the model's layers, or that no pipeline the other options allow takes, is refused before or
+    instead of a search, naming the option (it planned a smaller model, or crashed, or blamed the
+    global batch)."""
+    result = CliRunner().invoke(main, ["plan", *ARGV, *options])
+    assert result.exit_code == 2, result.output
+    line = [ln for ln in result.output.splitlines() if ln.startswith("error:")]
+    assert len(line) == 1 and says in line[0], result.output
+    assert options[0] in line[0] and "--global-batch" not in line[0]
+    with pytest.raises(StageSplitError, match=says):
+        api.plan(**JOB, **keywords)
+
+
+def test_a_split_that_adds_up_is_kept():
+    report = api.plan(**JOB, layers_per_chunk=(40, 40))
+    assert report.best.layout.layers_per_chunk == (40, 40)

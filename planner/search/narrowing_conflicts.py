@@ -5,7 +5,8 @@ GPU count ("nothing fits", exit 1, stays for capacity).
 The rules are the search space's own: tp inside one NVLink domain unless ``--allow-cross-node-tp``
 and dividing the attention heads (``planner.search.space.mesh_choices``), pp at most the layers, the
 ZeRO stages a runtime pipelines (``RuntimeCapabilities.pipelined_zero_stages``), virtual stages
-dividing the layers per stage, a micro-batch size dividing the global batch.
+dividing the layers per stage, a micro-batch size dividing the global batch, a MoE dispatcher only
+where the model has experts.
 """
 
 from __future__ import annotations
@@ -83,6 +84,12 @@ def narrowing_conflicts(table: RuntimeCapabilities, narrowing: Narrowing, model:
                                 for k in ("zero_stages", "pp") if getattr(narrowing, k))
         out.append(f"{options}: " + "; ".join(pp_zero))
     out += _virtual_reasons(narrowing, model, gpus, name)
+    if narrowing.ep and model.moe is None and 1 not in narrowing.ep:
+        out.append(f"{name('ep')} {','.join(map(str, narrowing.ep))}: {model.name} is dense, with no experts to "
+                   "spread over an expert-parallel group (ep 1)")
+    if narrowing.moe_dispatchers and model.moe is None and "alltoall" not in narrowing.moe_dispatchers:
+        out.append(f"{name('moe_dispatchers')} {','.join(narrowing.moe_dispatchers)}: {model.name} is dense, with no "
+                   "experts to dispatch tokens to (its layouts carry the default, alltoall)")
     if narrowing.micro_batch_sizes and all(training.global_batch_size % b for b in narrowing.micro_batch_sizes):
         out.append(f"{name('micro_batch_sizes')} {','.join(map(str, narrowing.micro_batch_sizes))}: none divides "
                    f"the global batch {training.global_batch_size}")
