@@ -148,7 +148,7 @@ def plans(tmp_path_factory) -> dict:
     work = tmp_path_factory.mktemp("attach_bad")
     base = _evaluate(work / "plan.json", dp=2, tp=2)
     doc = json.loads(base.read_text())
-    doc["best"]["layout"] |= {"pp": 2, "dp": 1}
+    doc["best"]["layout"] |= {"pp": 2, "dp": 1, "num_microbatches": 2 * doc["best"]["layout"]["num_microbatches"]}
     (work / "pp2.json").write_text(json.dumps(doc))
     (work / "report.json").write_text(json.dumps({"tp_plan": {}, "solver": {}}))
     return {"base": base, "pp2": work / "pp2.json", "report": work / "report.json", "out": work / "new.json",

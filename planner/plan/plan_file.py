@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from costmodels.capabilities import Narrowing
-from costmodels.layout import Layout
+from costmodels.layout import Layout, layout_problems
 from costmodels.model_spec import ModelSpec, model_from_dict, model_to_dict
 from costmodels.training import TrainingSpec
 from planner.plan.predicted_check import check_predicted
@@ -365,7 +365,7 @@ class PlanFile:
         no_fit = raw.get("no_fit")
         if not all(isinstance(w, str) for w in warnings):
             raise PlanFileError("warnings: expected a list of strings")
-        return cls(inputs=PlanInputs.from_dict(raw.get("inputs")),
+        plan = cls(inputs=PlanInputs.from_dict(raw.get("inputs")),
                    inputs_digest=_get(raw, "inputs_digest", "", str),
                    best=None if best is None else PlanEntry.from_dict(best, "best"),
                    candidates=tuple(PlanEntry.from_dict(c, f"candidates.{i}") for i, c in enumerate(candidates)),
@@ -373,6 +373,23 @@ class PlanFile:
                    closest_misses=tuple(MissEntry.from_dict(m, f"closest_misses.{i}") for i, m in enumerate(misses)),
                    no_fit=None if no_fit is None else NoFit.from_dict(no_fit, "no_fit"),
                    warnings=tuple(warnings))
+        plan.check_layouts()
+        return plan
+
+    def check_layouts(self) -> None:
+        """Refuse a plan whose layouts do not fit its own inputs (``costmodels.layout.layout_problems``:
+        the GPU count, the batch, the model's heads and layers), naming the entry: the predictions
+        were made for a layout of these inputs, so such a file was edited by hand."""
+        inputs = self.inputs
+        entries = [("best", self.best)] + [(f"candidates.{i}", c) for i, c in enumerate(self.candidates)]
+        for where, entry in entries:
+            if entry is None:
+                continue
+            problems = layout_problems(entry.layout, inputs.model_spec, inputs.training, inputs.gpus,
+                                       inputs.gpus_per_node)
+            if problems:
+                raise PlanFileError(f"{where}.layout does not fit the plan's inputs: {problems[0]}; "
+                                    "regenerate the plan with 'autoplan plan --out'")
 
     @classmethod
     def from_json(cls, text: str) -> "PlanFile":

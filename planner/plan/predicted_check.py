@@ -20,13 +20,18 @@ NUMBERS = ("step_time_s", "tokens_per_s", "tokens_per_s_per_gpu", "mfu", "hfu", 
 OPTIONAL_NUMBERS = ("memory_usable_gib", "mfu_low_precision_peak", "memory_band_upper", "grads_freed_gib",
                     "host_memory_gib_per_node", "host_memory_capacity_gib")
 """Numbers that may be absent or null (plan files of earlier releases hold ``memory_usable_gib`` null)."""
+RANGES = (("step_time_s", 1e-9, 1e9), ("tokens_per_s", 0.0, 1e18), ("tokens_per_s_per_gpu", 0.0, 1e18),
+          ("mfu", 0.0, 10.0), ("hfu", 0.0, 10.0), ("peak_memory_gib", 0.0, 1e9), ("memory_capacity_gib", 0.0, 1e9),
+          ("bubble_fraction", 0.0, 1.0))
+"""What each required number can be: a step takes some time and less than 30 years; rates, memory
+and fractions are not negative (MFU up to 10: an FP8 plan's MFU is against the BF16 peak)."""
 NUMBER_MAPS = ("memory_gib", "time_s", "comm_gib_per_gpu")
 """Required objects of {name: number}."""
 OPTIONAL_NUMBER_MAPS = ("overhead_gib", "buffers_gib")
 GOODPUT_NUMBERS = ("checkpoint_every_steps",)
+"""What the framework jobs read of ``goodput`` (their checkpoint interval)."""
 BAND_NUMBERS = ("low", "high", "half_width_rel")
 """The numbers of a band's bounds (``costmodels.bands.Band.to_dict``)."""
-"""What the framework jobs read of ``goodput`` (their checkpoint interval)."""
 
 
 def _fail(path: str, expected: str, value: Any, error: type[AutoplanError]) -> None:
@@ -62,6 +67,10 @@ def check_predicted(raw: Any, where: str, error: type[AutoplanError]) -> dict[st
         if (key in NUMBERS or raw.get(key) is not None) and not _number(raw.get(key)):
             _fail(f"{where}.{key}", "a finite number" + (" or null" if key in OPTIONAL_NUMBERS else ""),
                   raw.get(key), error)
+    for key, low, high in RANGES:
+        if not low <= raw[key] <= high:
+            raise error(f"{where}.{key}: {raw[key]!r} is outside {low:g} to {high:g}; regenerate the plan with "
+                        "'autoplan plan --out'")
     if "fits" in raw and not isinstance(raw["fits"], bool):
         _fail(f"{where}.fits", "true or false", raw["fits"], error)
     for key in NUMBER_MAPS + OPTIONAL_NUMBER_MAPS:
