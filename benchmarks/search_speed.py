@@ -80,14 +80,17 @@ PHASES = (
     ("  pipeline floors", "costmodels/bounds.py", "pipeline_floor_s"),
     ("  memory floors", "planner/search/floors.py", "too_big"),
     ("  full estimates", "costmodels/estimate.py", "estimate"),
+    ("the result", "planner/search/standings.py", "result"),
     ("stage refinement", "planner/search/stages.py", "refine_stages"),
 )
 """(label, file, function) of the search's phases (``planner.search.solve``); an indented one runs
-inside the visits and elsewhere, so shares overlap."""
+inside the visits and elsewhere (full estimates mostly in the result, ``planner.search.standings``),
+so shares overlap."""
 
 
-def phase_shares(case: dict) -> tuple[float, dict[str, float]]:
-    """(search seconds under cProfile, each phase's cumulative share of ``planner.plan(**case)``)."""
+def phase_shares(case: dict) -> tuple[float, dict[str, float], int]:
+    """(search seconds under cProfile, each phase's cumulative share of ``planner.plan(**case)``, the
+    number of full estimates it made)."""
     planner.plan(**case)  # the same warm start as a timed repeat
     profile = cProfile.Profile()
     profile.enable()
@@ -99,18 +102,20 @@ def phase_shares(case: dict) -> tuple[float, dict[str, float]]:
     for label, path, function in PHASES:
         shares[label] = sum(cumulative for (file, _, name), (_, _, _, cumulative, _) in stats.items()
                             if name == function and file.endswith(path)) / total
-    return total, shares
+    estimates = sum(calls for (file, _, name), (calls, *_) in stats.items()
+                    if name == "estimate" and file.endswith("costmodels/estimate.py"))
+    return total, shares, estimates
 
 
 def print_phases(runtimes: tuple[str, ...]) -> None:
     for runtime in runtimes:
         for name, case in [*CASES.items(), ("planner.plan llama3-70b on 64 x h100-sxm-80gb", API_CALL)]:
             try:
-                total, shares = phase_shares(dict(case, runtime=runtime))
+                total, shares, estimates = phase_shares(dict(case, runtime=runtime))
             except planner.PlanError:
                 continue
             parts = ", ".join(f"{label.strip()} {share:.0%}" for label, share in shares.items())
-            print(f"{runtime}: {name}: {total:.2f} s under cProfile; {parts}")
+            print(f"{runtime}: {name}: {total:.2f} s under cProfile; {parts}; {estimates:,} full estimates")
 
 
 def main(repeats: int = 5, runtimes: tuple[str, ...] = RUNTIMES) -> None:
