@@ -193,3 +193,14 @@ def test_a_one_sided_band_shows_its_edges_not_a_plus_minus():
     run = CliRunner().invoke(main, ["plan", "--model", "llama3-8b", "--hardware", "h100-sxm-80gb", "--gpus", "8",
                                     "--global-batch", "64", "--seq-len", "4096", "--runtime", "deepspeed"])
     assert run.exit_code == 0 and "+0% to +" in run.output.split("peak memory")[1].splitlines()[0]
+
+
+def test_band_edges_print_as_figures_not_exponents():
+    """A band of a thousand GiB or seconds reads 767-1,080, not 767-1.08e+03."""
+    from planner.plan.render import band_lines
+
+    record = {"basis": "held-out residuals", "record": "x y"}
+    lines = band_lines({"peak_memory_gib": {"low": 767.3, "high": 1080.2, **record},
+                        "step_time_s": {"low": 0.0123, "high": 54.92, **record}})
+    assert lines[0].startswith("step band 0.0123-54.9 s") and lines[1].startswith("memory band 767-1,080 GiB")
+    assert "e+" not in "".join(lines)

@@ -178,13 +178,19 @@ def _pm(band: dict | None, value: float) -> str:
     return f" ± {band['half_width_rel']:.0%}"
 
 
+def _figure(value: float) -> str:
+    """Three significant digits, without an exponent up to the billions: 0.0123, 1.23, 123, 1,080."""
+    return f"{value:,.0f}" if 100 <= abs(value) < 1e12 else f"{value:.3g}"
+
+
 def band_lines(band: dict) -> list[str]:
     """Where each band comes from (``predicted.band``), one line each."""
     lines = []
     for key, what, unit in (("step_time_s", "step", "s"), ("peak_memory_gib", "memory", "GiB")):
         b = band.get(key)
         if b:
-            lines.append(f"{what} band {b['low']:.3g}-{b['high']:.3g} {unit}: {b['basis']} ({b['record'].split()[0]})")
+            lines.append(f"{what} band {_figure(b['low'])}-{_figure(b['high'])} {unit}: {b['basis']} "
+                         f"({b['record'].split()[0]})")
     if band and band.get("step_time_s") is None and band.get("step_time_note"):
         lines.append(band["step_time_note"])
     return lines
