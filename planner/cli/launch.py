@@ -61,7 +61,8 @@ from .k8s_options import SCHEDULERS, kubernetes_options
               help="framework jobs: optimizer steps to train (default: 1000; Megatron's --train-iters)")
 @click.option("--lr", type=float, default=None, help="framework jobs: peak learning rate (default: 3e-4)")
 @click.option("--warmup-steps", type=int, default=None,
-              help="framework jobs: linear warm-up steps before the cosine decay (default: 100)")
+              help="framework jobs: linear warm-up steps before the cosine decay (default: 100; below --steps "
+                   "for megatron and deepspeed, whose schedulers stop otherwise)")
 @click.option("--min-lr-ratio", type=float, default=None,
               help="framework jobs: the decay's final rate as a fraction of --lr (default: 0.1)")
 @click.option("--slurm-time", default="24:00:00", show_default=True,

@@ -32,7 +32,8 @@ from .torchtitan_cli import (JOB_REGISTRY, job_registry, takes_command_line, tor
                              torchtitan_030_script)
 from .megatron_fields import bridge_override_lines
 from .slurm import SlurmOptions
-from .training_settings import DEFAULT_SETTINGS, TrainingSettings, megatron_training_args, torchtitan_training_sections
+from .training_settings import (DEFAULT_SETTINGS, TrainingSettings, megatron_training_args, require_schedulable,
+                                torchtitan_training_sections)
 
 if TYPE_CHECKING:
     from hardware_specs import HardwareSpec
@@ -220,7 +221,9 @@ def framework_files(runtime: str, name: str, model: ModelSpec, training: Trainin
                     settings: TrainingSettings = DEFAULT_SETTINGS, version: str | None = None) -> dict[str, str]:
     """{file name: text} of the framework's own option files for ``runtime`` of release ``version``
     (None: its latest), saving a checkpoint every ``checkpoint_every`` steps and training as
-    ``settings`` say (named in each file's header)."""
+    ``settings`` say (named in each file's header). Refuses a warm-up the runtime's scheduler would
+    stop on (``require_schedulable``)."""
+    require_schedulable(settings, runtime)
     saves = frameworks.megatron_checkpoint_args(checkpoint_every) + megatron_training_args(settings)
     args, notes = frameworks.megatron_args(model, training, layout, training.seq_len) \
         if runtime in ("megatron", "megatron-bridge") else ([], [])
