@@ -198,6 +198,31 @@ def test_launch_prints_the_line_that_submits_the_job_and_takes_slurm_options(tmp
     assert bad.exit_code == 2 and "--slurm-time 'soon'" in bad.output and not (tmp_path / "job2").exists()
 
 
+@pytest.mark.parametrize("time", ["0", "90", "90:30", "48:00:00", "2-12", "2-12:30", "2-12:30:15", "10000"])
+def test_slurm_time_takes_each_of_sbatchs_forms(jobs, tmp_path, time):
+    result = CliRunner().invoke(main, ["launch", str(jobs["megatron"].parent / "plan.json"), "--out",
+                                       str(tmp_path / "job"), "--slurm-time", time])
+    assert result.exit_code == 0, result.output
+    assert f"#SBATCH --time={time}\n" in (tmp_path / "job" / "slurm.sbatch").read_text()
+
+
+@pytest.mark.parametrize("time, problem", [
+    ("99:99:99", "minutes 99 is out of range (0-59 after another field)"), ("90:60", "seconds 60"),
+    ("1:60:00", "minutes 60"), ("1:00:60", "seconds 60"), ("2-24", "hours 24 is out of range (0-23"),
+    ("2-00:60", "minutes 60"), ("2-00:00:60", "seconds 60"), ("1:2:3:4", "not a time limit"),
+    ("1-2-3", "not a time limit"), ("-1", "not a time limit"), ("1:", "not a time limit"),
+    ("\u0663", "not a time limit"), ("24:00:00\n", "not a time limit"), ("", "not a time limit")])
+def test_slurm_time_outside_sbatchs_forms_is_one_line_exit_2(jobs, tmp_path, time, problem):
+    """sbatch adds the fields up without checking them (Slurm's time_str2secs), so 99:99:99 would be
+    100:40:39: a field after another must be within its unit, digits ASCII, the whole value one form."""
+    result = CliRunner().invoke(main, ["launch", str(jobs["megatron"].parent / "plan.json"), "--out",
+                                       str(tmp_path / "job"), "--slurm-time", time])
+    assert result.exit_code == 2, result.output
+    (line,) = result.output.strip().splitlines()
+    assert line.startswith(f"error: --slurm-time {time!r}: {problem}") and "days-hours:minutes:seconds" in line
+    assert not (tmp_path / "job").exists()
+
+
 @pytest.mark.parametrize("runtime", ["megatron", "megatron-bridge", "torchtitan", "deepspeed"])
 def test_launch_rewrites_its_own_framework_job_directory(jobs, runtime):
     # an earlier job of any runtime is a place launch may write again (the README launches the

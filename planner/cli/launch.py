@@ -66,7 +66,8 @@ from .k8s_options import SCHEDULERS, kubernetes_options
 @click.option("--min-lr-ratio", type=float, default=None,
               help="framework jobs: the decay's final rate as a fraction of --lr (default: 0.1)")
 @click.option("--slurm-time", default="24:00:00", show_default=True,
-              help="slurm.sbatch's wall-clock limit (#SBATCH --time: minutes, HH:MM:SS or D-HH:MM:SS)")
+              help="slurm.sbatch's wall-clock limit (#SBATCH --time: minutes, MM:SS, HH:MM:SS, D-HH, D-HH:MM or "
+                   "D-HH:MM:SS; hours after days 0-23, minutes and seconds after another field 0-59)")
 @click.option("--slurm-exclusive/--no-slurm-exclusive", default=True, show_default=True,
               help="slurm.sbatch asks for whole nodes (#SBATCH --exclusive), as the plan assumes")
 @click.option("--slurm-partition", default=None, help="slurm.sbatch's #SBATCH --partition (default: the cluster's)")
