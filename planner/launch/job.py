@@ -283,7 +283,7 @@ def write_framework_job(plan: PlanFile, out: str | Path, slurm: SlurmOptions = S
                                      flex_dispatcher=layout.moe_dispatcher != "alltoall",
                                      compute_capability=_compute_capability(inputs.hardware))
     launch = framework_launch_sh(runtime, nodes=nodes, gpus_per_node=per_node, summary=job_summary(plan, layout),
-                                 max_connections=connections,
+                                 max_connections=connections, log_dir=settings.log_dir,
                                  command_line=runtime == "torchtitan" and takes_command_line(inputs.runtime_version))
     write_job_file(out / "launch.sh", launch, executable=True)
     write_job_file(out / "slurm.sbatch", framework_sbatch(nodes=nodes, gpus_per_node=per_node, name=model_name(plan),

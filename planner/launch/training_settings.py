@@ -10,9 +10,12 @@ reads ``training.steps``, ``optimizer.lr`` and ``lr_scheduler.warmup_steps``.
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 
 from autoplan_base.errors import AutoplanError
+
+_RELATIVE_PATH = re.compile(r"[A-Za-z0-9._-]+(/[A-Za-z0-9._-]+)*")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -31,7 +34,8 @@ class TrainingSettings:
     weight_decay: float = 0.1
     """AdamW's decoupled weight decay."""
     log_dir: str = "logs"
-    """Where the job writes its TensorBoard logs (relative to the directory it starts in)."""
+    """Where the job writes its TensorBoard logs: a relative path (letters, digits, '.', '_', '-', '/'),
+    in the job directory (torchtitan: in its dump folder there; ``framework_scripts.output_words``)."""
     log_interval: int = 10
     """Steps between log lines."""
 
@@ -43,11 +47,14 @@ class TrainingSettings:
             raise AutoplanError(f"--lr {self.lr!r}: expected a positive number")
         if not 0.0 <= self.min_lr_ratio <= 1.0:
             raise AutoplanError(f"--min-lr-ratio {self.min_lr_ratio!r}: expected a number in [0, 1]")
+        if not _RELATIVE_PATH.fullmatch(self.log_dir) or ".." in self.log_dir.split("/"):
+            raise AutoplanError(f"log_dir={self.log_dir!r}: expected a relative path of letters, digits, '.', '_', "
+                                "'-' and '/', without '..'")
 
     def summary(self) -> str:
         """One line for a job's header: what it trains for and where it writes."""
         return (f"training: {self.steps} steps, learning rate {self.lr:g} after {min(self.warmup_steps, self.steps)} "
-                f"warm-up steps, cosine decay to {self.min_lr:g}; logs in {self.log_dir}/ "
+                f"warm-up steps, cosine decay to {self.min_lr:g}; checkpoints and logs in the job directory "
                 "(autoplan launch --steps, --lr, --warmup-steps, --min-lr-ratio)")
 
     @property
@@ -90,12 +97,13 @@ def require_schedulable(settings: TrainingSettings, runtime: str) -> None:
 
 def megatron_training_args(settings: TrainingSettings = DEFAULT_SETTINGS) -> list[str]:
     """Megatron-LM's (and Megatron-DeepSpeed's) training-length and learning-rate options: cosine decay
-    over the whole run after a linear warm-up (``--lr-decay-style cosine``, ``_add_learning_rate_args``)."""
+    over the whole run after a linear warm-up (``--lr-decay-style cosine``, ``_add_learning_rate_args``).
+    Where the logs go is launch.sh's (``framework_scripts.output_words``)."""
     s = settings
     return ["--train-iters", str(s.steps), "--lr", repr(s.lr), "--min-lr", repr(s.min_lr),
             "--lr-decay-style", "cosine", "--lr-decay-iters", str(s.steps),
             "--lr-warmup-iters", str(min(s.warmup_steps, s.steps)), "--weight-decay", repr(s.weight_decay),
-            "--tensorboard-dir", s.log_dir, "--log-interval", str(s.log_interval)]
+            "--log-interval", str(s.log_interval)]
 
 
 def torchtitan_training_sections(settings: TrainingSettings = DEFAULT_SETTINGS) -> dict[str, dict]:
