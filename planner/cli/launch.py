@@ -80,12 +80,14 @@ def launch_command(plan_file: str, out_dir: str, force: bool, python: str | None
 
     \b
     megatron: Megatron-LM pretrain_gpt.py arguments (megatron_args.sh); megatron-bridge: recipe
-    overrides (bridge_overrides.txt); torchtitan: torchtitan.toml; deepspeed: deepspeed.json and
-    Megatron-DeepSpeed arguments. Each with launch.sh (torchrun) and slurm.sbatch, every costed
-    option written. torch: autoplan's own job (train.py, FSDP2, TP/SP, pipelining, cp, ep), on CUDA
-    with NCCL when present, else on CPU with gloo. A layout the runtime cannot run as costed is
-    refused with one line naming the field. --scheduler kubernetes also writes the manifest that runs
-    DIR/launch.sh's command on each node.
+    overrides (bridge_overrides.txt); torchtitan: its command line (torchtitan_args.sh; a plan made
+    with --runtime-version v0.2.2: torchtitan.toml); deepspeed: deepspeed.json and Megatron-DeepSpeed
+    arguments. Each with launch.sh (torchrun) and slurm.sbatch, every costed option written; their
+    checkpoints and logs go under DIR, whatever directory launch.sh is started from. torch:
+    autoplan's own job (train.py, FSDP2, TP/SP, pipelining, cp, ep), on CUDA with NCCL when present,
+    else on CPU with gloo. A layout the runtime cannot run as costed is refused with one line naming
+    the field. --scheduler kubernetes also writes the manifest that runs DIR/launch.sh's command on
+    each node.
     """
     from planner.launch.export_problems import require_exportable
     from planner.launch.job import write_job
