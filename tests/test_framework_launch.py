@@ -317,3 +317,27 @@ def test_launch_refuses_a_plan_that_does_not_fit_unless_allowed(tmp_path):
     allowed = CliRunner().invoke(main, ["launch", str(plan), "--out", str(tmp_path / "job"), "--allow-no-fit"])
     assert allowed.exit_code == 0, allowed.output
     assert (tmp_path / "job" / "launch.sh").is_file()
+
+
+@pytest.mark.parametrize("evaluate, degrees", [
+    (["--model", "mixtral-8x7b", "--hardware", "h100-sxm-80gb", "--gpus", "8", "--global-batch", "16", "--seq-len",
+      "1024", "--dp", "4", "--tp", "1", "--pp", "1", "--cp", "2", "--ep", "4", "--zero", "1"],
+     ["dp 4", "tp 1", "pp 1", "cp 2", "ep 4"]),
+    (["--model", "tiny-llama", "--hardware", "cpu", "--gpus", "4", "--global-batch", "4", "--seq-len", "32",
+      "--precision", "fp32", "--runtime", "torch", "--dp", "2", "--tp", "1", "--pp", "1", "--cp", "2"],
+     ["dp 2", "tp 1", "pp 1", "cp 2"]),
+])
+def test_job_headers_name_every_degree_the_plan_names(tmp_path, evaluate, degrees):
+    """launch.sh, slurm.sbatch (the torch job's; a framework job's names no layout) and the manifest
+    said "dp 2 tp 4 pp 4" of a cp 2 plan: each header names the degrees the plan's own summary names."""
+    plan = tmp_path / "plan.json"
+    made = CliRunner().invoke(main, ["evaluate", *evaluate, "--out", str(plan)])
+    assert made.exit_code == 0, made.output
+    assert " · ".join(degrees) + " · ZeRO-" in made.output  # the plan's summary
+    result = CliRunner().invoke(main, ["launch", str(plan), "--out", str(tmp_path / "job"), "--scheduler",
+                                       "kubernetes", "--allow-no-fit"])
+    assert result.exit_code == 0, result.output
+    files = ["launch.sh", "jobset.yaml"] + (["slurm.sbatch"] if "torch" in evaluate else [])
+    for file in files:
+        header = (tmp_path / "job" / file).read_text().splitlines()[:2]
+        assert any(f": {' '.join(degrees)} zero " in line for line in header), (file, header)

@@ -156,10 +156,12 @@ def model_name(plan: PlanFile) -> str:
 
 
 def job_summary(plan: PlanFile, layout: Layout) -> str:
+    """One line for the headers of launch.sh, slurm.sbatch and the manifest: the model, the hardware,
+    every degree the layout uses as the plan names it (``Layout.degree_labels``), ZeRO, schedule, recompute."""
     L, inputs, tp_plan = layout, plan.inputs, plan.best.tp_plan
     model = f"user model {inputs.module}" if inputs.module is not None else f"model {inputs.model}"
     tp_text = f" ({len(tp_plan)}-entry tp_plan)" if tp_plan is not None else ""
-    return (f"{model} on {inputs.hardware}: dp {L.dp} tp {L.tp}{tp_text} pp {L.pp} "
+    return (f"{model} on {inputs.hardware}: {' '.join(L.degree_labels())}{tp_text} "
             f"zero {L.zero_stage} schedule {L.schedule} recompute {L.recompute}")
 
 
