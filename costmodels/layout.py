@@ -122,6 +122,16 @@ class Layout:
         """Ranks over which ZeRO shards model states (the HSDP shard group, or all of dp)."""
         return self.hsdp_shard_degree or self.dp
 
+    def degree_labels(self) -> tuple[str, ...]:
+        """The parallel degrees it uses, each as ``axis degree``: dp, tp and pp always, cp and ep above 1,
+        the expert tp where it is set apart from tp, e.g. ``("dp 2", "tp 4", "pp 4", "cp 2")``. The plan's
+        summary and every generated job's header name them so."""
+        labels = [f"dp {self.dp}", f"tp {self.tp}", f"pp {self.pp}"]
+        labels += [f"cp {self.cp}"] if self.cp > 1 else []
+        labels += [f"ep {self.ep}"] if self.ep > 1 else []
+        labels += [f"expert tp {self.expert_tp}"] if self.expert_tp and self.expert_tp != self.tp else []
+        return tuple(labels)
+
     def chunk_layers(self, num_layers: int) -> tuple[int, ...]:
         """Layers on each model chunk, in pipeline order."""
         return self.layers_per_chunk or balanced_split(num_layers, self.num_chunks)

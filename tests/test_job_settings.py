@@ -5,11 +5,13 @@ named in the job's header), and runs the attention kernel the plan costed."""
 from __future__ import annotations
 
 import json
+import types
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 
+from autoplan_base.errors import AutoplanError
 from costmodels.layout import Layout
 from costmodels.presets import load_model
 from costmodels.training import TrainingSpec
@@ -18,6 +20,7 @@ from planner.cli import main
 from planner.launch.frameworks import megatron_deepspeed_args
 from planner.launch.megatron_export import megatron_args
 from planner.launch.readback import bash_array, bridge_fields
+from planner.launch.training_settings import TrainingSettings, require_schedulable
 
 EVALUATE = ["evaluate", "--model", "llama3-8b", "--hardware", "h100-sxm-80gb", "--gpus", "8", "--global-batch", "64",
             "--seq-len", "4096", "--dp", "2", "--tp", "2", "--pp", "2", "--zero", "1", "--sequence-parallel"]
@@ -42,7 +45,8 @@ def test_megatron_jobs_train_as_the_launch_options_say(tmp_path, runtime):
     args = parse(schema, bash_array(text, array))
     assert (args.train_iters, args.lr, args.lr_warmup_iters, args.lr_decay_iters) == (321, 2e-4, 20, 321)
     assert args.min_lr == pytest.approx(1e-5) and args.lr_decay_style == "cosine"
-    assert (args.save, args.load, args.tensorboard_dir) == ("checkpoints", "checkpoints", "logs")
+    # where it saves and logs is launch.sh's, in the job directory (test_framework_launch.py)
+    assert (args.save, args.load, args.tensorboard_dir) == (None, None, None) and args.save_interval > 0
     assert "321 steps, learning rate 0.0002 after 20 warm-up steps" in text  # named in the header
 
 
@@ -70,6 +74,61 @@ def test_bad_training_settings_are_one_line_exit_2(tmp_path, args, message):
     assert CliRunner().invoke(main, [*EVALUATE, "--out", str(plan)]).exit_code == 0
     result = CliRunner().invoke(main, ["launch", str(plan), "--out", str(tmp_path / "job"), *args])
     assert result.exit_code == 2 and message in result.output and not (tmp_path / "job").exists()
+
+
+@pytest.mark.parametrize("runtime", ["megatron", "deepspeed"])
+@pytest.mark.parametrize("args, named", [(["--warmup-steps", "5000"], "--warmup-steps 5000 is not below --steps 1000"),
+                                         (["--steps", "100"], "--warmup-steps 100 (its default) is not below --steps 100"),
+                                         (["--steps", "50", "--warmup-steps", "50"], "--warmup-steps 50 is not below")])
+def test_a_warm_up_megatron_would_stop_on_is_one_line_exit_2(tmp_path, runtime, args, named):
+    """Megatron-LM and Megatron-DeepSpeed assert lr_warmup_steps < lr_decay_steps when they build their
+    scheduler, and these jobs decay over the whole run (--lr-decay-iters = --steps): launch refuses
+    the warm-up before writing anything, naming both options."""
+    plan = tmp_path / "plan.json"
+    assert CliRunner().invoke(main, [*EVALUATE, "--runtime", runtime, "--out", str(plan)]).exit_code == 0
+    result = CliRunner().invoke(main, ["launch", str(plan), "--out", str(tmp_path / "job"), *args])
+    assert result.exit_code == 2, result.output
+    (line,) = result.output.strip().splitlines()
+    assert line.startswith(f"error: {named}") and "--steps" in line and "optimizer_param_scheduler.py" in line
+    assert "Traceback" not in result.output and not (tmp_path / "job").exists()
+
+
+def test_a_long_warm_up_is_written_where_the_framework_shortens_it_itself(tmp_path):
+    """Megatron-Bridge (v0.4.0 on) and torchtitan cap a warm-up longer than the run with a warning and
+    train: their jobs are written, with the warm-up at most the run."""
+    args = ("--steps", "100", "--warmup-steps", "5000")
+    fields = bridge_fields(_job(tmp_path / "mb", "megatron-bridge", *args))
+    assert (fields["train.train_iters"], fields["scheduler.lr_warmup_iters"]) == (100, 100)
+    tokens = bash_array((_job(tmp_path / "tt", "torchtitan", *args) / "torchtitan_args.sh").read_text(),
+                        "TORCHTITAN_ARGS")
+    assert tokens[tokens.index("--lr-scheduler.warmup-steps") + 1] == "100"
+
+
+@pytest.mark.parametrize("warmup, steps", [(0, 1), (99, 100), (100, 100), (5000, 1000), (100, 1000)])
+def test_the_refusal_is_megatron_cores_own_scheduler_check(warmup, steps):
+    """``require_schedulable`` refuses exactly the warm-ups on which Megatron-Core's
+    ``OptimizerParamScheduler`` stops (built as ``get_optimizer_param_scheduler`` builds it from
+    --lr-warmup-iters and --lr-decay-iters = --train-iters, both times the global batch)."""
+    scheduler = pytest.importorskip("megatron.core.optimizer_param_scheduler")
+    batch = 512
+    settings = TrainingSettings(steps=steps, warmup_steps=warmup)
+    try:
+        scheduler.OptimizerParamScheduler(
+            types.SimpleNamespace(param_groups=[{}]), init_lr=0.0, max_lr=settings.lr, min_lr=settings.min_lr,
+            lr_warmup_steps=warmup * batch, lr_decay_steps=steps * batch, lr_decay_style="cosine",
+            start_wd=0.1, end_wd=0.1, wd_incr_steps=steps * batch, wd_incr_style="constant")
+        megatron_starts = True
+    except AssertionError:
+        megatron_starts = False
+    for runtime in ("megatron", "deepspeed"):
+        try:
+            require_schedulable(settings, runtime)
+            refused = False
+        except AutoplanError:
+            refused = True
+        assert refused is not megatron_starts
+    require_schedulable(settings, "megatron-bridge")  # never refused: the frameworks that cap it
+    require_schedulable(settings, "torchtitan")
 
 
 @pytest.mark.parametrize("attention, megatron_backend, flash_flag", [("fused", "flash", True),

@@ -212,7 +212,7 @@ def test_framework_runtime_pods_run_launch_sh_with_the_node_rank(readme_plan, tm
     env = {"PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}", "TORCHRUN_ARGS": str(recorded),
            "MEGATRON_LM": "/opt/megatron-lm", rank_variable: "3", "MASTER_ADDR": "pod-0", "MASTER_PORT": "29500"}
     script = command[2].replace("/workspace/job", str(out))
-    proc = subprocess.run(["bash", "-c", script], env=env, capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(["bash", "-c", script], env=env, capture_output=True, text=True, timeout=60, cwd="/")
     assert proc.returncode == 0, proc.stderr
     args = recorded.read_text().splitlines()
     given = {flag: args[args.index(flag) + 1] for flag in ("--nnodes", "--nproc-per-node", "--node-rank",
@@ -220,6 +220,10 @@ def test_framework_runtime_pods_run_launch_sh_with_the_node_rank(readme_plan, tm
     assert given == {"--nnodes": str(nnodes), "--nproc-per-node": str(gpus_per_node), "--node-rank": "3",
                      "--master-addr": "pod-0", "--master-port": "29500"}
     assert "/opt/megatron-lm/pretrain_gpt.py" in args
+    # as the header says ("checkpoints and logs go under it"), whatever the image's working directory
+    assert "checkpoints and logs go under it" in (out / MANIFEST_FILES[kind]).read_text()
+    places = {flag: args[args.index(flag) + 1] for flag in ("--save", "--load", "--tensorboard-dir")}
+    assert places == {"--save": f"{out}/checkpoints", "--load": f"{out}/checkpoints", "--tensorboard-dir": f"{out}/logs"}
 
 
 @pytest.mark.parametrize("kind", ["jobset", "pytorchjob"])

@@ -110,7 +110,8 @@ def test_launch_sh_runs_the_command_line_with_the_subcommand_last(tmp_path):
     assert options[:4] == ["--module", "llama3", "--config", "llama3_8b"]
     assert subcommand == ["activation-checkpoint:selective"]  # the pick recomputes op-level SAC
     launch = (tmp_path / "job" / "launch.sh").read_text(encoding="utf-8")
-    assert launch.rstrip().endswith('-m torchtitan.train "${TORCHTITAN_ARGS[@]}" "$@" "${TORCHTITAN_AC[@]}"')
+    assert launch.rstrip().endswith('-m torchtitan.train "${TORCHTITAN_ARGS[@]}" --dump_folder "$HERE"/outputs "$@" '
+                                    '"${TORCHTITAN_AC[@]}"')
     assert not (tmp_path / "job" / "torchtitan.toml").exists()
 
 

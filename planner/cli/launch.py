@@ -61,11 +61,13 @@ from .k8s_options import SCHEDULERS, kubernetes_options
               help="framework jobs: optimizer steps to train (default: 1000; Megatron's --train-iters)")
 @click.option("--lr", type=float, default=None, help="framework jobs: peak learning rate (default: 3e-4)")
 @click.option("--warmup-steps", type=int, default=None,
-              help="framework jobs: linear warm-up steps before the cosine decay (default: 100)")
+              help="framework jobs: linear warm-up steps before the cosine decay (default: 100; below --steps "
+                   "for megatron and deepspeed, whose schedulers stop otherwise)")
 @click.option("--min-lr-ratio", type=float, default=None,
               help="framework jobs: the decay's final rate as a fraction of --lr (default: 0.1)")
 @click.option("--slurm-time", default="24:00:00", show_default=True,
-              help="slurm.sbatch's wall-clock limit (#SBATCH --time: minutes, HH:MM:SS or D-HH:MM:SS)")
+              help="slurm.sbatch's wall-clock limit (#SBATCH --time: minutes, MM:SS, HH:MM:SS, D-HH, D-HH:MM or "
+                   "D-HH:MM:SS; hours after days 0-23, minutes and seconds after another field 0-59)")
 @click.option("--slurm-exclusive/--no-slurm-exclusive", default=True, show_default=True,
               help="slurm.sbatch asks for whole nodes (#SBATCH --exclusive), as the plan assumes")
 @click.option("--slurm-partition", default=None, help="slurm.sbatch's #SBATCH --partition (default: the cluster's)")
@@ -78,12 +80,14 @@ def launch_command(plan_file: str, out_dir: str, force: bool, python: str | None
 
     \b
     megatron: Megatron-LM pretrain_gpt.py arguments (megatron_args.sh); megatron-bridge: recipe
-    overrides (bridge_overrides.txt); torchtitan: torchtitan.toml; deepspeed: deepspeed.json and
-    Megatron-DeepSpeed arguments. Each with launch.sh (torchrun) and slurm.sbatch, every costed
-    option written. torch: autoplan's own job (train.py, FSDP2, TP/SP, pipelining, cp, ep), on CUDA
-    with NCCL when present, else on CPU with gloo. A layout the runtime cannot run as costed is
-    refused with one line naming the field. --scheduler kubernetes also writes the manifest that runs
-    DIR/launch.sh's command on each node.
+    overrides (bridge_overrides.txt); torchtitan: its command line (torchtitan_args.sh; a plan made
+    with --runtime-version v0.2.2: torchtitan.toml); deepspeed: deepspeed.json and Megatron-DeepSpeed
+    arguments. Each with launch.sh (torchrun) and slurm.sbatch, every costed option written; their
+    checkpoints and logs go under DIR, whatever directory launch.sh is started from. torch:
+    autoplan's own job (train.py, FSDP2, TP/SP, pipelining, cp, ep), on CUDA with NCCL when present,
+    else on CPU with gloo. A layout the runtime cannot run as costed is refused with one line naming
+    the field. --scheduler kubernetes also writes the manifest that runs DIR/launch.sh's command on
+    each node.
     """
     from planner.launch.export_problems import require_exportable
     from planner.launch.job import write_job

@@ -2,8 +2,9 @@
 slurm.sbatch, for Megatron-LM, Megatron-Bridge, torchtitan and Megatron-DeepSpeed.
 
 Each script reads its framework checkout from one variable (``MEGATRON_LM``, ``MEGATRON_BRIDGE``,
-``MEGATRON_DEEPSPEED``; torchtitan runs as the installed module ``torchtitan.train``) and passes
-extra arguments through (``"$@"``: data, tokenizer, checkpoints). Synthetic data is the default
+``MEGATRON_DEEPSPEED``; torchtitan runs as the installed module ``torchtitan.train``), names the
+job's checkpoint and log directories inside its own directory (``output_words``), and passes extra
+arguments through (``"$@"``: data, tokenizer, checkpoints). Synthetic data is the default
 and gives way to data the arguments name (``MOCK_DATA_UNLESS_GIVEN``; Megatron-Bridge: a later
 ``--dataset`` wins over ``--dataset mock``), except for Megatron-DeepSpeed, which has none
 (``DATA_REQUIRED``)."""
@@ -11,9 +12,12 @@ and gives way to data the arguments name (``MOCK_DATA_UNLESS_GIVEN``; Megatron-B
 from __future__ import annotations
 
 import json
+import shlex
 
+from .megatron_fields import ARG_FIELDS
 from .scripts import job_name
 from .slurm import SlurmOptions, sbatch_lines, segment_lines
+from .training_settings import DEFAULT_SETTINGS
 
 MOCK_DATA_UNLESS_GIVEN = ('DATA=(--mock-data)\n'
                           'for arg in "$@"; do case "$arg" in --mock-data|--data-path*|--train-data-path*|'
@@ -52,6 +56,31 @@ FRAMEWORK_VARIABLES: dict[str, tuple[str, ...]] = {
 framework's checkout is, and for Megatron-Bridge the recipe that gives the architecture."""
 
 
+CHECKPOINT_DIR = "checkpoints"
+"""Where a Megatron-LM, Megatron-Bridge or Megatron-DeepSpeed job saves and resumes, in its job directory."""
+TORCHTITAN_DUMP_DIR = "outputs"
+"""torchtitan's ``dump_folder`` in the job directory (the name of its default, ``./outputs``), which holds
+``checkpoint.folder`` and ``metrics.save_tb_folder`` ("checkpoints will be in
+{--job.dump_folder}/{--checkpoint.folder}", ``torchtitan/config/job_config.py`` of v0.2.2)."""
+
+
+def output_words(runtime: str, *, log_dir: str = DEFAULT_SETTINGS.log_dir, command_line: bool = False) -> str:
+    """The words of launch.sh's command that put the job's checkpoints and TensorBoard logs in its own
+    directory (``$HERE``), whatever directory launch.sh is started from: Megatron-LM's and
+    Megatron-DeepSpeed's ``--save``, ``--load``, ``--tensorboard-dir``; the same Bridge fields as JSON
+    values (``ARG_FIELDS``, like ``bridge_overrides.txt``'s); torchtitan's dump folder
+    (``--job.dump_folder``, 0.3.0's ``--dump_folder``). launch.sh does not change directory: paths in
+    its arguments, and torchtitan's tokenizer and dataset defaults (``./assets/hf/...``, read from its
+    checkout), stay relative to where it is started. ``framework_launch_sh`` puts these words before
+    launch.sh's arguments, so a ``--save`` of the user's comes later and wins."""
+    if runtime == "torchtitan":
+        return f"--{'' if command_line else 'job.'}dump_folder \"$HERE\"/{TORCHTITAN_DUMP_DIR}"
+    places = {"save": CHECKPOINT_DIR, "load": CHECKPOINT_DIR, "tensorboard_dir": log_dir}
+    if runtime == "megatron-bridge":
+        return " ".join(f'"{ARG_FIELDS[dest][0]}=\\"$HERE/{name}\\""' for dest, name in places.items())
+    return " ".join(f'--{dest.replace("_", "-")} "$HERE"/{shlex.quote(name)}' for dest, name in places.items())
+
+
 def device_connections(*, ep_comm_overlap: bool, flex_dispatcher: bool, compute_capability: float) -> int:
     """``CUDA_DEVICE_MAX_CONNECTIONS`` for the job: 1, which orders the TP collectives behind their
     GEMMs as Megatron's TP and CP need; with the EP overlap, whose forward and backward streams need
@@ -63,12 +92,19 @@ def device_connections(*, ep_comm_overlap: bool, flex_dispatcher: bool, compute_
 
 
 def framework_launch_sh(runtime: str, *, nodes: int, gpus_per_node: int, summary: str,
-                        max_connections: int = 1, command_line: bool = False) -> str:
+                        max_connections: int = 1, command_line: bool = False,
+                        log_dir: str = DEFAULT_SETTINGS.log_dir) -> str:
     """launch.sh: torchrun over NNODES x GPUS_PER_NODE (the plan's world by default), with
-    ``CUDA_DEVICE_MAX_CONNECTIONS`` = ``max_connections`` (``device_connections``); ``command_line``:
-    torchtitan configured by its command line (``TORCHTITAN_CLI_COMMAND``)."""
+    ``CUDA_DEVICE_MAX_CONNECTIONS`` = ``max_connections`` (``device_connections``), checkpoints and
+    logs in the job directory (``output_words``, just before launch.sh's own arguments, ``"$@"``);
+    ``command_line``: torchtitan configured by its command line (``TORCHTITAN_CLI_COMMAND``)."""
     load, command = TORCHTITAN_CLI_COMMAND if command_line else _COMMANDS[runtime]
-    lines = ["#!/usr/bin/env bash", f"# {runtime} job for: {json.dumps(summary)}", "set -euo pipefail",
+    assert command.count('"$@"') == 1, command
+    outputs = output_words(runtime, log_dir=log_dir, command_line=command_line)
+    command = command.replace('"$@"', f'{outputs} "$@"')
+    lines = ["#!/usr/bin/env bash", f"# {runtime} job for: {json.dumps(summary)}",
+             "# Checkpoints and logs go in this job's directory, wherever it is started from; paths in its "
+             "arguments are read from the current directory.", "set -euo pipefail",
              'HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"',
              f'NNODES="${{NNODES:-{nodes}}}"', f'GPUS_PER_NODE="${{GPUS_PER_NODE:-{gpus_per_node}}}"',
              'NODE_RANK="${NODE_RANK:-${SLURM_NODEID:-0}}"', 'MASTER_ADDR="${MASTER_ADDR:-localhost}"',

@@ -196,7 +196,7 @@ def torchtitan_config(model_name: str, model: ModelSpec, training: TrainingSpec,
     require_exportable("torchtitan", model, training, layout, TORCHTITAN_TOML_RELEASE)
     L = layout
     config = {
-        "job": {"description": f"autoplan layout for {model_name}", "dump_folder": "./outputs"},
+        "job": {"description": f"autoplan layout for {model_name}"},  # dump_folder: launch.sh's (output_words)
         "model": {"name": "llama3", "flavor": torchtitan_flavor(model_name, model)},
         "optimizer": {"name": "AdamW", "lr": DEFAULT_SETTINGS.lr, "weight_decay": DEFAULT_SETTINGS.weight_decay},
         "training": {"local_batch_size": L.micro_batch_size * (L.num_microbatches if L.pp > 1 else 1),

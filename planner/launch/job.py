@@ -32,7 +32,8 @@ from .torchtitan_cli import (JOB_REGISTRY, job_registry, takes_command_line, tor
                              torchtitan_030_script)
 from .megatron_fields import bridge_override_lines
 from .slurm import SlurmOptions
-from .training_settings import DEFAULT_SETTINGS, TrainingSettings, megatron_training_args, torchtitan_training_sections
+from .training_settings import (DEFAULT_SETTINGS, TrainingSettings, megatron_training_args, require_schedulable,
+                                torchtitan_training_sections)
 
 if TYPE_CHECKING:
     from hardware_specs import HardwareSpec
@@ -155,10 +156,12 @@ def model_name(plan: PlanFile) -> str:
 
 
 def job_summary(plan: PlanFile, layout: Layout) -> str:
+    """One line for the headers of launch.sh, slurm.sbatch and the manifest: the model, the hardware,
+    every degree the layout uses as the plan names it (``Layout.degree_labels``), ZeRO, schedule, recompute."""
     L, inputs, tp_plan = layout, plan.inputs, plan.best.tp_plan
     model = f"user model {inputs.module}" if inputs.module is not None else f"model {inputs.model}"
     tp_text = f" ({len(tp_plan)}-entry tp_plan)" if tp_plan is not None else ""
-    return (f"{model} on {inputs.hardware}: dp {L.dp} tp {L.tp}{tp_text} pp {L.pp} "
+    return (f"{model} on {inputs.hardware}: {' '.join(L.degree_labels())}{tp_text} "
             f"zero {L.zero_stage} schedule {L.schedule} recompute {L.recompute}")
 
 
@@ -220,7 +223,9 @@ def framework_files(runtime: str, name: str, model: ModelSpec, training: Trainin
                     settings: TrainingSettings = DEFAULT_SETTINGS, version: str | None = None) -> dict[str, str]:
     """{file name: text} of the framework's own option files for ``runtime`` of release ``version``
     (None: its latest), saving a checkpoint every ``checkpoint_every`` steps and training as
-    ``settings`` say (named in each file's header)."""
+    ``settings`` say (named in each file's header). Refuses a warm-up the runtime's scheduler would
+    stop on (``require_schedulable``)."""
+    require_schedulable(settings, runtime)
     saves = frameworks.megatron_checkpoint_args(checkpoint_every) + megatron_training_args(settings)
     args, notes = frameworks.megatron_args(model, training, layout, training.seq_len) \
         if runtime in ("megatron", "megatron-bridge") else ([], [])
@@ -280,7 +285,7 @@ def write_framework_job(plan: PlanFile, out: str | Path, slurm: SlurmOptions = S
                                      flex_dispatcher=layout.moe_dispatcher != "alltoall",
                                      compute_capability=_compute_capability(inputs.hardware))
     launch = framework_launch_sh(runtime, nodes=nodes, gpus_per_node=per_node, summary=job_summary(plan, layout),
-                                 max_connections=connections,
+                                 max_connections=connections, log_dir=settings.log_dir,
                                  command_line=runtime == "torchtitan" and takes_command_line(inputs.runtime_version))
     write_job_file(out / "launch.sh", launch, executable=True)
     write_job_file(out / "slurm.sbatch", framework_sbatch(nodes=nodes, gpus_per_node=per_node, name=model_name(plan),

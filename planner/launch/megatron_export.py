@@ -62,16 +62,12 @@ always ``--num-virtual-stages-per-pipeline-rank`` (``validate_args`` refuses
 and EP-overlap options are ``TransformerConfig``'s and ``ModelParallelConfig``'s fields
 (``costmodels.capabilities.MEGATRON``, ``dispatchers`` and ``ep_comm_overlap``)."""
 
-CHECKPOINT_DIR = "checkpoints"
-"""Where the framework jobs save and resume (relative to the directory the job starts in)."""
-
-
 def megatron_checkpoint_args(every: int) -> list[str]:
-    """Save every ``every`` steps (the plan's interval, ``scripts.checkpoint_every``) and resume from the
-    same directory: Megatron-LM's and Megatron-DeepSpeed's ``--save``, ``--load``, ``--save-interval``
-    (deepspeedai/Megatron-DeepSpeed ``megatron/arguments.py`` at 4efb479d, ``_add_checkpointing_args``)."""
-    return ["--save", CHECKPOINT_DIR, "--load", CHECKPOINT_DIR, "--save-interval", str(every)]
-
+    """Save every ``every`` steps (the plan's interval, ``scripts.checkpoint_every``): Megatron-LM's and
+    Megatron-DeepSpeed's ``--save-interval`` (deepspeedai/Megatron-DeepSpeed ``megatron/arguments.py`` at
+    4efb479d, ``_add_checkpointing_args``). Where it saves and resumes from (``--save``, ``--load``) is
+    launch.sh's, in the job directory (``framework_scripts.output_words``)."""
+    return ["--save-interval", str(every)]
 
 
 def rope_base_text(model: ModelSpec) -> str:

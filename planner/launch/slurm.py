@@ -18,8 +18,15 @@ from dataclasses import dataclass
 
 from autoplan_base.errors import AutoplanError
 
-_TIME = re.compile(r"^(\d+-)?\d+(:\d{1,2}){0,2}$")
-"""sbatch --time formats: minutes, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS."""
+TIME_FORMS = ("minutes", "minutes:seconds", "hours:minutes:seconds", "days-hours", "days-hours:minutes",
+              "days-hours:minutes:seconds")
+"""``sbatch --time``'s forms, in its manual's words (slurm.schedmd.com ``sbatch``)."""
+_TIME = re.compile(r"(?:([0-9]+)-)?([0-9]+(?::[0-9]+){0,2})")
+"""Days and the clock fields of one of ``TIME_FORMS`` (ASCII digits only, matched whole)."""
+_UNIT_LIMITS = {"hours": 23, "minutes": 59, "seconds": 59}
+"""The largest value of a field that follows another. Slurm checks only the characters and adds the
+fields up (``time_str2secs`` in SchedMD/slurm ``src/common/parse_time.c`` at 01cec7fa), so it would
+take ``99:99:99`` as 100:40:39; a field past its unit is refused here instead."""
 _NAME = re.compile(r"^[A-Za-z0-9._,-]+$")
 
 
@@ -38,11 +45,30 @@ class SlurmOptions:
     """``#SBATCH --account`` (None: the user's default)."""
 
     def __post_init__(self) -> None:
-        if not _TIME.match(self.time):
-            raise AutoplanError(f"--slurm-time {self.time!r}: expected minutes, HH:MM:SS or D-HH:MM:SS")
+        problem = time_limit_problem(self.time)
+        if problem:
+            raise AutoplanError(f"--slurm-time {self.time!r}: {problem}; expected one of sbatch's forms "
+                                f"{', '.join(TIME_FORMS)} (e.g. 24:00:00 or 2-00:00:00)")
         for flag, value in (("--slurm-partition", self.partition), ("--slurm-account", self.account)):
             if value is not None and not _NAME.match(value):
                 raise AutoplanError(f"{flag} {value!r}: expected letters, digits, '.', '_', ',' or '-'")
+
+
+def time_limit_problem(text: str) -> str | None:
+    """What is wrong with ``text`` as an ``sbatch --time`` (``TIME_FORMS``), or None. The first field
+    is any number; hours after days are 0-23, minutes and seconds after another field 0-59."""
+    match = _TIME.fullmatch(text)
+    if match is None:
+        return "not a time limit"
+    days, clock = match.groups()
+    values = [int(field) for field in clock.split(":")]
+    units = ("hours", "minutes", "seconds") if days is not None else \
+        {1: ("minutes",), 2: ("minutes", "seconds"), 3: ("hours", "minutes", "seconds")}[len(values)]
+    following = list(zip(units, values))[0 if days is not None else 1:]
+    for unit, value in following:
+        if value > _UNIT_LIMITS[unit]:
+            return f"{unit} {value} is out of range (0-{_UNIT_LIMITS[unit]} after another field)"
+    return None
 
 
 def sbatch_lines(options: SlurmOptions, *, name: str, nodes: int, resources: str) -> list[str]:

@@ -145,7 +145,7 @@ def torchtitan_030_command(model: ModelSpec, training: TrainingSpec, layout: Lay
     compile_ = [_flag("compile.enable", training.compiled), "--compile.components", "model,loss",
                 _flag("compile.enable-async-tensor-parallel", L.tp_comm_overlap)]
     module, config = registered_config(model)
-    options = ["--module", module, "--config", config, "--dump_folder", "./outputs",
+    options = ["--module", module, "--config", config,  # --dump_folder is launch.sh's (output_words)
                *_training(training, L, settings), *_parallelism(model, L), *compile_,
                *_schedule_and_logs(settings, checkpoint_every)]
     return options, [AC_SUBCOMMANDS[L.recompute]]

@@ -23,13 +23,7 @@ TIME_LABELS = {"compute": "compute", "recompute": "recompute", "tp_comm": "TP co
 
 def layout_summary(L: Layout) -> str:
     """One line: ``dp 8 · tp 8 · pp 4 · ZeRO-1 · mb 1 × 64 · 1f1b · recompute selective · SP``."""
-    parts = [f"dp {L.dp}", f"tp {L.tp}", f"pp {L.pp}"]
-    if L.cp > 1:
-        parts.append(f"cp {L.cp}")
-    if L.ep > 1:
-        parts.append(f"ep {L.ep}")
-    if L.expert_tp and L.expert_tp != L.tp:
-        parts.append(f"expert tp {L.expert_tp}")
+    parts = list(L.degree_labels())
     zero = f"ZeRO-{L.zero_stage}"
     if L.hsdp_shard_degree:
         zero += f" (HSDP shard {L.hsdp_shard_degree})"
