@@ -85,7 +85,7 @@ def test_models_and_hardware_list_presets():
     (["plan", *JOB, "--memory-fraction", "1.5"], "--memory-fraction"),
     (["plan", *JOB[:2], "--hardware", "v100-sxm-32gb", *JOB[4:]], "--precision"),
     (["evaluate", *JOB, "--dp", "3", "--tp", "2", "--pp", "2"], "global-batch"),
-    (["evaluate", *JOB, "--dp", "2", "--tp", "2", "--pp", "2"], "--gpus is 16"),
+    (["evaluate", *JOB, "--dp", "2", "--tp", "2", "--pp", "2"], "but --gpus 16"),
     (["evaluate", *JOB, "--dp", "4", "--tp", "2", "--pp", "2", "--virtual-stages", "2"], "interleaved"),
     (["evaluate", "--model", "tiny-gpt", *JOB[2:], "--dp", "2", "--tp", "8", "--pp", "1"], "4 attention heads"),
 ])
