@@ -147,12 +147,11 @@ def calibration_moves(plan: PlanFile, job: Any) -> dict[str, Any] | None:
     from dataclasses import replace as dc_replace
 
     from . import api
-    from planner.plan.bands import CALIBRATE_SOURCE
     from planner.plan.render import layout_summary
 
     profile = job.profile
-    fit = (profile.provenance.get("calibration") if profile is not None else None) or {}
-    if fit.get("source") != CALIBRATE_SOURCE or plan.best is None:
+    fit = profile.logged_runs_fit() if profile is not None else None
+    if fit is None or plan.best is None:
         return None
     bare = dc_replace(profile, calibration={})
     plain = api.plan(**_same_request(plan, job, bare))

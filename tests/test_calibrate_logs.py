@@ -217,6 +217,35 @@ def _calibration(tmp_path: Path, name: str, table: dict[str, float], factors: di
     return str(path)
 
 
+def test_a_bad_calibration_is_named_by_the_option_given_and_the_command_that_makes_one(tmp_path):
+    """--calibration fills the profile input: its errors say --calibration, never '?' for what the
+    file does not record, and advise 'autoplan calibrate' (which makes it), not 'autoplan profile'."""
+    runner = CliRunner()
+    job = ["--model", "llama3-8b", "--gpus", "8", "--global-batch", "64", "--seq-len", "4096"]
+    corrupt = tmp_path / "corrupt.json"
+    corrupt.write_text("{", encoding="utf-8")
+    for path, needle in ((corrupt, "not valid JSON"), (tmp_path / "missing.json", "cannot read")):
+        result = runner.invoke(main, ["plan", *job, "--hardware", HW, "--calibration", str(path)])
+        assert result.exit_code == 2 and f'error: --calibration "{path}": {needle}' in result.output
+    made_on_h100 = _calibration(tmp_path, "h100", {"compute_scale": 1.1}, {"gemm": 1.1})
+    result = runner.invoke(main, ["plan", *job, "--hardware", "a100-sxm-80gb", "--calibration", made_on_h100])
+    assert result.exit_code == 2 and len(result.output.strip().splitlines()) == 1
+    assert f"error: --calibration {made_on_h100} was measured on NVIDIA H100" in result.output
+    assert "?" not in result.output and "(cuda, nodes of 8)" in result.output
+    assert "'autoplan calibrate LOGS --hardware a100-sxm-80gb --out FILE'" in result.output
+    assert "autoplan profile" not in result.output and "--profile " not in result.output
+    # a calibration of one timed run has no leave-one-out error: no step band, and calibrate is what fixes it
+    from planner.calibrate import write_calibration_profile
+
+    one_run = tmp_path / "one.json"
+    write_calibration_profile(one_run, {"compute_scale": 1.1}, {"source": "autoplan calibrate", "runs": 1,
+                                                                 "timed_runs": 1}, None, hardware=HW,
+                              gpus_per_node=None)
+    planned = runner.invoke(main, ["plan", *job, "--hardware", HW, "--calibration", str(one_run), "--format", "json"])
+    note = json.loads(planned.output)["best"]["predicted"]["band"]["step_time_note"]
+    assert "re-run 'autoplan calibrate'" in note and "validate --calibrate" not in note
+
+
 def test_the_calibration_moves_the_pick_where_its_factors_say_so_and_explain_names_them(tmp_path):
     import planner
     from planner.explain import explain

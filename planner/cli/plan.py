@@ -65,7 +65,8 @@ JOB_OPTIONS: list[Callable] = [
                       "fitted factors): the rates it corrects, and its leave-one-out error as the step band. "
                       "Give it or --profile, not both (autoplan calibrate --profile P folds P's rates in)."),
     click.option("--profile-device-mismatch", type=click.Choice(["refuse", "ok"]), default="refuse", show_default=True,
-                 help="ok: use a --profile measured on other devices than --hardware (recorded in the plan)."),
+                 help="ok: use a --profile or --calibration measured on other devices than --hardware (recorded in "
+                      "the plan)."),
     click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True,
                  help="json prints JSON only on stdout."),
     click.option("--out", type=click.Path(dir_okay=False, allow_dash=True), default=None,
@@ -95,6 +96,17 @@ def _job_kwargs(kw: dict[str, Any]) -> dict[str, Any]:
         if kw.get(key) is not None:
             out[key] = kw[key]
     return out
+
+
+def _run_job_command(work: Callable[[], None], kw: dict[str, Any]) -> None:
+    """``run_command``, with errors about the profile naming ``--calibration`` when that option gave it."""
+    from autoplan_base.errors import given_as
+
+    if kw.get("calibration") is None:
+        run_command(work)
+        return
+    with given_as("profile", "--calibration"):
+        run_command(work)
 
 
 def _full_names(model: str, hardware: str) -> tuple[str, str]:
@@ -285,7 +297,7 @@ def plan_command(fmt: str, out: str | None, top_k: int, allow_cross_node_tp: boo
             click.echo(f"error: no layout fits in memory{detail}", err=True)
             sys.exit(EXIT_INFEASIBLE)
 
-    run_command(work)
+    _run_job_command(work, kw)
 
 
 @click.command("evaluate")
@@ -371,7 +383,7 @@ def evaluate_command(fmt: str, out: str | None, dp: int, tp: int, pp: int, cp: i
         else:
             print_plan_view(output_console(), single, job.inputs)
 
-    run_command(work)
+    _run_job_command(work, kw)
 
 
 def print_plan_view(console: "Console", single: "PlanEntry", inputs: "PlanInputs | None" = None) -> None:
