@@ -77,6 +77,24 @@ def test_models_and_hardware_list_presets():
     assert hardware["h100-sxm-80gb"]["tflops"]["bf16"] == 989
 
 
+def test_the_hardware_listing_shows_a_bf16_rate_exactly_where_plan_costs_bf16():
+    """Before: v100-sxm-32gb listed 'bf16 TF 125' (its fp16 rate), which plan refuses: it has no bf16."""
+    from hardware_specs import list_hardware
+    from planner import SpecError, resolve_job
+
+    lines = run(["hardware", "--format", "tsv"]).stdout.splitlines()
+    header = lines[0].split("\t")
+    cells = {line.split("\t")[0]: dict(zip(header, line.split("\t"))) for line in lines[1:]}
+    assert cells["v100-sxm-32gb"]["bf16 TF"] == "-" and cells["v100-sxm-32gb"]["fp16 TF"] == "125"
+    for name in list_hardware():
+        try:
+            resolve_job(model="tiny-llama", hardware=name, gpus=1, global_batch=1, seq_len=128, precision="bf16")
+            plans_bf16 = True
+        except SpecError:
+            plans_bf16 = False
+        assert (cells[name]["bf16 TF"] != "-") == plans_bf16, name
+
+
 @pytest.mark.parametrize("args,needle", [
     (["plan", "--model", "llama3-7b", *JOB[2:]], "did you mean"),
     (["plan", *JOB[:2], "--hardware", "h100x", *JOB[4:]], "--hardware"),
