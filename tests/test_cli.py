@@ -95,6 +95,44 @@ def test_the_hardware_listing_shows_a_bf16_rate_exactly_where_plan_costs_bf16():
         assert (cells[name]["bf16 TF"] != "-") == plans_bf16, name
 
 
+def _float_options():
+    """(command path, option) of every float option of every command."""
+    import click
+
+    from planner.cli.common import FiniteFloat
+
+    def walk(command, path):
+        for sub in getattr(command, "commands", {}).values():
+            yield from walk(sub, [*path, sub.name])
+        for param in command.params:
+            if isinstance(param.type, (click.types.FloatParamType, FiniteFloat)):
+                yield path, param
+
+    return list(walk(main, []))
+
+
+def test_every_float_option_refuses_nan_and_inf():
+    """Before: 'shard --time-limit nan' (and inf) ran and exited 0; FloatRange lets nan through."""
+    from planner.cli.common import FiniteFloat
+
+    options = _float_options()
+    assert {param.opts[0] for _, param in options} >= {"--time-limit", "--memory-fraction", "--moe-imbalance",
+                                                       "--lr", "--min-lr-ratio"}
+    for path, param in options:
+        assert isinstance(param.type, FiniteFloat), (path, param.opts)
+        for bad in ("nan", "inf", "-inf"):
+            with pytest.raises(Exception) as info:
+                param.type.convert(bad, param, None)
+            assert f"{bad} is not a finite number" in str(info.value)
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "1e300"])
+def test_shard_time_limit_must_be_finite_and_sane(value):
+    result = run(["shard", "--model", "tiny-llama", "--tp", "2", "--time-limit", value])
+    assert result.exit_code == 2 and "'--time-limit'" in result.output
+    assert len(result.output.strip().splitlines()) == 1
+
+
 @pytest.mark.parametrize("args,needle", [
     (["plan", "--model", "llama3-7b", *JOB[2:]], "did you mean"),
     (["plan", *JOB[:2], "--hardware", "h100x", *JOB[4:]], "--hardware"),

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import click
 
-from .common import EXIT_INFEASIBLE, check_places, output_console, run_command, write_atomic
+from .common import EXIT_INFEASIBLE, FiniteFloat, check_places, output_console, run_command, write_atomic
 from .progress import search_notice
 
 SCHEDULE_NAMES = ("gpipe", "1f1b", "interleaved", "zb-h1", "interleaved-zb", "zb-v", "dualpipe-v", "dualpipe")
@@ -49,14 +49,14 @@ JOB_OPTIONS: list[Callable] = [
                       "job: FSDP2, PyTorch TP/SP) or torchtitan (as torch, with "
                       "the loss on vocabulary-sharded logits under TP). plan searches exactly what it runs "
                       "(costmodels/capabilities.py)."),
-    click.option("--moe-imbalance", type=click.FloatRange(min=1.0), default=None,
+    click.option("--moe-imbalance", type=FiniteFloat(min=1.0), default=None,
                  help="MoE models: tokens of the busiest expert rank over the even share (1 + MaxVio, Wang et "
                       "al. 2024; default 1.0, the force-balanced routing of vendor benchmarks)."),
     click.option("--cp-attention", "context_attention", type=click.Choice(["ring", "all_gather"]), default=None,
                  help="How context parallelism is costed: ring (K/V passed around the cp ranks, overlapped) or "
                       "all_gather (Llama 3: K/V gathered, exposed). Default: what runs the plan, all_gather for "
                       "the launched job on a non-CUDA device, else ring."),
-    click.option("--memory-fraction", type=click.FloatRange(min=0, max=1, min_open=True), default=0.95,
+    click.option("--memory-fraction", type=FiniteFloat(min=0, max=1, min_open=True), default=0.95,
                  show_default=True, help="Usable share of device memory."),
     click.option("--profile", type=click.Path(dir_okay=False), default=None,
                  help="Measured profile JSON (autoplan profile); datasheet rates otherwise."),
