@@ -209,7 +209,7 @@ def explanation_lines(doc: dict[str, Any]) -> list[str]:
                          "under the cap, then fewest uncertain mechanisms, then the simplest)")
         elif r.get("within_step_band"):
             lines.append("  the runner-up lies inside the best plan's step-time band: the cost model cannot tell "
-                         "them apart (see Error bands in the README)")
+                         "them apart (see Error bands in docs/published.md)")
     if "context_parallel" in doc:
         lines.append(doc["context_parallel"]["text"])
     for case in doc.get("what_would_change", []):
