@@ -19,7 +19,7 @@ from __future__ import annotations
 import csv
 import math
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from autoplan_base.errors import file_wording
 from costmodels.layout import Layout, LayoutError
@@ -52,24 +52,33 @@ def _flag(row: dict[str, str], key: str, default: bool) -> bool:
     return default if not text else text in TRUE
 
 
-def _layout(row: dict[str, str], where: str) -> Layout:
-    """The row's layout, its micro-batch count met from ``global_batch`` as ``evaluate`` meets it
-    (``planner.api.layout_for_batch``); the rest of its checks come once the job is known
-    (``terms``)."""
+def row_layout(row: dict[str, str], global_batch: int, number: Callable[[str, type, Any], Any]) -> Layout:
+    """The layout a table row gives (columns ``dp``, ``tp``, ``pp``, and optionally ``cp``, ``ep``,
+    ``zero``, ``micro_batch``, ``schedule``, ``virtual_stages``, ``recompute``,
+    ``sequence_parallel``, ``tp_comm_overlap``, else ``autoplan evaluate``'s defaults), its
+    micro-batch count met from ``global_batch`` as ``evaluate`` meets it
+    (``planner.api.layout_for_batch``). ``number(column, kind, default)`` reads a numeric cell
+    (each table's reader, with its own errors); ``dp``, ``tp`` and ``pp`` must have values. Raises
+    ``LayoutError``: call it under ``file_wording`` so it names the columns. Used by this reader and
+    ``validate --from-log``'s."""
     from planner.api import layout_for_batch
 
-    dp, tp, pp = (_number(row, k, where) for k in ("dp", "tp", "pp"))
+    dp, tp, pp = (number(k, int, None) for k in ("dp", "tp", "pp"))
+    return layout_for_batch(global_batch, dp=dp, tp=tp, pp=pp, micro_batch_size=number("micro_batch", int, 1),
+                            cp=number("cp", int, 1), ep=number("ep", int, 1), zero_stage=number("zero", int, 0),
+                            schedule=(row.get("schedule") or "1f1b").strip(),
+                            virtual_stages=number("virtual_stages", int, 1),
+                            recompute=(row.get("recompute") or "none").strip(),
+                            sequence_parallel=_flag(row, "sequence_parallel", tp > 1),
+                            tp_comm_overlap=_flag(row, "tp_comm_overlap", False))
+
+
+def _layout(row: dict[str, str], where: str) -> Layout:
+    """The row's layout (``row_layout``); the rest of its checks come once the job is known (``terms``)."""
     try:
         with file_wording(dict(FIELDS)):
-            return layout_for_batch(_number(row, "global_batch", where), dp=dp, tp=tp, pp=pp,
-                                    micro_batch_size=_number(row, "micro_batch", where, int, 1),
-                                    cp=_number(row, "cp", where, int, 1), ep=_number(row, "ep", where, int, 1),
-                                    zero_stage=_number(row, "zero", where, int, 0),
-                                    schedule=(row.get("schedule") or "1f1b").strip(),
-                                    virtual_stages=_number(row, "virtual_stages", where, int, 1),
-                                    recompute=(row.get("recompute") or "none").strip(),
-                                    sequence_parallel=_flag(row, "sequence_parallel", tp > 1),
-                                    tp_comm_overlap=_flag(row, "tp_comm_overlap", False))
+            return row_layout(row, _number(row, "global_batch", where),
+                              lambda key, kind, default: _number(row, key, where, kind, default))
     except LayoutError as err:
         raise CalibrationError(f"{where}: {err}") from None
 

@@ -9,8 +9,9 @@ per row, as CSV or TSV with a header:
     4,2,1,1,1,,,megatron-run3.log        <- or a 'log' column instead of step_time_s
 
 Layout columns: ``dp``, ``tp``, ``pp`` (required); ``cp``, ``ep``, ``zero``, ``micro_batch``,
-``schedule``, ``virtual_stages``, ``recompute``, ``sequence_parallel`` (optional, the
-``autoplan evaluate`` defaults). Measurement: ``step_time_s`` or ``step_time_ms``, or ``log``, a
+``schedule``, ``virtual_stages``, ``recompute``, ``sequence_parallel``, ``tp_comm_overlap``
+(optional, the ``autoplan evaluate`` defaults; read as ``autoplan calibrate``'s tables are,
+``planner.calibrate.table.row_layout``). Measurement: ``step_time_s`` or ``step_time_ms``, or ``log``, a
 Megatron-LM or torchtitan training log (path relative to the table) whose per-iteration lines give
 the step time and peak memory, read as ``autoplan calibrate`` reads a log (the median past the
 warm-up; the peak reserved memory); optional ``peak_memory_gib`` overrides the log's. The factors are fitted by ``calibrate.fit`` (the same
@@ -29,8 +30,9 @@ from typing import Any
 from autoplan_base.errors import file_wording
 from costmodels.assumptions import DEFAULT_ASSUMPTIONS
 from costmodels.layout import Layout, LayoutError
-from planner.api import Job, layout_for_batch
+from planner.api import Job
 from planner.calibrate import megatron_log, torchtitan_log
+from planner.calibrate.table import row_layout
 from planner.plan.plan_file import PlanInputs
 
 from .calibrate import Run, fit, predict_all
@@ -95,17 +97,10 @@ def _layout(row: dict[str, str], job: Job, where: str) -> Layout:
     dp, tp, pp = (_number(row, k, where, int) for k in ("dp", "tp", "pp"))
     if None in (dp, tp, pp):
         raise ValidateError(f"--from-log {where}: dp, tp and pp are required columns with a value in every row")
-    sp = (row.get("sequence_parallel") or "").strip().lower()
     try:
         with file_wording(FIELDS):
-            layout = layout_for_batch(job.training.global_batch_size, dp=dp, tp=tp, pp=pp,
-                                      micro_batch_size=_number(row, "micro_batch", where, int, 1),
-                                      cp=_number(row, "cp", where, int, 1), ep=_number(row, "ep", where, int, 1),
-                                      zero_stage=_number(row, "zero", where, int, 0),
-                                      schedule=(row.get("schedule") or "1f1b").strip(),
-                                      virtual_stages=_number(row, "virtual_stages", where, int, 1),
-                                      recompute=(row.get("recompute") or "none").strip(),
-                                      sequence_parallel=tp > 1 if not sp else sp in ("1", "true", "yes", "on"))
+            layout = row_layout(row, job.training.global_batch_size,
+                                lambda key, kind, default: _number(row, key, where, kind, default))
             job.check_layout(layout)
     except LayoutError as err:
         raise ValidateError(f"--from-log {where}: {err}") from None
