@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any, Literal, get_args
 
-from autoplan_base.errors import SpecError
+from autoplan_base.errors import SpecError, field
 
 from .model_spec import ModelSpec
 from .stage_split import balanced_split
@@ -205,7 +205,7 @@ def layout_problems(layout: Layout, model: ModelSpec, training: TrainingSpec, nu
     problems: list[str] = []
     if L.world_size != num_gpus:
         problems.append(f"dp {L.dp} x tp {L.tp} x pp {L.pp} x cp {L.cp} = {L.world_size}, "
-                        f"but --gpus is {num_gpus}; choose degrees whose product is {num_gpus}")
+                        f"but {field('gpus', num_gpus)}; choose degrees whose product is {num_gpus}")
     if model.num_attention_heads % L.tp:
         problems.append(f"tp {L.tp} does not divide the {model.num_attention_heads} attention heads")
     if L.sequence_parallel and L.tp == 1:
@@ -214,9 +214,10 @@ def layout_problems(layout: Layout, model: ModelSpec, training: TrainingSpec, nu
         problems.append("tp comm overlap needs sequence parallelism (tp > 1 with --sequence-parallel; Megatron-LM "
                         "asserts the same); pass --no-tp-comm-overlap or --sequence-parallel")
     if training.seq_len % (L.tp if L.sequence_parallel else 1):
-        problems.append(f"seq-len {training.seq_len} is not divisible by tp {L.tp} (sequence parallel splits it)")
+        problems.append(f"{field('seq_len', training.seq_len)} is not divisible by tp {L.tp} (sequence parallel "
+                        "splits it)")
     if training.seq_len % L.cp:
-        problems.append(f"seq-len {training.seq_len} is not divisible by cp {L.cp}")
+        problems.append(f"{field('seq_len', training.seq_len)} is not divisible by cp {L.cp}")
     if L.ep > 1 and model.moe is None:
         problems.append(f"ep {L.ep} needs a mixture-of-experts model; {model.name} is dense")
     if model.moe is not None and model.moe.num_experts % L.ep:
@@ -289,7 +290,7 @@ def _batch_problems(L: Layout, training: TrainingSpec) -> list[str]:
     per_replica = L.micro_batch_size * L.num_microbatches
     if per_replica * L.dp != training.global_batch_size:
         return [f"micro-batch {L.micro_batch_size} x {L.num_microbatches} micro-batches x dp {L.dp} = "
-                f"{per_replica * L.dp} sequences, but --global-batch is {training.global_batch_size}"]
+                f"{per_replica * L.dp} sequences, but {field('global_batch', training.global_batch_size)}"]
     return []
 
 

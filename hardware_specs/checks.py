@@ -20,6 +20,8 @@ MAX_RATE = 1e21
 MAX_MEMORY_BYTES = 2**50
 """Ceiling for one device's memory: 1 PiB."""
 MAX_LATENCY_S = 10.0
+MAX_SOLVER_TIME_S = 7 * 24 * 3600
+"""Longest solver time limit accepted (``shard --time-limit``): a week; more is a typo."""
 
 
 def finite(field: str, value: object, *, low: float = 0.0, high: float, low_open: bool = True,

@@ -23,9 +23,9 @@ import math
 from pathlib import Path
 from typing import Any, get_args
 
-from .checks import MAX_DEVICES_PER_NODE
+from .checks import MAX_DEVICES_PER_NODE, MAX_LATENCY_S, MAX_MEMORY_BYTES
 from autoplan_base.errors import SpecError, field
-from .names import match_name
+from .names import closest_first, match_name
 from .files import read_toml
 from .schema import HardwareSpec, LinkKind, LinkSpec, NetworkSpec, NodeSpec
 from .units import GB, GBIT, GIB, MEGA, TB, TERA, US
@@ -37,6 +37,21 @@ DATA_DIR = Path(__file__).parent / "data"
 OPTIONAL_DTYPES: tuple[str, ...] = ("bf16", "fp8", "mxfp8", "nvfp4")
 """Dense peaks a node file may give as ``device.<dtype>_tflops``; absent = the part has no such rate."""
 _LINK_KINDS = get_args(LinkKind)
+KNOWN_KEYS: dict[str, tuple[str, ...]] = {
+    "": ("schema_version", "name", "display_name", "device_type", "device", "node", "intra_node", "inter_node",
+         "sources"),
+    "device": ("fp32_tflops", "fp16_tflops", *(f"{d}_tflops" for d in OPTIONAL_DTYPES), "memory_gib",
+               "memory_bandwidth_tb_per_s", "runtime_reserved_gib", "num_sms", "sustained_clock_mhz",
+               "power_limited_clock_mhz", "compute_capability", "sustained_rate_share"),
+    "node": ("gpus_per_node", "host_link_gb_per_s", "host_memory_gb_per_s", "host_memory_gib",
+             "storage_write_gb_per_s", "nvlink_domain_gpus"),
+    "intra_node": ("kind", "bandwidth_gb_per_s", "latency_us", "nvls_efficiency"),
+    "inter_node": ("kind", "nics_per_node", "nic_gbit_per_s", "latency_us", "sharp"),
+}
+"""Every key a node file may hold, by table ("" = the top level); ``[sources]`` cites any of the
+others by its dotted key. Anything else is refused: a misspelt key would be ignored silently."""
+MAX_LATENCY_US = MAX_LATENCY_S / US
+"""Largest link latency in a file (``*.latency_us``): ``checks.MAX_LATENCY_S`` in microseconds."""
 
 
 def list_hardware() -> list[str]:
@@ -68,8 +83,27 @@ def _resolve(name_or_path: str) -> Path:
     return DATA_DIR / f"{name}.toml"
 
 
+def check_keys(raw: dict[str, Any], origin: str) -> None:
+    """Refuse a key no node file has (``KNOWN_KEYS``), or a source citing one, naming it and the
+    known keys of its table, the closest first."""
+    cited = list(raw.get("sources", {})) if isinstance(raw.get("sources"), dict) else []
+    for table, keys in KNOWN_KEYS.items():
+        values = raw if not table else raw.get(table)
+        for key in values if isinstance(values, dict) else ():
+            if key not in keys:
+                where = f"[{table}]" if table else "the top level"
+                raise SpecError(f"{origin}: unknown key {'.'.join(filter(None, (table, key)))!r} in {where}; "
+                                f"known keys there: {', '.join(closest_first(key, list(keys)))}")
+    fields = [f"{table}.{key}" for table, keys in KNOWN_KEYS.items() if table for key in keys]
+    for key in cited:
+        if key not in fields:
+            raise SpecError(f"{origin}: [sources] cites {key!r}, which is no field of a node file; known fields: "
+                            f"{', '.join(closest_first(key, fields))}")
+
+
 def parse_node(raw: dict[str, Any], *, origin: str) -> NodeSpec:
     """Build a ``NodeSpec`` from parsed TOML, naming the bad field on error."""
+    check_keys(raw, origin)
     reader = _Reader(raw, origin)
     if reader.get("schema_version", int) != SCHEMA_VERSION:
         raise SpecError(f"{origin}: schema_version must be {SCHEMA_VERSION}")
@@ -81,20 +115,21 @@ def parse_node(raw: dict[str, Any], *, origin: str) -> NodeSpec:
     for dtype in OPTIONAL_DTYPES:  # optional: V100 has no bf16, A100 no fp8, Hopper no MX/NVFP4
         if reader.has(f"device.{dtype}_tflops"):
             peaks[dtype] = reader.number(f"device.{dtype}_tflops") * TERA
+    memory_bytes, reserved_bytes = _device_memory(reader)
+    sustained_mhz = _optional(reader, "device.sustained_clock_mhz")
     hardware = HardwareSpec(
         name=reader.get("name", str),
         display_name=reader.get("display_name", str),
         device_type=device_type,
         peak_flops_per_s=peaks,
-        memory_bytes=int(reader.number("device.memory_gib") * GIB),
+        memory_bytes=memory_bytes,
         memory_bandwidth_bytes_per_s=reader.number("device.memory_bandwidth_tb_per_s") * TB,
-        runtime_reserved_bytes=int(reader.number("device.runtime_reserved_gib", minimum=0.0) * GIB),
+        runtime_reserved_bytes=reserved_bytes,
         num_sms=reader.integer("device.num_sms") if reader.has("device.num_sms") else 0,
-        sustained_clock_hz=reader.number("device.sustained_clock_mhz") * MEGA if reader.has("device.sustained_clock_mhz") else 0.0,
-        power_limited_clock_hz=_optional(reader, "device.power_limited_clock_mhz") * MEGA,
-        compute_capability=_optional(reader, "device.compute_capability"),
-        sustained_rate_share=reader.number("device.sustained_rate_share") if reader.has("device.sustained_rate_share")
-        else 1.0,
+        sustained_clock_hz=sustained_mhz * MEGA,
+        power_limited_clock_hz=_power_limited_mhz(reader, sustained_mhz) * MEGA,
+        compute_capability=_optional(reader, "device.compute_capability", maximum=100.0),
+        sustained_rate_share=_optional(reader, "device.sustained_rate_share", maximum=1.0, absent=1.0),
         sources=reader.sources,
     )
     gpus_per_node = reader.integer("node.gpus_per_node")
@@ -105,15 +140,14 @@ def parse_node(raw: dict[str, Any], *, origin: str) -> NodeSpec:
         intra_node=LinkSpec(
             kind=reader.link_kind("intra_node.kind"),
             bandwidth_bytes_per_s=reader.number("intra_node.bandwidth_gb_per_s") * GB,
-            latency_s=reader.number("intra_node.latency_us") * US,
-            nvls_efficiency=reader.number("intra_node.nvls_efficiency") if reader.has("intra_node.nvls_efficiency")
-            else 0.0,
+            latency_s=reader.number("intra_node.latency_us", maximum=MAX_LATENCY_US) * US,
+            nvls_efficiency=_optional(reader, "intra_node.nvls_efficiency", maximum=1.0),
         ),
         inter_node=NetworkSpec(
             kind=reader.link_kind("inter_node.kind"),
             nics_per_node=reader.integer("inter_node.nics_per_node"),
             nic_bandwidth_bytes_per_s=reader.number("inter_node.nic_gbit_per_s") * GBIT,
-            latency_s=reader.number("inter_node.latency_us") * US,
+            latency_s=reader.number("inter_node.latency_us", maximum=MAX_LATENCY_US) * US,
             sharp=reader.flag("inter_node.sharp"),
         ),
         host_link_bandwidth_bytes_per_s=reader.number("node.host_link_gb_per_s") * GB,
@@ -134,9 +168,41 @@ def _nodes_per_nvlink_domain(reader: "_Reader", gpus_per_node: int) -> int:
     return domain // gpus_per_node
 
 
-def _optional(reader: "_Reader", key: str) -> float:
-    """The number at ``key``, 0.0 when the file does not give it."""
-    return reader.number(key) if reader.has(key) else 0.0
+def _device_memory(reader: "_Reader") -> tuple[int, int]:
+    """(memory, runtime reserve) of ``[device]`` in bytes: the memory up to ``MAX_MEMORY_BYTES``, the
+    reserve below it; a bad value is named as the file has it, in GiB."""
+    memory_gib = reader.number("device.memory_gib", maximum=MAX_MEMORY_BYTES // GIB)
+    reserved_gib = reader.number("device.runtime_reserved_gib", minimum=0.0)
+    memory, reserved = int(memory_gib * GIB), int(reserved_gib * GIB)
+    if memory < 1:
+        raise SpecError(f"{reader.origin}: field 'device.memory_gib' must be at least one byte "
+                        f"({1 / GIB:.3g} GiB), got {memory_gib!r}")
+    if reserved >= memory:
+        raise SpecError(f"{reader.origin}: field 'device.runtime_reserved_gib' must be from 0 to below "
+                        f"device.memory_gib ({memory_gib:g}): the runtime's reserve comes out of the device "
+                        f"memory, got {reserved_gib!r}")
+    return memory, reserved
+
+
+def _power_limited_mhz(reader: "_Reader", sustained_mhz: float) -> float:
+    """``device.power_limited_clock_mhz`` (absent = 0): at most ``device.sustained_clock_mhz``, which it needs."""
+    limited = _optional(reader, "device.power_limited_clock_mhz")
+    if limited > sustained_mhz:
+        datasheet = f"device.sustained_clock_mhz ({sustained_mhz:g})" if sustained_mhz else \
+            "device.sustained_clock_mhz, which the file does not give"
+        raise SpecError(f"{reader.origin}: field 'device.power_limited_clock_mhz' must be at most {datasheet}: "
+                        f"the limit lowers the datasheet clock, got {limited!r}")
+    return limited
+
+
+def _plain(number: float) -> str:
+    """``number`` as a person writes it: 1,048,576 rather than 1.04858e+06."""
+    return f"{number:,.0f}" if number == int(number) else f"{number:g}"
+
+
+def _optional(reader: "_Reader", key: str, *, maximum: float | None = None, absent: float = 0.0) -> float:
+    """The number at ``key`` (at most ``maximum``), ``absent`` when the file does not give it."""
+    return reader.number(key, maximum=maximum) if reader.has(key) else absent
 
 
 class _Reader:
@@ -158,6 +224,8 @@ class _Reader:
         return True
 
     def _lookup(self, key: str) -> Any:
+        table, _, name = key.rpartition(".")
+        assert name in KNOWN_KEYS[table], f"{key} is read but not in KNOWN_KEYS"
         value: Any = self.raw
         for part in key.split("."):
             if not isinstance(value, dict) or part not in value:
@@ -175,13 +243,18 @@ class _Reader:
             raise SpecError(f"{self.origin}: field {key!r} must be {expected}, got {value!r}")
         return value
 
-    def number(self, key: str, minimum: float | None = None) -> float:
+    def number(self, key: str, minimum: float | None = None, maximum: float | None = None) -> float:
+        """The number at ``key``, in the file's unit: positive (or at least ``minimum``), at most
+        ``maximum`` (else ``MAX_FILE_NUMBER``), with a source."""
         value = self.get(key, (int, float))  # type: ignore[arg-type]
         if not math.isfinite(value) or value > MAX_FILE_NUMBER:
             raise SpecError(f"{self.origin}: field {key!r} must be a finite number below {MAX_FILE_NUMBER:g}, "
                             f"got {value!r}")
-        if minimum is None and value <= 0 or minimum is not None and value < minimum:
-            raise SpecError(f"{self.origin}: field {key!r} must be positive, got {value!r}")
+        below = value <= 0 if minimum is None else value < minimum
+        if below or maximum is not None and value > maximum:
+            low = "above 0" if minimum is None else f"at least {minimum:g}"
+            allowed = low if maximum is None else f"{low} and at most {_plain(maximum)}"
+            raise SpecError(f"{self.origin}: field {key!r} must be {allowed}, got {value!r}")
         if key not in self.sources:
             raise SpecError(f"{self.origin}: field {key!r} has no entry in [sources]; cite where it comes from")
         return float(value)

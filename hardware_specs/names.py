@@ -75,3 +75,10 @@ def _spelled_alike(given: str, choices: list[str], limit: int) -> list[str]:
 
     alike = [c for c in choices if likeness(c) >= 0.6]
     return sorted(alike, key=lambda c: (-round(likeness(c), 6), sxm_first(c), c))[:limit]
+
+
+def closest_first(given: str, choices: list[str]) -> list[str]:
+    """``choices`` with the one spelled most like ``given`` first, if any is close (a typo), the
+    rest in their order."""
+    near = difflib.get_close_matches(given, choices, n=1, cutoff=0.6)
+    return near + [c for c in choices if c not in near]

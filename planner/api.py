@@ -85,6 +85,17 @@ class Job:
                 "(max_position_embeddings): positions beyond it were never trained; the costs hold, the "
                 "model quality may not (extend the context first, e.g. RoPE scaling)",)
 
+    def check_layout(self, layout: Layout) -> None:
+        """Raise ``LayoutError`` naming the first rule ``layout`` breaks on this job: its degrees,
+        batch and model (``costmodels.layout.layout_problems``), then what the hardware and runtime
+        run. The one check of an explicit layout: ``evaluate``, and each run ``calibrate`` and
+        ``validate --from-log`` read."""
+        check_layout(layout, self.model, self.training, self.cluster.num_gpus, self.cluster.gpus_per_node)
+        if layout.tp_comm_overlap and not overlap_searched(self.cluster.hardware.device_type):
+            raise LayoutError(f"layout.tp_comm_overlap: {self.cluster.hardware.name} is a CPU, and TP communication "
+                              "overlap needs GPU peer memory (userbuffers, symmetric memory); pass --no-tp-comm-overlap")
+        _check_moe_comm(layout, self)
+
     def cost_job(self, assumptions: Assumptions = DEFAULT_ASSUMPTIONS) -> CostJob:
         """What the cost model needs of this request, with the convention of its runtime
         (``costmodels.runtimes.CONVENTIONS``)."""
@@ -387,11 +398,7 @@ def evaluate(*, model: str | ModelSpec, hardware: str | NodeSpec, gpus: int, glo
         raise PlanError(f"evaluate(): unknown option {unknown[0]!r}; known: {', '.join(_RESOLVE_OPTIONS)}")
     job = resolve_job(model=model, hardware=hardware, gpus=gpus, global_batch=global_batch,
                       seq_len=seq_len, **options)
-    check_layout(layout, job.model, job.training, gpus, job.cluster.gpus_per_node)
-    if layout.tp_comm_overlap and not overlap_searched(job.cluster.hardware.device_type):
-        raise LayoutError(f"layout.tp_comm_overlap: {job.cluster.hardware.name} is a CPU, and TP communication overlap "
-                          "needs GPU peer memory (userbuffers, symmetric memory); pass --no-tp-comm-overlap")
-    _check_moe_comm(layout, job)
+    job.check_layout(layout)
     return estimate(job.cost_job(), layout)
 
 

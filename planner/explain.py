@@ -147,12 +147,11 @@ def calibration_moves(plan: PlanFile, job: Any) -> dict[str, Any] | None:
     from dataclasses import replace as dc_replace
 
     from . import api
-    from planner.plan.bands import CALIBRATE_SOURCE
     from planner.plan.render import layout_summary
 
     profile = job.profile
-    fit = (profile.provenance.get("calibration") if profile is not None else None) or {}
-    if fit.get("source") != CALIBRATE_SOURCE or plan.best is None:
+    fit = profile.logged_runs_fit() if profile is not None else None
+    if fit is None or plan.best is None:
         return None
     bare = dc_replace(profile, calibration={})
     plain = api.plan(**_same_request(plan, job, bare))
@@ -210,7 +209,7 @@ def explanation_lines(doc: dict[str, Any]) -> list[str]:
                          "under the cap, then fewest uncertain mechanisms, then the simplest)")
         elif r.get("within_step_band"):
             lines.append("  the runner-up lies inside the best plan's step-time band: the cost model cannot tell "
-                         "them apart (see Error bands in the README)")
+                         "them apart (see Error bands in docs/published.md)")
     if "context_parallel" in doc:
         lines.append(doc["context_parallel"]["text"])
     for case in doc.get("what_would_change", []):

@@ -37,11 +37,28 @@ def device_model(name: str) -> str | None:
     return found.group(1) if found else None
 
 
+def _count(provenance: dict[str, Any], key: str) -> int | None:
+    value = provenance.get(key)
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+
+
 def profile_machine(profile: "HardwareProfile") -> str:
-    """The profiled machine in a few words: devices, name, type and node shape."""
+    """The profiled machine in a few words: devices, name, type and node shape, each as far as the
+    provenance says it (a calibration records the device and its node size, not a device count)."""
     p = profile.provenance
-    return (f"{p.get('num_devices', '?')} x {p.get('device_name', 'unknown device')} ({profile.device_type}, "
-            f"{p.get('num_nodes', '?')} node(s) of {p.get('devices_per_node', '?')})")
+    devices, nodes, per_node = (_count(p, k) for k in ("num_devices", "num_nodes", "devices_per_node"))
+    shape = (f", {nodes} node(s) of {per_node}" if nodes and per_node else f", nodes of {per_node}" if per_node
+             else f", {nodes} node(s)" if nodes else "")
+    return (f"{f'{devices} x ' if devices else ''}{p.get('device_name') or 'an unnamed device'} "
+            f"({profile.device_type}{shape})")
+
+
+def remake_advice(profile: "HardwareProfile", cluster: "ClusterSpec") -> str:
+    """How to make a file like ``profile`` for ``cluster``: with the command that made it."""
+    if profile.logged_runs_fit() is not None:
+        return (f"Calibrate with that machine's own runs ('autoplan calibrate LOGS --hardware "
+                f"{cluster.hardware.name} --out FILE')")
+    return "Profile that machine ('autoplan profile' on it)"
 
 
 def cluster_machine(cluster: "ClusterSpec") -> str:
@@ -89,8 +106,8 @@ def check_profile_matches(profile: "HardwareProfile", cluster: "ClusterSpec", wh
     if problems and mismatch != "ok":
         raise ProfileMismatchError(
             f"{field('profile', where)} was measured on {profile_machine(profile)}, but the plan is for "
-            f"{cluster_machine(cluster)}: {'; '.join(problems)}. Profile that machine, or pass "
-            f"{field('profile_device_mismatch', 'ok')} to use this profile anyway")
+            f"{cluster_machine(cluster)}: {'; '.join(problems)}. {remake_advice(profile, cluster)}, or pass "
+            f"{field('profile_device_mismatch', 'ok')} to use it anyway")
     return problems
 
 

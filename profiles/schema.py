@@ -19,6 +19,8 @@ SCHEMA_VERSION = 3
 3 keys each curve by ``ranks_per_node`` and ``num_nodes`` instead of ``spans_nodes``. Version 1
 and 2 files still load (``io.load_profile`` migrates them)."""
 PROFILE_KIND = "autoplan-hardware-profile"
+CALIBRATE_SOURCE = "autoplan calibrate"
+"""``provenance.calibration.source`` of a profile ``autoplan calibrate`` wrote."""
 MEMORY_KERNELS: tuple[str, ...] = ("copy", "layer_norm", "rms_norm", "softmax")
 CURVE_SOURCES: tuple[str, ...] = ("measured", "nccl-tests", "trace", "calibration")
 """Where a collective curve came from: ``autoplan profile`` on this machine, an nccl-tests log
@@ -193,13 +195,20 @@ class HardwareProfile:
     """Memory-bound kernels (``MEMORY_KERNELS``) by name, points by increasing size."""
     collectives: tuple[CollectiveCurve, ...] = ()
     calibration: dict[str, float] = field(default_factory=dict)
-    """Multiplicative factors fitted by ``autoplan validate --calibrate`` (Assumptions field names)."""
+    """Factors fitted by ``autoplan calibrate`` or ``autoplan validate --calibrate`` (Assumptions
+    field names)."""
     sustained_rate_share: float | None = None
     """Share of its burst rate the device kept at the end of the profile's burn-in (the largest
     GEMM's burst time over its sustained time; ``bench_compute.sustained_burn_in``): replaces the
     preset's ``HardwareSpec.tensor_rate_share`` for the rates the profile does not measure. None =
     not measured (a CPU profile, or one made before it was)."""
     schema_version: int = SCHEMA_VERSION
+
+    def logged_runs_fit(self) -> dict[str, Any] | None:
+        """The report of the ``autoplan calibrate`` fit that wrote this file (``provenance.calibration``),
+        or None when another command made it (``autoplan profile``, ``validate --calibrate``)."""
+        fit = self.provenance.get("calibration")
+        return fit if isinstance(fit, dict) and fit.get("source") == CALIBRATE_SOURCE else None
 
     def gemm_flops_per_s(self, m: int, n: int, k: int, dtype: str) -> float | None:
         """Achieved FLOP/s of an (m×k)·(k×n) GEMM in ``dtype``; None if that dtype was not measured."""

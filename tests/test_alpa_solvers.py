@@ -26,3 +26,14 @@ def test_highs_and_cbc_choose_the_same_sharding(llama3_8b_graph, tp):
     assert highs["strategies"] == cbc["strategies"]
     assert highs["tp_plan"] == cbc["tp_plan"]
     assert highs["cost"]["objective_s"] == pytest.approx(cbc["cost"]["objective_s"], rel=1e-9)
+
+
+@pytest.mark.parametrize("limit", [float("nan"), float("inf"), 0.0])
+def test_a_time_limit_that_is_no_limit_is_refused_before_solving(limit):
+    """The API refuses what ``shard --time-limit`` refuses (a non-finite or non-positive limit)."""
+    import networkx as nx
+
+    from hardware_specs import SpecError
+
+    with pytest.raises(SpecError, match="--time-limit"):
+        shard_graph(nx.DiGraph(), tp=2, time_limit_s=limit)

@@ -137,18 +137,17 @@ def test_evaluate_shows_bands_in_table_and_json():
 
 
 def test_job_bands_follow_the_status_label():
-    from types import SimpleNamespace
-
     from planner.plan.bands import job_bands
+    from profiles import HardwareProfile
 
     shipped = job_bands(None, None, "megatron")
     assert shipped.step == shipped_step_band() and shipped.memory == shipped_memory_band()
-    calibrated = job_bands(SimpleNamespace(calibration={"step_time_log_sd": 0.05},
+    calibrated = job_bands(HardwareProfile(device_type="cuda", calibration={"step_time_log_sd": 0.05},
                                            provenance={"calibration": {"runs": 6}}), "p.json", "megatron")
     assert calibrated.step.high_rel == pytest.approx(math.exp(1.96 * 0.05) - 1)
     assert calibrated.step.basis.endswith("validate --calibrate fit, 6 runs")
     assert calibrated.step.record == "p.json calibration.step_time_log_sd"
-    measured_only = job_bands(SimpleNamespace(calibration={}, provenance={}), "p.json", "megatron")
+    measured_only = job_bands(HardwareProfile(device_type="cuda", provenance={}), "p.json", "megatron")
     assert measured_only.step is None and "validate --calibrate" in measured_only.step_note
     assert measured_only.memory == shipped_memory_band()
 

@@ -177,6 +177,33 @@ def test_bad_sources_are_one_line_errors(tmp_path):
     assert coded.exit_code == 2 and "utf16.csv: not UTF-8 text" in coded.output and "Traceback" not in coded.output
 
 
+HEADER = "model,gpus,global_batch,seq_len,dp,tp,pp,micro_batch,step_time_s\n"
+
+
+@pytest.mark.parametrize(("row", "needle"), [
+    # dp 4 x tp 1 x pp 1 = 4 GPUs, but the row ran on 8: evaluate refuses the same layout
+    ("llama3-8b,8,64,4096,4,1,1,1,3.1", "runs.csv:2: dp 4 x tp 1 x pp 1 x cp 1 = 4, but gpus 8; "
+                                         "choose degrees whose product is 8"),
+    ("llama3-8b,8,64,4096,8,1,1,3,3.1", "runs.csv:2: global_batch 64 is not divisible by dp 8 x micro_batch 3"),
+    ("llama3-8b,6,64,4096,2,3,1,1,3.1", "runs.csv:2: tp 3 does not divide the 32 attention heads"),
+    ("llama3-8b,8,64,4095,4,2,1,1,3.1", "runs.csv:2: seq_len 4095 is not divisible by tp 2"),
+    ("llama3-8b,8,64,4096,4,,1,1,3.1", "runs.csv:2: tp is empty; every row needs model, gpus"),
+])
+def test_a_table_row_is_checked_as_evaluate_checks_a_layout(tmp_path, row, needle):
+    table = tmp_path / "runs.csv"
+    table.write_text(HEADER + row + "\n", encoding="utf-8")
+    out = tmp_path / "c.json"
+    result = CliRunner().invoke(main, ["calibrate", str(table), "--hardware", HW, "--out", str(out)])
+    assert result.exit_code == 2, result.output
+    assert needle in result.output and len(result.output.strip().splitlines()) == 1
+    assert not out.exists()
+    if "gpus 8" in needle:   # the same layout, given to evaluate, is refused for the same reason
+        refused = CliRunner().invoke(main, ["evaluate", "--model", "llama3-8b", "--hardware", HW, "--gpus", "8",
+                                            "--global-batch", "64", "--seq-len", "4096", "--dp", "4", "--tp", "1",
+                                            "--pp", "1"])
+        assert refused.exit_code == 2 and "= 4, but --gpus 8" in refused.output
+
+
 def _calibration(tmp_path: Path, name: str, table: dict[str, float], factors: dict[str, float]) -> str:
     """A calibration profile as ``autoplan calibrate`` writes it, with these factors."""
     from planner.calibrate import write_calibration_profile
@@ -188,6 +215,35 @@ def _calibration(tmp_path: Path, name: str, table: dict[str, float], factors: di
     write_calibration_profile(path, {**table, "step_time_log_sd": 0.02}, provenance, None, hardware=HW,
                               gpus_per_node=None)
     return str(path)
+
+
+def test_a_bad_calibration_is_named_by_the_option_given_and_the_command_that_makes_one(tmp_path):
+    """--calibration fills the profile input: its errors say --calibration, never '?' for what the
+    file does not record, and advise 'autoplan calibrate' (which makes it), not 'autoplan profile'."""
+    runner = CliRunner()
+    job = ["--model", "llama3-8b", "--gpus", "8", "--global-batch", "64", "--seq-len", "4096"]
+    corrupt = tmp_path / "corrupt.json"
+    corrupt.write_text("{", encoding="utf-8")
+    for path, needle in ((corrupt, "not valid JSON"), (tmp_path / "missing.json", "cannot read")):
+        result = runner.invoke(main, ["plan", *job, "--hardware", HW, "--calibration", str(path)])
+        assert result.exit_code == 2 and f'error: --calibration "{path}": {needle}' in result.output
+    made_on_h100 = _calibration(tmp_path, "h100", {"compute_scale": 1.1}, {"gemm": 1.1})
+    result = runner.invoke(main, ["plan", *job, "--hardware", "a100-sxm-80gb", "--calibration", made_on_h100])
+    assert result.exit_code == 2 and len(result.output.strip().splitlines()) == 1
+    assert f"error: --calibration {made_on_h100} was measured on NVIDIA H100" in result.output
+    assert "?" not in result.output and "(cuda, nodes of 8)" in result.output
+    assert "'autoplan calibrate LOGS --hardware a100-sxm-80gb --out FILE'" in result.output
+    assert "autoplan profile" not in result.output and "--profile " not in result.output
+    # a calibration of one timed run has no leave-one-out error: no step band, and calibrate is what fixes it
+    from planner.calibrate import write_calibration_profile
+
+    one_run = tmp_path / "one.json"
+    write_calibration_profile(one_run, {"compute_scale": 1.1}, {"source": "autoplan calibrate", "runs": 1,
+                                                                 "timed_runs": 1}, None, hardware=HW,
+                              gpus_per_node=None)
+    planned = runner.invoke(main, ["plan", *job, "--hardware", HW, "--calibration", str(one_run), "--format", "json"])
+    note = json.loads(planned.output)["best"]["predicted"]["band"]["step_time_note"]
+    assert "re-run 'autoplan calibrate'" in note and "validate --calibrate" not in note
 
 
 def test_the_calibration_moves_the_pick_where_its_factors_say_so_and_explain_names_them(tmp_path):

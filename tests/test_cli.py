@@ -77,6 +77,62 @@ def test_models_and_hardware_list_presets():
     assert hardware["h100-sxm-80gb"]["tflops"]["bf16"] == 989
 
 
+def test_the_hardware_listing_shows_a_bf16_rate_exactly_where_plan_costs_bf16():
+    """Before: v100-sxm-32gb listed 'bf16 TF 125' (its fp16 rate), which plan refuses: it has no bf16."""
+    from hardware_specs import list_hardware
+    from planner import SpecError, resolve_job
+
+    lines = run(["hardware", "--format", "tsv"]).stdout.splitlines()
+    header = lines[0].split("\t")
+    cells = {line.split("\t")[0]: dict(zip(header, line.split("\t"))) for line in lines[1:]}
+    assert cells["v100-sxm-32gb"]["bf16 TF"] == "-" and cells["v100-sxm-32gb"]["fp16 TF"] == "125"
+    for name in list_hardware():
+        try:
+            resolve_job(model="tiny-llama", hardware=name, gpus=1, global_batch=1, seq_len=128, precision="bf16")
+            plans_bf16 = True
+        except SpecError:
+            plans_bf16 = False
+        assert (cells[name]["bf16 TF"] != "-") == plans_bf16, name
+
+
+def _float_options():
+    """(command path, option) of every float option of every command."""
+    import click
+
+    from planner.cli.common import FiniteFloat
+
+    def walk(command, path):
+        for sub in getattr(command, "commands", {}).values():
+            yield from walk(sub, [*path, sub.name])
+        for param in command.params:
+            if isinstance(param.type, (click.types.FloatParamType, FiniteFloat)):
+                yield path, param
+
+    return list(walk(main, []))
+
+
+def test_every_float_option_refuses_nan_and_inf():
+    """Before: 'shard --time-limit nan' (and inf) ran and exited 0; FloatRange lets nan through."""
+    from planner.cli.common import FiniteFloat
+
+    options = _float_options()
+    assert {param.opts[0] for _, param in options} >= {"--time-limit", "--memory-fraction", "--moe-imbalance",
+                                                       "--lr", "--min-lr-ratio"}
+    for path, param in options:
+        assert isinstance(param.type, FiniteFloat), (path, param.opts)
+        for bad in ("nan", "inf", "-inf"):
+            with pytest.raises(Exception) as info:
+                param.type.convert(bad, param, None)
+            assert f"{bad} is not a finite number" in str(info.value)
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "1e300"])
+def test_shard_time_limit_must_be_finite_and_sane(value):
+    result = run(["shard", "--model", "tiny-llama", "--tp", "2", "--time-limit", value])
+    assert result.exit_code == 2 and "'--time-limit'" in result.output
+    assert len(result.output.strip().splitlines()) == 1
+
+
 @pytest.mark.parametrize("args,needle", [
     (["plan", "--model", "llama3-7b", *JOB[2:]], "did you mean"),
     (["plan", *JOB[:2], "--hardware", "h100x", *JOB[4:]], "--hardware"),
@@ -85,7 +141,7 @@ def test_models_and_hardware_list_presets():
     (["plan", *JOB, "--memory-fraction", "1.5"], "--memory-fraction"),
     (["plan", *JOB[:2], "--hardware", "v100-sxm-32gb", *JOB[4:]], "--precision"),
     (["evaluate", *JOB, "--dp", "3", "--tp", "2", "--pp", "2"], "global-batch"),
-    (["evaluate", *JOB, "--dp", "2", "--tp", "2", "--pp", "2"], "--gpus is 16"),
+    (["evaluate", *JOB, "--dp", "2", "--tp", "2", "--pp", "2"], "but --gpus 16"),
     (["evaluate", *JOB, "--dp", "4", "--tp", "2", "--pp", "2", "--virtual-stages", "2"], "interleaved"),
     (["evaluate", "--model", "tiny-gpt", *JOB[2:], "--dp", "2", "--tp", "8", "--pp", "1"], "4 attention heads"),
 ])

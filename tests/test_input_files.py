@@ -43,6 +43,58 @@ def test_non_finite_or_absurd_datasheet_numbers_are_refused(tmp_path, old, new, 
         load_node(str(_node_file(tmp_path, old, new)))
 
 
+@pytest.mark.parametrize("old,new,needle", [
+    # each derived field is checked in the file's unit and named as the file writes it
+    ("runtime_reserved_gib = 1.0", "runtime_reserved_gib = 100.0",
+     "field 'device.runtime_reserved_gib' must be from 0 to below device.memory_gib (80)"),
+    ("memory_gib = 80", "memory_gib = 2000000", "field 'device.memory_gib' must be above 0 and at most 1,048,576"),
+    ("memory_gib = 80", "memory_gib = 1e-12", "field 'device.memory_gib' must be at least one byte"),
+    ("compute_capability = 9.0", "compute_capability = 900",
+     "field 'device.compute_capability' must be above 0 and at most 100"),
+    ("sustained_rate_share = 0.914", "sustained_rate_share = 1.5",
+     "field 'device.sustained_rate_share' must be above 0 and at most 1"),
+    ("nvls_efficiency = 0.85", "nvls_efficiency = 85", "field 'intra_node.nvls_efficiency' must be above 0 and at most 1"),
+    ("latency_us = 5\n", "latency_us = 5e7\n", "field 'inter_node.latency_us' must be above 0 and at most 10,000,000"),
+    ("num_sms = 132", "num_sms = 132\npower_limited_clock_mhz = 2000",
+     "field 'device.power_limited_clock_mhz' must be at most device.sustained_clock_mhz (1830)"),
+])
+def test_derived_fields_are_named_as_the_file_writes_them(tmp_path, old, new, needle):
+    """Before: 'h100-sxm-80gb: runtime_reserved_bytes must be a whole number from 0 to 85899345919, got
+    107374182400': no file, a field the file does not have, a value in bytes."""
+    path = _node_file(tmp_path, old, new)
+    path.write_text(path.read_text().replace("[sources]\n", '[sources]\n"device.power_limited_clock_mhz" = "x"\n'))
+    with pytest.raises(SpecError) as info:
+        load_node(str(path))
+    assert str(info.value).startswith(f"hardware file {path}: {needle}"), str(info.value)
+
+
+@pytest.mark.parametrize("old,new,needle", [
+    ("memory_gib = 80", "memory_gb = 80", "unknown key 'device.memory_gb' in [device]; known keys there: memory_gib, "),
+    ("num_sms = 132", 'num_sms = 132\ncolour = "green"', "unknown key 'device.colour' in [device]; known keys there: "
+                                                         "fp32_tflops, "),
+    ('device_type = "cuda"', 'device_type = "cuda"\nvendor = "x"', "unknown key 'vendor' in the top level"),
+    ("[intra_node]", "[intra_nodes]", "unknown key 'intra_nodes' in the top level; known keys there: intra_node, "),
+    ('"device.num_sms" =', '"device.num_sm" =', "[sources] cites 'device.num_sm', which is no field of a node file; "
+                                               "known fields: device.num_sms, "),
+])
+def test_unknown_keys_are_refused_naming_the_known_ones(tmp_path, old, new, needle):
+    with pytest.raises(SpecError) as info:
+        load_node(str(_node_file(tmp_path, old, new)))
+    assert str(info.value).startswith(f"hardware file {tmp_path / 'node.toml'}: {needle}"), str(info.value)
+
+
+def test_a_bad_hardware_file_is_one_line_and_exit_2_on_the_cli(tmp_path):
+    from click.testing import CliRunner
+
+    from planner.cli import main
+
+    path = _node_file(tmp_path, "runtime_reserved_gib = 1.0", "runtime_reserved_gib = 100.0")
+    result = CliRunner().invoke(main, ["plan", "--model", "llama3-8b", "--hardware", str(path), "--gpus", "8",
+                                       "--global-batch", "64", "--seq-len", "4096"])
+    assert result.exit_code == 2 and result.output.count("\n") == 1
+    assert "runtime_reserved_gib" in result.output and "bytes" not in result.output
+
+
 def test_nan_peak_is_refused_by_the_cli_with_one_line_and_exit_2(tmp_path):
     """Before: exit 0 and a plan file holding NaN."""
     path = _node_file(tmp_path, "bf16_tflops = 989", "bf16_tflops = nan")

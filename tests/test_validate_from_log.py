@@ -118,7 +118,10 @@ def test_calibration_from_a_table_recovers_the_step_times(plan_path: Path, tmp_p
 @pytest.mark.parametrize(("table", "needle"), [
     ("tp,pp,step_time_s\n1,1,1\n", "the header needs dp"),
     ("dp,tp,pp,step_time_s\n4,1,1,fast\n", "step_time_s is 'fast'"),
-    ("dp,tp,pp,step_time_s\n3,1,1,1\n", "not divisible"),
+    ("dp,tp,pp,step_time_s\n3,1,1,1\n", "inputs.training.global_batch_size 8 is not divisible by dp 3"),
+    ("dp,tp,pp,step_time_s\n2,1,1,1\n", "row 1: dp 2 x tp 1 x pp 1 x cp 1 = 2, but the plan's inputs.gpus 4"),
+    ("dp,tp,pp,schedule,virtual_stages,step_time_s\n4,1,1,,,1\n1,1,4,interleaved,2,1\n",
+     "row 2: pp 4 x virtual stages 2 exceeds the 4 layers"),
     ("dp,tp,pp,log\n4,1,1,missing.log\n", "cannot read the log"),
 ])
 def test_bad_tables_are_one_line_errors(plan_path: Path, tmp_path: Path, table: str, needle: str) -> None:

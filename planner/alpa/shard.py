@@ -10,6 +10,7 @@ from dataclasses import dataclass
 import networkx as nx
 
 from hardware_specs import load_node, make_cluster
+from hardware_specs.checks import MAX_SOLVER_TIME_S, finite
 from autoplan_base.errors import AutoplanError
 
 from .build import Built, build_problem
@@ -80,6 +81,7 @@ def shard_graph(graph: nx.DiGraph, *, tp: int, dp: int = 1, hardware: str = "h10
         raise AutoplanError(f"--tp and --dp must be at least 1, got tp={tp} dp={dp}")
     if not 0 < memory_fraction <= 1:
         raise AutoplanError(f"--memory-fraction must be in (0, 1], got {memory_fraction}")
+    finite("--time-limit", time_limit_s, high=MAX_SOLVER_TIME_S)
     ctx = cost_context(hardware, tp * dp, dtype, gpus_per_node)
     hw = ctx.cluster.hardware
     cap = hw.memory_bytes * memory_fraction - hw.runtime_reserved_bytes

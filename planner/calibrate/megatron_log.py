@@ -41,6 +41,8 @@ every line but the first is kept."""
 MIB = 2**20
 REQUIRED = ("num_layers", "hidden_size", "num_attention_heads", "seq_length", "global_batch_size",
             "micro_batch_size", "world_size")
+FIELDS = (("gpus", "world_size"), ("global_batch", "global_batch_size"), ("seq_len", "seq_length"))
+"""The job's inputs as the arguments block names them (errors about the run say these)."""
 
 
 def _value(text: str) -> Any:
@@ -144,4 +146,4 @@ def read_megatron_log(path: Path, *, hardware: str, gpus_per_node: int | None = 
                "precision": training["precision"], "fp8_recipe": training["fp8_recipe"], "runtime": "megatron"}
     return LoggedRun(request=request, layout=layout, step_time_s=statistics.median(times) if times and not oom else None,
                      peak_memory_bytes=peak_memory_bytes(lines), out_of_memory=oom,
-                     origin=f"{path} (Megatron-LM, {len(times)} iterations)")
+                     origin=f"{path} (Megatron-LM, {len(times)} iterations)", fields=FIELDS)

@@ -32,6 +32,10 @@ class LoggedRun:
     """Where it was read: the file (and line or format)."""
     notes: tuple[str, ...] = field(default=())
     """What the reader assumed where the log was silent."""
+    fields: tuple[tuple[str, str], ...] = field(default=())
+    """How the source spells the job's inputs, as (keyword, its field) pairs where the two differ
+    (a table's ``micro_batch``, a Megatron-LM log's ``world_size``): errors about the run name them so
+    (``autoplan_base.errors.file_wording``)."""
 
     def job_key(self) -> tuple:
         """The job's identity (runs of one job share one cost model)."""

@@ -53,13 +53,28 @@ def logged(run: MappedRun) -> LoggedRun:
                      origin=run.row_id)
 
 
+def costable(run: MappedRun) -> bool:
+    """Whether ``evaluate`` takes the run's layout on its job (``planner.api.Job.check_layout``), as
+    ``autoplan calibrate`` requires of a logged run; the published scoring drops the others too
+    ("layout rejected", ``planner.published.scoring.score_mapped``)."""
+    from planner.api import resolve_job
+
+    kwargs = run.evaluate_kwargs()
+    layout = kwargs.pop("layout")
+    try:
+        resolve_job(**kwargs).check_layout(layout)
+    except ValueError:
+        return False
+    return True
+
+
 def group_runs(rows: list[dict]) -> dict[tuple[str, str], list[MappedRun]]:
-    """Measured runs by (family, GPU preset), groups of at least ``MIN_RUNS``, one run per repeated
-    configuration (the first)."""
+    """Measured runs ``evaluate`` can cost (``costable``) by (family, GPU preset), groups of at
+    least ``MIN_RUNS``, one run per repeated configuration (the first)."""
     mapped, _ = map_rows(rows)
     groups: dict[tuple[str, str], dict[tuple, MappedRun]] = defaultdict(dict)
     for run in mapped:
-        if run.status == "ok" and run.measured_tokens_per_s_per_gpu:
+        if run.status == "ok" and run.measured_tokens_per_s_per_gpu and costable(run):
             groups[(run.family, run.hardware_name)].setdefault(run.config_key, run)
     return {key: list(runs.values()) for key, runs in sorted(groups.items()) if len(runs) >= MIN_RUNS}
 

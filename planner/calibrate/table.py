@@ -19,14 +19,17 @@ from __future__ import annotations
 import csv
 import math
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
+from autoplan_base.errors import file_wording
 from costmodels.layout import Layout, LayoutError
 from hardware_specs.units import GIB
 
 from .runs import CalibrationError, LoggedRun
 
 REQUIRED = ("model", "gpus", "global_batch", "seq_len", "dp", "tp", "pp")
+FIELDS = (("micro_batch_size", "micro_batch"), ("zero_stage", "zero"))
+"""The columns whose name is not the ``planner.evaluate`` keyword they give; the others are spelled alike."""
 STATUSES = ("ok", "oom")
 TRUE = ("1", "true", "yes", "on")
 
@@ -49,20 +52,33 @@ def _flag(row: dict[str, str], key: str, default: bool) -> bool:
     return default if not text else text in TRUE
 
 
+def row_layout(row: dict[str, str], global_batch: int, number: Callable[[str, type, Any], Any]) -> Layout:
+    """The layout a table row gives (columns ``dp``, ``tp``, ``pp``, and optionally ``cp``, ``ep``,
+    ``zero``, ``micro_batch``, ``schedule``, ``virtual_stages``, ``recompute``,
+    ``sequence_parallel``, ``tp_comm_overlap``, else ``autoplan evaluate``'s defaults), its
+    micro-batch count met from ``global_batch`` as ``evaluate`` meets it
+    (``planner.api.layout_for_batch``). ``number(column, kind, default)`` reads a numeric cell
+    (each table's reader, with its own errors); ``dp``, ``tp`` and ``pp`` must have values. Raises
+    ``LayoutError``: call it under ``file_wording`` so it names the columns. Used by this reader and
+    ``validate --from-log``'s."""
+    from planner.api import layout_for_batch
+
+    dp, tp, pp = (number(k, int, None) for k in ("dp", "tp", "pp"))
+    return layout_for_batch(global_batch, dp=dp, tp=tp, pp=pp, micro_batch_size=number("micro_batch", int, 1),
+                            cp=number("cp", int, 1), ep=number("ep", int, 1), zero_stage=number("zero", int, 0),
+                            schedule=(row.get("schedule") or "1f1b").strip(),
+                            virtual_stages=number("virtual_stages", int, 1),
+                            recompute=(row.get("recompute") or "none").strip(),
+                            sequence_parallel=_flag(row, "sequence_parallel", tp > 1),
+                            tp_comm_overlap=_flag(row, "tp_comm_overlap", False))
+
+
 def _layout(row: dict[str, str], where: str) -> Layout:
-    dp, tp, pp = (_number(row, k, where) for k in ("dp", "tp", "pp"))
-    mb, batch = _number(row, "micro_batch", where, int, 1), _number(row, "global_batch", where)
-    per_replica, rest = divmod(batch, dp * mb)
-    if rest or not per_replica:
-        raise CalibrationError(f"{where}: global_batch {batch} is not divisible by dp {dp} x micro_batch {mb}")
+    """The row's layout (``row_layout``); the rest of its checks come once the job is known (``terms``)."""
     try:
-        return Layout(dp=dp, tp=tp, pp=pp, cp=_number(row, "cp", where, int, 1), ep=_number(row, "ep", where, int, 1),
-                      zero_stage=_number(row, "zero", where, int, 0), micro_batch_size=mb, num_microbatches=per_replica,
-                      schedule=(row.get("schedule") or "1f1b").strip(),
-                      virtual_stages=_number(row, "virtual_stages", where, int, 1),
-                      recompute=(row.get("recompute") or "none").strip(),
-                      sequence_parallel=_flag(row, "sequence_parallel", tp > 1),
-                      tp_comm_overlap=_flag(row, "tp_comm_overlap", False))
+        with file_wording(dict(FIELDS)):
+            return row_layout(row, _number(row, "global_batch", where),
+                              lambda key, kind, default: _number(row, key, where, kind, default))
     except LayoutError as err:
         raise CalibrationError(f"{where}: {err}") from None
 
@@ -105,9 +121,11 @@ def _run(row: dict[str, str], where: str, table: Path, hardware: str, gpus_per_n
     seconds = _number(row, "step_time_s", where, float) or (_number(row, "step_time_ms", where, float) or 0) / 1e3
     if status == "ok" and not seconds:
         raise CalibrationError(f"{where}: no step time (step_time_s or step_time_ms) for a run with status ok")
-    model = (row.get("model") or "").strip()
-    if not model:
-        raise CalibrationError(f"{where}: model is empty; give a preset name or a config.json path")
+    empty = [k for k in REQUIRED if not (row.get(k) or "").strip()]
+    if empty:
+        raise CalibrationError(f"{where}: {', '.join(empty)} {'is' if len(empty) == 1 else 'are'} empty; every row "
+                               f"needs {', '.join(REQUIRED)} (model: a preset name or a config.json path)")
+    model = row["model"].strip()
     request = {"model": _model(model, table), "hardware": hardware,
                "gpus": _number(row, "gpus", where), "global_batch": _number(row, "global_batch", where),
                "seq_len": _number(row, "seq_len", where),
@@ -115,4 +133,5 @@ def _run(row: dict[str, str], where: str, table: Path, hardware: str, gpus_per_n
                "precision": (row.get("precision") or "bf16").strip(), "runtime": (row.get("runtime") or "megatron").strip()}
     gib = _number(row, "peak_memory_gib", where, float)
     return LoggedRun(request=request, layout=_layout(row, where), step_time_s=seconds if status == "ok" else None,
-                     peak_memory_bytes=gib * GIB if gib else None, out_of_memory=status == "oom", origin=where)
+                     peak_memory_bytes=gib * GIB if gib else None, out_of_memory=status == "oom", origin=where,
+                     fields=FIELDS)

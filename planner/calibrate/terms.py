@@ -18,6 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from autoplan_base.errors import file_wording
 from costmodels.assumptions import DEFAULT_ASSUMPTIONS, Assumptions
 from costmodels.calibration_factors import FACTORS, assumptions_at
 
@@ -55,21 +56,32 @@ def _model_at(job: Any, assumptions: Assumptions, models: dict) -> Any:
     return models[key]
 
 
-def run_terms(runs: list[LoggedRun], base: Assumptions = DEFAULT_ASSUMPTIONS, profile: Any = None) -> list[RunTerms]:
-    """``RunTerms`` of each run (``profile``: measured rates the factors correct on top of)."""
+def _checked_job(run: LoggedRun, jobs: dict[tuple, Any], profile: Any) -> Any:
+    """The run's job (one per distinct job), with the run's layout checked on it as ``evaluate``
+    checks a layout (``planner.api.Job.check_layout``); errors name the run's file and its fields."""
     from planner.api import resolve_job
 
-    jobs: dict[tuple, Any] = {}
-    models: dict = {}
-    out = []
-    for run in runs:
-        key = run.job_key()
+    key = run.job_key()
+    with file_wording(dict(run.fields)):
         if key not in jobs:
             try:
                 jobs[key] = resolve_job(**run.request, profile=profile)
             except (ValueError, TypeError) as err:
                 raise CalibrationError(f"{run.origin}: the job it trained cannot be costed ({err})") from None
-        job = jobs[key]
+        try:
+            jobs[key].check_layout(run.layout)
+        except ValueError as err:
+            raise CalibrationError(f"{run.origin}: {err}") from None
+    return jobs[key]
+
+
+def run_terms(runs: list[LoggedRun], base: Assumptions = DEFAULT_ASSUMPTIONS, profile: Any = None) -> list[RunTerms]:
+    """``RunTerms`` of each run (``profile``: measured rates the factors correct on top of)."""
+    jobs: dict[tuple, Any] = {}
+    models: dict = {}
+    out = []
+    for run in runs:
+        job = _checked_job(run, jobs, profile)
         try:
             prior = _model_at(job, base, models).estimate(run.layout)
         except ValueError as err:

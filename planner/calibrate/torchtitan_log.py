@@ -35,6 +35,8 @@ SHAPE_PRESETS = {(32, 4096, 128256): "llama3-8b", (80, 8192, 128256): "llama3-70
 """The autoplan preset of each Llama 3 shape torchtitan registers a flavor for."""
 FLAVOR_PRESETS = {flavor: SHAPE_PRESETS[shape] for shape, flavor in TORCHTITAN_LLAMA3_FLAVORS.items()}
 """torchtitan's llama3 flavor ("8B", "70B", "405B") -> autoplan preset; any other flavor names a preset."""
+FIELDS = (("global_batch", "training.global_batch_size"), ("seq_len", "training.seq_len"))
+"""The job's inputs as the job config names them (errors about the run say these)."""
 
 
 def _config_path(directory: Path) -> Path | None:
@@ -120,4 +122,4 @@ def read_torchtitan_run(directory: Path, *, hardware: str, gpus_per_node: int | 
                "compiled": training["compiled"]}
     return LoggedRun(request=request, layout=layout, step_time_s=statistics.median(times) if times and not oom else None,
                      peak_memory_bytes=peak_memory_bytes(lines), out_of_memory=oom,
-                     origin=f"{log_path} (torchtitan, {len(times)} steps)")
+                     origin=f"{log_path} (torchtitan, {len(times)} steps)", fields=FIELDS)

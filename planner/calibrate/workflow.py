@@ -21,7 +21,7 @@ from typing import Any
 
 from costmodels.assumptions import DEFAULT_ASSUMPTIONS
 from costmodels.calibration_factors import FACTORS, assumptions_at
-from planner.plan.bands import CALIBRATE_SOURCE
+from profiles.schema import CALIBRATE_SOURCE
 
 from .fit import StepFit, fit_steps
 from .memory import MemoryFit, fit_memory

@@ -9,10 +9,10 @@ from typing import TYPE_CHECKING
 
 import click
 
-from hardware_specs.checks import MAX_SEQ_LEN, MAX_TOKENS_PER_STEP
+from hardware_specs.checks import MAX_SEQ_LEN, MAX_SOLVER_TIME_S, MAX_TOKENS_PER_STEP
 from autoplan_base.errors import AutoplanError
 
-from .common import check_places, run_command, write_atomic
+from .common import FiniteFloat, check_places, run_command, write_atomic
 
 if TYPE_CHECKING:
     from planner.plan.plan_file import PlanFile
@@ -165,9 +165,9 @@ def _check_contract(module, tp: int) -> None:
 @click.option("--gpus-per-node", type=click.IntRange(min=1), default=None)
 @click.option("--dtype", type=click.Choice(["fp32", "bf16", "fp16"]), default=None,
               help="Compute dtype of the costs [default: bf16, or the plan's precision].")
-@click.option("--memory-fraction", type=click.FloatRange(min=0, max=1, min_open=True), default=0.9, show_default=True)
+@click.option("--memory-fraction", type=FiniteFloat(min=0, max=1, min_open=True), default=0.9, show_default=True)
 @click.option("--solver", type=click.Choice(["highs", "cbc"]), default="highs", show_default=True)
-@click.option("--time-limit", type=click.FloatRange(min=0, min_open=True), default=60.0, show_default=True,
+@click.option("--time-limit", type=FiniteFloat(min=0, max=MAX_SOLVER_TIME_S, min_open=True), default=60.0, show_default=True,
               help="Solver time limit (s); the best plan found so far is returned with its gap.")
 @click.option("--no-reuse", is_flag=True, help="Solve every block separately (no per-block reuse).")
 @click.option("--attach", "attach_path", type=click.Path(dir_okay=False), default=None,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import sys
@@ -27,6 +28,27 @@ EXIT_INTERNAL = 3
 PIPE_WIDTH = 200
 """Columns of a table written to a pipe or a log file (rich's default there is 80, which wraps lines
 and cuts names short); an exported ``COLUMNS`` still wins."""
+
+
+class FiniteFloat(click.FloatRange):
+    """The type of every float option: ``click.FloatRange`` that also refuses ``nan`` and ``inf``
+    (``nan`` passes each comparison of a range; ``--time-limit inf`` would mean no limit at all).
+    Without bounds it is a plain finite float (the API checks the range, e.g. ``launch --lr``)."""
+
+    def __init__(self, *args, **kwargs) -> None:  # type: ignore[no-untyped-def]
+        super().__init__(*args, **kwargs)
+        if self.min is None and self.max is None:
+            self.name = "float"
+
+    def _describe_range(self) -> str:
+        return "" if self.min is None and self.max is None else super()._describe_range()
+
+    def convert(self, value, param, ctx):  # type: ignore[no-untyped-def]
+        number = click.FLOAT.convert(value, param, ctx)
+        if not math.isfinite(number):
+            bounds = self._describe_range()
+            self.fail(f"{value} is not a finite number{f' in the range {bounds}' if bounds else ''}", param, ctx)
+        return super().convert(number, param, ctx)
 
 
 def output_console(*, stderr: bool = False) -> "Console":

@@ -11,7 +11,7 @@ import click
 from planner.launch.kubernetes import (DEFAULT_CLAIM, DEFAULT_MOUNT, DEFAULT_NAMESPACE, IMAGE_REPOSITORY, IMAGE_TAG_SUFFIX,
                                KINDS)
 from planner.launch.slurm import SlurmOptions, submit_line
-from .common import EXIT_INFEASIBLE, run_command
+from .common import EXIT_INFEASIBLE, FiniteFloat, run_command
 from .k8s_options import SCHEDULERS, kubernetes_options
 
 
@@ -59,11 +59,11 @@ from .k8s_options import SCHEDULERS, kubernetes_options
               help="JobSet: node label whose domain holds all pods (exclusive-topology annotation)")
 @click.option("--steps", type=int, default=None,
               help="framework jobs: optimizer steps to train (default: 1000; Megatron's --train-iters)")
-@click.option("--lr", type=float, default=None, help="framework jobs: peak learning rate (default: 3e-4)")
+@click.option("--lr", type=FiniteFloat(), default=None, help="framework jobs: peak learning rate (default: 3e-4)")
 @click.option("--warmup-steps", type=int, default=None,
               help="framework jobs: linear warm-up steps before the cosine decay (default: 100; below --steps "
                    "for megatron and deepspeed, whose schedulers stop otherwise)")
-@click.option("--min-lr-ratio", type=float, default=None,
+@click.option("--min-lr-ratio", type=FiniteFloat(), default=None,
               help="framework jobs: the decay's final rate as a fraction of --lr (default: 0.1)")
 @click.option("--slurm-time", default="24:00:00", show_default=True,
               help="slurm.sbatch's wall-clock limit (#SBATCH --time: minutes, MM:SS, HH:MM:SS, D-HH, D-HH:MM or "

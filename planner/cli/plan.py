@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import click
 
-from .common import EXIT_INFEASIBLE, check_places, output_console, run_command, write_atomic
+from .common import EXIT_INFEASIBLE, FiniteFloat, check_places, output_console, run_command, write_atomic
 from .progress import search_notice
 
 SCHEDULE_NAMES = ("gpipe", "1f1b", "interleaved", "zb-h1", "interleaved-zb", "zb-v", "dualpipe-v", "dualpipe")
@@ -49,14 +49,14 @@ JOB_OPTIONS: list[Callable] = [
                       "job: FSDP2, PyTorch TP/SP) or torchtitan (as torch, with "
                       "the loss on vocabulary-sharded logits under TP). plan searches exactly what it runs "
                       "(costmodels/capabilities.py)."),
-    click.option("--moe-imbalance", type=click.FloatRange(min=1.0), default=None,
+    click.option("--moe-imbalance", type=FiniteFloat(min=1.0), default=None,
                  help="MoE models: tokens of the busiest expert rank over the even share (1 + MaxVio, Wang et "
                       "al. 2024; default 1.0, the force-balanced routing of vendor benchmarks)."),
     click.option("--cp-attention", "context_attention", type=click.Choice(["ring", "all_gather"]), default=None,
                  help="How context parallelism is costed: ring (K/V passed around the cp ranks, overlapped) or "
                       "all_gather (Llama 3: K/V gathered, exposed). Default: what runs the plan, all_gather for "
                       "the launched job on a non-CUDA device, else ring."),
-    click.option("--memory-fraction", type=click.FloatRange(min=0, max=1, min_open=True), default=0.95,
+    click.option("--memory-fraction", type=FiniteFloat(min=0, max=1, min_open=True), default=0.95,
                  show_default=True, help="Usable share of device memory."),
     click.option("--profile", type=click.Path(dir_okay=False), default=None,
                  help="Measured profile JSON (autoplan profile); datasheet rates otherwise."),
@@ -65,7 +65,8 @@ JOB_OPTIONS: list[Callable] = [
                       "fitted factors): the rates it corrects, and its leave-one-out error as the step band. "
                       "Give it or --profile, not both (autoplan calibrate --profile P folds P's rates in)."),
     click.option("--profile-device-mismatch", type=click.Choice(["refuse", "ok"]), default="refuse", show_default=True,
-                 help="ok: use a --profile measured on other devices than --hardware (recorded in the plan)."),
+                 help="ok: use a --profile or --calibration measured on other devices than --hardware (recorded in "
+                      "the plan)."),
     click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True,
                  help="json prints JSON only on stdout."),
     click.option("--out", type=click.Path(dir_okay=False, allow_dash=True), default=None,
@@ -95,6 +96,17 @@ def _job_kwargs(kw: dict[str, Any]) -> dict[str, Any]:
         if kw.get(key) is not None:
             out[key] = kw[key]
     return out
+
+
+def _run_job_command(work: Callable[[], None], kw: dict[str, Any]) -> None:
+    """``run_command``, with errors about the profile naming ``--calibration`` when that option gave it."""
+    from autoplan_base.errors import given_as
+
+    if kw.get("calibration") is None:
+        run_command(work)
+        return
+    with given_as("profile", "--calibration"):
+        run_command(work)
 
 
 def _full_names(model: str, hardware: str) -> tuple[str, str]:
@@ -285,7 +297,7 @@ def plan_command(fmt: str, out: str | None, top_k: int, allow_cross_node_tp: boo
             click.echo(f"error: no layout fits in memory{detail}", err=True)
             sys.exit(EXIT_INFEASIBLE)
 
-    run_command(work)
+    _run_job_command(work, kw)
 
 
 @click.command("evaluate")
@@ -371,7 +383,7 @@ def evaluate_command(fmt: str, out: str | None, dp: int, tp: int, pp: int, cp: i
         else:
             print_plan_view(output_console(), single, job.inputs)
 
-    run_command(work)
+    _run_job_command(work, kw)
 
 
 def print_plan_view(console: "Console", single: "PlanEntry", inputs: "PlanInputs | None" = None) -> None:

@@ -85,6 +85,12 @@ def _hardware_rows() -> dict[str, dict[str, Any]]:
             for name, n in nodes.items()}
 
 
+def _rate_cell(tflops: dict[str, float], dtype: str) -> str:
+    """A dense peak in TFLOP/s, or ``-`` where the part has no ``dtype`` rate: the rates ``plan``
+    costs with (``HardwareSpec.supports``), so a V100 lists no bf16 and plan asks for fp16."""
+    return f"{tflops[dtype]:g}" if dtype in tflops else "-"
+
+
 def _gpus_cell(row: dict[str, Any]) -> str:
     """GPUs per node, and per NVLink domain where that holds several nodes (``4/72`` on GB200 NVL72)."""
     per_node, domain = row["gpus_per_node"], row["nvlink_domain_gpus"]
@@ -99,12 +105,11 @@ def hardware_command(fmt: str) -> None:
     if fmt == "json":
         click.echo(json.dumps(rows, indent=2, sort_keys=True, allow_nan=False))
         return
-    header = ("name", "bf16 TF", "fp8 TF", "nvfp4 TF", "mem GiB", "HBM GB/s", "GPUs", "intra-node GB/s", "net GB/s")
+    header = ("name", "bf16 TF", "fp16 TF", "fp8 TF", "nvfp4 TF", "mem GiB", "HBM GB/s", "GPUs", "intra-node GB/s", "net GB/s")
     table = []
     for name, r in rows.items():
         t = r["tflops"]
-        table.append((name, f"{t.get('bf16', t['fp16']):g}", f"{t['fp8']:g}" if "fp8" in t else "-",
-                      f"{t['nvfp4']:g}" if "nvfp4" in t else "-",
+        table.append((name, *(_rate_cell(t, dtype) for dtype in ("bf16", "fp16", "fp8", "nvfp4")),
                       f"{r['memory_gib']:g}", f"{r['memory_bandwidth_gb_per_s']:g}", _gpus_cell(r),
                       f"{r['intra_node']} {r['intra_node_gb_per_s']:g}", f"{r['inter_node_gb_per_s_per_node']:g}"))
     _print_rows(fmt, header, table)

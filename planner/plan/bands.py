@@ -21,6 +21,9 @@ if TYPE_CHECKING:
 
 NO_PROFILE_BAND = ("no step-time band: costed with a profile that has no validate --calibrate fit "
                    "(the published-run band measures the datasheet model); run 'autoplan validate --calibrate'")
+NO_LOGGED_RUNS_BAND = ("no step-time band: the calibration has no leave-one-out error (it takes 2 or more timed "
+                       "runs; the published-run band measures the datasheet model); re-run 'autoplan calibrate' "
+                       "with more of this cluster's runs")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -58,20 +61,16 @@ def job_bands(profile: "HardwareProfile | None", profile_where: str | None, runt
         step = shipped_step_band()
         return JobBands(step=step, memory=memory,
                         step_note="" if step else "no step-time band: no residual record shipped")
-    fit = (getattr(profile, "provenance", None) or {}).get("calibration")
-    fit = fit if isinstance(fit, dict) else {}
-    runs = fit.get("runs")
-    if fit.get("source") == CALIBRATE_SOURCE:
-        step = profile_step_band(profile.calibration, profile_where or "the profile", fit.get("timed_runs"),
+    logged = profile.logged_runs_fit()
+    if logged is not None:
+        step = profile_step_band(profile.calibration, profile_where or "the profile", logged.get("timed_runs"),
                                  fit="the leave-one-out errors of this cluster's logged runs")
-        return JobBands(step=step, memory=memory, step_note="" if step else NO_PROFILE_BAND,
-                        calibration=calibration_line(fit, profile_where))
+        return JobBands(step=step, memory=memory, step_note="" if step else NO_LOGGED_RUNS_BAND,
+                        calibration=calibration_line(logged, profile_where))
+    fit = profile.provenance.get("calibration")
+    runs = fit.get("runs") if isinstance(fit, dict) else None
     step = profile_step_band(profile.calibration, profile_where or "the profile", runs)
     return JobBands(step=step, memory=memory, step_note="" if step else NO_PROFILE_BAND)
-
-
-CALIBRATE_SOURCE = "autoplan calibrate"
-"""``provenance.calibration.source`` of a profile ``autoplan calibrate`` wrote."""
 
 
 def calibration_line(fit: dict, where: str | None) -> str:

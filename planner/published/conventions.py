@@ -20,7 +20,8 @@ from costmodels.model_spec import ModelSpec
 
 HARDWARE_FLOP_FAMILIES: frozenset[str] = frozenset({
     "megatron_sc21_table1", "megatron_sc21_table2", "bloom_tr11", "bloom_prequel_sweep", "mtnlg_530b"})
-"""Families whose TFLOP/s count recomputation when the row does not say (the README's caveat)."""
+"""Families whose TFLOP/s count recomputation when the row does not say (the development set's
+README, ``shared/published_runs/README.md``, Caveats)."""
 
 
 def tflops_convention(family: str, counts_recompute: bool | None) -> FlopConvention:

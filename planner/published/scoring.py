@@ -33,7 +33,8 @@ used memory (``nvidia-smi``), which counts everything."""
 OUTSIDE_ALLOCATOR = ("cuda_context", "nccl_buffers")
 """``StageMemory.overhead_parts`` that live outside the caching allocator."""
 MERGED_FAMILIES = frozenset({"nemo_megatron_bridge_perf"})
-"""Vendor tables that repeat a configuration across container versions (README caveat)."""
+"""Vendor tables that repeat a configuration across container versions (the development set's
+README, ``shared/published_runs/README.md``, Caveats)."""
 
 EvaluateFn = Callable[[MappedRun], CostBreakdown]
 

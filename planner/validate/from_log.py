@@ -9,8 +9,9 @@ per row, as CSV or TSV with a header:
     4,2,1,1,1,,,megatron-run3.log        <- or a 'log' column instead of step_time_s
 
 Layout columns: ``dp``, ``tp``, ``pp`` (required); ``cp``, ``ep``, ``zero``, ``micro_batch``,
-``schedule``, ``virtual_stages``, ``recompute``, ``sequence_parallel`` (optional, the
-``autoplan evaluate`` defaults). Measurement: ``step_time_s`` or ``step_time_ms``, or ``log``, a
+``schedule``, ``virtual_stages``, ``recompute``, ``sequence_parallel``, ``tp_comm_overlap``
+(optional, the ``autoplan evaluate`` defaults; read as ``autoplan calibrate``'s tables are,
+``planner.calibrate.table.row_layout``). Measurement: ``step_time_s`` or ``step_time_ms``, or ``log``, a
 Megatron-LM or torchtitan training log (path relative to the table) whose per-iteration lines give
 the step time and peak memory, read as ``autoplan calibrate`` reads a log (the median past the
 warm-up; the peak reserved memory); optional ``peak_memory_gib`` overrides the log's. The factors are fitted by ``calibrate.fit`` (the same
@@ -26,15 +27,21 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from autoplan_base.errors import file_wording
 from costmodels.assumptions import DEFAULT_ASSUMPTIONS
 from costmodels.layout import Layout, LayoutError
+from planner.api import Job
 from planner.calibrate import megatron_log, torchtitan_log
+from planner.calibrate.table import row_layout
 from planner.plan.plan_file import PlanInputs
 
 from .calibrate import Run, fit, predict_all
 from .runner import ValidateError
 
 GIB = 2**30
+FIELDS = {"micro_batch_size": "micro_batch", "zero_stage": "zero", "gpus": "the plan's inputs.gpus",
+          "global_batch": "the plan's inputs.training.global_batch_size", "seq_len": "the plan's inputs.training.seq_len"}
+"""How errors name an input: a row's column, or the plan file's field for the job's own inputs."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -84,26 +91,20 @@ def _number(row: dict[str, str], key: str, where: str, kind=float, default=None)
     return number
 
 
-def _layout(row: dict[str, str], inputs: PlanInputs, where: str) -> Layout:
+def _layout(row: dict[str, str], job: Job, where: str) -> Layout:
+    """The row's layout on the plan's job, checked as ``evaluate`` checks one (``Job.check_layout``);
+    errors name the row's columns and the plan's job fields."""
     dp, tp, pp = (_number(row, k, where, int) for k in ("dp", "tp", "pp"))
     if None in (dp, tp, pp):
         raise ValidateError(f"--from-log {where}: dp, tp and pp are required columns with a value in every row")
-    mb = _number(row, "micro_batch", where, int, 1)
-    global_batch = inputs.training.global_batch_size
-    per_replica, rest = divmod(global_batch, dp * mb)
-    if rest or per_replica == 0:
-        raise ValidateError(f"--from-log {where}: global batch {global_batch} is not divisible by "
-                            f"dp {dp} x micro_batch {mb}")
-    sp = (row.get("sequence_parallel") or "").strip().lower()
     try:
-        return Layout(dp=dp, tp=tp, pp=pp, cp=_number(row, "cp", where, int, 1), ep=_number(row, "ep", where, int, 1),
-                      zero_stage=_number(row, "zero", where, int, 0), micro_batch_size=mb,
-                      num_microbatches=per_replica, schedule=(row.get("schedule") or "1f1b").strip(),
-                      virtual_stages=_number(row, "virtual_stages", where, int, 1),
-                      recompute=(row.get("recompute") or "none").strip(),
-                      sequence_parallel=tp > 1 if not sp else sp in ("1", "true", "yes", "on"))
+        with file_wording(FIELDS):
+            layout = row_layout(row, job.training.global_batch_size,
+                                lambda key, kind, default: _number(row, key, where, kind, default))
+            job.check_layout(layout)
     except LayoutError as err:
         raise ValidateError(f"--from-log {where}: {err}") from None
+    return layout
 
 
 def read_table(path: str | Path, inputs: PlanInputs) -> list[LogRun]:
@@ -122,6 +123,7 @@ def read_table(path: str | Path, inputs: PlanInputs) -> list[LogRun]:
     if not {"dp", "tp", "pp"} <= set(header) or not {"step_time_s", "step_time_ms", "log"} & set(header):
         raise ValidateError(f"--from-log {path}: the header needs dp, tp, pp and one of step_time_s, step_time_ms, "
                             f"log; got {', '.join(header)}")
+    job = Job.from_inputs(inputs)
     runs = []
     for i, row in enumerate(reader, start=1):
         where = f"{table.name} row {i}"
@@ -132,7 +134,7 @@ def read_table(path: str | Path, inputs: PlanInputs) -> list[LogRun]:
         if seconds is None:
             raise ValidateError(f"--from-log {where}: no step time (step_time_s, step_time_ms or log)")
         gib = _number(row, "peak_memory_gib", where)
-        runs.append(LogRun(layout=_layout(row, inputs, where), step_time_s=seconds,
+        runs.append(LogRun(layout=_layout(row, job, where), step_time_s=seconds,
                            peak_memory_bytes=gib * GIB if gib else peak, origin=origin))
     return runs
 
