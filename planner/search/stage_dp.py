@@ -75,11 +75,15 @@ def _solve_dp(st: _Stages, num_layers: int, t_max: float, cap: float):
     next_of = [[-1] * (K + 1) for _ in range(S + 1)]
     f_of[S][K], q_of[S][K], next_of[S][K] = 0.0, 0.0, K
     times, held, acts = st.t, st.m, st.a  # ``_Stages.time_s`` and ``memory_bytes`` inlined: the inner loop
+    most = _most_layers(times, limit_s)
     for s in range(S - 1, -1, -1):
         f_after, q_after = f_of[s + 1], q_of[s + 1]
         extra_s, extra_bytes, inflight = st.extra_s(s), st.extra_bytes(s), st.inflight[s]
         f_here, q_here, next_here = f_of[s], q_of[s], next_of[s]
-        for k in range(K - (S - s), s - 1, -1):
+        # stage s starts at layer k only where the s stages before it can hold k layers and the
+        # S - s from it the rest, at most ``most`` layers each: other states are unreachable from
+        # the first layer or cannot reach the last, so leaving them at inf changes no answer
+        for k in range(min(K - (S - s), s * most), max(s, K - (S - s) * most) - 1, -1):
             best_f, best_q, best_i = inf, inf, -1
             t_k, m_k, a_k = times[k], held[k], acts[k]
             for i in range(k + 1, K - (S - s - 1) + 1):
@@ -103,6 +107,19 @@ def _solve_dp(st: _Stages, num_layers: int, t_max: float, cap: float):
         counts.append(i - k)
         k = i
     return f_of[0][0], tuple(counts)
+
+
+def _most_layers(times: list[float], limit_s: float) -> int:
+    """An upper bound on the layers one stage can hold within ``limit_s``: any n consecutive layers
+    take at least the n cheapest layers' time (plus one, for the rounding of prefix sums)."""
+    costs = sorted(b - a for a, b in zip(times, times[1:]))
+    total, n = 0.0, 0
+    for cost in costs:
+        total += cost
+        if total > limit_s * (1 + 1e-9):
+            break
+        n += 1
+    return min(n + 1, len(costs))
 
 
 def _feasible(st: _Stages, num_layers: int, t_max: float, cap: float) -> bool:
