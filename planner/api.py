@@ -36,7 +36,7 @@ from planner.plan.report import ClosestMiss, NoFit, PlanReport
 from costmodels.runtimes import CONVENTIONS
 from planner.plan.plan_file import PlanInputs
 from planner.search.solve import collector_paused, solve
-from planner.search.space import SearchOptions, empty_space_reason, overlap_searched
+from planner.search.space import SearchOptions, empty_space_reason, mesh_choices, overlap_searched
 from planner.search.framework_rules import runtime_refusal
 from planner.search.narrowing_conflicts import narrowing_conflicts, virtual_stage_pipelines
 from planner.search.runtime_space import (NarrowingError, check_narrowing, check_narrowing_cluster,
@@ -313,7 +313,8 @@ def plan(*, model: str | ModelSpec, hardware: str | NodeSpec, gpus: int, global_
     band = tie_band(job.training.runtime)
     result = _search_offload_last(run, cost_model, gpus, job.cluster.nvlink_domain_gpus, search_options, top_k + 1,
                                   band)
-    if not result.num_candidates and search_options.fixed_split:
+    if not result.num_candidates and search_options.fixed_split and \
+            any(True for _ in mesh_choices(job.model, job.training, gpus, job.cluster.nvlink_domain_gpus, search_options)):
         raise StageSplitError(_split_fits_no_pipeline(layers_per_chunk, first_stage_layers, last_stage_layers))
     refined = result.ranked if search_options.fixed_split or not table.uneven_stages else \
         tuple(sorted((refine_stages(cost_model, b) for b in result.ranked), key=rank_key))

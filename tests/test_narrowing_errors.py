@@ -130,3 +130,11 @@ def test_a_split_no_pipeline_takes_is_bad_input_naming_it(options, keywords, say
 def test_a_split_that_adds_up_is_kept():
     report = api.plan(**JOB, layers_per_chunk=(40, 40))
     assert report.best.layout.layers_per_chunk == (40, 40)
+
+
+def test_a_split_is_not_blamed_when_no_mesh_takes_the_batch():
+    """With a global batch no data-parallel degree divides, nothing is searched whatever the split:
+    the answer stays 'nothing to search' on the batch (exit 1), not an error on the split."""
+    report = api.plan(model="tiny-llama", hardware="h100-sxm-80gb", gpus=128, global_batch=1, seq_len=2,
+                      layers_per_chunk=(2, 2))  # 4 layers, tp <= 8, cp | 2: dp >= 4
+    assert report.best is None and "not a multiple of any data-parallel degree" in report.no_fit.reason
