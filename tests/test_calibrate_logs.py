@@ -285,3 +285,10 @@ def test_the_written_profile_keeps_the_base_calibration_no_factor_replaces(tmp_p
                               hardware=HW, gpus_per_node=None)
     written = load_profile(out).calibration
     assert written == {"compute_scale": 1.1, "step_overhead_s": 0.02, "step_time_log_sd": 0.02}
+
+
+def test_the_calibration_line_counts_runs_in_words():
+    from planner.plan.bands import calibration_line
+
+    assert calibration_line({"timed_runs": 1}, None).startswith("rates calibrated by 1 logged run of this cluster")
+    assert calibration_line({"timed_runs": 12}, None).startswith("rates calibrated by 12 logged runs of this cluster")

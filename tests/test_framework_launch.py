@@ -290,6 +290,17 @@ def test_slurm_time_outside_sbatchs_forms_is_one_line_exit_2(jobs, tmp_path, tim
     assert not (tmp_path / "job").exists()
 
 
+@pytest.mark.parametrize("flag", ["partition", "account"])
+def test_slurm_names_refuse_a_final_newline(flag):
+    """``#SBATCH --partition=h100\\n`` would end the directive early: the whole value is checked."""
+    from autoplan_base.errors import AutoplanError
+    from planner.launch.slurm import SlurmOptions
+
+    assert getattr(SlurmOptions(**{flag: "h100"}), flag) == "h100"
+    with pytest.raises(AutoplanError, match=f"--slurm-{flag} 'h100\\\\n'"):
+        SlurmOptions(**{flag: "h100\n"})
+
+
 @pytest.mark.parametrize("runtime", ["megatron", "megatron-bridge", "torchtitan", "deepspeed"])
 def test_launch_rewrites_its_own_framework_job_directory(jobs, runtime):
     # an earlier job of any runtime is a place launch may write again (the README launches the

@@ -27,7 +27,7 @@ _UNIT_LIMITS = {"hours": 23, "minutes": 59, "seconds": 59}
 """The largest value of a field that follows another. Slurm checks only the characters and adds the
 fields up (``time_str2secs`` in SchedMD/slurm ``src/common/parse_time.c`` at 01cec7fa), so it would
 take ``99:99:99`` as 100:40:39; a field past its unit is refused here instead."""
-_NAME = re.compile(r"^[A-Za-z0-9._,-]+$")
+_NAME = re.compile(r"[A-Za-z0-9._,-]+")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -50,7 +50,7 @@ class SlurmOptions:
             raise AutoplanError(f"--slurm-time {self.time!r}: {problem}; expected one of sbatch's forms "
                                 f"{', '.join(TIME_FORMS)} (e.g. 24:00:00 or 2-00:00:00)")
         for flag, value in (("--slurm-partition", self.partition), ("--slurm-account", self.account)):
-            if value is not None and not _NAME.match(value):
+            if value is not None and not _NAME.fullmatch(value):  # ``match`` with ``$`` lets a final newline through
                 raise AutoplanError(f"{flag} {value!r}: expected letters, digits, '.', '_', ',' or '-'")
 
 

@@ -80,5 +80,6 @@ def calibration_line(fit: dict, where: str | None) -> str:
     moved = [name for name, f in (fit.get("factors") or {}).items()
              if isinstance(f, dict) and f.get("informed") and abs(f.get("multiplier", 1.0) - 1) >= 0.02]
     factors = f"; factors moved: {', '.join(moved)}" if moved else ""
-    return (f"rates calibrated by {fit.get('timed_runs', fit.get('runs'))} logged runs of this cluster "
+    runs = fit.get("timed_runs", fit.get("runs"))
+    return (f"rates calibrated by {runs} logged run{'' if runs == 1 else 's'} of this cluster "
             f"(autoplan calibrate{f', {where}' if where else ''}{held}{factors})")
