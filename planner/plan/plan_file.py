@@ -21,12 +21,15 @@ from costmodels.layout import Layout, layout_problems
 from costmodels.model_spec import ModelSpec, model_from_dict, model_to_dict
 from costmodels.training import TrainingSpec
 from planner.plan.predicted_check import check_predicted
-from autoplan_base.errors import AutoplanError
+from autoplan_base.errors import AutoplanError, file_wording
 from hardware_specs.files import parse_json, read_json
 
 SCHEMA_VERSION = 2
 MAX_PLAN_FILE_BYTES = 64 * 2**20
 """Plan files above this are refused unread (a real one is a few hundred KiB at most)."""
+PLAN_FILE_FIELDS = {"gpus": "inputs.gpus", "seq_len": "inputs.training.seq_len",
+                    "global_batch": "inputs.training.global_batch_size"}
+"""How a layout's problems name the inputs they read, as a plan file spells them."""
 TRAINING_KEYS = ("global_batch_size", "seq_len", "precision", "optimizer", "lora_rank", "attention", "runtime")
 """``inputs.training`` keys a plan file always carries (``lora_targets``, ``fp8_recipe`` and
 ``context_attention`` only when set or not the default)."""
@@ -385,8 +388,9 @@ class PlanFile:
         for where, entry in entries:
             if entry is None:
                 continue
-            problems = layout_problems(entry.layout, inputs.model_spec, inputs.training, inputs.gpus,
-                                       inputs.gpus_per_node)
+            with file_wording(PLAN_FILE_FIELDS):
+                problems = layout_problems(entry.layout, inputs.model_spec, inputs.training, inputs.gpus,
+                                           inputs.gpus_per_node)
             if problems:
                 raise PlanFileError(f"{where}.layout does not fit the plan's inputs: {problems[0]}; "
                                     "regenerate the plan with 'autoplan plan --out'")
