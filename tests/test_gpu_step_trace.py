@@ -61,6 +61,9 @@ def test_cpu_quick_run_writes_a_complete_summary(tmp_path):
         trace = row["traces"][kind]
         assert set(trace["phases"]) == set(summary.PHASES)
         assert trace["wall_ms_per_step"] > 0 and trace["top_cpu_ops"] and trace["sdpa_backends"]
-    # the fused step issues one optimizer op where the loop issues about ten per tensor
+    # the fused step issues one optimizer op where the loop issues about ten per tensor; which of the
+    # loop's in-place ops make the top CPU ops (ranked by time) varies with the machine's load
     loop_ops = {op["name"]: op["calls_per_step"] for op in row["traces"]["adamw_for_loop"]["top_cpu_ops"]}
-    assert loop_ops.get("aten::mul_", 0) >= row["num_param_tensors"]
+    per_tensor = [loop_ops[name] for name in ("aten::mul_", "aten::add_", "aten::addcmul_", "aten::lerp_",
+                                              "aten::div_", "aten::addcdiv_") if name in loop_ops]
+    assert per_tensor and max(per_tensor) >= row["num_param_tensors"]
