@@ -137,7 +137,7 @@ def _ranks(cm: "CostModel", layout: Layout) -> _Ranks:
 
     def compute() -> _Ranks:
         groups = rank_groups(cm, layout)
-        cores = [_core(_rank_vector(cm, layout, rank)) for rank, _ in groups]
+        cores = [_core(vector) for vector in _rank_vectors(cm, layout, [rank for rank, _ in groups])]
         return _Ranks(ranks=[rank for rank, _ in groups], counts=[n for _, n in groups], cores=cores,
                       passes=[core.passes for core in cores], most_s=max(core.per_microbatch_s for core in cores))
 
@@ -152,7 +152,7 @@ def mean_floor_s(cm: "CostModel", layout: Layout) -> float:
     no rank has EP time, which is all DualPipe may hide of a core without p2p; a MoE layer has it
     under ep > 1 or tp > 1, ``layer_costs._add_ep``). For such a layout L:
     - recomputation only adds to each rank's core (``planner.search.solve._schedule_groups``);
-    - every rank sends and receives the same (``_rank_vector``), so leaving that p2p time out of each
+    - every rank sends and receives the same (``_rank_vectors``), so leaving that p2p time out of each
       c_i and each h_j below lowers m·max_i c_i by m times it and the hidden time by at most as much;
     - m·max_i c_i >= m·Σ_i c_i / pp, and without p2p Σ_i c_i is the same for every placement: each
       layer sits on one chunk and each end on one rank (DualPipe holds both directions' copies and
@@ -168,6 +168,14 @@ def mean_floor_s(cm: "CostModel", layout: Layout) -> float:
         return memoised(cm.bound_memo, key, lambda: _mean_floor_s(cm, layout))
     # otherwise a core without p2p hides nothing under DualPipe
     return layout.num_microbatches * _core_sums(cm, layout).total_s / layout.pp
+
+
+def core_sums_total_s(cm: "CostModel", layout: Layout) -> float:
+    """Σ_i c_i (seconds) of ``layout`` without recomputation and p2p (``_CoreSums.total_s``):
+    ``mean_floor_s`` is m times it over pp where no rank's core has EP time for pairs to hide."""
+    if layout.recompute != "none":
+        layout = replace(layout, recompute="none")
+    return _core_sums(cm, layout).total_s
 
 
 def _mean_floor_s(cm: "CostModel", layout: Layout) -> float:
@@ -413,24 +421,32 @@ def _core(v: list[float]) -> Core:
     return Core(per_microbatch_s=v[0], fwd_compute_s=v[6], bwd_compute_s=v[7], passes=passes)
 
 
-def _rank_vector(cm: "CostModel", layout: Layout, rank: RankLayers) -> list[float]:
-    """``_VECTOR`` of a rank's core: each layer kind, the ends it holds and its p2p, by count."""
-    out = [0.0] * len(_VECTOR)
-    for n, piece in _rank_pieces(cm, layout, rank):
-        out = [a + n * x for a, x in zip(out, piece)]
+def _rank_vectors(cm: "CostModel", layout: Layout, ranks: list[RankLayers]) -> list[list[float]]:
+    """``_VECTOR`` of each rank's core: each layer kind, the ends it holds and its p2p, by count. The
+    pieces' memo keys are built once per layout (they read its fields, not the rank's), and a layer
+    piece once per recomputed share."""
+    layer_reads, edge_reads = _LAYER_READS(layout), _EDGE_READS(layout)
+    p2p = _p2p_piece(cm, layout, edge_reads) if layout.pp > 1 else None
+    layers: dict[tuple[bool, float], tuple[float, ...]] = {}
+    out = []
+    for rank in ranks:
+        share = recomputed_layers(cm, layout, rank.num_layers) / max(rank.num_layers, 1)
+        parts = []
+        for moe, n in ((False, rank.num_dense), (True, rank.num_moe)):
+            if n:
+                piece = layers.get((moe, share))
+                if piece is None:
+                    piece = layers[moe, share] = _layer_piece(cm, layout, moe, share, layer_reads)
+                parts.append((n, piece))
+        if rank.first or rank.last:
+            parts.append((1, _ends_piece(cm, layout, rank, edge_reads)))
+        if p2p is not None:
+            parts.append((1, p2p))
+        vector = [0.0] * len(_VECTOR)
+        for n, piece in parts:
+            vector = [a + n * x for a, x in zip(vector, piece)]
+        out.append(vector)
     return out
-
-
-def _rank_pieces(cm: "CostModel", layout: Layout, rank: RankLayers) -> list[tuple[int, tuple[float, ...]]]:
-    """The pieces of a rank's core with their counts."""
-    share = recomputed_layers(cm, layout, rank.num_layers) / max(rank.num_layers, 1)
-    parts = [(n, _layer_piece(cm, layout, moe, share)) for moe, n in ((False, rank.num_dense), (True, rank.num_moe))
-             if n]
-    if rank.first or rank.last:
-        parts.append((1, _ends_piece(cm, layout, rank)))
-    if layout.pp > 1:
-        parts.append((1, _p2p_piece(cm, layout)))
-    return parts
 
 
 def _vector(cm: "CostModel", layout: Layout, add: Callable[[RankTimes], None]) -> tuple[float, ...]:
@@ -446,23 +462,27 @@ def _vector(cm: "CostModel", layout: Layout, add: Callable[[RankTimes], None]) -
             t.fwd_compute_s, t.bwd_compute_s, p.ep_comm_s)
 
 
-def _layer_piece(cm: "CostModel", layout: Layout, moe: bool, share: float) -> tuple[float, ...]:
-    """One layer: forward, backward, its recomputed share, TP/CP/EP (``add_layer_kind``)."""
-    key = ("layer", moe, share, layout.schedule == "dualpipe", _LAYER_READS(layout))
+def _layer_piece(cm: "CostModel", layout: Layout, moe: bool, share: float,
+                 reads: tuple | None = None) -> tuple[float, ...]:
+    """One layer: forward, backward, its recomputed share, TP/CP/EP (``add_layer_kind``); ``reads``:
+    ``_LAYER_READS(layout)`` where the caller has it."""
+    key = ("layer", moe, share, layout.schedule == "dualpipe", reads or _LAYER_READS(layout))
     return memoised(cm.bound_memo, key, lambda: _vector(cm, layout, lambda t: add_layer_kind(
         cm, t, cm.layers.forward(layer_key(cm, layout, moe)), layout, 1, share)))
 
 
-def _ends_piece(cm: "CostModel", layout: Layout, rank: RankLayers) -> tuple[float, ...]:
-    """The embedding and the output head with its loss, on the first and last rank (``add_ends``)."""
+def _ends_piece(cm: "CostModel", layout: Layout, rank: RankLayers, reads: tuple | None = None) -> tuple[float, ...]:
+    """The embedding and the output head with its loss, on the first and last rank (``add_ends``);
+    ``reads``: ``_EDGE_READS(layout)`` where the caller has it."""
     mtp = rank.last and cm.model.num_mtp_layers > 0  # the MTP blocks are layers: their TP time reads the overlap
-    key = ("ends", rank.first, rank.last, layout.schedule == "dualpipe", _EDGE_READS(layout),
+    key = ("ends", rank.first, rank.last, layout.schedule == "dualpipe", reads or _EDGE_READS(layout),
            mtp and layout.tp_comm_overlap)
     return memoised(cm.bound_memo, key, lambda: _vector(cm, layout, lambda t: add_ends(cm, t, layout, rank)))
 
 
-def _p2p_piece(cm: "CostModel", layout: Layout) -> tuple[float, ...]:
-    """Pipeline sends and receives of one micro-batch on one rank (``add_pipeline``)."""
+def _p2p_piece(cm: "CostModel", layout: Layout, reads: tuple) -> tuple[float, ...]:
+    """Pipeline sends and receives of one micro-batch on one rank (``add_pipeline``); ``reads``:
+    ``_EDGE_READS(layout)``."""
     key = ("p2p", chunks_per_rank(layout.schedule, layout.virtual_stages), layout.schedule == "dualpipe", layout.dp,
-           layout.pp, _EDGE_READS(layout))
+           layout.pp, reads)
     return memoised(cm.bound_memo, key, lambda: _vector(cm, layout, lambda t: add_pipeline(cm, t, layout)))

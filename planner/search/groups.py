@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import heapq
 from dataclasses import dataclass, replace
-from typing import Iterator
+from typing import Callable, Iterator
 
 from costmodels.assignment import schedule_placement
 from costmodels.bounds import bubble_floor_s, pipeline_floor_s, state_floor_s, tp_overlap_sign
@@ -28,6 +28,9 @@ class Pair:
     """``state_floor_s``: data-parallel time per micro-batch ..."""
     tail_s: float
     """... and per step, at their least."""
+    too_big: bool = False
+    """Whether no member fits with the state (its memory floor passes the capacity, ``pairs``): then
+    the group may be on its bubble floor, and the pair holds no plan."""
 
     @property
     def members(self) -> tuple[ScheduleChoice, ...]:
@@ -153,11 +156,14 @@ def _exact(cost_model: CostModel, mesh: MeshChoice, state: StateChoice, group: G
     return replace(group, exact=True, floor_s=pipeline_floor_s(cost_model, make_layout(mesh, state, group.lowest)))
 
 
-def pairs(cost_model: CostModel, mesh: MeshChoice, states: list[StateChoice],
-           groups: list[Group]) -> Iterator[Pair]:
+def pairs(cost_model: CostModel, mesh: MeshChoice, states: list[StateChoice], groups: list[Group],
+          too_big: Callable[[StateChoice, ScheduleChoice], bool] | None = None) -> Iterator[Pair]:
     """Every (schedule group, state) pair of a mesh with its bound, best bound first (a heap, so the
     pairs past the cutoff are never sorted or built). A group on its bubble floor takes its pipeline
-    floor when one of its pairs comes first, and its pairs go back with their larger bounds."""
+    floor when one of its pairs comes first, and its pairs go back with their larger bounds; but
+    where ``too_big`` (a memory floor, ``floors.MemoryFloors.too_big``) says that no member of the
+    pair fits with its state, the pair comes as it is, marked ``Pair.too_big``, without that floor
+    (it holds no plan)."""
     groups = list(groups)
     heap = []
     for g, group in enumerate(groups):  # each pair's ``Group.bound_s``, the group's parts taken once
@@ -169,6 +175,10 @@ def pairs(cost_model: CostModel, mesh: MeshChoice, states: list[StateChoice],
         bound_s, key, index, g = heapq.heappop(heap)
         group = groups[g]
         if not group.exact:
+            if too_big is not None and all(too_big(states[index], sched) for sched in reversed(group.members)):
+                yield Pair(bound_s=bound_s, group=group, state=states[index], per_microbatch_s=0.0, tail_s=0.0,
+                           too_big=True)
+                continue
             group = groups[g] = _exact(cost_model, mesh, states[index], group)
         per_mb_s, tail_s = group.state_floors[index]
         refined_s = group.floor_s + group.lowest.num_microbatches * per_mb_s + tail_s

@@ -17,7 +17,9 @@ Prunes, each of which never cuts the answer:
   pairs that cannot fit whatever the schedule (``search_groups.states_that_may_fit``); inside a
   visit, a member whose model states and activations alone (no buffers) pass the capacity is cut
   before its step time or peak is costed, and, where its pipeline floor is not known yet, before
-  that floor is summed (``floors.MemoryFloors``, ``costmodels.memory_bounds``).
+  that floor is summed (``floors.MemoryFloors``, ``costmodels.memory_bounds``); a (group, state)
+  pair none of whose members passes that floor is passed over before its group takes its pipeline
+  floor (``groups.pairs``).
 - Dominance: GPipe and layouts without sequence parallelism (datasheet rates) are never better
   than a twin that is kept, never simpler and never lighter in memory (``_undominated``,
   ``ranking.tie_key``).
@@ -52,7 +54,7 @@ from dataclasses import replace
 from typing import Iterator
 
 from costmodels.bands import shipped_memory_band
-from costmodels.bounds import mean_floor_s, pipeline_floor_s, tp_overlap_sign
+from costmodels.bounds import core_sums_total_s, mean_floor_s, pipeline_floor_s, tp_overlap_sign
 from costmodels.breakdown import CostBreakdown
 from costmodels.estimate import CostModel
 from costmodels.pipeline import DUALPIPE
@@ -196,7 +198,9 @@ def _solve(cost_model: CostModel, num_gpus: int, domain_gpus: int, options: Sear
 def _visit_mesh(cost_model: CostModel, mesh: MeshChoice, states: list[StateChoice], groups: list["Group"],
                 ranking: Standings, tally: _Tally) -> None:
     """Evaluate a mesh's (group, state) pairs best bound first (``pairs``) until the bound passes the
-    cutoff; inside a pair, each member is bounded on its own first, in time and in memory: a member
+    cutoff, passing over pairs none of whose members fits (``Pair.too_big``, asked before a group on
+    its bubble floor takes its pipeline floor: in a memory-bound search most such groups hold no
+    layout that fits, and a memory floor costs less than a pipeline floor); inside a pair, each member is bounded on its own first, in time and in memory: a member
     whose pipeline floor is not known yet (one with recomputation, the first time it is met) is
     bounded in memory first, which most such members in a memory-bound search fail, so their
     pipeline floor is never summed; the exact step time of the group's lowest member, a floor for
@@ -206,12 +210,16 @@ def _visit_mesh(cost_model: CostModel, mesh: MeshChoice, states: list[StateChoic
     floors: dict[ScheduleChoice, float] = {}
     twins, heavy = OverlapTwins(cost_model), MemoryFloors(cost_model, mesh)
     left = sum(len(g.members) for g in groups) * len(states)  # schedule choices of the pairs not yet taken
-    for pair in pairs(cost_model, mesh, states, groups):
+    prune = bool(ranking) or not tally.num_misses  # misses matter only while nothing fits
+    for pair in pairs(cost_model, mesh, states, groups, heavy.too_big if prune else None):
         cutoff_s = ranking.cutoff_s(mesh.degrees, BOUND_SLACK)  # it falls only when a plan is offered
         if pair.bound_s > cutoff_s:
             count(tally.rejected, "slower", left)
             return
         left -= len(pair.members)
+        if pair.too_big:  # no member's states and activations alone fit
+            tally.rejected["memory"] += len(pair.members)
+            continue
         lowest_s = None  # the exact step time of the group's lowest member, a floor for every member
         for position, sched in enumerate(pair.members):
             cutoff_s = ranking.cutoff_s(mesh.degrees, BOUND_SLACK)
@@ -306,14 +314,42 @@ def _mesh_floor_s(cost_model: CostModel, mesh: MeshChoice, state: StateChoice, p
     ep_values = ep_overlap_values(mesh, cost_model.model, options)
     floors = []
     for pipe in chosen.values():
-        scheds = [schedule_choice(pipe, "none", sp, overlap, ep_overlap)
-                  for sp, overlap in values for ep_overlap in ep_values]
-        layouts = [make_layout(mesh, state, sched) for sched in scheds]
-        if (True, True) in values and (True, False) in values:
-            sign = tp_overlap_sign(cost_model, layouts[0])  # it reads no EP overlap field
-            layouts = [L for L in layouts if not (L.sequence_parallel and sign and L.tp_comm_overlap == (sign > 0))]
-        floors += [mean_floor_s(cost_model, layout) for layout in layouts]
+        if cost_model.model.moe is None:  # m·Σ_i c_i / pp, the sums shared by meshes of one shape
+            floors += [pipe.num_microbatches * total_s / mesh.pp
+                       for total_s in _dense_core_totals(cost_model, mesh, state, pipe, values)]
+            continue
+        floors += [mean_floor_s(cost_model, layout) for layout in _floor_layouts(cost_model, mesh, state, pipe, values,
+                                                                                 ep_values)]
     return min(floors)
+
+
+def _floor_layouts(cost_model: CostModel, mesh: MeshChoice, state: StateChoice, pipe: PipelineChoice,
+                   values: list[tuple[bool, bool]], ep_values: tuple[bool, ...]) -> list:
+    """The layouts without recomputation ``_mesh_floor_s`` takes the mean floor of for ``pipe``: each
+    (SP, TP overlap) value and EP overlap value, of an overlap pair only the faster twin."""
+    scheds = [schedule_choice(pipe, "none", sp, overlap, ep_overlap) for sp, overlap in values for ep_overlap in ep_values]
+    layouts = [make_layout(mesh, state, sched) for sched in scheds]
+    if (True, True) in values and (True, False) in values:
+        sign = tp_overlap_sign(cost_model, layouts[0])  # it reads no EP overlap field
+        layouts = [L for L in layouts if not (L.sequence_parallel and sign and L.tp_comm_overlap == (sign > 0))]
+    return layouts
+
+
+def _dense_core_totals(cost_model: CostModel, mesh: MeshChoice, state: StateChoice, pipe: PipelineChoice,
+                       values: list[tuple[bool, bool]]) -> tuple[float, ...]:
+    """Σ_i c_i of each of ``_floor_layouts`` of a dense model, whose ``mean_floor_s`` is m·Σ_i c_i / pp
+    (a dense model has no EP time for DualPipe to hide). The sums read no dp, m, pp, placement of the
+    chunks or state, only the layer pieces' inputs (``bounds._core_sums``), and DualPipe's halved
+    pieces, with pp; so they are kept by those (the mesh's shape and placement, the micro-batch
+    size, the values), and the meshes that share them build no layout for them."""
+    halved = pipe.schedule == "dualpipe"
+    key = ("dense core totals", mesh.tp, mesh.cp, mesh.ep, mesh.gpus_per_nvlink_domain, mesh.moe_dispatcher,
+           pipe.micro_batch_size, halved, mesh.pp if halved else 0, tuple(values))
+    totals = cost_model.bound_memo.get(key)
+    if totals is None:
+        totals = cost_model.bound_memo[key] = tuple(
+            core_sums_total_s(cost_model, layout) for layout in _floor_layouts(cost_model, mesh, state, pipe, values, (False,)))
+    return totals  # type: ignore[return-value]
 
 
 def _kept_sp_values(cost_model: CostModel, mesh: MeshChoice, options: SearchOptions) -> tuple[bool, ...]:

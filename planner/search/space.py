@@ -323,11 +323,22 @@ def candidate_schedules(mesh: MeshChoice, model: ModelSpec, training: TrainingSp
 
 def schedule_choice(pipe: PipelineChoice, recompute: str, sequence_parallel: bool, tp_comm_overlap: bool,
                     ep_comm_overlap: bool) -> ScheduleChoice:
-    """The schedule choice of a pipeline choice with these values."""
-    return ScheduleChoice(micro_batch_size=pipe.micro_batch_size, num_microbatches=pipe.num_microbatches,
-                          schedule=pipe.schedule, virtual_stages=pipe.virtual_stages, recompute=recompute,
-                          sequence_parallel=sequence_parallel, layers_per_chunk=pipe.layers_per_chunk,
-                          tp_comm_overlap=tp_comm_overlap, ep_comm_overlap=ep_comm_overlap)
+    """The schedule choice of a pipeline choice with these values. Built through its slots, as
+    ``make_layout`` builds a layout: a search builds tens of thousands of choices, and a frozen
+    dataclass's ``__init__`` sets each field through ``object.__setattr__`` (its fields are plain
+    values, so it has no check to skip)."""
+    sched = _new(ScheduleChoice)
+    for slot, value in zip(_SCHEDULE_SLOTS, (pipe.micro_batch_size, pipe.num_microbatches, pipe.schedule,
+                                              pipe.virtual_stages, recompute, sequence_parallel,
+                                              pipe.layers_per_chunk, tp_comm_overlap, ep_comm_overlap)):
+        slot(sched, value)
+    return sched
+
+
+_SCHEDULE_SLOTS = tuple(getattr(ScheduleChoice, name).__set__ for name in (
+    "micro_batch_size", "num_microbatches", "schedule", "virtual_stages", "recompute", "sequence_parallel",
+    "layers_per_chunk", "tp_comm_overlap", "ep_comm_overlap"))
+"""Each ``ScheduleChoice`` field's slot setter, in ``schedule_choice``'s order."""
 
 
 def ep_overlap_values(mesh: MeshChoice, model: ModelSpec, options: SearchOptions) -> tuple[bool, ...]:
