@@ -146,14 +146,22 @@ def _feasible(st: _Stages, num_layers: int, t_max: float, cap: float) -> bool:
 
 
 def _candidate_t_max(st: _Stages, num_layers: int) -> list[float]:
-    """Every stage time a slicing can produce (Alpa enumerates t_max over these)."""
+    """Every stage time a slicing can produce (Alpa enumerates t_max over these): the first stage's
+    windows start at layer 0, the last stage's end at the last layer, and only a middle stage's
+    may start and end anywhere. An optimal slicing's largest stage time is among them, and a
+    t_max that no stage time equals gives no value below the one of the largest stage time its
+    slicing has."""
     values: set[float] = set()
-    times = st.t
-    for s in {0, st.num_stages - 1, min(1, st.num_stages - 1)}:
-        extra_s = st.extra_s(s)
-        for k in range(num_layers):
+    times, S, K = st.t, st.num_stages, num_layers
+    first_s = st.extra_s(0)
+    values.update([times[i] - times[0] + first_s for i in range(1, K + 1)])  # ``time_s`` of stage 0
+    if S > 1:
+        last_s = st.extra_s(S - 1)
+        values.update([times[K] - times[k] + last_s for k in range(K)])
+    if S > 2:  # a middle stage carries no extra
+        for k in range(1, K):
             t_k = times[k]
-            values.update([times[i] - t_k + extra_s for i in range(k + 1, num_layers + 1)])  # ``time_s``
+            values.update([times[i] - t_k for i in range(k + 1, K)])
     return sorted(values)
 
 
