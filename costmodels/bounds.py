@@ -167,7 +167,7 @@ def mean_floor_s(cm: "CostModel", layout: Layout) -> float:
                _CORE_READS(layout))
         return memoised(cm.bound_memo, key, lambda: _mean_floor_s(cm, layout))
     # otherwise a core without p2p hides nothing under DualPipe
-    return layout.num_microbatches * _core_sums(cm, layout).total_s / layout.pp
+    return layout.num_microbatches * core_sums(cm, layout).total_s / layout.pp
 
 
 def core_sums_total_s(cm: "CostModel", layout: Layout) -> float:
@@ -175,11 +175,11 @@ def core_sums_total_s(cm: "CostModel", layout: Layout) -> float:
     ``mean_floor_s`` is m times it over pp where no rank's core has EP time for pairs to hide."""
     if layout.recompute != "none":
         layout = replace(layout, recompute="none")
-    return _core_sums(cm, layout).total_s
+    return core_sums(cm, layout).total_s
 
 
 def _mean_floor_s(cm: "CostModel", layout: Layout) -> float:
-    sums = _core_sums(cm, layout)
+    sums = core_sums(cm, layout)
     mean_s = layout.num_microbatches * sums.total_s / layout.pp
     if layout.ep_comm_overlap:  # the most pairs of any v, each hiding at most a rank's largest EP time
         pairs = most_overlapped_pairs(layout.pp, layout.num_microbatches)
@@ -198,7 +198,7 @@ def bubble_floor_s(cm: "CostModel", layout: Layout) -> float:
     - without p2p and recomputation each is no larger (both add only to F and B: ``mean_floor_s``),
       and m·max_i c_i plus the bubble is non-decreasing in each rank's F and B (fact 1, and
       c_i = F_i + B_i + W_i); the sums over the ranks of those cores, S = Σ_i c_i, ΣF, ΣB, ΣW, are
-      those of every split and placement (``_core_sums``). DualPipeV's hidden time, with no EP
+      those of every split and placement (``core_sums``). DualPipeV's hidden time, with no EP
       time, is what the pairs hide of the p2p time P of a rank: at most (2m − pp − 2)/2·P <= m·P,
       which leaving P out of every core takes off m·max_i c_i. So it suffices to bound
       m·max_i c_i + bubble for the cores without p2p;
@@ -214,19 +214,28 @@ def bubble_floor_s(cm: "CostModel", layout: Layout) -> float:
     The larger of that and the mean floor is returned."""
     if layout.recompute != "none":
         layout = replace(layout, recompute="none")
-    if layout.pp == 1 or layout.schedule == "dualpipe" or _hides_ep(cm, layout):
+    if _hides_ep(cm, layout):
         return mean_floor_s(cm, layout)
-    sums, m = _core_sums(cm, layout), layout.num_microbatches
-    mean_s = m * sums.total_s / layout.pp  # ``mean_floor_s`` where nothing is hidden
-    if layout.schedule in ZERO_BUBBLE:
-        u, linear_s = layout.virtual_stages, sums.forward_s + sums.input_grad_s - sums.weight_grad_s
-    elif layout.schedule == "zb-v":
+    return bubble_floor_from_sums(core_sums(cm, layout), layout.num_microbatches, layout.pp, layout.virtual_stages,
+                                  layout.schedule)
+
+
+def bubble_floor_from_sums(sums: "_CoreSums", m: int, pp: int, v: int, schedule: str) -> float:
+    """``bubble_floor_s`` (seconds) of a layout whose ranks' cores have no EP time for pairs to hide
+    (``_hides_ep``), from their sums (``core_sums``) and its m, pp, v and schedule alone: the mean
+    floor m·S/pp for pp = 1 and DualPipe, else the larger of it and the bubble floor."""
+    mean_s = m * sums.total_s / pp  # ``mean_floor_s`` where nothing is hidden
+    if pp == 1 or schedule == "dualpipe":
+        return mean_s
+    if schedule in ZERO_BUBBLE:
+        u, linear_s = v, sums.forward_s + sums.input_grad_s - sums.weight_grad_s
+    elif schedule == "zb-v":
         u, linear_s = 1, sums.input_grad_s / 2
-    elif layout.schedule == "dualpipe-v":
+    elif schedule == "dualpipe-v":
         u, linear_s = 1, (sums.forward_s + 2 * sums.input_grad_s - sums.weight_grad_s) / 2
     else:
-        u, linear_s = layout.virtual_stages, sums.total_s
-    return max(mean_s, (m - 1 / u) * sums.total_s / layout.pp + linear_s / u)
+        u, linear_s = v, sums.total_s
+    return max(mean_s, (m - 1 / u) * sums.total_s / pp + linear_s / u)
 
 
 def _hides_ep(cm: "CostModel", layout: Layout) -> bool:
@@ -260,7 +269,7 @@ class _CoreSums:
     """The most EP time any rank's core has for the EP overlap to hide: the largest ``PassTimes.ep_comm_s``."""
 
 
-def _core_sums(cm: "CostModel", layout: Layout) -> _CoreSums:
+def core_sums(cm: "CostModel", layout: Layout) -> _CoreSums:
     """``_CoreSums`` of ``layout`` without recomputation. Except under DualPipe (whose halved pieces
     are keyed with pp) the sums read neither dp, m, pp nor the placement: each layer is on one rank
     once, and the ends' terms add (``add_ends``: the embedding's on the first rank, the head's on

@@ -10,7 +10,8 @@ from dataclasses import dataclass, replace
 from typing import Callable, Iterator
 
 from costmodels.assignment import schedule_placement
-from costmodels.bounds import bubble_floor_s, pipeline_floor_s, state_floor_s, tp_overlap_sign
+from costmodels.bounds import (bubble_floor_from_sums, bubble_floor_s, core_sums, pipeline_floor_s, state_floor_s,
+                               tp_overlap_sign)
 from costmodels.estimate import CostModel
 from costmodels.layout import RECOMPUTE_MODES
 
@@ -86,7 +87,7 @@ def schedule_groups(cost_model: CostModel, mesh: MeshChoice, state: StateChoice,
         key = (sched.micro_batch_size, family, sched.virtual_stages, sched.sequence_parallel, sched.tp_comm_overlap,
                sched.layers_per_chunk, sched.ep_comm_overlap)
         members_of.setdefault(key, []).append(sched)
-    lowest_of, cheap, shared = {}, {}, {}
+    lowest_of, cheap, shared, sums_of = {}, {}, {}, {}
     for key, members in members_of.items():
         members.sort(key=lambda sc: (order[sc.recompute], sc.schedule))
         lowest = members[0] if members[0].recompute == "none" else replace(members[0], recompute="none")
@@ -95,7 +96,7 @@ def schedule_groups(cost_model: CostModel, mesh: MeshChoice, state: StateChoice,
         floor_key = (lowest.micro_batch_size, lowest.num_microbatches, lowest.sequence_parallel,
                      lowest.tp_comm_overlap, lowest.schedule, lowest.virtual_stages, lowest.ep_comm_overlap)
         if floor_key not in shared:
-            shared[floor_key] = bubble_floor_s(cost_model, make_layout(mesh, state, lowest))
+            shared[floor_key] = _bubble_floor_s(cost_model, mesh, state, lowest, sums_of)
         cheap[key] = shared[floor_key]
     floors: dict[tuple, float] = {}
     least_s = float("inf")
@@ -110,6 +111,21 @@ def schedule_groups(cost_model: CostModel, mesh: MeshChoice, state: StateChoice,
         least_s = min(least_s, floors[key])
     return [Group(floor_s=floors.get(key, cheap[key]), exact=key in floors, lowest=lowest_of[key],
                    members=tuple(members), state_floors=()) for key, members in members_of.items()]
+
+
+def _bubble_floor_s(cost_model: CostModel, mesh: MeshChoice, state: StateChoice, lowest: ScheduleChoice,
+                    sums_of: dict[tuple, object]) -> float:
+    """``bubble_floor_s`` of (mesh, state, lowest). A dense model's cores have no EP time to hide, so
+    its floor reads their sums (``bounds.core_sums``), which of a mesh's choices read only the
+    micro-batch size, SP, TP overlap and DualPipe's halving: they are kept in ``sums_of`` by those,
+    and a choice whose sums are there builds no layout."""
+    if cost_model.model.moe is not None:
+        return bubble_floor_s(cost_model, make_layout(mesh, state, lowest))
+    key = (lowest.micro_batch_size, lowest.sequence_parallel, lowest.tp_comm_overlap, lowest.schedule == "dualpipe")
+    if key not in sums_of:
+        sums_of[key] = core_sums(cost_model, make_layout(mesh, state, lowest))
+    return bubble_floor_from_sums(sums_of[key], lowest.num_microbatches, mesh.pp,  # type: ignore[arg-type]
+                                  lowest.virtual_stages, lowest.schedule)
 
 
 def _slower_overlap_twins(cost_model: CostModel, mesh: MeshChoice, state: StateChoice,

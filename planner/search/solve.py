@@ -339,7 +339,7 @@ def _dense_core_totals(cost_model: CostModel, mesh: MeshChoice, state: StateChoi
                        values: list[tuple[bool, bool]]) -> tuple[float, ...]:
     """Σ_i c_i of each of ``_floor_layouts`` of a dense model, whose ``mean_floor_s`` is m·Σ_i c_i / pp
     (a dense model has no EP time for DualPipe to hide). The sums read no dp, m, pp, placement of the
-    chunks or state, only the layer pieces' inputs (``bounds._core_sums``), and DualPipe's halved
+    chunks or state, only the layer pieces' inputs (``bounds.core_sums``), and DualPipe's halved
     pieces, with pp; so they are kept by those (the mesh's shape and placement, the micro-batch
     size, the values), and the meshes that share them build no layout for them."""
     halved = pipe.schedule == "dualpipe"
