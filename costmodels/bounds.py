@@ -170,14 +170,6 @@ def mean_floor_s(cm: "CostModel", layout: Layout) -> float:
     return layout.num_microbatches * core_sums(cm, layout).total_s / layout.pp
 
 
-def core_sums_total_s(cm: "CostModel", layout: Layout) -> float:
-    """Σ_i c_i (seconds) of ``layout`` without recomputation and p2p (``_CoreSums.total_s``):
-    ``mean_floor_s`` is m times it over pp where no rank's core has EP time for pairs to hide."""
-    if layout.recompute != "none":
-        layout = replace(layout, recompute="none")
-    return core_sums(cm, layout).total_s
-
-
 def _mean_floor_s(cm: "CostModel", layout: Layout) -> float:
     sums = core_sums(cm, layout)
     mean_s = layout.num_microbatches * sums.total_s / layout.pp

@@ -54,7 +54,7 @@ from dataclasses import replace
 from typing import Iterator
 
 from costmodels.bands import shipped_memory_band
-from costmodels.bounds import core_sums_total_s, mean_floor_s, pipeline_floor_s, tp_overlap_sign
+from costmodels.bounds import core_sums, mean_floor_s, pipeline_floor_s, tp_overlap_sign
 from costmodels.breakdown import CostBreakdown
 from costmodels.estimate import CostModel
 from costmodels.pipeline import DUALPIPE
@@ -198,15 +198,16 @@ def _solve(cost_model: CostModel, num_gpus: int, domain_gpus: int, options: Sear
 def _visit_mesh(cost_model: CostModel, mesh: MeshChoice, states: list[StateChoice], groups: list["Group"],
                 ranking: Standings, tally: _Tally) -> None:
     """Evaluate a mesh's (group, state) pairs best bound first (``pairs``) until the bound passes the
-    cutoff, passing over pairs none of whose members fits (``Pair.too_big``, asked before a group on
-    its bubble floor takes its pipeline floor: in a memory-bound search most such groups hold no
-    layout that fits, and a memory floor costs less than a pipeline floor); inside a pair, each member is bounded on its own first, in time and in memory: a member
-    whose pipeline floor is not known yet (one with recomputation, the first time it is met) is
-    bounded in memory first, which most such members in a memory-bound search fail, so their
-    pipeline floor is never summed; the exact step time of the group's lowest member, a floor for
-    every member (recomputation only adds time; GPipe has 1F1B's), is summed once a member of the
-    pair passes its memory floor, and cuts the rest of the pair where it passes the cutoff (no cut
-    changes the answer; only the counts of evaluated layouts and of each reason move)."""
+    cutoff, passing over pairs none of whose members fits (``Pair.too_big``, asked before a group on its
+    bubble floor takes its pipeline floor: in a memory-bound search most such groups hold no layout that
+    fits, and a memory floor costs less than a pipeline floor); inside a pair, each member is bounded on
+    its own first, in time and in memory: a member whose pipeline floor is not known yet (one with
+    recomputation, the first time it is met) is bounded in memory first, which most such members in a
+    memory-bound search fail, so their pipeline floor is never summed; the exact step time of the
+    group's lowest member, a floor for every member (recomputation only adds time; GPipe has 1F1B's), is
+    summed once a member of the pair passes its memory floor, and cuts the rest of the pair where it
+    passes the cutoff (no cut changes the answer; only the counts of evaluated layouts and of each
+    reason move)."""
     floors: dict[ScheduleChoice, float] = {}
     twins, heavy = OverlapTwins(cost_model), MemoryFloors(cost_model, mesh)
     left = sum(len(g.members) for g in groups) * len(states)  # schedule choices of the pairs not yet taken
@@ -327,7 +328,8 @@ def _floor_layouts(cost_model: CostModel, mesh: MeshChoice, state: StateChoice, 
                    values: list[tuple[bool, bool]], ep_values: tuple[bool, ...]) -> list:
     """The layouts without recomputation ``_mesh_floor_s`` takes the mean floor of for ``pipe``: each
     (SP, TP overlap) value and EP overlap value, of an overlap pair only the faster twin."""
-    scheds = [schedule_choice(pipe, "none", sp, overlap, ep_overlap) for sp, overlap in values for ep_overlap in ep_values]
+    scheds = [schedule_choice(pipe, "none", sp, overlap, ep_overlap)
+              for sp, overlap in values for ep_overlap in ep_values]
     layouts = [make_layout(mesh, state, sched) for sched in scheds]
     if (True, True) in values and (True, False) in values:
         sign = tp_overlap_sign(cost_model, layouts[0])  # it reads no EP overlap field
@@ -347,8 +349,9 @@ def _dense_core_totals(cost_model: CostModel, mesh: MeshChoice, state: StateChoi
            pipe.micro_batch_size, halved, mesh.pp if halved else 0, tuple(values))
     totals = cost_model.bound_memo.get(key)
     if totals is None:
-        totals = cost_model.bound_memo[key] = tuple(
-            core_sums_total_s(cost_model, layout) for layout in _floor_layouts(cost_model, mesh, state, pipe, values, (False,)))
+        totals = cost_model.bound_memo[key] = tuple(  # the layouts have no recomputation
+            core_sums(cost_model, layout).total_s for layout in _floor_layouts(cost_model, mesh, state, pipe, values,
+                                                                                 (False,)))
     return totals  # type: ignore[return-value]
 
 
