@@ -49,6 +49,32 @@ def test_search_equals_brute_force(seed):
     assert bool(fast.closest_misses) == bool(slow.closest_misses)
 
 
+@pytest.mark.parametrize("seed", [0, 11])
+def test_pairs_passed_over_by_memory_hold_no_plan(seed, monkeypatch):
+    # llama2-7b on 8 GPUs with a tenth of their memory: most (group, state) pairs of a visited mesh
+    # have no member whose memory floor fits, and are passed over before their pipeline floor
+    import planner.search.solve as search_solve
+    from planner.search import groups
+
+    passed_over = []
+
+    def counting_pairs(*args, **kwargs):
+        for pair in groups.pairs(*args, **kwargs):
+            passed_over.append(pair.too_big)
+            yield pair
+
+    monkeypatch.setattr(search_solve, "pairs", counting_pairs)
+    model, training, cluster, fraction = _case(seed)
+    cm = lambda: CostModel(Job(model=model, training=training, cluster=cluster, memory_fraction=fraction,
+                               convention=CONVENTIONS[training.runtime]))
+    fast = solve(cm(), cluster.num_gpus, cluster.gpus_per_node, SearchOptions(), top_k=4)
+    slow = solve_brute_force(cm(), cluster.num_gpus, cluster.gpus_per_node, SearchOptions(), top_k=4)
+    assert sum(passed_over) > 100 and not all(passed_over)
+    assert [b.layout for b in fast.ranked] == [b.layout for b in slow.ranked]
+    assert fast.tied_in_mesh == slow.tied_in_mesh
+    assert sum(fast.rejected.values()) + len(fast.ranked) == fast.num_candidates == slow.num_candidates
+
+
 @pytest.mark.parametrize("seed", [5, 7, 10, 13, 16, 29, 33, 35])
 def test_search_equals_brute_force_with_uneven_layers(seed):
     # 7 or 11 layers: interleaved layouts whose chunks cannot be equal (balanced to within one layer)
