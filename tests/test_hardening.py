@@ -133,6 +133,23 @@ def test_4_launch_refuses_bad_output_places(tmp_path, plan_file, place):
     assert sorted(os.listdir("/")) == before
 
 
+@pytest.mark.parametrize("verb", ["plan", "launch"])
+def test_4_an_output_path_with_a_line_break_is_refused(tmp_path, plan_file, verb):
+    # every line that names the path ('wrote ...', the run command) would split in two
+    place = tmp_path / ("a\nb.json" if verb == "plan" else "a\nb")
+    args = ["plan", *JOB, "--out", str(place)] if verb == "plan" else ["launch", str(plan_file), "--out", str(place)]
+    result = run(args)
+    assert result.exit_code == 2 and "a\\nb" in one_line_error(result) and "line break" in one_line_error(result)
+    assert not place.exists()
+
+
+def test_4_the_run_command_quotes_a_job_directory_with_a_space(tmp_path, plan_file):
+    job = tmp_path / "my job"
+    result = run(["launch", str(plan_file), "--out", str(job)])
+    assert result.exit_code == 0
+    assert f"run: '{job}/launch.sh'" in result.output
+
+
 def test_4_launch_needs_force_for_a_foreign_non_empty_directory(tmp_path, plan_file):
     foreign = tmp_path / "mine"
     foreign.mkdir()

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import shlex
 import sys
 from typing import Any
 
@@ -109,11 +110,11 @@ def launch_command(plan_file: str, out_dir: str, force: bool, python: str | None
         files = write_job(plan, out_dir, python=python, slurm=slurm,
                           settings=training_settings(steps=steps, lr=lr, warmup_steps=warmup_steps,
                                                      min_lr_ratio=min_lr_ratio))
-        run = f"{out_dir}/launch.sh" + (" --steps 20" if plan.inputs.training.runtime == "torch"
-                                        or plan.inputs.module is not None else "")
+        run = shlex.quote(f"{out_dir}/launch.sh") + (" --steps 20" if plan.inputs.training.runtime == "torch"
+                                                      or plan.inputs.module is not None else "")
         if options is not None:
             path = write_manifest(plan, out_dir, options)
-            click.echo(f"wrote {len(files) + 1} files to {out_dir}; run: kubectl apply -f {path}")
+            click.echo(f"wrote {len(files) + 1} files to {out_dir}; run: kubectl apply -f {shlex.quote(str(path))}")
             return
         if scheduler == "slurm":
             run = submit_line(out_dir)

@@ -27,6 +27,8 @@ def _resolved(path: str | Path, option: str) -> Path:
     shown = json.dumps(str(path))
     if "\x00" in str(path) or not str(path):
         raise OutputPlaceError(f"{option} {shown}: not a valid path")
+    if not str(path).isprintable():  # a line break would split every line that names the path
+        raise OutputPlaceError(f"{option} {shown}: a path with a line break or control character; give a plain path")
     try:
         resolved = Path(os.path.realpath(path))
         resolved.exists()
