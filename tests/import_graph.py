@@ -5,6 +5,7 @@ Every import counts: at module level, under ``TYPE_CHECKING`` and inside functio
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -38,10 +39,16 @@ def _package_of(name: str, path: Path) -> str:
     return name if path.name == "__init__.py" else name.rpartition(".")[0]
 
 
+@functools.cache
+def parse(path: Path) -> ast.Module:
+    """``path``'s syntax tree (parsed once per test process; the tests only read it)."""
+    return ast.parse(path.read_text(encoding="utf-8"))
+
+
 def imports(name: str, path: Path, known: dict[str, Path]) -> list[tuple[str, list[str]]]:
     """(imported module, names taken from it) for each import in ``name``'s source."""
     out = []
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+    for node in ast.walk(parse(path)):
         if isinstance(node, ast.Import):
             out += [(alias.name, []) for alias in node.names]
         elif isinstance(node, ast.ImportFrom):
@@ -101,14 +108,15 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     return found
 
 
-def _module_aliases(name: str, path: Path, tree: ast.AST, known: dict[str, Path]) -> dict[str, str]:
-    """Local names bound to project modules by ``import a.b as c`` or ``from a import b`` (b a module)."""
+def _module_aliases(tree: ast.AST, taken: list[tuple[str, list[str]]], known: dict[str, Path]) -> dict[str, str]:
+    """Local names bound to project modules by ``import a.b as c`` or ``from a import b`` (b a module);
+    ``taken`` is the module's ``imports``."""
     aliases = {}
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             aliases.update({a.asname: a.name for a in node.names if a.asname and a.name in known})
         elif isinstance(node, ast.ImportFrom):
-            for target, _ in imports(name, path, known):
+            for target, _ in taken:
                 short = target.rpartition(".")[2]
                 if target in known and any(a.name == short for a in node.names):
                     alias = next(a.asname or a.name for a in node.names if a.name == short)
@@ -121,11 +129,12 @@ def private_uses() -> list[str]:
     ``from m import _x`` or as ``m._x``."""
     known, out = modules(), []
     for name, path in known.items():
-        tree = ast.parse(path.read_text(encoding="utf-8"))
-        for target, names in imports(name, path, known):
+        tree = parse(path)
+        taken = imports(name, path, known)
+        for target, names in taken:
             if target in known and target != name:
                 out += [f"{name}: {target}.{n}" for n in names if n.startswith("_") and not n.startswith("__")]
-        aliases = _module_aliases(name, path, tree, known)
+        aliases = _module_aliases(tree, taken, known)
         for node in ast.walk(tree):
             if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in aliases
                     and node.attr.startswith("_") and not node.attr.startswith("__")

@@ -157,21 +157,64 @@ def _check_deepspeed(plan: PlanFile, job: Path) -> None:
     _assert_round_trip(plan, "deepspeed", layout, training)
 
 
-def _check_torchtitan(plan: PlanFile, job: Path) -> None:
+TORCHTITAN_BUILDS = pytest.mark.xdist_group("test_framework_matrix-torchtitan")
+"""The tests reading the module fixtures that build every torchtitan job in one process (under
+``--dist loadgroup`` on one worker, so no job is built twice)."""
+
+
+def _torchtitan_jobs(tmp: Path, jobs: list[str], *extra: str) -> dict[str, tuple[PlanFile, Path]]:
+    """{job: (plan, job directory)} of ``jobs`` planned under torchtitan (with ``extra``) and written."""
+    out = {}
+    for job in jobs:
+        (tmp / job).mkdir()
+        result, path = _plan(tmp / job, job, "torchtitan", *extra)
+        assert result.exit_code == 0, f"{job}: {result.output}"
+        out[job] = (read_plan_file(path), tmp / job / "job")
+        write_job(out[job][0], out[job][1])
+    return out
+
+
+@pytest.fixture(scope="module")
+def torchtitan_030_built(tmp_path_factory) -> dict[str, tuple[PlanFile, Path, dict]]:
+    """{job: (plan, job directory, what torchtitan v0.3.0 built)} of every job of the matrix torchtitan
+    runs, built in one ``tests/torchtitan030_build.py`` process (``test_torchtitan_030``): starting
+    one with torch and torchtitan costs about 5 s of CPU."""
+    from test_torchtitan_030 import build_jobs
+
+    jobs = [job for job in sorted(JOBS) if (job, "torchtitan") not in REFUSED]
+    planned = _torchtitan_jobs(tmp_path_factory.mktemp("torchtitan030"), jobs)
+    built = build_jobs([directory for _, directory in planned.values()])
+    return {job: (plan, directory, b) for (job, (plan, directory)), b in zip(planned.items(), built, strict=True)}
+
+
+def _check_torchtitan(plan: PlanFile, job: Path, built: dict) -> None:
     """torchtitan v0.3.0 (``test_torchtitan_030``)."""
-    from test_torchtitan_030 import build_jobs, check_built
+    from test_torchtitan_030 import check_built
 
-    check_built(plan, job, build_jobs([job])[0])
+    check_built(plan, job, built)
 
 
-def _check_torchtitan_022(plan: PlanFile, job: Path) -> None:
+TORCHTITAN_022_JOBS = ["llama3-8b", "llama3-70b", "llama3-405b"]
+
+
+@pytest.fixture(scope="module")
+def torchtitan_022_built(tmp_path_factory) -> dict[str, tuple[PlanFile, Path, dict]]:
+    """{job: (plan, job directory, what torchtitan 0.2.2 built)} of ``TORCHTITAN_022_JOBS`` planned with
+    ``--runtime-version v0.2.2``, built in one ``tests/torchtitan_build.py`` process."""
     if "torchtitan" not in sys.modules and importlib.util.find_spec("torchtitan") is None:
         pytest.skip("torchtitan is not installed (scripts/setup.sh)")  # (imported: maybe without its __init__)
-    world = launch_world_size(job)
-    run = subprocess.run([sys.executable, str(Path(__file__).parent / "torchtitan_build.py"), str(job), str(world)],
-                         capture_output=True, text=True, timeout=300)
+    planned = _torchtitan_jobs(tmp_path_factory.mktemp("torchtitan022"), TORCHTITAN_022_JOBS,
+                               "--runtime-version", "v0.2.2")
+    args = [str(a) for _, directory in planned.values() for a in (directory, launch_world_size(directory))]
+    run = subprocess.run([sys.executable, str(Path(__file__).parent / "torchtitan_build.py"), *args],
+                         capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stderr[-3000:]
-    built = json.loads(run.stdout)[0]
+    built = json.loads(run.stdout)
+    return {job: (plan, directory, b) for (job, (plan, directory)), b in zip(planned.items(), built, strict=True)}
+
+
+def _check_torchtitan_022(plan: PlanFile, job: Path, built: dict) -> None:
+    world = launch_world_size(job)
     assert built["mesh_size"] == world
     L, n = plan.best.layout, plan.inputs.model_spec.num_layers
     assert built["fsdp_enabled"] == (L.zero_stage > 0)
@@ -184,13 +227,26 @@ def _check_torchtitan_022(plan: PlanFile, job: Path) -> None:
     _assert_round_trip(plan, "torchtitan", layout, training)
 
 
-CHECKS = {"megatron": _check_megatron, "megatron-bridge": _check_bridge, "deepspeed": _check_deepspeed,
-          "torchtitan": _check_torchtitan}
+CHECKS = {"megatron": _check_megatron, "megatron-bridge": _check_bridge, "deepspeed": _check_deepspeed}
+"""The frameworks checked in the test's own process; torchtitan's jobs are built in one process for all
+(``torchtitan_030_built``)."""
 
 
-@pytest.mark.parametrize("runtime", RUNTIMES)
-@pytest.mark.parametrize("job", sorted(JOBS))
-def test_each_job_is_refused_at_plan_time_or_runs_on_its_framework(tmp_path, job, runtime):
+def _cells():
+    for job in sorted(JOBS):
+        for runtime in RUNTIMES:
+            built = runtime == "torchtitan" and (job, runtime) not in REFUSED
+            yield pytest.param(job, runtime, id=f"{job}-{runtime}", marks=[TORCHTITAN_BUILDS] if built else [])
+
+
+@pytest.mark.parametrize("job, runtime", list(_cells()))
+def test_each_job_is_refused_at_plan_time_or_runs_on_its_framework(request, tmp_path, job, runtime):
+    if runtime == "torchtitan" and (job, runtime) not in REFUSED:
+        plan, directory, built = request.getfixturevalue("torchtitan_030_built")[job]  # planned as below
+        assert export_problems(runtime, plan.inputs.model_spec, plan.inputs.training, plan.best.layout,
+                               plan.inputs.runtime_version) == []
+        _check_torchtitan(plan, directory, built)
+        return
     result, out = _plan(tmp_path, job, runtime)
     if (job, runtime) in REFUSED:
         assert result.exit_code == 2, result.output
@@ -218,12 +274,12 @@ def test_schemas_record_the_commits_the_capability_table_names():
     assert load_schema("megatron-deepspeed@4efb479d5317")["commit"].startswith("4efb479d")
 
 
-@pytest.mark.parametrize("job", ["llama3-8b", "llama3-70b", "llama3-405b"])
-def test_torchtitan_022_stays_selectable(tmp_path, job):
+@TORCHTITAN_BUILDS
+@pytest.mark.parametrize("job", TORCHTITAN_022_JOBS)
+def test_torchtitan_022_stays_selectable(torchtitan_022_built, job):
     """``--runtime-version v0.2.2`` plans the TOML job, which torchtitan 0.2.2 builds and which round-trips."""
-    result, out = _plan(tmp_path, job, "torchtitan", "--runtime-version", "v0.2.2")
-    assert result.exit_code == 0, result.output
-    plan = read_plan_file(out)
+    plan, directory, built = torchtitan_022_built[job]
+    assert plan.inputs.runtime_version == "v0.2.2"
     assert export_problems("torchtitan", plan.inputs.model_spec, plan.inputs.training, plan.best.layout, "v0.2.2") == []
-    write_job(plan, tmp_path / "job")
-    _check_torchtitan_022(plan, tmp_path / "job")
+    assert (directory / "torchtitan.toml").is_file()
+    _check_torchtitan_022(plan, directory, built)

@@ -30,6 +30,30 @@ def _env() -> dict[str, str]:
     return gpu_truth_env.child_env(ROOT, [], "cpu")
 
 
+@pytest.fixture
+def in_process(monkeypatch):
+    """``gpu_truth_jobs._call`` through click's CliRunner in this process: the prediction tests check
+    what each ``autoplan`` command of a layout says, not the interpreter it runs in (the quick run,
+    ``test_cpu_quick_run_writes_a_complete_record``, runs them as subprocesses), and a subprocess
+    costs about 0.5 s of CPU in imports alone. CliRunner swaps ``sys.stdout``: one command at a time."""
+    import threading
+
+    from click.testing import CliRunner
+
+    from planner.cli import main
+
+    one_at_a_time = threading.Lock()
+
+    def call(command: list[str], env: dict) -> tuple[bool, str]:
+        assert command[:len(gpu_truth_jobs.AUTOPLAN)] == gpu_truth_jobs.AUTOPLAN, command
+        with one_at_a_time:
+            result = CliRunner().invoke(main, command[len(gpu_truth_jobs.AUTOPLAN):])
+        ok = result.exit_code == 0
+        return ok, result.stdout if ok else gpu_truth_jobs._last_line(result.stderr or result.stdout)
+
+    monkeypatch.setattr(gpu_truth_jobs, "_call", call)
+
+
 def test_gpu_sweep_covers_the_issue():
     cases = gpu_sweep()
     assert len(cases) >= 8 and len({c.name for c in cases}) == len(cases)
@@ -73,7 +97,7 @@ def test_device_without_a_preset_asks_for_hardware(name):
         gpu_truth_env.hardware_preset(name)
 
 
-def test_every_gpu_layout_is_launched_and_fits_an_h100(tmp_path):
+def test_every_gpu_layout_is_launched_and_fits_an_h100(tmp_path, in_process):
     """plan + launch + datasheet prediction of both GPU sweeps (no GPU needed): nothing the
     GPU run will meet is refused, and each predicted peak leaves room on an 80 GB device."""
     common = {"hardware": "h100-sxm-80gb", "precision": "bf16", "workdir": tmp_path, "env": _env(),
@@ -207,7 +231,7 @@ def test_cpu_quick_run_writes_a_complete_record(tmp_path):
     assert len(rows) == len(only) and all(r["extra"]["model_spec"] for r in rows)
 
 
-def test_large_sweep_holds_70b_layers_at_tp_1_and_an_8b_whole_model(tmp_path):
+def test_large_sweep_holds_70b_layers_at_tp_1_and_an_8b_whole_model(tmp_path, in_process):
     """Issue #37, item 3: Llama-3-70B's layer at tp 1 (2 layers, a 32k vocabulary) in five shapes,
     each launched and predicted to fit an 80 GB device; Llama-3-8B whole, which needs an H200's
     memory, is skipped on an H100 and launched past the fit rule on an H200."""

@@ -55,6 +55,11 @@ def dp_dim_names(layout: Layout) -> tuple[str, ...]:
     return ("dp_replicate", "dp_shard") if hsdp else ("dp",)
 
 
+def mesh_shape(layout: Layout) -> tuple:
+    """Everything of ``layout`` that ``build_meshes`` reads: two layouts with equal shapes get equal meshes."""
+    return (layout.pp, dp_dim_names(layout), layout.dp, layout.hsdp_shard_degree, layout.cp, layout.tp, layout.ep)
+
+
 def build_meshes(layout: Layout, device_type: str) -> Meshes:
     """``init_device_mesh`` over (pp, dp..., cp, tp); rank order innermost first: tp, cp, dp, pp."""
     from torch.distributed.device_mesh import init_device_mesh

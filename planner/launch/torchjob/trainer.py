@@ -126,14 +126,17 @@ def _meta_parts(spec: ModelSpec | None, layout: Layout, meshes: Meshes | None, m
 def setup_job(spec: ModelSpec | None, layout: Layout, *, device: torch.device, seed: int = 0, lr: float = 3e-4,
               weight_decay: float = 0.1, precision: str = "fp32", optimizer: str = "adamw",
               module: str | None = None, tp_plan: dict | None = None, seq_len: int = 0,
-              lora_rank: int = 0, lora_targets: tuple[str, ...] = ()) -> Job:
+              lora_rank: int = 0, lora_targets: tuple[str, ...] = (), meshes: Meshes | None = None) -> Job:
     """Mesh, model parts (meta -> parallelise -> materialise the local shard -> init), optimizers, schedule.
 
     ``module`` ("pkg.mod:factory") trains a user's model instead of ``spec``'s (``user_model.py``;
     ``seq_len`` is then needed to read its vocabulary); ``tp_plan`` replaces the fixed TP plan;
-    ``lora_rank`` > 0 trains LoRA adapters on ``lora_targets`` only (``lora.py``)."""
+    ``lora_rank`` > 0 trains LoRA adapters on ``lora_targets`` only (``lora.py``); ``meshes``, the
+    ``build_meshes`` of a layout of the same ``mesh_shape`` built before in this process group, is
+    used instead of building them again."""
     distributed = layout.world_size > 1 or dist.is_initialized()
-    meshes = build_meshes(layout, device.type) if distributed else None
+    if meshes is None and distributed:
+        meshes = build_meshes(layout, device.type)
     job = Job(spec=spec, layout=layout, device=device, meshes=meshes,
               dp_rank=data_parallel_rank(meshes, layout) if meshes is not None else 0,
               context=context_group(meshes, device))
