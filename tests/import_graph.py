@@ -124,10 +124,10 @@ def _module_aliases(tree: ast.AST, taken: list[tuple[str, list[str]]], known: di
     return aliases
 
 
-def private_uses() -> list[str]:
+def private_uses(known: dict[str, Path] | None = None) -> list[str]:
     """``module: name`` for each private name (``_x``) one module takes from another, by
-    ``from m import _x`` or as ``m._x``."""
-    known, out = modules(), []
+    ``from m import _x`` or as ``m._x``, among ``known`` (module name -> file; default: ``modules()``)."""
+    known, out = known or modules(), []
     for name, path in known.items():
         tree = parse(path)
         taken = imports(name, path, known)

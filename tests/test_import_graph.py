@@ -46,6 +46,16 @@ def test_no_module_imports_private_names_of_another():
     assert private_uses() == []
 
 
+def test_a_planted_private_use_is_found(tmp_path):
+    planted = tmp_path / "planted.py"
+    planted.write_text("from costmodels.bounds import _core_sums_key, core_sums\n"
+                       "from costmodels import bounds\n\n\ndef f():\n    return bounds._vector\n")
+    found = private_uses({**modules(), "costmodels.planted": planted})
+    assert "costmodels.planted: costmodels.bounds._core_sums_key" in found
+    assert any(use.startswith("costmodels.planted: costmodels.bounds._vector") for use in found)
+    assert not any("core_sums" in use and "_core_sums" not in use for use in found)
+
+
 def test_planner_top_level_holds_at_most_six_modules():
     top = sorted(p.name for p in (REPO / "planner").glob("*.py"))
     assert len(top) <= 6, top
