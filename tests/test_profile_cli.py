@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -73,3 +75,39 @@ def test_measuring_without_out_names_the_missing_option(tmp_path: Path) -> None:
     are checked by hand: a missing one is still one usage line, exit 2."""
     result = CliRunner().invoke(main, ["profile", "--device", "cpu", "--nproc", "1"])
     _one_line_error(result, "Missing option '--out'")
+
+
+def _children(pid: int) -> list[int]:
+    try:
+        return [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    except OSError:
+        return []
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(") ")[1][0] != "Z"
+    except OSError:
+        return False
+
+
+@pytest.mark.slow
+def test_sigterm_stops_the_torchrun_it_started(tmp_path: Path) -> None:
+    # torchrun runs in its own session, which a SIGTERM to autoplan (a cancelled job, `timeout`) does not reach
+    exe = str(Path(sys.executable).parent / "autoplan")
+    proc = subprocess.Popen([exe, "profile", "--device", "cpu", "--nproc", "1", "--quick", "--out",
+                             str(tmp_path / "p.json")], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while not _children(proc.pid) and time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.1)
+    started = _children(proc.pid)
+    assert started, "autoplan profile started no torchrun"
+    time.sleep(1)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130 and err.strip().splitlines()[-1] == "interrupted"
+    deadline = time.monotonic() + 30
+    while any(_alive(pid) for pid in started) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not any(_alive(pid) for pid in started)
+    assert not (tmp_path / "p.json").exists()

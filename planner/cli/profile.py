@@ -231,6 +231,10 @@ def _run_with_progress(cmd: list[str], progress_file: Path, log_file: Path, env:
     with open(log_file, "w") as log, Progress(*columns, console=Console(stderr=True)) as bar:
         task = bar.add_task("starting torchrun", total=None)
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        # torchrun runs in its own session (a terminal's Ctrl-C reaches this process alone), so a
+        # SIGTERM (a scheduler cancelling the job, ``timeout``) is turned into the interrupt that
+        # stops its process group below, where Python's default would leave it running
+        previous = signal.signal(signal.SIGTERM, _interrupt)
         try:
             while proc.poll() is None:
                 time.sleep(0.2)
@@ -246,7 +250,14 @@ def _run_with_progress(cmd: list[str], progress_file: Path, log_file: Path, env:
             os.killpg(proc.pid, signal.SIGTERM)
             proc.wait()
             raise
+        finally:
+            signal.signal(signal.SIGTERM, previous)
         return proc.returncode
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    """A SIGTERM handler: stop as Ctrl-C stops (``KeyboardInterrupt``)."""
+    raise KeyboardInterrupt
 
 
 def print_summary(profile: "HardwareProfile") -> None:
