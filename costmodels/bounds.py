@@ -212,7 +212,7 @@ def bubble_floor_s(cm: "CostModel", layout: Layout) -> float:
                                   layout.schedule)
 
 
-def bubble_floor_from_sums(sums: "_CoreSums", m: int, pp: int, v: int, schedule: str) -> float:
+def bubble_floor_from_sums(sums: CoreSums, m: int, pp: int, v: int, schedule: str) -> float:
     """``bubble_floor_s`` (seconds) of a layout whose ranks' cores have no EP time for pairs to hide
     (``_hides_ep``), from their sums (``core_sums``) and its m, pp, v and schedule alone: the mean
     floor m·S/pp for pp = 1 and DualPipe, else the larger of it and the bubble floor."""
@@ -243,7 +243,7 @@ def _pairs_hide(layout: Layout) -> bool:
 
 
 @dataclass(frozen=True, slots=True)
-class _CoreSums:
+class CoreSums:
     """Sums over the ranks of their cores without p2p and recomputation (seconds), and the most a
     rank's core may hide under DualPipe."""
 
@@ -261,8 +261,8 @@ class _CoreSums:
     """The most EP time any rank's core has for the EP overlap to hide: the largest ``PassTimes.ep_comm_s``."""
 
 
-def core_sums(cm: "CostModel", layout: Layout) -> _CoreSums:
-    """``_CoreSums`` of ``layout`` without recomputation. Except under DualPipe (whose halved pieces
+def core_sums(cm: "CostModel", layout: Layout) -> CoreSums:
+    """``CoreSums`` of ``layout`` without recomputation. Except under DualPipe (whose halved pieces
     are keyed with pp) the sums read neither dp, m, pp nor the placement: each layer is on one rank
     once, and the ends' terms add (``add_ends``: the embedding's on the first rank, the head's on
     the last, whether or not one rank holds both), so they are keyed by the layer pieces' inputs alone."""
@@ -271,7 +271,7 @@ def core_sums(cm: "CostModel", layout: Layout) -> _CoreSums:
     return memoised(cm.bound_memo, key, lambda: _sum_cores(cm, layout))
 
 
-def _sum_cores(cm: "CostModel", layout: Layout) -> _CoreSums:
+def _sum_cores(cm: "CostModel", layout: Layout) -> CoreSums:
     groups = rank_groups(cm, layout)
     dense = _layer_piece(cm, layout, False, 0.0) if any(rank.num_dense for rank, _ in groups) else None
     moe = _layer_piece(cm, layout, True, 0.0) if any(rank.num_moe for rank, _ in groups) else None
@@ -285,7 +285,7 @@ def _sum_cores(cm: "CostModel", layout: Layout) -> _CoreSums:
             sums[k] += n * sum(count * piece[k] for count, piece in parts)
         hideable_s = max(hideable_s, sum(count * piece[4] for count, piece in parts))
         ep_s = max(ep_s, sum(count * piece[8] for count, piece in parts))
-    return _CoreSums(total_s=sums[0], forward_s=sums[1], input_grad_s=sums[2], weight_grad_s=sums[3],
+    return CoreSums(total_s=sums[0], forward_s=sums[1], input_grad_s=sums[2], weight_grad_s=sums[3],
                      hideable_s=hideable_s, ep_s=ep_s)
 
 

@@ -10,8 +10,8 @@ from dataclasses import dataclass, replace
 from typing import Callable, Iterator
 
 from costmodels.assignment import schedule_placement
-from costmodels.bounds import (bubble_floor_from_sums, bubble_floor_s, core_sums, pipeline_floor_s, state_floor_s,
-                               tp_overlap_sign)
+from costmodels.bounds import (CoreSums, bubble_floor_from_sums, bubble_floor_s, core_sums, pipeline_floor_s,
+                               state_floor_s, tp_overlap_sign)
 from costmodels.estimate import CostModel
 from costmodels.layout import RECOMPUTE_MODES
 
@@ -114,7 +114,7 @@ def schedule_groups(cost_model: CostModel, mesh: MeshChoice, state: StateChoice,
 
 
 def _bubble_floor_s(cost_model: CostModel, mesh: MeshChoice, state: StateChoice, lowest: ScheduleChoice,
-                    sums_of: dict[tuple, object]) -> float:
+                    sums_of: dict[tuple, CoreSums]) -> float:
     """``bubble_floor_s`` of (mesh, state, lowest). A dense model's cores have no EP time to hide, so
     its floor reads their sums (``bounds.core_sums``), which of a mesh's choices read only the
     micro-batch size, SP, TP overlap and DualPipe's halving: they are kept in ``sums_of`` by those,
@@ -124,8 +124,8 @@ def _bubble_floor_s(cost_model: CostModel, mesh: MeshChoice, state: StateChoice,
     key = (lowest.micro_batch_size, lowest.sequence_parallel, lowest.tp_comm_overlap, lowest.schedule == "dualpipe")
     if key not in sums_of:
         sums_of[key] = core_sums(cost_model, make_layout(mesh, state, lowest))
-    return bubble_floor_from_sums(sums_of[key], lowest.num_microbatches, mesh.pp,  # type: ignore[arg-type]
-                                  lowest.virtual_stages, lowest.schedule)
+    return bubble_floor_from_sums(sums_of[key], lowest.num_microbatches, mesh.pp, lowest.virtual_stages,
+                                  lowest.schedule)
 
 
 def _slower_overlap_twins(cost_model: CostModel, mesh: MeshChoice, state: StateChoice,

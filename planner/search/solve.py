@@ -57,6 +57,7 @@ from costmodels.bands import shipped_memory_band
 from costmodels.bounds import core_sums, mean_floor_s, pipeline_floor_s, tp_overlap_sign
 from costmodels.breakdown import CostBreakdown
 from costmodels.estimate import CostModel
+from costmodels.memo import memoised
 from costmodels.pipeline import DUALPIPE
 
 from .floors import MemoryFloors
@@ -347,12 +348,8 @@ def _dense_core_totals(cost_model: CostModel, mesh: MeshChoice, state: StateChoi
     halved = pipe.schedule == "dualpipe"
     key = ("dense core totals", mesh.tp, mesh.cp, mesh.ep, mesh.gpus_per_nvlink_domain, mesh.moe_dispatcher,
            pipe.micro_batch_size, halved, mesh.pp if halved else 0, tuple(values))
-    totals = cost_model.bound_memo.get(key)
-    if totals is None:
-        totals = cost_model.bound_memo[key] = tuple(  # the layouts have no recomputation
-            core_sums(cost_model, layout).total_s for layout in _floor_layouts(cost_model, mesh, state, pipe, values,
-                                                                                 (False,)))
-    return totals  # type: ignore[return-value]
+    layouts = lambda: _floor_layouts(cost_model, mesh, state, pipe, values, (False,))  # no recomputation
+    return memoised(cost_model.bound_memo, key, lambda: tuple(core_sums(cost_model, L).total_s for L in layouts()))
 
 
 def _kept_sp_values(cost_model: CostModel, mesh: MeshChoice, options: SearchOptions) -> tuple[bool, ...]:
