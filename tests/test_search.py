@@ -75,6 +75,52 @@ def test_pairs_passed_over_by_memory_hold_no_plan(seed, monkeypatch):
     assert sum(fast.rejected.values()) + len(fast.ranked) == fast.num_candidates == slow.num_candidates
 
 
+def test_meshes_whose_model_states_cannot_fit_are_never_floored(monkeypatch):
+    # llama2-7b on 8 GPUs with 7% of their memory (4.8 GiB): even with the optimizer offloaded, the
+    # model states of a pipeline of 4 or 8 stages (whose first or last rank holds an embedding) pass
+    # it whatever the schedule; those meshes are counted as memory before any layer of them is costed
+    import planner.search.solve as search_solve
+
+    floored = set()
+    mesh_floor_s = search_solve._mesh_floor_s
+
+    def recording(cost_model, mesh, *args):
+        floored.add((mesh.dp, mesh.tp, mesh.pp, mesh.cp, mesh.ep))
+        return mesh_floor_s(cost_model, mesh, *args)
+
+    monkeypatch.setattr(search_solve, "_mesh_floor_s", recording)
+    model, training = load_model("llama2-7b"), TrainingSpec(global_batch_size=8, seq_len=512, runtime="megatron")
+    cluster, fraction = make_cluster(load_node("a100-sxm-80gb"), 8), 0.07
+    cm = lambda: CostModel(Job(model=model, training=training, cluster=cluster, memory_fraction=fraction,
+                               convention=CONVENTIONS[training.runtime]))
+    fast = solve(cm(), cluster.num_gpus, cluster.gpus_per_node, SearchOptions(), top_k=4)
+    slow = solve_brute_force(cm(), cluster.num_gpus, cluster.gpus_per_node, SearchOptions(), top_k=4)
+    model_cm, states_fit = cm(), set()
+    every_mesh = set()
+    for layout in all_layouts(model, training, cluster.num_gpus, cluster.gpus_per_node, SearchOptions()):
+        mesh = (layout.dp, layout.tp, layout.pp, layout.cp, layout.ep)
+        every_mesh.add(mesh)
+        if model_cm.model_state_peak_bytes(layout) <= model_cm.capacity_bytes:
+            states_fit.add(mesh)
+    assert floored == states_fit and every_mesh - states_fit  # some meshes are never floored
+    assert [b.layout for b in fast.ranked] == [b.layout for b in slow.ranked]
+    assert sum(fast.rejected.values()) + len(fast.ranked) == fast.num_candidates == slow.num_candidates
+
+
+def test_when_no_model_states_fit_the_closest_misses_are_still_reported():
+    # llama2-7b on 2 GPUs with 2% of their memory: no mesh's model states fit, so no mesh is floored
+    # or visited; the misses come from the meshes left before their floor
+    model, training = load_model("llama2-7b"), TrainingSpec(global_batch_size=8, seq_len=512)
+    cluster = make_cluster(load_node("a100-sxm-40gb"), 2)
+    cm = CostModel(Job(model=model, training=training, cluster=cluster, memory_fraction=0.02))
+    layouts = list(all_layouts(model, training, 2, 2, SearchOptions()))
+    assert all(cm.model_state_peak_bytes(layout) > cm.capacity_bytes for layout in layouts)
+    result = solve(cm, 2, 2, SearchOptions(), top_k=3)
+    assert not result.ranked and result.rejected == {"memory": len(layouts)}
+    assert len(result.closest_misses) == 3
+    assert all(not miss.fits and miss.layout in layouts for miss in result.closest_misses)
+
+
 @pytest.mark.parametrize("seed", [5, 7, 10, 13, 16, 29, 33, 35])
 def test_search_equals_brute_force_with_uneven_layers(seed):
     # 7 or 11 layers: interleaved layouts whose chunks cannot be equal (balanced to within one layer)

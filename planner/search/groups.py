@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import heapq
 from dataclasses import dataclass, replace
-from typing import Callable, Iterator
+from typing import Callable, Iterable, Iterator
 
 from costmodels.assignment import schedule_placement
 from costmodels.bounds import (CoreSums, bubble_floor_from_sums, bubble_floor_s, core_sums, pipeline_floor_s,
@@ -80,18 +80,10 @@ def schedule_groups(cost_model: CostModel, mesh: MeshChoice, state: StateChoice,
     Every other schedule (interleaved, and each new one) is its own family, bounded with its own
     bubble. Members follow in the order none, selective, op-sac, full.
     """
-    order = {mode: i for i, mode in enumerate(RECOMPUTE_MODES)}
-    members_of: dict[tuple, list[ScheduleChoice]] = {}
-    for sched in scheds:
-        family = "1f1b" if sched.schedule == "gpipe" else sched.schedule  # GPipe and 1F1B: same time
-        key = (sched.micro_batch_size, family, sched.virtual_stages, sched.sequence_parallel, sched.tp_comm_overlap,
-               sched.layers_per_chunk, sched.ep_comm_overlap)
-        members_of.setdefault(key, []).append(sched)
+    members_of = _members_of(scheds)
     lowest_of, cheap, shared, sums_of = {}, {}, {}, {}
     for key, members in members_of.items():
-        members.sort(key=lambda sc: (order[sc.recompute], sc.schedule))
-        lowest = members[0] if members[0].recompute == "none" else replace(members[0], recompute="none")
-        lowest_of[key] = lowest
+        lowest = lowest_of[key] = _lowest(members)
         # what ``bubble_floor_s`` reads of a choice: not its split
         floor_key = (lowest.micro_batch_size, lowest.num_microbatches, lowest.sequence_parallel,
                      lowest.tp_comm_overlap, lowest.schedule, lowest.virtual_stages, lowest.ep_comm_overlap)
@@ -111,6 +103,31 @@ def schedule_groups(cost_model: CostModel, mesh: MeshChoice, state: StateChoice,
         least_s = min(least_s, floors[key])
     return [Group(floor_s=floors.get(key, cheap[key]), exact=key in floors, lowest=lowest_of[key],
                    members=tuple(members), state_floors=()) for key, members in members_of.items()]
+
+
+def _members_of(scheds: list[ScheduleChoice]) -> dict[tuple, list[ScheduleChoice]]:
+    """``schedule_groups``' groups by key, in the order of their first member in ``scheds``, each's members
+    in the order none, selective, op-sac, full (1F1B before GPipe)."""
+    order = {mode: i for i, mode in enumerate(RECOMPUTE_MODES)}
+    members_of: dict[tuple, list[ScheduleChoice]] = {}
+    for sched in scheds:
+        family = "1f1b" if sched.schedule == "gpipe" else sched.schedule  # GPipe and 1F1B: same time
+        key = (sched.micro_batch_size, family, sched.virtual_stages, sched.sequence_parallel, sched.tp_comm_overlap,
+               sched.layers_per_chunk, sched.ep_comm_overlap)
+        members_of.setdefault(key, []).append(sched)
+    for members in members_of.values():
+        members.sort(key=lambda sc: (order[sc.recompute], sc.schedule))
+    return members_of
+
+
+def _lowest(members: list[ScheduleChoice]) -> ScheduleChoice:
+    """A group's member without recomputation (``Group.lowest``), made where the job rules left none."""
+    return members[0] if members[0].recompute == "none" else replace(members[0], recompute="none")
+
+
+def first_group_lowest(scheds: list[ScheduleChoice]) -> ScheduleChoice:
+    """``Group.lowest`` of the first group ``schedule_groups`` returns for ``scheds``, without its floors."""
+    return _lowest(next(iter(_members_of(scheds).values())))
 
 
 def _bubble_floor_s(cost_model: CostModel, mesh: MeshChoice, state: StateChoice, lowest: ScheduleChoice,
@@ -215,12 +232,12 @@ def _sched_key(sched: ScheduleChoice) -> tuple:
 
 
 def states_that_may_fit(cost_model: CostModel, mesh: MeshChoice, states: list[StateChoice],
-                         groups: list[Group]) -> list[StateChoice]:
+                         scheds: Iterable[ScheduleChoice]) -> list[StateChoice]:
     """States whose parameters, gradients and optimizer states alone fit on every rank under some
-    pipeline split of the mesh (a lower bound on memory: activations, buffers and overhead only
+    pipeline split of ``scheds`` (a lower bound on memory: activations, buffers and overhead only
     add, and the split, one per placement of the chunks, virtual stage count and layer split,
-    decides which layers each rank holds)."""
-    splits = list({_placement(g.lowest): g.lowest for g in groups}.values())
+    decides which layers each rank holds; no other field of a schedule choice is read)."""
+    splits = list({_placement(sched): sched for sched in scheds}.values())
     return [state for state in states
             if any(cost_model.model_state_peak_bytes(make_layout(mesh, state, sched)) <= cost_model.capacity_bytes
                    for sched in splits)]

@@ -14,7 +14,9 @@ floor (``bubble_floor_s``: the mean floor plus a floor on its schedule's bubble)
 
 Prunes, each of which never cuts the answer:
 - Memory: model states alone (no activations) bound memory from below, cutting (mesh, state)
-  pairs that cannot fit whatever the schedule (``search_groups.states_that_may_fit``); inside a
+  pairs that cannot fit whatever the schedule (``groups.states_that_may_fit``), first over every
+  split the mesh's pipeline choices make, before the mesh's floor (a mesh none of whose states
+  fits costs no layer), then over its groups' splits; inside a
   visit, a member whose model states and activations alone (no buffers) pass the capacity is cut
   before its step time or peak is costed, and, where its pipeline floor is not known yet, before
   that floor is summed (``floors.MemoryFloors``, ``costmodels.memory_bounds``); a (group, state)
@@ -31,7 +33,7 @@ Prunes, each of which never cuts the answer:
   all where that is larger, ``standings.Standings.cutoff_s``): it can then be neither the mesh's
   fastest, nor within the band of the fastest of a mesh the result holds (where the simplest plan
   is picked, ``ranking.MeshBand``). That cutoff only falls while a mesh waits for its visit, so a group whose bubble floor passes it keeps
-  that floor (``search_groups.schedule_groups``). Meshes are taken best floor first, so the K-th
+  that floor (``groups.schedule_groups``). Meshes are taken best floor first, so the K-th
   plan is known early and whole meshes are cut on a floor without a full evaluation.
 - TP-overlap twins (a layout with overlap on and off; ``bounds.tp_overlap_sign``, proof there): the
   twin whose layers spend more TP time has the larger or equal floors, so the mesh floor takes
@@ -55,6 +57,7 @@ from typing import Iterator
 
 from costmodels.bands import shipped_memory_band
 from costmodels.bounds import core_sums, mean_floor_s, pipeline_floor_s, tp_overlap_sign
+from costmodels.assignment import schedule_placement
 from costmodels.breakdown import CostBreakdown
 from costmodels.estimate import CostModel
 from costmodels.memo import memoised
@@ -66,7 +69,8 @@ from costmodels.tie_band import TieBand
 
 from .ranking import tie_band
 from .standings import Offer, Standings
-from .groups import Group, least_bound_s, pairs, schedule_groups, states_that_may_fit, with_state_floors
+from .groups import (Group, first_group_lowest, least_bound_s, pairs, schedule_groups, states_that_may_fit,
+                     with_state_floors)
 from .result import SolverResult, count, overshoot_key
 from .schedule_rules import RuleCheck, num_runnable_schedules, runnable_schedules
 from .space import (MeshChoice, PipelineChoice, ScheduleChoice, SearchOptions, StateChoice, ep_overlap_values,
@@ -103,7 +107,9 @@ def solve(cost_model: CostModel, num_gpus: int, domain_gpus: int, options: Searc
           num_misses: int = 3, band: TieBand | None = None) -> SolverResult:
     """The top-K meshes' plans under the cost model, found by branch and bound.
 
-    Pass 1 bounds every mesh by its mean floor (``_mesh_floor_s``). Pass 2 takes meshes best floor
+    Pass 1 bounds every mesh some of whose states' model states may fit by its mean floor
+    (``_mesh_floor_s``); the rest are counted as memory, and costed for a miss only where nothing
+    fits. Pass 2 takes meshes best floor
     first from a heap: a mesh comes back with its schedule groups' pipeline floors, then with its
     states' floors added (the least bound over its (group, state) pairs), then is visited, so the
     K-th best plan is known early and whole meshes are cut on a floor without a full evaluation
@@ -146,6 +152,7 @@ def _solve(cost_model: CostModel, num_gpus: int, domain_gpus: int, options: Sear
     pipes_of: dict[tuple[int, int], list[PipelineChoice]] = {}  # they read the mesh's dp and pp only
     counts: dict[MeshChoice, int] = {}  # no rule reads the placement: its variants share the count
     checks: dict[MeshChoice, RuleCheck | None] = {}  # and the rules' answers
+    unfit: list[tuple] = []  # meshes none of whose states' model states alone fit
     for order, mesh in enumerate(mesh_choices(model, training, num_gpus, domain_gpus, options)):
         cm = cost_model.placed(mesh.gpus_per_nvlink_domain)  # the mesh's collectives on its placement
         if (mesh.dp, mesh.pp) not in pipes_of:
@@ -158,10 +165,16 @@ def _solve(cost_model: CostModel, num_gpus: int, domain_gpus: int, options: Sear
             counts[unplaced] = num_runnable_schedules(checks[unplaced], mesh, model, training, options, pipes)
         num_scheds = counts[unplaced]
         total += num_scheds * len(states)
-        if num_scheds and states:  # stage 0: the mean floor; a state adds at least the per-step overhead
-            floor_s = _mesh_floor_s(cm, mesh, states[0], pipes, options)
-            floor_s += cm.assumptions.step_overhead_s
-            heapq.heappush(work, (floor_s, order, 0, mesh, (states, num_scheds, checks[unplaced]), pipes, cm))
+        if not (num_scheds and states):
+            continue
+        fitting = states_that_may_fit(cm, mesh, states, _splits(pipes))  # before any layer is costed
+        count(tally.rejected, "memory", (len(states) - len(fitting)) * num_scheds)
+        if not fitting:
+            unfit.append((mesh, states[0], checks[unplaced], pipes, cm))
+            continue
+        # stage 0: the mean floor; a state adds at least the per-step overhead
+        floor_s = _mesh_floor_s(cm, mesh, fitting[0], pipes, options) + cm.assumptions.step_overhead_s
+        heapq.heappush(work, (floor_s, order, 0, mesh, (fitting, num_scheds, checks[unplaced]), pipes, cm))
     while work:
         floor_s, order, stage, mesh, states, groups, cm = heapq.heappop(work)
         if stage < 2:
@@ -177,7 +190,7 @@ def _solve(cost_model: CostModel, num_gpus: int, domain_gpus: int, options: Sear
             floor_s = min(group.floor_s for group in groups) + cm.assumptions.step_overhead_s
             heapq.heappush(work, (floor_s, order, 1, mesh, (states, num_scheds, check), groups, cm))
         elif stage == 1:  # stage 2: with each state that may fit, its floor added
-            fitting = states_that_may_fit(cm, mesh, states, groups)
+            fitting = states_that_may_fit(cm, mesh, states, (group.lowest for group in groups))
             count(tally.rejected, "memory", (len(states) - len(fitting)) * num_scheds)
             if not fitting:
                 if tally.num_misses:
@@ -190,6 +203,10 @@ def _solve(cost_model: CostModel, num_gpus: int, domain_gpus: int, options: Sear
         else:
             _visit_mesh(cm, mesh, states, groups, ranking, tally)
     ranked, tied = ranking.result()
+    if not ranked and tally.num_misses:  # nothing fits: each unfit mesh's miss, as a visit would have found it
+        for mesh, state, check, pipes, cm in unfit:
+            scheds = runnable_schedules(check, mesh, model, training, options, pipes, _kept_sp_values(cm, mesh, options))
+            tally.misses.append(cm.estimate(make_layout(mesh, state, first_group_lowest(_undominated(cm, mesh, scheds)))))
     tally.rejected["slower"] -= len(ranked)
     return SolverResult(ranked=ranked, tied_in_mesh=tied, rejected={k: v for k, v in tally.rejected.items() if v},
                         closest_misses=() if ranked else tally.closest(), num_candidates=total,
@@ -271,6 +288,14 @@ def _visit_mesh(cost_model: CostModel, mesh: MeshChoice, states: list[StateChoic
                 tally.rejected["slower"] += 1
             else:
                 tally.miss(breakdown, ranking)
+
+
+def _splits(pipes: list[PipelineChoice]) -> list[ScheduleChoice]:
+    """A schedule choice of each way ``pipes`` place the layers on the ranks (placement, v and split):
+    every schedule choice of the mesh places its layers as one of them, and which layers a rank holds
+    is all of a schedule choice that its model states read (``groups.states_that_may_fit``)."""
+    placed = {(schedule_placement(pipe.schedule), pipe.virtual_stages, pipe.layers_per_chunk): pipe for pipe in pipes}
+    return [schedule_choice(pipe, "none", False, False, False) for pipe in placed.values()]
 
 
 def _undominated(cost_model: CostModel, mesh: MeshChoice, scheds: list[ScheduleChoice]) -> list[ScheduleChoice]:

@@ -9,7 +9,7 @@ sequence; ep divides the experts. Each schedule's own rules on v and m are
 ``costmodels.layout.schedule_problems``, the rule ``Layout`` checks.
 
 The zero-bubble and DualPipe schedules enter as schedule choices like the others, and the search
-bounds each in a group of its own (``search_groups.schedule_groups``: only GPipe and 1F1B share a group,
+bounds each in a group of its own (``groups.schedule_groups``: only GPipe and 1F1B share a group,
 having the same time) by its pipeline floor plus the state floors (``costmodels.bounds``). That
 bound never cuts the optimum: ZeRO, HSDP and offload only add to a rank's per-micro-batch time and
 to its B part, every bubble form of ``costmodels.pipeline`` is non-decreasing in F and B,
