@@ -36,8 +36,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from .assignment import rank_params
+from .assignment import rank_layers, rank_params
 from .layout import Layout
+from .ranks import RankLayers
 from .rank_memory import (fixed_overhead_parts, held_states, rank_activation_parts, rank_buffer_bytes,
                           received_saved_bytes, stage_activation_bytes)
 
@@ -82,6 +83,28 @@ def held_vector(cm: "CostModel", layout: Layout) -> tuple[float, ...]:
         held = params + optimizer + (0.0 if cm.convention.grads_freed_each_step else grads)
         out += [held] * len(indices)
     return tuple(out)
+
+
+def first_rank_held_bytes(cm: "CostModel", layout: Layout) -> float:
+    """S of pipeline rank 0 (``held_vector``'s term of that rank)."""
+    params, grads, optimizer = held_states(cm, layout, rank_params(cm, layout, first_rank(cm, layout)))
+    return params + optimizer + (0.0 if cm.convention.grads_freed_each_step else grads)
+
+
+def first_rank_activation_bytes(cm: "CostModel", layout: Layout, in_flight_per_chunk: float) -> float:
+    """(1 + φ)·A of pipeline rank 0 with ``in_flight_per_chunk`` chunk-micro-batches in flight per chunk
+    (``rank_memory.stage_activation_bytes``: in-flight / chunks × stored + working), under a convention
+    without receive buffers (``receive_buffer_per_microbatch``; rank 0 of a looped placement has none to
+    subtract, but interleaved ranks do). With the layout's own in-flight count it is
+    ``activation_vector``'s term of rank 0, and it grows with the count (stored bytes are >= 0)."""
+    stored, working = rank_activation_parts(cm, layout, first_rank(cm, layout))
+    return (1 + cm.assumptions.allocator_fragmentation) * (in_flight_per_chunk * stored + working)
+
+
+def first_rank(cm: "CostModel", layout: Layout) -> RankLayers:
+    """Pipeline rank 0: the one rank that holds the first chunk (so alone in its signature, and among
+    ``CostModel.in_flight_extremes``: its S + (1 + φ)·A + reserve is at most ``memory_floor_bytes``)."""
+    return rank_layers(cm, layout)[0]
 
 
 def activation_vector(cm: "CostModel", layout: Layout) -> tuple[float, ...]:

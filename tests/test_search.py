@@ -76,9 +76,10 @@ def test_pairs_passed_over_by_memory_hold_no_plan(seed, monkeypatch):
 
 
 def test_meshes_whose_model_states_cannot_fit_are_never_floored(monkeypatch):
-    # llama2-7b on 8 GPUs with 7% of their memory (4.8 GiB): even with the optimizer offloaded, the
-    # model states of a pipeline of 4 or 8 stages (whose first or last rank holds an embedding) pass
-    # it whatever the schedule; those meshes are counted as memory before any layer of them is costed
+    # llama2-7b on 8 GPUs with 35% of their memory (about 24 GiB), without optimizer offload and with ZeRO-1
+    # at most under a pipeline (Megatron's): the model states of tp·pp = 2 with pp = 2 (7e9 / 2 · 18 B / 4
+    # at best, 31.5 GB) pass it whatever the schedule; those meshes are counted as memory before any layer
+    # of them is costed
     import planner.search.solve as search_solve
 
     floored = set()
@@ -90,21 +91,59 @@ def test_meshes_whose_model_states_cannot_fit_are_never_floored(monkeypatch):
 
     monkeypatch.setattr(search_solve, "_mesh_floor_s", recording)
     model, training = load_model("llama2-7b"), TrainingSpec(global_batch_size=8, seq_len=512, runtime="megatron")
-    cluster, fraction = make_cluster(load_node("a100-sxm-80gb"), 8), 0.07
+    cluster, fraction = make_cluster(load_node("a100-sxm-80gb"), 8), 0.35
+    options = SearchOptions(allow_offload=False, pipelined_zero_stages=(0, 1))
     cm = lambda: CostModel(Job(model=model, training=training, cluster=cluster, memory_fraction=fraction,
                                convention=CONVENTIONS[training.runtime]))
-    fast = solve(cm(), cluster.num_gpus, cluster.gpus_per_node, SearchOptions(), top_k=4)
-    slow = solve_brute_force(cm(), cluster.num_gpus, cluster.gpus_per_node, SearchOptions(), top_k=4)
+    fast = solve(cm(), cluster.num_gpus, cluster.gpus_per_node, options, top_k=4)
+    slow = solve_brute_force(cm(), cluster.num_gpus, cluster.gpus_per_node, options, top_k=4)
     model_cm, states_fit = cm(), set()
     every_mesh = set()
-    for layout in all_layouts(model, training, cluster.num_gpus, cluster.gpus_per_node, SearchOptions()):
+    for layout in all_layouts(model, training, cluster.num_gpus, cluster.gpus_per_node, options):
         mesh = (layout.dp, layout.tp, layout.pp, layout.cp, layout.ep)
         every_mesh.add(mesh)
         if model_cm.model_state_peak_bytes(layout) <= model_cm.capacity_bytes:
             states_fit.add(mesh)
-    assert floored == states_fit and every_mesh - states_fit  # some meshes are never floored
+    assert floored and every_mesh - states_fit and not floored & (every_mesh - states_fit)
     assert [b.layout for b in fast.ranked] == [b.layout for b in slow.ranked]
     assert sum(fast.rejected.values()) + len(fast.ranked) == fast.num_candidates == slow.num_candidates
+
+
+@pytest.mark.parametrize("runtime,fraction", [("megatron", 0.5), ("megatron", 0.95), ("megatron-bridge", 0.5),
+                                              ("deepspeed", 0.5)])
+def test_micro_batch_sizes_left_out_hold_no_layout_that_passes_its_memory_floor(runtime, fraction):
+    # llama2-7b at 8192 tokens, 64 sequences on 8 H100s, in each runtime's own space: the micro-batch
+    # sizes ``micro_batch_sizes_that_may_fit`` leaves out of a mesh are those where every layout, with
+    # every state whose model states may fit, passes the capacity on its memory floor
+    from costmodels.capabilities import Narrowing, capabilities
+    from planner.search.floors import MemoryFloors, micro_batch_sizes_that_may_fit
+    from planner.search.groups import states_that_may_fit
+    from planner.search.runtime_space import search_options
+    from planner.search.space import (ep_overlap_values, mesh_choices, pipeline_choices, schedule_choices,
+                                      sequence_parallel_values, state_choices)
+
+    model, training = load_model("llama2-7b"), TrainingSpec(global_batch_size=64, seq_len=8192, runtime=runtime)
+    cluster = make_cluster(load_node("h100-sxm-80gb"), 8)
+    cm = CostModel(Job(model=model, training=training, cluster=cluster, memory_fraction=fraction,
+                       convention=CONVENTIONS[runtime]))
+    options = search_options(capabilities(runtime), Narrowing(), "cuda")
+    left_out = kept = 0
+    for mesh in mesh_choices(model, training, 8, 8, options):
+        scheds = schedule_choices(mesh, model, training, options)
+        states = states_that_may_fit(cm, mesh, state_choices(mesh, 8, options, model, training), scheds)
+        if not states:
+            continue
+        sizes = micro_batch_sizes_that_may_fit(cm, mesh, states, pipeline_choices(mesh, model, training, options),
+                                               options.recompute_modes, sequence_parallel_values(mesh, training),
+                                               ep_overlap_values(mesh, model, options))
+        floors = MemoryFloors(cm, mesh)
+        for sched in scheds:
+            if sched.micro_batch_size in sizes:
+                kept += 1
+                continue
+            left_out += 1
+            assert all(floors.too_big(state, sched) for state in states), (mesh, sched)
+    assert left_out and kept
 
 
 def test_when_no_model_states_fit_the_closest_misses_are_still_reported():

@@ -10,10 +10,14 @@ floor misses, before the exact peak is costed."""
 
 from __future__ import annotations
 
+from costmodels.assignment import schedule_placement
 from costmodels.estimate import CostModel
-from costmodels.memory_bounds import activation_vector, buffer_vector, floor_from_vectors, held_vector
+from costmodels.memory_bounds import (activation_vector, buffer_vector, first_rank, first_rank_activation_bytes,
+                                      first_rank_held_bytes, floor_from_vectors, held_vector)
+from costmodels.pipeline import chunks_per_rank, in_flight_microbatches
+from costmodels.ranks import RankLayers
 
-from .space import MeshChoice, ScheduleChoice, StateChoice, make_layout
+from .space import MeshChoice, PipelineChoice, ScheduleChoice, StateChoice, make_layout, schedule_choice
 
 BOUND_SLACK = 1e-9
 """Relative margin by which the floor, summed in another order than the peak, must pass the capacity."""
@@ -54,3 +58,55 @@ def _acts_key(sched: ScheduleChoice) -> tuple:
     without it)."""
     return (sched.micro_batch_size, sched.num_microbatches, sched.schedule, sched.virtual_stages, sched.recompute,
             sched.sequence_parallel, sched.layers_per_chunk, sched.ep_comm_overlap)
+
+
+def micro_batch_sizes_that_may_fit(cost_model: CostModel, mesh: MeshChoice, states: list[StateChoice],
+                                   pipes: list[PipelineChoice], recompute_modes: tuple[str, ...],
+                                   sp_values: tuple[bool, ...], ep_values: tuple[bool, ...]) -> set[int]:
+    """The micro-batch sizes of ``pipes`` to search: every size some layout of which, with one of
+    ``states``, may pass its memory floor (a layout of any other size is never a plan). Sizes are asked
+    from the largest down, and once one may fit, the smaller ones are kept without being asked: keeping
+    a size is always safe (only a size left out needs its proof), and activations grow with the size.
+
+    A size is left out when, for every pipe of it, rank 0's S_0 + (1 + φ)·A_0 + reserve
+    (``memory_bounds.first_rank``), at most the layout's memory floor, passes the capacity. For one size
+    (so one m) that term is at least the least, over the ranks 0 its pipes make (which layers rank 0
+    holds), of the least S_0 over the states plus the least (1 + φ)·(k·stored_0 + working_0) over the
+    recomputation modes, SP and EP overlap values, with k the least in-flight chunk-micro-batches per
+    chunk of rank 0 over those pipes (``pipeline.in_flight_microbatches``; stored bytes are >= 0). Rank
+    0's parts read of a pipe only which layers it holds, the count of recomputed layers (all of a rank's
+    under full recomputation in the search), and, where rank 0 also holds the last layers, the head's
+    micro-batches in flight, which read the schedule and m: those pipes are kept apart by schedule. TP
+    overlap changes no activation (``rank_memory.rank_activation_parts``). Under a convention with
+    receive buffers (counted apart from the activations, so subtracted from rank 0's on an interleaved
+    schedule) every size is kept."""
+    cm = cost_model
+    by_size: dict[int, list[PipelineChoice]] = {}
+    for pipe in pipes:
+        by_size.setdefault(pipe.micro_batch_size, []).append(pipe)
+    if cm.convention.receive_buffer_per_microbatch:
+        return set(by_size)
+    room = cm.capacity_bytes * (1 + BOUND_SLACK) - cm.cluster.hardware.runtime_reserved_bytes
+    held: dict[RankLayers, float] = {}  # rank 0 -> its least S over the states
+    rank_of: dict[tuple, RankLayers] = {}  # rank 0 of each placement of the chunks, v and split
+    for b in sorted(by_size, reverse=True):
+        least: dict[tuple, tuple[float, PipelineChoice]] = {}  # (rank 0, schedule if it holds the head) -> (k, pipe)
+        for pipe in by_size[b]:
+            where = (schedule_placement(pipe.schedule), pipe.virtual_stages, pipe.layers_per_chunk)
+            rank = rank_of.get(where)
+            if rank is None:
+                sched = schedule_choice(pipe, "none", sp_values[0], False, False)
+                rank = rank_of[where] = first_rank(cm, make_layout(mesh, states[0], sched))
+                if rank not in held:
+                    held[rank] = min(first_rank_held_bytes(cm, make_layout(mesh, state, sched)) for state in states)
+            k = (in_flight_microbatches(pipe.schedule, mesh.pp, 0, pipe.num_microbatches, pipe.virtual_stages)
+                 / chunks_per_rank(pipe.schedule, pipe.virtual_stages))
+            key = (rank, pipe.schedule if rank.last else "")
+            if key not in least or k < least[key][0]:
+                least[key] = (k, pipe)
+        if any(first_rank_activation_bytes(cm, make_layout(mesh, states[0], schedule_choice(pipe, mode, sp, False, ep)),
+                                           k) <= room - held[rank]
+               for (rank, _), (k, pipe) in least.items()
+               for mode in reversed(recompute_modes) for sp in sp_values for ep in ep_values):
+            return {size for size in by_size if size <= b}
+    return set()

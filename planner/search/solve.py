@@ -16,7 +16,10 @@ Prunes, each of which never cuts the answer:
 - Memory: model states alone (no activations) bound memory from below, cutting (mesh, state)
   pairs that cannot fit whatever the schedule (``groups.states_that_may_fit``), first over every
   split the mesh's pipeline choices make, before the mesh's floor (a mesh none of whose states
-  fits costs no layer), then over its groups' splits; inside a
+  fits costs no layer), then over its groups' splits; a micro-batch size under which rank 0's
+  model states and activations alone pass the capacity, whatever the state, schedule and
+  recomputation, is left out of the mesh before its floor too
+  (``floors.micro_batch_sizes_that_may_fit``); inside a
   visit, a member whose model states and activations alone (no buffers) pass the capacity is cut
   before its step time or peak is costed, and, where its pipeline floor is not known yet, before
   that floor is summed (``floors.MemoryFloors``, ``costmodels.memory_bounds``); a (group, state)
@@ -63,7 +66,7 @@ from costmodels.estimate import CostModel
 from costmodels.memo import memoised
 from costmodels.pipeline import DUALPIPE
 
-from .floors import MemoryFloors
+from .floors import MemoryFloors, micro_batch_sizes_that_may_fit
 from .twins import OverlapTwins
 from costmodels.tie_band import TieBand
 
@@ -169,9 +172,20 @@ def _solve(cost_model: CostModel, num_gpus: int, domain_gpus: int, options: Sear
             continue
         fitting = states_that_may_fit(cm, mesh, states, _splits(pipes))  # before any layer is costed
         count(tally.rejected, "memory", (len(states) - len(fitting)) * num_scheds)
-        if not fitting:
+        kept = pipes
+        if fitting:  # and the micro-batch sizes none of whose layouts fits
+            sizes = micro_batch_sizes_that_may_fit(cm, mesh, fitting, pipes, options.recompute_modes,
+                                                   sequence_parallel_values(mesh, training),
+                                                   ep_overlap_values(mesh, model, options))
+            kept = [pipe for pipe in pipes if pipe.micro_batch_size in sizes]
+            if len(kept) < len(pipes):
+                dropped = num_scheds - num_runnable_schedules(checks[unplaced], mesh, model, training, options, kept)
+                count(tally.rejected, "memory", dropped * len(fitting))
+                num_scheds -= dropped
+        if not (fitting and num_scheds):
             unfit.append((mesh, states[0], checks[unplaced], pipes, cm))
             continue
+        pipes = kept
         # stage 0: the mean floor; a state adds at least the per-step overhead
         floor_s = _mesh_floor_s(cm, mesh, fitting[0], pipes, options) + cm.assumptions.step_overhead_s
         heapq.heappush(work, (floor_s, order, 0, mesh, (fitting, num_scheds, checks[unplaced]), pipes, cm))
