@@ -2,8 +2,20 @@
 
 from __future__ import annotations
 
+import os
+import sys
+
 import pytest
 from case_launch import CaseResults, run_all
+
+# One intra-op thread per test process and per child it starts (launched jobs set their own): the two
+# xdist workers, their subprocesses and 4-process launches already oversubscribe two cores, and
+# torch's OpenMP threads spin-wait at each barrier on a core another process holds, which multiplied
+# the CPU time of in-process training steps up to 40-fold (tests/test_job_optimizer.py: 14 s of CPU
+# in the suite, 0.35 s alone). Set before any test module imports torch.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+if "torch" in sys.modules:
+    sys.modules["torch"].set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
 
 
 @pytest.fixture(scope="session")
