@@ -61,11 +61,16 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--steps", type=int, default=None, help="timed steps per job (default 5; quick 3)")
     p.add_argument("--warmup", type=int, default=None, help="warm-up steps per job (default 3; quick 1)")
     p.add_argument("--no-profile", action="store_true", help="skip the profile (datasheet predictions only)")
+    p.add_argument("--profile", type=Path, default=None, metavar="FILE",
+                   help="predict from this profile (one 'autoplan profile' wrote on this device) instead of "
+                        "measuring one")
     p.add_argument("--only", default=None, help="comma-separated substrings: measure only matching layouts")
     p.add_argument("--sweep", choices=tuple(SWEEPS), default="main",
                    help="on cuda: the 12-job sweep, 7 jobs at shapes it does not measure (heldout), or 6 jobs "
                         "of large layers: Llama-3-70B's at tp 1 and Llama-3-8B whole (large) [%(default)s]")
     args = p.parse_args(argv)
+    if args.profile is not None and args.no_profile:
+        p.exit(2, "error: --profile and --no-profile exclude each other\n")
     for name in ("steps", "warmup", "budget_s"):
         value = getattr(args, name)
         if value is not None and value < (1 if name != "warmup" else 0):
@@ -150,8 +155,13 @@ def run(args: argparse.Namespace) -> int:
     smi = env_mod.nvidia_smi() if args.device == "cuda" else None
     if smi and smi.get("name"):  # an unknown device fails here, before the profile spends GPU time
         device_facts(args, {}, smi)
-    profile = {"status": "skipped (--no-profile)"} if args.no_profile else jobs_mod.run_profile(
-        args.device, workdir, env, timeout_s=min(args.profile_timeout_s, max(1.0, deadline - time.time())), say=say)
+    if args.no_profile:
+        profile = {"status": "skipped (--no-profile)"}
+    elif args.profile is not None:
+        profile = jobs_mod.given_profile(args.profile.resolve(), say=say)
+    else:
+        profile = jobs_mod.run_profile(args.device, workdir, env,
+                                       timeout_s=min(args.profile_timeout_s, max(1.0, deadline - time.time())), say=say)
     name, hardware = device_facts(args, profile, smi)
     say(f"device {name!r} -> hardware preset {hardware}")
     common = {"hardware": hardware, "precision": opts["precision"], "workdir": workdir, "env": env,

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Callable
 
 import gpu_truth_record as rec
+from gpu_truth_env import TruthError
 from gpu_truth_sweep import Case
 
 AUTOPLAN = [sys.executable, "-c", "import sys; from planner.cli import main; sys.exit(main())"]
@@ -70,6 +71,21 @@ def run_profile(device: str, workdir: Path, env: dict, *, timeout_s: float, say:
     say(f"profile done in {out['wall_s']:.0f} s")
     return {**out, "status": "measured", "path": str(path), "provenance": raw.get("provenance", {}),
             "calibration": raw.get("calibration") or {}}
+
+
+def given_profile(path: Path, *, say: Say) -> dict:
+    """A profile measured before (``--profile``), in ``run_profile``'s form; its command is the one
+    its provenance names. Unreadable or not a profile: ``TruthError``."""
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as err:
+        raise TruthError(f"--profile {path}: {err}") from None
+    if not isinstance(raw, dict) or not isinstance(raw.get("provenance"), dict):
+        raise TruthError(f"--profile {path}: not a profile (no provenance); 'autoplan profile' writes one")
+    provenance = raw["provenance"]
+    say(f"profile: {path} (given; measured by {provenance.get('command', 'an unrecorded command')})")
+    return {"command": provenance.get("command", ""), "status": "measured", "path": str(path), "given": True,
+            "provenance": provenance, "calibration": raw.get("calibration") or {}}
 
 
 def _evaluate_args(case: Case, hardware: str, precision: str) -> list[str]:

@@ -197,14 +197,18 @@ def test_wheels_install_by_unpacking_when_pip_cannot(tmp_path, monkeypatch):
 
 
 @pytest.mark.torchrun
-def test_cpu_quick_run_writes_a_complete_record(tmp_path):
+def test_cpu_quick_run_writes_a_complete_record(tmp_path, quick_profile):
+    """The quick run predicts from the session's quick profile (``--profile``; measuring one is
+    ``run_profile``'s, tested below, and the profile itself tests/test_profile_run.py's)."""
+    proc, profile = quick_profile
+    assert proc.returncode == 0, proc.stderr[-3000:]
     out = tmp_path / "out"
     # two of the CPU sweep's eight jobs (two models, selective and full recomputation): the record is
     # whole with any number of layouts, and each job costs a launch
     only = ("tiny-llama-s256-mb2-selective", "tiny-qwen-s256-mb4-full")
     command = [sys.executable, str(ROOT / "benchmarks/gpu_truth.py"), "--device", "cpu", "--quick",
                "--only", ",".join(only), "--out-dir", str(out), "--workdir", str(tmp_path / "work"),
-               "--budget-s", "900"]
+               "--budget-s", "900", "--profile", str(profile)]
     done = subprocess.run(command, capture_output=True, text=True, env=_env(), timeout=1200)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     [path] = out.glob("*.json")
@@ -213,6 +217,7 @@ def test_cpu_quick_run_writes_a_complete_record(tmp_path):
     for key in ("device", "software", "profile", "settings", "layouts", "summary", "notes", "command", "created"):
         assert key in record, key
     assert record["profile"]["status"] == "measured" and record["software"]["torch_version"]
+    assert record["profile"]["path"] == str(profile) and record["profile"]["command"].startswith("autoplan profile")
     assert [(row["name"], row["status"]) for row in record["layouts"]] == [(name, "measured") for name in only]
     for row in record["layouts"]:
         assert set(row["predicted"]) == {"datasheet", "profile"}
@@ -229,6 +234,48 @@ def test_cpu_quick_run_writes_a_complete_record(tmp_path):
         assert row["errors"]["datasheet"]["optimizer"] == pytest.approx(0, abs=1e-4)
     rows = gpu_records.record_rows(record, path)
     assert len(rows) == len(only) and all(r["extra"]["model_spec"] for r in rows)
+
+
+_FAKE_PROFILER = """
+import json, sys
+out = sys.argv[sys.argv.index("--out") + 1]
+if "--fail" in sys.argv:
+    sys.exit("error: no device")
+json.dump({"provenance": {"command": "autoplan " + " ".join(sys.argv[1:]), "device_name": "fake"},
+           "calibration": {"gemm": 0.5}}, open(out, "w"))
+"""
+
+
+@pytest.mark.parametrize("device", ["cpu", "--fail"])
+def test_run_profile_runs_the_quick_profile_and_reads_what_it_wrote(tmp_path, monkeypatch, device):
+    """``run_profile`` runs ``autoplan profile --device D --nproc 1 --quick --out WORKDIR/profile.json``
+    (a stand-in here that writes what the profiler would) and returns its file, provenance and
+    calibration; a failed profile is an error entry naming its last line, and its log is kept."""
+    monkeypatch.setattr(gpu_truth_jobs, "AUTOPLAN", [sys.executable, "-c", _FAKE_PROFILER])
+    got = gpu_truth_jobs.run_profile(device, tmp_path, _env(), timeout_s=60, say=lambda _: None)
+    assert (tmp_path / "profile.log").is_file()
+    if device == "--fail":
+        assert got["status"] == "error" and got["error"] == "error: no device"
+        return
+    assert got["status"] == "measured" and got["path"] == str(tmp_path / "profile.json")
+    assert got["provenance"]["command"] == f"autoplan profile --device cpu --nproc 1 --quick --out {got['path']}"
+    assert got["calibration"] == {"gemm": 0.5} and got["wall_s"] > 0
+
+
+@pytest.mark.parametrize("text, needle", [(None, "No such file"), ("[]", "not a profile"), ("{", "Expecting")])
+def test_a_given_profile_that_cannot_be_read_is_one_line_and_exit_2(tmp_path, text, needle):
+    profile = tmp_path / "profile.json"
+    if text is not None:
+        profile.write_text(text)
+    done = subprocess.run([sys.executable, str(ROOT / "benchmarks/gpu_truth.py"), "--device", "cpu", "--no-profile",
+                           "--profile", str(profile), "--out-dir", str(tmp_path)], capture_output=True, text=True,
+                          env=_env())
+    assert done.returncode == 2 and "exclude each other" in done.stderr
+    done = subprocess.run([sys.executable, str(ROOT / "benchmarks/gpu_truth.py"), "--device", "cpu", "--profile",
+                           str(profile), "--out-dir", str(tmp_path), "--only", "nothing-matches"],
+                          capture_output=True, text=True, env=_env())
+    assert done.returncode == 2 and done.stderr.startswith("error: --profile ") and needle in done.stderr
+    assert len(done.stderr.splitlines()) == 1
 
 
 def test_large_sweep_holds_70b_layers_at_tp_1_and_an_8b_whole_model(tmp_path, in_process):

@@ -1,14 +1,12 @@
 """The profiler for real: ``autoplan profile --quick`` under torchrun with 2 gloo processes.
 
-One launch per test session (about 15-30 s here); every test reads its output.
+One launch per test session (the ``quick_profile`` fixture of tests/conftest.py, which the quick
+GPU-truth run of tests/test_gpu_truth.py reads too); every test reads its output.
 """
 
 from __future__ import annotations
 
-import os
-import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -28,13 +26,9 @@ class Run:
         self.profile: HardwareProfile | None = load_profile(path) if proc.returncode == 0 else None
 
 
-@pytest.fixture(scope="session")
-def quick_run(tmp_path_factory: pytest.TempPathFactory) -> Run:
-    out = tmp_path_factory.mktemp("profile") / "quick.json"
-    exe = shutil.which("autoplan", path=str(Path(sys.executable).parent)) or "autoplan"
-    proc = subprocess.run([exe, "profile", "--device", "cpu", "--nproc", "2", "--out", str(out), "--quick"],
-                          capture_output=True, text=True, timeout=300, env={**os.environ, "COLUMNS": "120"})
-    return Run(proc, out)
+@pytest.fixture(scope="module")
+def quick_run(quick_profile: tuple[subprocess.CompletedProcess[str], Path]) -> Run:
+    return Run(*quick_profile)
 
 
 def test_quick_profile_command_succeeds_and_writes_a_valid_profile(quick_run: Run) -> None:

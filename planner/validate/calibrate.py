@@ -27,7 +27,7 @@ from costmodels.layout import Layout
 from planner.plan.plan_file import PlanInputs
 from profiles.io import ZERO_ALLOWED_CALIBRATION
 
-from .compare import cost_model
+from .compare import job_of
 
 FACTORS: dict[str, tuple[float, float]] = {
     "compute_scale": (0.05, 20.0),
@@ -69,16 +69,32 @@ class Calibration:
     num_runs: int
 
 
-def predict_all(runs: list[Run], assumptions: Assumptions | None, profile=None) -> list[float]:
-    """Predicted step time of each run under ``assumptions`` (None: the profile's own calibration)."""
-    models: dict[str, Any] = {}
+def predict_all(runs: list[Run], assumptions: Assumptions | None, profile=None, jobs: list | None = None) -> list[float]:
+    """Predicted step time of each run under ``assumptions`` (None: the profile's own calibration).
+    ``jobs``: ``jobs_of(runs, profile, calibrated=assumptions is None)``, made once for many calls."""
+    if jobs is None:
+        jobs = jobs_of(runs, profile, calibrated=assumptions is None)
+    models: dict[int, Any] = {}
     out = []
+    for run, job in zip(runs, jobs, strict=True):
+        if id(job) not in models:
+            models[id(job)] = job.cost_model(assumptions or DEFAULT_ASSUMPTIONS)
+        out.append(models[id(job)].estimate(run.layout).step_time_s)
+    return out
+
+
+def jobs_of(runs: list[Run], profile=None, *, calibrated: bool) -> list:
+    """Each run's ``planner.api.Job`` (``compare.job_of``), one per distinct plan inputs: the fit
+    costs every run under thousands of trial assumptions, and building a job reads the hardware
+    files."""
+    by_inputs: dict[str, Any] = {}
+    jobs = []
     for run in runs:
         key = run.inputs.digest()
-        if key not in models:
-            models[key] = cost_model(run.inputs, profile=profile, assumptions=assumptions)
-        out.append(models[key].estimate(run.layout).step_time_s)
-    return out
+        if key not in by_inputs:
+            by_inputs[key] = job_of(run.inputs, profile=profile, calibrated=calibrated)
+        jobs.append(by_inputs[key])
+    return jobs
 
 
 def _loss(runs: list[Run], predicted: list[float]) -> float:
@@ -118,8 +134,9 @@ def fit(runs: list[Run], *, base: Assumptions = DEFAULT_ASSUMPTIONS, profile=Non
     if not runs:
         raise ValueError("calibration needs at least one measured run")
     before = predict_all(runs, None, profile)
+    jobs = jobs_of(runs, profile, calibrated=False)
     evaluate: Callable[[dict[str, float]], float] = lambda c: _loss(  # noqa: E731
-        runs, predict_all(runs, replace(base, **c), profile))
+        runs, predict_all(runs, replace(base, **c), profile, jobs))
     time_scale_s = sorted(r.measured_step_time_s for r in runs)[len(runs) // 2]
     # Two starts: the model as it is, and the model uniformly slowed (or sped up) by the median
     # measured/predicted ratio, as a slower machine would be; the descent keeps the better end.
@@ -131,7 +148,7 @@ def fit(runs: list[Run], *, base: Assumptions = DEFAULT_ASSUMPTIONS, profile=Non
         loss, point = _descend(start, names, evaluate, rounds, time_scale_s)
         if loss < best - 1e-12:
             best, current = loss, point
-    after = predict_all(runs, replace(base, **current), profile)
+    after = predict_all(runs, replace(base, **current), profile, jobs)
     residuals = [math.log(p / r.measured_step_time_s) for p, r in zip(after, runs)]
     sd = math.sqrt(sum(x * x for x in residuals) / max(len(runs) - 1, 1)) if len(runs) > 1 else 0.0
     return Calibration(factors=current, step_time_log_sd=sd, num_runs=len(runs),

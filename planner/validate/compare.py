@@ -37,13 +37,20 @@ def error_pct(predicted: float, measured: float) -> float | None:
 def cost_model(inputs: PlanInputs, *, profile=None, assumptions: Assumptions | None = None) -> CostModel:
     """The cost model of a plan file's inputs. ``assumptions`` given: used as they are (the
     profile's own calibration is not applied on top); else the profile's calibration applies."""
+    return job_of(inputs, profile=profile, calibrated=assumptions is None).cost_model(assumptions or DEFAULT_ASSUMPTIONS)
+
+
+def job_of(inputs: PlanInputs, *, profile=None, calibrated: bool = True):
+    """The ``planner.api.Job`` of a plan file's inputs, costed with ``profile``; ``calibrated``
+    False drops the profile's own calibration (for costing under given assumptions). One job
+    serves the cost models of many assumptions (``Job.cost_model``)."""
     from planner.api import Job
 
-    if assumptions is not None and profile is not None and profile.calibration:
+    if not calibrated and profile is not None and profile.calibration:
         from dataclasses import replace
 
         profile = replace(profile, calibration={})
-    return Job.from_inputs(inputs, profile=profile).cost_model(assumptions or DEFAULT_ASSUMPTIONS)
+    return Job.from_inputs(inputs, profile=profile)
 
 
 def predicted_memory(cm: CostModel, breakdown: CostBreakdown) -> list[dict[str, float]]:
