@@ -8,7 +8,7 @@ import pytest
 
 from costmodels.estimate import CostModel
 from costmodels.job import Job
-from costmodels.memory_bounds import activation_vector
+from costmodels.memory_bounds import activation_vector, buffer_vector
 from costmodels.presets import load_model
 from costmodels.rank_memory import activation_shape
 from costmodels.runtimes import CONVENTIONS
@@ -52,3 +52,16 @@ def test_tp_overlap_twins_share_their_activations_as_the_memory_floors_key_them(
             assert activation_vector(cm, twin) == activation_vector(CostModel(job), layout)
             twins += 1
     assert twins > 10
+
+
+@pytest.mark.parametrize("model,runtime,gpus", [("tiny-llama", "megatron", 8), ("tiny-mixtral", "torch", 8),
+                                                ("tiny-llama", "torchtitan", 4)])
+def test_layouts_that_differ_in_recomputation_alone_share_their_buffers_as_the_memory_floors_key_them(
+        model, runtime, gpus):
+    # planner.search.floors keeps a layout's buffer vector by a key without recomputation
+    # (``floors._buffers_key``): each layout's must equal its twin's without recomputation
+    job, layouts = _job(model, runtime, gpus)
+    recomputed = [layout for layout in layouts if layout.recompute != "none"]
+    assert len({layout.recompute for layout in recomputed}) >= 2
+    for layout in recomputed:
+        assert buffer_vector(CostModel(job), layout) == buffer_vector(CostModel(job), replace(layout, recompute="none"))

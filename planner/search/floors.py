@@ -31,6 +31,9 @@ class MemoryFloors:
         self.held: dict[tuple, tuple[float, ...]] = {}
         self.acts: dict[tuple, tuple[float, ...]] = {}
         """By ``_acts_key``: TP-overlap twins share their activations."""
+        self.buffers: dict[tuple, tuple[float, ...]] = {}
+        """By the state and ``_buffers_key``: a group's members, which differ in recomputation alone,
+        share their buffers."""
 
     def too_big(self, state: StateChoice, sched: ScheduleChoice) -> bool:
         """Whether the memory floor of (mesh, state, sched) passes the capacity (with ``BOUND_SLACK``)."""
@@ -48,8 +51,11 @@ class MemoryFloors:
             return True
         # the tighter floor, with the layout's buffers (``memory_bounds.buffer_vector``): it reads the
         # state and the schedule choice together, so it is asked only of a layout the first floor passes
-        layout = layout or make_layout(self.mesh, state, sched)
-        return floor_from_vectors(cm, held, acts, buffer_vector(cm, layout)) > cap
+        buffers_key = (state, _buffers_key(sched))
+        buffers = self.buffers.get(buffers_key)
+        if buffers is None:
+            buffers = self.buffers[buffers_key] = buffer_vector(cm, layout or make_layout(self.mesh, state, sched))
+        return floor_from_vectors(cm, held, acts, buffers) > cap
 
 
 def _acts_key(sched: ScheduleChoice) -> tuple:
@@ -58,6 +64,14 @@ def _acts_key(sched: ScheduleChoice) -> tuple:
     without it)."""
     return (sched.micro_batch_size, sched.num_microbatches, sched.schedule, sched.virtual_stages, sched.recompute,
             sched.sequence_parallel, sched.layers_per_chunk, sched.ep_comm_overlap)
+
+
+def _buffers_key(sched: ScheduleChoice) -> tuple:
+    """The fields of a schedule choice that ``buffer_vector`` reads: all but recomputation (the buffers,
+    NCCL's buffers and the workspaces read no recomputation field, ``rank_memory.rank_buffer_parts``,
+    ``reserved``)."""
+    return (sched.micro_batch_size, sched.num_microbatches, sched.schedule, sched.virtual_stages,
+            sched.sequence_parallel, sched.layers_per_chunk, sched.tp_comm_overlap, sched.ep_comm_overlap)
 
 
 def micro_batch_sizes_that_may_fit(cost_model: CostModel, mesh: MeshChoice, states: list[StateChoice],
