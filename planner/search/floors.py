@@ -84,13 +84,15 @@ def micro_batch_sizes_that_may_fit(cost_model: CostModel, mesh: MeshChoice, stat
 
     A size is left out when, for every pipe of it, rank 0's S_0 + (1 + φ)·A_0 + reserve
     (``memory_bounds.first_rank``), at most the layout's memory floor, passes the capacity. For one size
-    (so one m) that term is at least the least, over the ranks 0 its pipes make (which layers rank 0
-    holds), of the least S_0 over the states plus the least (1 + φ)·(k·stored_0 + working_0) over the
-    recomputation modes, SP and EP overlap values, with k the least in-flight chunk-micro-batches per
-    chunk of rank 0 over those pipes (``pipeline.in_flight_microbatches``; stored bytes are >= 0). Rank
-    0's parts read of a pipe only which layers it holds, the count of recomputed layers (all of a rank's
-    under full recomputation in the search), and, where rank 0 also holds the last layers, the head's
-    micro-batches in flight, which read the schedule and m: those pipes are kept apart by schedule. TP
+    (so one m) that term is at least the least, over the signatures of the ranks 0 its pipes make (how
+    many layers of each kind rank 0 holds, and whether it holds the head), of the least S_0 over the
+    states and those ranks plus the least (1 + φ)·(k·stored_0 + working_0) over the recomputation modes,
+    SP and EP overlap values, with k the least in-flight chunk-micro-batches per chunk of rank 0 over
+    those pipes (``pipeline.in_flight_microbatches``; stored bytes are >= 0). Rank 0's parts read of a
+    pipe only its rank's signature (``rank_memory.rank_activation_parts`` is memoised by it), the count
+    of recomputed layers (all of a rank's under full recomputation in the search), and, where rank 0
+    also holds the last layers, the head's micro-batches in flight, which read the schedule and m:
+    those pipes are kept apart by schedule. TP
     overlap changes no activation (``rank_memory.rank_activation_parts``). Under a convention with
     receive buffers (counted apart from the activations, so subtracted from rank 0's on an interleaved
     schedule) every size is kept."""
@@ -104,7 +106,8 @@ def micro_batch_sizes_that_may_fit(cost_model: CostModel, mesh: MeshChoice, stat
     held: dict[RankLayers, float] = {}  # rank 0 -> its least S over the states
     rank_of: dict[tuple, RankLayers] = {}  # rank 0 of each placement of the chunks, v and split
     for b in sorted(by_size, reverse=True):
-        least: dict[tuple, tuple[float, PipelineChoice]] = {}  # (rank 0, schedule if it holds the head) -> (k, pipe)
+        # (rank 0's signature, the schedule if it holds the head) -> [least k, its pipe, least S over its ranks]
+        least: dict[tuple, list] = {}
         for pipe in by_size[b]:
             where = (schedule_placement(pipe.schedule), pipe.virtual_stages, pipe.layers_per_chunk)
             rank = rank_of.get(where)
@@ -115,12 +118,14 @@ def micro_batch_sizes_that_may_fit(cost_model: CostModel, mesh: MeshChoice, stat
                     held[rank] = min(first_rank_held_bytes(cm, make_layout(mesh, state, sched)) for state in states)
             k = (in_flight_microbatches(pipe.schedule, mesh.pp, 0, pipe.num_microbatches, pipe.virtual_stages)
                  / chunks_per_rank(pipe.schedule, pipe.virtual_stages))
-            key = (rank, pipe.schedule if rank.last else "")
-            if key not in least or k < least[key][0]:
-                least[key] = (k, pipe)
+            key = (rank.signature, pipe.schedule if rank.last else "")
+            entry = least.setdefault(key, [k, pipe, held[rank]])
+            if k < entry[0]:
+                entry[:2] = k, pipe
+            entry[2] = min(entry[2], held[rank])
         if any(first_rank_activation_bytes(cm, make_layout(mesh, states[0], schedule_choice(pipe, mode, sp, False, ep)),
-                                           k) <= room - held[rank]
-               for (rank, _), (k, pipe) in least.items()
+                                           k) <= room - least_held
+               for k, pipe, least_held in least.values()
                for mode in reversed(recompute_modes) for sp in sp_values for ep in ep_values):
             return {size for size in by_size if size <= b}
     return set()
