@@ -10,13 +10,13 @@ floor misses, before the exact peak is costed."""
 
 from __future__ import annotations
 
-from costmodels.assignment import schedule_placement
 from costmodels.estimate import CostModel
 from costmodels.memory_bounds import (activation_vector, buffer_vector, first_rank, first_rank_activation_bytes,
                                       first_rank_held_bytes, floor_from_vectors, held_vector)
 from costmodels.pipeline import chunks_per_rank, in_flight_microbatches
 from costmodels.ranks import RankLayers
 
+from .groups import chunk_placement
 from .space import MeshChoice, PipelineChoice, ScheduleChoice, StateChoice, make_layout, schedule_choice
 
 BOUND_SLACK = 1e-9
@@ -92,10 +92,9 @@ def micro_batch_sizes_that_may_fit(cost_model: CostModel, mesh: MeshChoice, stat
     pipe only its rank's signature (``rank_memory.rank_activation_parts`` is memoised by it), the count
     of recomputed layers (all of a rank's under full recomputation in the search), and, where rank 0
     also holds the last layers, the head's micro-batches in flight, which read the schedule and m:
-    those pipes are kept apart by schedule. TP
-    overlap changes no activation (``rank_memory.rank_activation_parts``). Under a convention with
-    receive buffers (counted apart from the activations, so subtracted from rank 0's on an interleaved
-    schedule) every size is kept."""
+    those pipes are kept apart by schedule. TP overlap changes no activation
+    (``rank_memory.rank_activation_parts``). Under a convention with receive buffers (counted apart
+    from the activations, so subtracted from rank 0's on an interleaved schedule) every size is kept."""
     cm = cost_model
     by_size: dict[int, list[PipelineChoice]] = {}
     for pipe in pipes:
@@ -109,7 +108,7 @@ def micro_batch_sizes_that_may_fit(cost_model: CostModel, mesh: MeshChoice, stat
         # (rank 0's signature, the schedule if it holds the head) -> [least k, its pipe, least S over its ranks]
         least: dict[tuple, list] = {}
         for pipe in by_size[b]:
-            where = (schedule_placement(pipe.schedule), pipe.virtual_stages, pipe.layers_per_chunk)
+            where = chunk_placement(pipe)
             rank = rank_of.get(where)
             if rank is None:
                 sched = schedule_choice(pipe, "none", sp_values[0], False, False)

@@ -15,7 +15,7 @@ from costmodels.bounds import (CoreSums, bubble_floor_from_sums, bubble_floor_s,
 from costmodels.estimate import CostModel
 from costmodels.layout import RECOMPUTE_MODES
 
-from .space import MeshChoice, ScheduleChoice, StateChoice, make_layout
+from .space import MeshChoice, PipelineChoice, ScheduleChoice, StateChoice, make_layout
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,7 +166,7 @@ def with_state_floors(cost_model: CostModel, mesh: MeshChoice, states: list[Stat
     floors: dict[tuple, tuple[tuple[float, float], ...]] = {}
     out = []
     for group in groups:
-        where = _placement(group.lowest)
+        where = chunk_placement(group.lowest)
         if where not in floors:
             floors[where] = tuple(state_floor_s(cost_model, make_layout(mesh, state, group.lowest)) for state in states)
         out.append(Group(floor_s=group.floor_s, exact=group.exact, lowest=group.lowest, members=group.members,
@@ -221,7 +221,7 @@ def pairs(cost_model: CostModel, mesh: MeshChoice, states: list[StateChoice], gr
         yield Pair(bound_s=bound_s, group=group, state=states[index], per_microbatch_s=per_mb_s, tail_s=tail_s)
 
 
-def _placement(sched: ScheduleChoice) -> tuple:
+def chunk_placement(sched: ScheduleChoice | PipelineChoice) -> tuple:
     """What decides which layers each rank holds under ``sched``: placement, v and split."""
     return schedule_placement(sched.schedule), sched.virtual_stages, sched.layers_per_chunk
 
@@ -237,7 +237,7 @@ def states_that_may_fit(cost_model: CostModel, mesh: MeshChoice, states: list[St
     pipeline split of ``scheds`` (a lower bound on memory: activations, buffers and overhead only
     add, and the split, one per placement of the chunks, virtual stage count and layer split,
     decides which layers each rank holds; no other field of a schedule choice is read)."""
-    splits = list({_placement(sched): sched for sched in scheds}.values())
+    splits = list({chunk_placement(sched): sched for sched in scheds}.values())
     return [state for state in states
             if any(cost_model.model_state_peak_bytes(make_layout(mesh, state, sched)) <= cost_model.capacity_bytes
                    for sched in splits)]

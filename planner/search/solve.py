@@ -60,7 +60,6 @@ from typing import Iterator
 
 from costmodels.bands import shipped_memory_band
 from costmodels.bounds import core_sums, mean_floor_s, pipeline_floor_s, tp_overlap_sign
-from costmodels.assignment import schedule_placement
 from costmodels.breakdown import CostBreakdown
 from costmodels.estimate import CostModel
 from costmodels.memo import memoised
@@ -72,8 +71,8 @@ from costmodels.tie_band import TieBand
 
 from .ranking import tie_band
 from .standings import Offer, Standings
-from .groups import (Group, first_group_lowest, least_bound_s, pairs, schedule_groups, states_that_may_fit,
-                     with_state_floors)
+from .groups import (Group, chunk_placement, first_group_lowest, least_bound_s, pairs, schedule_groups,
+                     states_that_may_fit, with_state_floors)
 from .result import SolverResult, count, overshoot_key
 from .schedule_rules import RuleCheck, num_runnable_schedules, runnable_schedules
 from .space import (MeshChoice, PipelineChoice, ScheduleChoice, SearchOptions, StateChoice, ep_overlap_values,
@@ -155,7 +154,7 @@ def _solve(cost_model: CostModel, num_gpus: int, domain_gpus: int, options: Sear
     pipes_of: dict[tuple[int, int], list[PipelineChoice]] = {}  # they read the mesh's dp and pp only
     counts: dict[MeshChoice, int] = {}  # no rule reads the placement: its variants share the count
     checks: dict[MeshChoice, RuleCheck | None] = {}  # and the rules' answers
-    unfit: list[tuple] = []  # meshes none of whose states' model states alone fit
+    unfit: list[tuple] = []  # meshes with no layout that may fit (by model states, then micro-batch size)
     for order, mesh in enumerate(mesh_choices(model, training, num_gpus, domain_gpus, options)):
         cm = cost_model.placed(mesh.gpus_per_nvlink_domain)  # the mesh's collectives on its placement
         if (mesh.dp, mesh.pp) not in pipes_of:
@@ -217,10 +216,11 @@ def _solve(cost_model: CostModel, num_gpus: int, domain_gpus: int, options: Sear
         else:
             _visit_mesh(cm, mesh, states, groups, ranking, tally)
     ranked, tied = ranking.result()
-    if not ranked and tally.num_misses:  # nothing fits: each unfit mesh's miss, as a visit would have found it
+    if not ranked and tally.num_misses:  # nothing fits: each unfit mesh's miss, as stage 2 would have costed it
         for mesh, state, check, pipes, cm in unfit:
-            scheds = runnable_schedules(check, mesh, model, training, options, pipes, _kept_sp_values(cm, mesh, options))
-            tally.misses.append(cm.estimate(make_layout(mesh, state, first_group_lowest(_undominated(cm, mesh, scheds)))))
+            scheds = _undominated(cm, mesh, runnable_schedules(check, mesh, model, training, options, pipes,
+                                                               _kept_sp_values(cm, mesh, options)))
+            tally.misses.append(cm.estimate(make_layout(mesh, state, first_group_lowest(scheds))))
     tally.rejected["slower"] -= len(ranked)
     return SolverResult(ranked=ranked, tied_in_mesh=tied, rejected={k: v for k, v in tally.rejected.items() if v},
                         closest_misses=() if ranked else tally.closest(), num_candidates=total,
@@ -308,7 +308,7 @@ def _splits(pipes: list[PipelineChoice]) -> list[ScheduleChoice]:
     """A schedule choice of each way ``pipes`` place the layers on the ranks (placement, v and split):
     every schedule choice of the mesh places its layers as one of them, and which layers a rank holds
     is all of a schedule choice that its model states read (``groups.states_that_may_fit``)."""
-    placed = {(schedule_placement(pipe.schedule), pipe.virtual_stages, pipe.layers_per_chunk): pipe for pipe in pipes}
+    placed = {chunk_placement(pipe): pipe for pipe in pipes}
     return [schedule_choice(pipe, "none", False, False, False) for pipe in placed.values()]
 
 
