@@ -383,8 +383,9 @@ def tp_overlap_sign(cm: "CostModel", layout: Layout) -> int:
     def compute() -> int:
         signs = set()
         for moe in (False, True) if cm.model.moe is not None else (False,):
-            plain = cm.layers.tp_s(layer_key(cm, replace(layout, tp_comm_overlap=False), moe))
-            overlapped = cm.layers.tp_s(layer_key(cm, replace(layout, tp_comm_overlap=True), moe))
+            key = layer_key(cm, layout, moe)  # with tp > 1 and SP, its tp_overlap is the layout's overlap
+            plain = cm.layers.tp_s(replace(key, tp_overlap=False))
+            overlapped = cm.layers.tp_s(replace(key, tp_overlap=True))
             signs.add(1 if overlapped >= plain else -1)
         return signs.pop() if len(signs) == 1 else 0
 
