@@ -169,7 +169,8 @@ def _solve(cost_model: CostModel, num_gpus: int, domain_gpus: int, options: Sear
         total += num_scheds * len(states)
         if not (num_scheds and states):
             continue
-        fitting = states_that_may_fit(cm, mesh, states, _splits(pipes))  # before any layer is costed
+        splits = _splits(pipes)
+        fitting = states_that_may_fit(cm, mesh, states, splits)  # before any layer is costed
         count(tally.rejected, "memory", (len(states) - len(fitting)) * num_scheds)
         kept = pipes
         if fitting:  # and the micro-batch sizes none of whose layouts fits
@@ -187,11 +188,12 @@ def _solve(cost_model: CostModel, num_gpus: int, domain_gpus: int, options: Sear
         pipes = kept
         # stage 0: the mean floor; a state adds at least the per-step overhead
         floor_s = _mesh_floor_s(cm, mesh, fitting[0], pipes, options) + cm.assumptions.step_overhead_s
-        heapq.heappush(work, (floor_s, order, 0, mesh, (fitting, num_scheds, checks[unplaced]), pipes, cm))
+        placements = {chunk_placement(sched) for sched in splits}
+        heapq.heappush(work, (floor_s, order, 0, mesh, (fitting, num_scheds, checks[unplaced], placements), pipes, cm))
     while work:
         floor_s, order, stage, mesh, states, groups, cm = heapq.heappop(work)
         if stage < 2:
-            states, num_scheds, check = states
+            states, num_scheds, check, placements = states
         if floor_s > ranking.cutoff_s(mesh.degrees, BOUND_SLACK):  # the mesh's floor: no pair of it can pass
             count(tally.rejected, "slower", (num_scheds if stage < 2 else sum(len(g.members) for g in groups))
                   * len(states))
@@ -201,9 +203,11 @@ def _solve(cost_model: CostModel, num_gpus: int, domain_gpus: int, options: Sear
             groups = schedule_groups(cm, mesh, states[0], _undominated(cm, mesh, scheds),
                                       ranking.cutoff_s(mesh.degrees, BOUND_SLACK) - cm.assumptions.step_overhead_s)
             floor_s = min(group.floor_s for group in groups) + cm.assumptions.step_overhead_s
-            heapq.heappush(work, (floor_s, order, 1, mesh, (states, num_scheds, check), groups, cm))
+            heapq.heappush(work, (floor_s, order, 1, mesh, (states, num_scheds, check, placements), groups, cm))
         elif stage == 1:  # stage 2: with each state that may fit, its floor added
-            fitting = states_that_may_fit(cm, mesh, states, (group.lowest for group in groups))
+            fitting = states  # asked again only where the groups make fewer splits than the pipes did
+            if {chunk_placement(group.lowest) for group in groups} != placements:
+                fitting = states_that_may_fit(cm, mesh, states, (group.lowest for group in groups))
             count(tally.rejected, "memory", (len(states) - len(fitting)) * num_scheds)
             if not fitting:
                 if tally.num_misses:
