@@ -22,15 +22,21 @@ TP2_DP2_SP = ["--gpus", "4", "--dp", "2", "--tp", "2", "--sequence-parallel"]
 STATES = ("params", "grads", "optimizer")
 
 
-def _predicted_and_measured(tmp_path: Path, name: str, *extra: str) -> tuple[dict, dict]:
-    plan, out = tmp_path / f"{name}.json", tmp_path / f"{name}.out.json"
+def _predicted(plan: Path, *extra: str) -> dict:
+    """The cost model's bytes of each model state, written to ``plan``."""
     result = CliRunner().invoke(main, ["evaluate", *BASE, *extra, "--out", str(plan)])
     assert result.exit_code == 0, result.output
+    gib = json.loads(plan.read_text())["best"]["predicted"]["memory_gib"]
+    return {k: gib[k] * 2**30 for k in STATES}
+
+
+def _predicted_and_measured(tmp_path: Path, name: str, *extra: str) -> tuple[dict, dict]:
+    plan, out = tmp_path / f"{name}.json", tmp_path / f"{name}.out.json"
+    predicted = _predicted(plan, *extra)
     proc = subprocess.run([sys.executable, "-m", "planner.validate.dryrun", str(plan), str(out), "0"], cwd=REPO,
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-2000:]
-    gib = json.loads(plan.read_text())["best"]["predicted"]["memory_gib"]
-    return {k: gib[k] * 2**30 for k in STATES}, json.loads(out.read_text())
+    return predicted, json.loads(out.read_text())
 
 
 @pytest.mark.slow
@@ -39,7 +45,7 @@ def test_fsdp2_offload_keeps_every_model_state_on_the_host(tmp_path):
     model says 0, the probe finds 0), and the host holds what the device held without offload
     (fp32 shards 4 + 4 + 8 bytes per element over dp 2), within 2%."""
     off, measured = _predicted_and_measured(tmp_path, "offload", *DP2, "--offload")
-    base, _ = _predicted_and_measured(tmp_path, "base", *DP2)
+    base = _predicted(tmp_path / "base.json", *DP2)
     assert all(off[k] == 0 and measured[k] == 0 for k in STATES)
     assert measured["host"] == pytest.approx(sum(base.values()), rel=0.02)
 

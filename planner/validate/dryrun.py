@@ -196,20 +196,44 @@ def pipeline_ranks(layout: Layout) -> list[int]:
     return [i * layout.dp * layout.tp * layout.cp for i in range(layout.pp)]
 
 
-def _rank_in_subprocess(plan_path: str, rank: int) -> dict:
-    """Each rank in its own interpreter: a process group cannot be re-created cleanly in one."""
-    import subprocess
-    import tempfile
+def in_child(fn, *args) -> dict:
+    """``fn(*args)`` (a JSON-able dict) in a child forked from this interpreter, which must not have
+    made a process group (one cannot be re-created cleanly in one process) nor run a torch op (the
+    child would inherit its thread pool's state). The child is a process of its own, as a fresh
+    interpreter is, but inherits the imports (torch, and ``torch._dynamo``, which FSDP2 and DTensor
+    import on first use: about 4 s of CPU per rank on a 2-core machine)."""
+    import multiprocessing
+    import traceback
 
-    with tempfile.TemporaryDirectory() as tmp:
-        out = f"{tmp}/rank.json"
-        proc = subprocess.run([sys.executable, "-m", "planner.validate.dryrun", plan_path, out, str(rank)],
-                              capture_output=True, text=True)
-        if proc.returncode != 0:
-            tail = proc.stderr.strip().splitlines()[-1:] or ["(no output)"]
-            raise SystemExit(f"dry run of rank {rank} failed: {tail[0]}")
-        with open(out, encoding="utf-8") as handle:
-            return json.load(handle)
+    import torch._dynamo  # noqa: F401  (imported once here, before the fork)
+
+    def child(conn) -> None:
+        try:
+            conn.send(("ok", fn(*args)))
+        except BaseException as error:  # noqa: BLE001  (reported to the parent, which raises)
+            traceback.print_exc()
+            conn.send(("error", f"{type(error).__name__}: {error}"))
+
+    context = multiprocessing.get_context("fork")
+    receive, send = context.Pipe(duplex=False)
+    process = context.Process(target=child, args=(send,))
+    process.start()
+    send.close()
+    try:
+        status, value = receive.recv()
+    except EOFError:  # it died without a word (a signal, os._exit)
+        status, value = "error", "it exited without a result"
+    process.join()
+    if status != "ok":
+        raise SystemExit(value)
+    return value
+
+
+def _rank_in_child(plan_path: str, rank: int) -> dict:
+    try:
+        return in_child(_rank_here, plan_path, rank)
+    except SystemExit as error:
+        raise SystemExit(f"dry run of rank {rank} failed: {error}") from None
 
 
 def _rank_here(plan_path: str, rank: int) -> dict:
@@ -224,15 +248,14 @@ def _rank_here(plan_path: str, rank: int) -> dict:
 
 
 def main(argv: list[str]) -> None:
-    """``plan.json out.json [rank]``: one rank in this process, or every pipeline rank in turn
-    (the first here, each other one in its own interpreter)."""
+    """``plan.json out.json [rank]``: one rank in this process, or every pipeline rank in turn, each
+    in a child forked from this process (``in_child``)."""
     warnings.filterwarnings("ignore")
     plan_path, out_path = argv[:2]
     if len(argv) > 2:
         result = _rank_here(plan_path, int(argv[2]))
     else:
-        first, *others = pipeline_ranks(read_plan_file(plan_path).best.layout)
-        ranks = [_rank_here(plan_path, first)] + [_rank_in_subprocess(plan_path, r) for r in others]
+        ranks = [_rank_in_child(plan_path, r) for r in pipeline_ranks(read_plan_file(plan_path).best.layout)]
         result = {"plan": plan_path, "ranks": ranks}
     with open(out_path, "w", encoding="utf-8") as handle:
         json.dump(result, handle, indent=1, sort_keys=True, allow_nan=False)
