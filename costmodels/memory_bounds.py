@@ -79,15 +79,18 @@ def held_vector(cm: "CostModel", layout: Layout) -> tuple[float, ...]:
     """S of each (rank, index) of ``CostModel.in_flight_extremes``, in its order."""
     out = []
     for rank, indices in cm.in_flight_extremes(layout):
-        params, grads, optimizer = held_states(cm, layout, rank_params(cm, layout, rank))
-        held = params + optimizer + (0.0 if cm.convention.grads_freed_each_step else grads)
-        out += [held] * len(indices)
+        out += [_held_bytes(cm, layout, rank)] * len(indices)
     return tuple(out)
 
 
 def first_rank_held_bytes(cm: "CostModel", layout: Layout) -> float:
     """S of pipeline rank 0 (``held_vector``'s term of that rank)."""
-    params, grads, optimizer = held_states(cm, layout, rank_params(cm, layout, first_rank(cm, layout)))
+    return _held_bytes(cm, layout, first_rank(cm, layout))
+
+
+def _held_bytes(cm: "CostModel", layout: Layout, rank: RankLayers) -> float:
+    """S of one rank: params + optimizer, + gradients unless the runtime frees them every step."""
+    params, grads, optimizer = held_states(cm, layout, rank_params(cm, layout, rank))
     return params + optimizer + (0.0 if cm.convention.grads_freed_each_step else grads)
 
 
