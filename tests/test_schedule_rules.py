@@ -12,11 +12,11 @@ from costmodels.capabilities import Narrowing, capabilities
 from costmodels.layout import Layout
 from costmodels.presets import load_model
 from costmodels.training import TrainingSpec
-from planner.search.framework_rules import SCHEDULE_READS, layout_rule_problems
+from planner.search.framework_rules import MESH_READS, SCHEDULE_READS, layout_rule_problems
 from planner.search.runtime_space import search_options
-from planner.search.schedule_rules import RuleCheck, num_runnable_schedules, runnable_schedules
-from planner.search.space import (PipelineChoice, ScheduleChoice, all_layouts, mesh_choices, pipeline_choices,
-                                  schedule_choices)
+from planner.search.schedule_rules import SharedRuleChecks, num_runnable_schedules, runnable_schedules
+from planner.search.space import (MeshChoice, PipelineChoice, ScheduleChoice, all_layouts, mesh_choices,
+                                  pipeline_choices, schedule_choices)
 
 RUNTIMES = tuple(SCHEDULE_READS)
 CASES = [
@@ -41,10 +41,11 @@ def test_counted_and_built_schedules_equal_the_plain_ones(runtime, model_name, g
     options = _options(runtime, extra)
     meshes = mesh_choices(model, training, gpus, 4, replace(options, job_rules=""))
     assert meshes
-    for mesh in meshes:
+    shared = {rules: SharedRuleChecks(rules, model, training) for rules in (options, replace(options, job_rules=""))}
+    for mesh in meshes:  # the meshes share their checks as the search shares them
         pipes = pipeline_choices(mesh, model, training, options)
         for rules in (options, replace(options, job_rules="")):
-            check = RuleCheck(rules, model, training, mesh) if rules.job_rules else None
+            check = shared[rules].of(mesh)
             plain = schedule_choices(mesh, model, training, rules, pipes)
             assert num_runnable_schedules(check, mesh, model, training, rules, pipes) == len(plain)
             assert runnable_schedules(check, mesh, model, training, rules, pipes) == plain
@@ -61,7 +62,7 @@ def test_the_count_is_closed_form_in_the_pipeline_choices():
     options = _options("megatron", {})
     mesh = next(m for m in mesh_choices(model, training, 64, 8, options) if m.pp == 4 and m.tp == 2)
     pipes = pipeline_choices(mesh, model, training, options)
-    check = RuleCheck(options, model, training, mesh)
+    check = SharedRuleChecks(options, model, training).of(mesh)
     count = num_runnable_schedules(check, mesh, model, training, options, pipes)
     assert count == len(schedule_choices(mesh, model, training, options, pipes)) > 200
     assert len(check.answers) <= len({p.virtual_stages for p in pipes}) * 3 * 3
@@ -70,24 +71,61 @@ def test_the_count_is_closed_form_in_the_pipeline_choices():
 SCHEDULE_ONLY = tuple(f.name for f in fields(ScheduleChoice))
 
 
-@pytest.mark.parametrize("runtime", RUNTIMES)
-def test_the_rules_read_no_schedule_field_beyond_their_reads(runtime):
-    """Layouts of the unfiltered space that differ only in schedule fields a runtime's rules do not
-    read (``SCHEDULE_READS``) get the same answer from its rules."""
-    unread = set(SCHEDULE_ONLY) - set(SCHEDULE_READS[runtime])
+def _answer_classes(runtime: str, unread: set[str], **option_fields) -> list[tuple[int, int, bool]]:
+    """For each case: (layouts, classes of layouts equal but in ``unread``, whether every class got one
+    answer from the runtime's rules and some class passes), over the unfiltered space with ``option_fields``."""
     kept = [f.name for f in fields(Layout) if f.name not in unread]
+    out = []
     for model_name, gpus, batch, seq, precision, extra in CASES:
         model = load_model(model_name)
         training = TrainingSpec(global_batch_size=batch, seq_len=seq, precision=precision, runtime=runtime)
-        options = replace(_options(runtime, extra), job_rules="")
+        options = replace(_options(runtime, extra), job_rules="", **option_fields)
         answers: dict[tuple, set[bool]] = {}
         layouts = list(all_layouts(model, training, gpus, 4, options))
         for layout in layouts:
             key = tuple(getattr(layout, name) for name in kept)
             answers.setdefault(key, set()).add(not layout_rule_problems(runtime, model, training, layout))
-        assert all(len(seen) == 1 for seen in answers.values()), (runtime, model_name)
-        assert any(True in seen for seen in answers.values()) and len(answers) < len(layouts)
+        out.append((len(layouts), len(answers), all(len(seen) == 1 for seen in answers.values())
+                    and any(True in seen for seen in answers.values())))
+    return out
+
+
+@pytest.mark.parametrize("runtime", RUNTIMES)
+def test_the_rules_read_no_schedule_field_beyond_their_reads(runtime):
+    """Layouts of the unfiltered space that differ only in schedule fields a runtime's rules do not
+    read (``SCHEDULE_READS``) get the same answer from its rules."""
+    for layouts, classes, one_answer in _answer_classes(runtime, set(SCHEDULE_ONLY) - set(SCHEDULE_READS[runtime])):
+        assert one_answer and classes < layouts, runtime
 
 
 def test_pipeline_fields_are_schedule_fields():
     assert set(f.name for f in fields(PipelineChoice)) <= set(SCHEDULE_ONLY)
+
+
+MESH_ONLY = tuple(f.name for f in fields(MeshChoice))
+
+
+@pytest.mark.parametrize("runtime", RUNTIMES)
+def test_the_rules_read_no_mesh_field_beyond_their_reads(runtime):
+    """Layouts of the unfiltered space that differ only in mesh fields a runtime's rules do not read
+    (``MESH_READS``: what lets ``SharedRuleChecks`` share one set of answers among meshes) get the same
+    answer from its rules, over two NVLink placements."""
+    unread = set(MESH_ONLY) - set(MESH_READS[runtime])
+    assert unread and set(MESH_READS[runtime]) <= set(MESH_ONLY)
+    results = _answer_classes(runtime, unread, gpus_per_nvlink_domain=(0, 2))
+    assert all(one_answer for _, _, one_answer in results), runtime
+    assert any(classes < layouts for layouts, classes, _ in results)  # meshes differing in unread fields were met
+
+
+@pytest.mark.parametrize("runtime", RUNTIMES)
+def test_meshes_share_a_check_only_where_they_agree_on_the_read_fields_and_the_neutral_state(runtime):
+    model = load_model("tiny-llama")
+    training = TrainingSpec(global_batch_size=16, seq_len=128, runtime=runtime)
+    options = replace(_options(runtime, {}), gpus_per_nvlink_domain=(0, 2))
+    shared = SharedRuleChecks(options, model, training)
+    meshes = mesh_choices(model, training, 8, 4, options)
+    checks = [shared.of(mesh) for mesh in meshes]
+    assert len({id(c) for c in checks}) < len(meshes)
+    for mesh, check in zip(meshes, checks):
+        assert all(getattr(mesh, name) == getattr(check.mesh, name) for name in MESH_READS[runtime])
+        assert check.state == SharedRuleChecks(options, model, training).of(mesh).state

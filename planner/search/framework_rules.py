@@ -233,8 +233,19 @@ SCHEDULE_READS: dict[str, tuple[str, ...]] = {
 }
 """The schedule-choice fields (``planner.search.space.ScheduleChoice``) each runtime's layout rule
 reads: two choices of one mesh and state that agree on these get the same answer, so the search asks
-the rule once per value of them (``planner.search.schedule_rules``). ``tests/test_framework_rules.py``
+the rule once per value of them (``planner.search.schedule_rules``). ``tests/test_schedule_rules.py``
 changes every other field and checks that no answer moves."""
+MESH_READS: dict[str, tuple[str, ...]] = {
+    "megatron": ("tp", "pp", "ep", "moe_dispatcher"),
+    "megatron-bridge": ("tp", "pp", "ep", "moe_dispatcher"),
+    "torchtitan": ("dp", "tp", "pp", "cp", "ep"),
+    "deepspeed": ("pp",),
+    "torch": ("dp", "tp", "pp", "cp", "ep"),
+}
+"""The mesh fields (``planner.search.space.MeshChoice``) each runtime's layout rule reads: two meshes
+that agree on these, with one state and one schedule choice, get the same answer, so the search keeps
+one set of answers for them (``planner.search.schedule_rules.SharedRuleChecks``).
+``tests/test_schedule_rules.py`` changes every other mesh field and checks that no answer moves."""
 
 
 _RELEASE_JOB_RULES = {("torchtitan", "v0.3.0"): _torchtitan_030_job}

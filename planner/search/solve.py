@@ -74,7 +74,7 @@ from .standings import Offer, Standings
 from .groups import (Group, chunk_placement, first_group_lowest, least_bound_s, pairs, schedule_groups,
                      states_that_may_fit, with_state_floors)
 from .result import SolverResult, count, overshoot_key
-from .schedule_rules import RuleCheck, num_runnable_schedules, runnable_schedules
+from .schedule_rules import RuleCheck, SharedRuleChecks, num_runnable_schedules, runnable_schedules
 from .space import (MeshChoice, PipelineChoice, ScheduleChoice, SearchOptions, StateChoice, ep_overlap_values,
                     make_layout, mesh_choices, pipeline_choices, schedule_choice, sequence_parallel_values,
                     state_choices, tp_overlap_values)
@@ -153,7 +153,8 @@ def _solve(cost_model: CostModel, num_gpus: int, domain_gpus: int, options: Sear
     work: list[tuple] = []
     pipes_of: dict[tuple[int, int], list[PipelineChoice]] = {}  # they read the mesh's dp and pp only
     counts: dict[MeshChoice, int] = {}  # no rule reads the placement: its variants share the count
-    checks: dict[MeshChoice, RuleCheck | None] = {}  # and the rules' answers
+    checks: dict[MeshChoice, RuleCheck | None] = {}  # and the rules' answers, shared where they read alike
+    shared_checks = SharedRuleChecks(options, model, training)
     unfit: list[tuple] = []  # meshes with no layout that may fit (by model states, then micro-batch size)
     for order, mesh in enumerate(mesh_choices(model, training, num_gpus, domain_gpus, options)):
         cm = cost_model.placed(mesh.gpus_per_nvlink_domain)  # the mesh's collectives on its placement
@@ -163,7 +164,7 @@ def _solve(cost_model: CostModel, num_gpus: int, domain_gpus: int, options: Sear
         states = state_choices(mesh, domain_gpus, options, model, training)
         unplaced = replace(mesh, gpus_per_nvlink_domain=0)
         if unplaced not in counts:
-            checks[unplaced] = RuleCheck(options, model, training, mesh) if options.job_rules else None
+            checks[unplaced] = shared_checks.of(mesh)
             counts[unplaced] = num_runnable_schedules(checks[unplaced], mesh, model, training, options, pipes)
         num_scheds = counts[unplaced]
         total += num_scheds * len(states)
