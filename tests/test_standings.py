@@ -98,3 +98,60 @@ def test_an_offer_at_its_bands_edge_is_placed_by_its_estimate():
     exact.offer(other)
     want, want_tied = ranked_plans({mesh_of(fastest.layout): exact}, 1, band)
     assert [p.layout for p in got] == [p.layout for p in want] and got_tied == want_tied
+
+
+class _Recording(_Counting):
+    """A counting cost model that records the meshes it costs in full and counts the peaks it costs."""
+
+    meshes: set = set()
+    peaks = 0
+
+    def estimate(self, layout):
+        _Recording.meshes.add(mesh_of(layout))
+        return super().estimate(layout)
+
+    def peak_memory_bytes(self, layout):
+        _Recording.peaks += 1
+        return super().peak_memory_bytes(layout)
+
+
+def _recording(model: str, gpus: int, runtime: str) -> _Recording:
+    cm = _job(model, gpus, runtime)
+    return _Recording(Job(model=cm.model, training=cm.training, cluster=cm.cluster, memory_fraction=0.5,
+                          convention=CONVENTIONS[runtime]))
+
+
+def test_meshes_that_cannot_be_returned_are_never_costed():
+    """A mesh whose fastest summed time (less its margin) is past both the K-th fastest mesh's and the
+    fastest's band edge is neither among the first K nor tied, and none of its offers is costed in full."""
+    cm = _recording("llama2-7b", 8, "megatron")
+    band, memory_band = tie_band("megatron"), shipped_memory_band("megatron")
+    full = _fitting(cm)
+    standings = Standings(cm, 2, band, memory_band)
+    for b in full:
+        standings.offer(mesh_of(b.layout), Offer(layout=b.layout, step_time_s=step_time_s(cm, b.layout)))
+    _Recording.meshes = set()
+    got, _ = standings.result()
+    returned = {mesh_of(p.layout) for p in got}
+    offered = {mesh_of(b.layout) for b in full}
+    assert _Recording.meshes <= returned and _Recording.meshes
+    assert len(offered) > len(returned)  # some meshes with offers were passed over
+
+
+def test_a_peak_the_search_costed_is_not_costed_again():
+    """An offer that carries its peak (``Offer.peak_memory_bytes``, the search's own costing) is placed in
+    its band with it; without it, the result costs the peak."""
+    cm = _recording("llama2-7b", 8, "megatron")
+    band, memory_band = tie_band("megatron"), shipped_memory_band("megatron")
+    full = _fitting(cm)
+    results, peaks = [], []
+    for carried in (False, True):
+        standings = Standings(cm, 3, band, memory_band)
+        for b in full:
+            standings.offer(mesh_of(b.layout), Offer(layout=b.layout, step_time_s=step_time_s(cm, b.layout),
+                                                     peak_memory_bytes=b.peak_memory_bytes if carried else None))
+        _Recording.peaks = 0
+        results.append(standings.result())
+        peaks.append(_Recording.peaks)
+    assert results[0] == results[1]
+    assert peaks[0] > 0 and peaks[1] < peaks[0]

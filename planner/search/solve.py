@@ -294,11 +294,12 @@ def _visit_mesh(cost_model: CostModel, mesh: MeshChoice, states: list[StateChoic
                 if summed_s > cutoff_s:
                     tally.rejected["slower"] += 1
                     continue
-            if prune and fits is None and not twins.fits(layout):
+            peak = twins.peak_bytes(layout) if prune and fits is None else None  # kept for the result
+            if peak is not None and peak > cost_model.capacity_bytes:
                 tally.rejected["memory"] += 1
                 continue
             if summed_s is not None and not layout.optimizer_offload:  # it fits (host RAM: the estimate's word)
-                ranking.offer(mesh.degrees, Offer(layout=layout, step_time_s=summed_s))
+                ranking.offer(mesh.degrees, Offer(layout=layout, step_time_s=summed_s, peak_memory_bytes=peak))
                 tally.rejected["slower"] += 1
                 continue
             breakdown = cost_model.estimate(layout)

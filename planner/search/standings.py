@@ -4,8 +4,9 @@ set, and the result they make.
 A layout that passes every cut is offered with its step time as ``bounds.step_time_s`` sums it (the
 step time ``CostModel.estimate`` reports, summed in another order: equal up to rounding); it is
 costed in full only if the result needs it. Of the 200-350 layouts the reference searches offer,
-the result reads a few dozen: each mesh's fastest, then the bands of the meshes it returns
-(``ranking.ranked_plans``). Every choice the result makes is made on full estimates, over a
+the result reads a few dozen: the fastest of each mesh that may be returned (one past both the K-th
+fastest mesh and the fastest's band edge on summed times, with margins, cannot be), then the bands
+of the meshes it returns (``ranking.ranked_plans``), with the peaks the search costed already. Every choice the result makes is made on full estimates, over a
 superset of the layouts it could read (``SUMMED_SLACK``), so it is the one brute force makes;
 a plan that only sits in a returned mesh's band, not its pick, is read for its layout and peak.
 """
@@ -39,6 +40,8 @@ class Offer:
     layout: Layout
     step_time_s: float
     breakdown: CostBreakdown | None = None
+    peak_memory_bytes: float | None = None
+    """``CostModel.peak_memory_bytes`` of the layout where the search costed it (never one derived from a twin)."""
 
 
 class _Band:
@@ -105,7 +108,8 @@ class Standings:
         layouts, their peak memory (``CostModel.peak_memory_bytes``, the estimate's own) and whether
         they are inside the band."""
         exact: dict[tuple, MeshBand] = {}
-        for degrees, band in self.bands.items():
+        for degrees in self._contenders():
+            band = self.bands[degrees]
             exact[degrees] = MeshBand(self.tie_band, self.memory_band)
             for offer in band.offers:
                 if offer.step_time_s <= band.fastest_s * (1 + SUMMED_SLACK) + RANK_ROUNDING_S:
@@ -124,13 +128,30 @@ class Standings:
                 if abs(offer.step_time_s - limit_s) <= limit_s * SUMMED_SLACK:
                     mesh_band.offer(self._costed(offer))  # too close to the edge to place on its sum
                 elif offer.step_time_s <= limit_s:
-                    peak = self.cost_model.peak_memory_bytes(offer.layout) if offer.breakdown is None else \
-                        offer.breakdown.peak_memory_bytes
+                    peak = offer.breakdown.peak_memory_bytes if offer.breakdown is not None else \
+                        offer.peak_memory_bytes if offer.peak_memory_bytes is not None else \
+                        self.cost_model.peak_memory_bytes(offer.layout)
                     mesh_band.plans.append(_Summed(offer.layout, offer.step_time_s, peak, usable))
             pick, _ = mesh_band.simplest()
             if isinstance(pick, _Summed):  # the pick is returned: costed in full
                 mesh_band.plans[mesh_band.plans.index(pick)] = self.cost_model.estimate(pick.layout)
         return ranked_plans({d: exact[d] for d in returned}, self.top_k, self.tie_band)
+
+    def _contenders(self) -> list[tuple]:
+        """The meshes ``result`` may return, decided on summed step times: a mesh whose fastest, less
+        its margin (``SUMMED_SLACK`` and ``RANK_ROUNDING_S``, twice over), is slower than the K-th
+        fastest mesh's and than the fastest mesh's band edge, each with its margin added, is slower on
+        estimates than K meshes and than the tie band of the fastest, so neither among the first K nor
+        tied; its band is never costed."""
+        def margin(seconds: float) -> float:
+            return 2 * (seconds * SUMMED_SLACK + RANK_ROUNDING_S)
+
+        fastest = sorted(band.fastest_s for band in self.bands.values())
+        if not fastest:
+            return []
+        kth_s = fastest[min(self.top_k, len(fastest)) - 1]
+        limit_s = max(kth_s + margin(kth_s), (fastest[0] + margin(fastest[0])) * (1 + self.band_rel))
+        return [degrees for degrees, band in self.bands.items() if band.fastest_s - margin(band.fastest_s) <= limit_s]
 
     def _costed(self, offer: Offer) -> CostBreakdown:
         return offer.breakdown if offer.breakdown is not None else self.cost_model.estimate(offer.layout)

@@ -50,14 +50,14 @@ class OverlapTwins:
             return None
         return peak <= cm.capacity_bytes
 
-    def fits(self, layout: Layout) -> bool:
-        """Whether ``layout`` fits, its peak costed (and kept for its twin)."""
+    def peak_bytes(self, layout: Layout) -> float:
+        """``CostModel.peak_memory_bytes`` of ``layout``, costed (and kept for its twin)."""
         cm = self.cost_model
         peak = cm.peak_memory_bytes(layout)
         if _has_twin(layout):
             extra = tp_overlap_extra_bytes(cm, layout) if layout.tp_comm_overlap else 0.0
             self.peaks_off[_twin_key(layout)] = peak - extra
-        return peak <= cm.capacity_bytes
+        return peak
 
     def step_s(self, layout: Layout, cutoff_s: float) -> float:
         """``bounds.step_time_s`` of ``layout``, or its faster twin's where that already passes
