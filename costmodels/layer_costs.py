@@ -118,6 +118,11 @@ class LayerForward:
         return issue_bound_s(self.device_s, self.host_s, self.host_runs_ahead) + self.sync_s
 
 
+_COMPUTE_FIELDS = ("flops", "gemm_s", "gemm_dgrad_s", "gemm_wgrad_s", "cast_s", "cast_bwd_s", "mla_up_s",
+                   "attention_core_s", "attention_core_bwd_s", "attention_core_memory_s")
+"""The ``LayerForward`` fields ``LayerCosts._compute`` sets: the GEMMs and the attention core."""
+
+
 def issue_bound_s(device_s: float, host_s: float, host_runs_ahead: bool) -> float:
     """Seconds of a pass whose kernels take ``device_s`` and whose host issue takes ``host_s``.
 
@@ -155,6 +160,8 @@ class LayerCosts:
         self.on_accelerator = cluster.hardware.device_type != "cpu"
         """A GPU: fused kernels as CUDA runs them, and a host that queues kernels ahead of the device."""
         self._memo: dict[LayerKey, LayerForward] = {}
+        self._compute_memo: dict[tuple, LayerForward] = {}
+        """``_add_compute``'s parts, by what they read."""
         self._collective_memo: dict[tuple, tuple[float, float]] = {}
 
     def shape(self, key: LayerKey) -> ActivationShape:
@@ -202,6 +209,38 @@ class LayerCosts:
         model, rates = self.model, self.rates
         out = LayerForward()
         tokens = key.b * key.s_local
+        self._add_compute(out, key, tokens)
+        out.memory_s = rates.memory_time_s(self._memory_bound_bytes(key) + self._eager_bytes(key)) \
+            + out.attention_core_memory_s
+        dtensor = key.tp > 1 and self.convention.dtensor_tensor_parallel
+        out.host_runs_ahead = self.on_accelerator
+        out.host_s = self._host_s(dtensor, out.host_runs_ahead)
+        self._add_tp(out, key, tokens)
+        self._add_cp(out, key)
+        if key.moe and (key.ep > 1 or key.tp > 1):
+            self._add_ep(out, key, tokens)
+        if key.moe:
+            out.sync_s = moe_sync_s(self.assumptions)
+        return out
+
+    def _add_compute(self, out: LayerForward, key: LayerKey, tokens: int) -> None:
+        """The layer's GEMMs and attention core (``_COMPUTE_FIELDS``, with their sources), kept by what
+        they read: not TP overlap, the dispatcher or sequence parallelism (but under MLA, whose
+        down-projections run on the 1/tp sequence share), so twins that differ only in those (the
+        search bounds SP on and off and the overlap twins side by side) share them."""
+        compute_key = (key.moe, key.b, key.s_local, key.tp, key.cp, key.ep, key.etp,
+                       key.sp and self.model.mla is not None)
+        part = self._compute_memo.get(compute_key)
+        if part is None:
+            part = self._compute_memo[compute_key] = self._compute(key, tokens)
+        for name in _COMPUTE_FIELDS:
+            setattr(out, name, getattr(part, name))
+        out.sources.update(part.sources)
+
+    def _compute(self, key: LayerKey, tokens: int) -> LayerForward:
+        """``_COMPUTE_FIELDS`` of the layer, and the sources of their rates (``compute``, ``attention``)."""
+        model, rates = self.model, self.rates
+        out = LayerForward()
         gemms = attention_gemms(model, tokens, key.tp, key.sp) + self._mlp_gemms(key, tokens)
         experts = self._expert_gemms(key, tokens)
         high = self._router_gemms(key, tokens)
@@ -230,17 +269,6 @@ class LayerCosts:
         out.attention_core_bwd_s = rates.attention_backward_s(out.attention_core_s, out.sources["attention"], fused=fused)
         out.flops += core_flops
         out.attention_core_memory_s = rates.memory_time_s(self._eager_core_bytes(key))
-        out.memory_s = rates.memory_time_s(self._memory_bound_bytes(key) + self._eager_bytes(key)) \
-            + out.attention_core_memory_s
-        dtensor = key.tp > 1 and self.convention.dtensor_tensor_parallel
-        out.host_runs_ahead = self.on_accelerator
-        out.host_s = self._host_s(dtensor, out.host_runs_ahead)
-        self._add_tp(out, key, tokens)
-        self._add_cp(out, key)
-        if key.moe and (key.ep > 1 or key.tp > 1):
-            self._add_ep(out, key, tokens)
-        if key.moe:
-            out.sync_s = moe_sync_s(self.assumptions)
         return out
 
     def _add_gemms(self, out: LayerForward, gemms: list[Gemm], *, high_precision: bool, trains: bool,

@@ -3,11 +3,13 @@ through a memo shared by many layouts equals the value computed afresh."""
 
 import random
 from dataclasses import replace
+from itertools import product
 
 import pytest
 
 from costmodels.estimate import CostModel
 from costmodels.job import Job
+from costmodels.layer_costs import LayerKey
 from costmodels.memory_bounds import activation_vector, buffer_vector
 from costmodels.presets import load_model
 from costmodels.rank_memory import activation_shape
@@ -65,3 +67,24 @@ def test_layouts_that_differ_in_recomputation_alone_share_their_buffers_as_the_m
     assert len({layout.recompute for layout in recomputed}) >= 2
     for layout in recomputed:
         assert buffer_vector(CostModel(job), layout) == buffer_vector(CostModel(job), replace(layout, recompute="none"))
+
+
+@pytest.mark.parametrize("model,runtime", [("tiny-llama", "megatron"), ("tiny-mixtral", "megatron"),
+                                           ("tiny-deepseek", "megatron"), ("tiny-mixtral", "torch")])
+def test_layer_forwards_equal_fresh_ones_when_twins_filled_the_shared_compute_memo(model, runtime):
+    """``LayerCosts._add_compute`` keeps the GEMMs and attention core by a key without TP overlap, the
+    dispatcher or (but under MLA) SP: every layer key's forward, costed after all its twins, equals the
+    same key costed on a fresh cost model, field for field."""
+    job, _ = _job(model, runtime, 8)
+    shared, keys = CostModel(job), []
+    for moe in ((False, True) if job.model.moe is not None else (False,)):
+        for b, s_local, tp, cp in ((1, 512, 2, 1), (2, 256, 4, 2), (1, 128, 1, 4), (2, 512, 2, 1), (1, 512, 2, 4)):
+            for ep, sp, overlap, dispatcher in product((1, 2) if moe else (1,), (False, True) if tp > 1 else (False,),
+                                                       (False, True), ("alltoall", "deepep") if moe else ("alltoall",)):
+                if sp or not overlap:
+                    keys.append(LayerKey(moe=moe, b=b, s_local=s_local, tp=tp, sp=sp, cp=cp, ep=ep,
+                                         tp_overlap=overlap, dispatcher=dispatcher))
+    computed = [shared.layers.forward(key) for key in keys]
+    assert len(shared.layers._compute_memo) < len(keys)  # twins shared their compute
+    for key, got in zip(keys, computed):
+        assert got == CostModel(job).layers.forward(key), key
