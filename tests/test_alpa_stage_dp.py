@@ -70,3 +70,51 @@ def test_importing_planner_alpa_does_not_import_torch():
     code = ("import sys, planner, planner.alpa, planner.search.stage_dp, planner.alpa.ilp, planner.alpa.shard; "
             "assert 'torch' not in sys.modules, 'torch imported'")
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def _slice_over_every_candidate(costs, mem, s, b, cap, **extras):
+    """``slice_stages`` as Alpa states it: every candidate t_max listed (``_candidate_t_max`` without a
+    window), the first feasible found by bisection, then the DP from there to the early stop."""
+    import bisect
+    import math
+
+    from planner.search.stage_dp import _candidate_t_max, _feasible, _solve_dp, _Stages
+    k = len(costs)
+    if s > k:
+        return None
+    act = extras.get("layer_activation_bytes") or [0.0] * k
+    st = _Stages(costs, mem, act, extras.get("inflight_microbatches") or [1] * s, s,
+                 (extras.get("first_extra_s", 0.0), extras.get("last_extra_s", 0.0),
+                  extras.get("first_extra_bytes", 0.0), extras.get("last_extra_bytes", 0.0)))
+    cands = _candidate_t_max(st, k)
+    lo = bisect.bisect_left(range(len(cands)), True, key=lambda j: _feasible(st, k, cands[j], cap))
+    f_min, best = st.t[k] + st.first_s + st.last_s, (math.inf, None)
+    for t_max in cands[lo:]:
+        if f_min + (b - 1) * t_max >= best[0]:
+            break
+        found = _solve_dp(st, k, t_max, cap)
+        if found is not None and found[0] + (b - 1) * t_max < best[0]:
+            best = (found[0] + (b - 1) * t_max, found[1])
+    return best[1]
+
+
+def test_the_windowed_candidates_give_the_slicing_every_candidate_gives():
+    """``slice_stages`` lists its candidate t_max in windows from the mean stage time up; the slicing,
+    tie-breaks included, is the one listing them all gives: on random instances, on many equal layers
+    (where prefix-sum rounding makes near-equal candidates) and where memory forces wide stages."""
+    rng = random.Random(11)
+    instances = [_instance(rng) for _ in range(300)]
+    for _ in range(60):
+        k = rng.randint(8, 80)
+        s = rng.randint(2, min(k, 24))
+        cost = rng.uniform(1e-3, 1.0)
+        extras = dict(first_extra_s=rng.uniform(0, 3) * cost, last_extra_s=rng.uniform(0, 3) * cost,
+                      layer_activation_bytes=[0.1] * k, inflight_microbatches=[s - i for i in range(s)])
+        cap = rng.choice([1e9, rng.uniform(1.0, 4.0) * k / s])  # some caps force uneven, wider stages
+        instances.append(([cost] * k, [rng.uniform(0.5, 1.0) for _ in range(k)], s, rng.randint(1, 64), cap, extras))
+    uneven = 0
+    for costs, mem, s, b, cap, extras in instances:
+        got = slice_stages(costs, mem, s, b, cap, **extras)
+        assert got == _slice_over_every_candidate(costs, mem, s, b, cap, **extras)
+        uneven += got is not None and len(set(got)) > 1
+    assert uneven > 50

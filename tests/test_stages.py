@@ -49,6 +49,29 @@ def test_interleaved_refinement_is_the_best_candidate_split():
     assert refined.layout.layers_per_chunk[-1] < 4 and refined.step_time_s < balanced.step_time_s
 
 
+def test_interleaved_splits_whose_summed_time_already_loses_are_not_costed():
+    """A weighted split whose step time as the bounds sum it is past the best so far is not costed in
+    full; the refinement is the one costing every split gives, with fewer estimates."""
+    class Counting(CostModel):
+        estimates = 0
+
+        def estimate(self, layout):
+            Counting.estimates += 1
+            return super().estimate(layout)
+
+    base = _cost_model()
+    cm = Counting(base.job)
+    layout = Layout(dp=2, pp=4, num_microbatches=16, schedule="interleaved", virtual_stages=2)
+    balanced = cm.estimate(layout)
+    Counting.estimates = 0
+    refined = refine_stages(cm, balanced)
+    priced = [base.estimate(replace(layout, layers_per_chunk=s)) for s in interleaved_candidates(32, 8)]
+    best = min((b for b in priced if b.fits and b.layout.layers_per_chunk != layout.chunk_layers(32)),
+               key=lambda b: (b.step_time_s, b.peak_memory_bytes))
+    assert refined.layout == (best if best.step_time_s < balanced.step_time_s else balanced).layout
+    assert 0 < Counting.estimates < len(priced) - 1
+
+
 def test_layer_counts_that_do_not_divide_get_balanced_then_refined():
     # 126 layers (llama3-405b) over pp = 8: balanced is 16,16,16,16,16,16,15,15.
     layout = Layout(dp=16, tp=8, pp=8, num_microbatches=32, sequence_parallel=True, recompute="full", zero_stage=1)

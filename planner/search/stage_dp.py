@@ -26,7 +26,7 @@ from __future__ import annotations
 import bisect
 import math
 from itertools import combinations
-from typing import Sequence
+from typing import Iterator, Sequence
 
 _REL_EPS = 1e-12
 
@@ -131,13 +131,16 @@ def _feasible(st: _Stages, num_layers: int, t_max: float, cap: float) -> bool:
     greedy ends it at g_s >= b_s (induction: stage s starts no later, so [g_(s-1), b_s) fits too).
     """
     S, K = st.num_stages, num_layers
-    tol = _REL_EPS * max(1.0, abs(t_max))
+    limit_s = t_max + _REL_EPS * max(1.0, abs(t_max))
+    times, held, acts = st.t, st.m, st.a  # ``_Stages.time_s`` and ``memory_bytes`` inlined
     k = 0
     for s in range(S):
         last_end = K - (S - s - 1)
+        extra_s, extra_bytes, inflight = st.extra_s(s), st.extra_bytes(s), st.inflight[s]
+        t_k, m_k, a_k = times[k], held[k], acts[k]
         end = k
-        while end < last_end and st.time_s(s, k, end + 1) <= t_max + tol \
-                and st.memory_bytes(s, k, end + 1) <= cap:
+        while end < last_end and times[end + 1] - t_k + extra_s <= limit_s \
+                and held[end + 1] - m_k + inflight * (acts[end + 1] - a_k) + extra_bytes <= cap:
             end += 1
         if end == k:
             return False
@@ -145,12 +148,13 @@ def _feasible(st: _Stages, num_layers: int, t_max: float, cap: float) -> bool:
     return k == K
 
 
-def _candidate_t_max(st: _Stages, num_layers: int) -> list[float]:
-    """Every stage time a slicing can produce (Alpa enumerates t_max over these): the first stage's
-    windows start at layer 0, the last stage's end at the last layer, and only a middle stage's
-    may start and end anywhere. An optimal slicing's largest stage time is among them, and a
-    t_max that no stage time equals gives no value below the one of the largest stage time its
-    slicing has."""
+def _candidate_t_max(st: _Stages, num_layers: int, low: float = -math.inf, high: float = math.inf) -> list[float]:
+    """Every stage time a slicing can produce (Alpa enumerates t_max over these) within [low, high]:
+    the first stage's windows start at layer 0, the last stage's end at the last layer, and only a
+    middle stage's may start and end anywhere. An optimal slicing's largest stage time is among them,
+    and a t_max that no stage time equals gives no value below the one of the largest stage time its
+    slicing has. The window of a start layer is found by bisection on the prefix sums, widened by a
+    relative 1e-9 against their rounding, and each value then held to [low, high] as computed."""
     values: set[float] = set()
     times, S, K = st.t, st.num_stages, num_layers
     first_s = st.extra_s(0)
@@ -159,10 +163,19 @@ def _candidate_t_max(st: _Stages, num_layers: int) -> list[float]:
         last_s = st.extra_s(S - 1)
         values.update([times[K] - times[k] + last_s for k in range(K)])
     if S > 2:  # a middle stage carries no extra
-        for k in range(1, K):
-            t_k = times[k]
-            values.update([times[i] - t_k for i in range(k + 1, K)])
-    return sorted(values)
+        if low == -math.inf and high == math.inf:
+            for k in range(1, K):
+                t_k = times[k]
+                values.update([times[i] - t_k for i in range(k + 1, K)])
+        else:
+            widen = 1e-9 * max(abs(low) if low > -math.inf else 0.0, abs(high) if high < math.inf else 0.0,
+                               abs(times[K]), 1.0)
+            for k in range(1, K):
+                t_k = times[k]
+                start = max(k + 1, bisect.bisect_left(times, t_k + low - widen, k + 1, K))
+                stop = bisect.bisect_right(times, t_k + high + widen, start, K)
+                values.update([times[i] - t_k for i in range(start, stop)])
+    return sorted(v for v in values if low <= v <= high)
 
 
 def slice_stages(layer_costs_s: Sequence[float], layer_memory_bytes: Sequence[float], num_stages: int,
@@ -179,6 +192,11 @@ def slice_stages(layer_costs_s: Sequence[float], layer_memory_bytes: Sequence[fl
     ``inflight_microbatches[s]`` (1F1B: S - s; GPipe: B; default 1 for every stage).
     Extras are added to the first / last stage. Returns a tuple of ``num_stages`` positive
     counts summing to the number of layers, or None when no slicing fits.
+
+    The candidate t_max are enumerated in windows (``_candidate_windows``): every slicing's
+    largest stage time is at least the mean stage time, so the first window starts there, and
+    a window whose largest candidate is feasible holds the least feasible one. The answer is
+    the one the whole candidate list gives (``tests/test_alpa_stage_dp.py``).
     """
     K, S, B = len(layer_costs_s), num_stages, num_microbatches
     if len(layer_memory_bytes) != K:
@@ -191,23 +209,42 @@ def slice_stages(layer_costs_s: Sequence[float], layer_memory_bytes: Sequence[fl
     inflight = list(inflight_microbatches) if inflight_microbatches is not None else [1] * S
     st = _Stages(layer_costs_s, layer_memory_bytes, act, inflight, S,
                  (first_extra_s, last_extra_s, first_extra_bytes, last_extra_bytes))
-    cands = _candidate_t_max(st, K)
-    # Feasibility only grows with t_max: binary-search the first feasible candidate.
-    lo = bisect.bisect_left(range(len(cands)), True,
-                            key=lambda j: _feasible(st, K, cands[j], memory_cap_bytes))
-    if lo == len(cands):
-        return None
     # Every slicing's F (eq. 3) is the same total: all layers' times plus both extras, since each
     # layer and each extra lands on exactly one stage. So it bounds F for any t_max.
     f_min = st.t[K] + st.first_s + st.last_s
     best_value, best_counts = math.inf, None
-    for t_max in cands[lo:]:
-        if f_min + (B - 1) * t_max >= best_value:
-            break  # no larger t_max can win (Alpa's early stop, section 5.2)
-        found = _solve_dp(st, K, t_max, memory_cap_bytes)
-        if found is not None and found[0] + (B - 1) * t_max < best_value:
-            best_value, best_counts = found[0] + (B - 1) * t_max, found[1]
+    started = False
+    for cands in _candidate_windows(st, K, f_min / S, memory_cap_bytes):
+        # Feasibility only grows with t_max: binary-search the first feasible candidate.
+        lo = 0 if started else bisect.bisect_left(range(len(cands)), True,
+                                                   key=lambda j: _feasible(st, K, cands[j], memory_cap_bytes))
+        if lo == len(cands):
+            continue
+        started = True
+        for t_max in cands[lo:]:
+            if f_min + (B - 1) * t_max >= best_value:
+                return best_counts  # no larger t_max can win (Alpa's early stop, section 5.2)
+            found = _solve_dp(st, K, t_max, memory_cap_bytes)
+            if found is not None and found[0] + (B - 1) * t_max < best_value:
+                best_value, best_counts = found[0] + (B - 1) * t_max, found[1]
     return best_counts
+
+
+def _candidate_windows(st: _Stages, num_layers: int, mean_s: float, cap: float) -> Iterator[list[float]]:
+    """``_candidate_t_max`` in consecutive windows, in order, together all of them: those below the mean
+    stage time less a relative 1e-9 (none feasible: a slicing's largest stage is at least its mean,
+    up to rounding) are left out; then [mean, 2·mean], and while the window's largest candidate is
+    not feasible, windows twice as wide; then the rest."""
+    low = mean_s * (1 - 1e-9) if mean_s > 0 else -math.inf
+    high = 2 * mean_s
+    while mean_s > 0 and high < st.t[num_layers] + st.first_s + st.last_s:
+        window = _candidate_t_max(st, num_layers, low, high)
+        yield window
+        if window and _feasible(st, num_layers, window[-1], cap):
+            low, high = math.nextafter(high, math.inf), math.inf
+            break
+        low, high = math.nextafter(high, math.inf), 2 * high
+    yield _candidate_t_max(st, num_layers, low, math.inf)
 
 
 def pipeline_latency_s(counts: Sequence[int], layer_costs_s: Sequence[float], num_microbatches: int, *,

@@ -10,13 +10,15 @@ Both solvers pass their results through this, so they still agree.
 Interleaved plans: a rank's chunks are not contiguous, so eq. 2-3 do not apply. The candidates are
 torchtitan's weighted splits (``costmodels.stage_split.weighted_split``: the embedding and the head
 count as 0-2 layers on the first and last chunk, the rest balanced), each priced by the cost model
-itself; the fastest that fits replaces the balanced split.
+itself (a split whose step time as the bounds sum it already loses to the best so far is not costed
+in full); the fastest that fits replaces the balanced split.
 """
 
 from __future__ import annotations
 
 from dataclasses import replace
 
+from costmodels.bounds import step_time_s
 from costmodels.breakdown import CostBreakdown
 from costmodels.estimate import CostModel
 from costmodels.stage_inputs import stage_slicing_inputs
@@ -24,6 +26,7 @@ from costmodels.stage_split import weighted_split
 
 from planner.search.stage_dp import slice_stages
 from .ranking import rank_key
+from .standings import RANK_ROUNDING_S, SUMMED_SLACK
 
 MAX_END_WEIGHT = 2
 """Largest layer-equivalent weight tried for the embedding or the head on an interleaved pipeline."""
@@ -43,7 +46,12 @@ def refine_stages(cost_model: CostModel, breakdown: CostBreakdown) -> CostBreakd
     for split in splits:
         if split == layout.chunk_layers(cost_model.model.num_layers):
             continue
-        candidate = cost_model.estimate(replace(layout, layers_per_chunk=split))
+        refined = replace(layout, layers_per_chunk=split)
+        # its step time as the bounds sum it (the estimate's up to SUMMED_SLACK): past the best's by
+        # more than that and the rounding of ``rank_key``, it cannot rank first, so it is not costed
+        if step_time_s(cost_model, refined) * (1 - SUMMED_SLACK) > best.step_time_s + RANK_ROUNDING_S:
+            continue
+        candidate = cost_model.estimate(refined)
         if candidate.fits and rank_key(candidate) < rank_key(best):
             best = candidate
     return best
