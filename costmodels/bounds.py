@@ -170,6 +170,17 @@ def mean_floor_s(cm: "CostModel", layout: Layout) -> float:
     return layout.num_microbatches * core_sums(cm, layout).total_s / layout.pp
 
 
+def context_parallel_floor_s(cm: "CostModel", layout: Layout) -> float:
+    """m·L·e/pp (seconds), e = ``LayerCosts.cp_floor_s`` of one of the L layers: at most
+    ``mean_floor_s`` of a dense model's ``layout``, and of every layout that differs from it only in
+    recomputation, placement (schedule, v, split), SP and TP overlap, from the CP collectives alone.
+    A dense model's mean floor is m·Σ_i c_i/pp (its cores have no EP time for pairs to hide), each
+    layer sits on one rank once (DualPipe halves both directions' copies: the same sum), and a
+    rank's core holds at least e per layer (the ends, p2p and recomputation add to it), so
+    Σ_i c_i >= L·e; e reads the micro-batch size, the CP degree and tp alone."""
+    return layout.num_microbatches * cm.model.num_layers * cm.layers.cp_floor_s(layer_key(cm, layout, False)) / layout.pp
+
+
 def _mean_floor_s(cm: "CostModel", layout: Layout) -> float:
     sums = core_sums(cm, layout)
     mean_s = layout.num_microbatches * sums.total_s / layout.pp

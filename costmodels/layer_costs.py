@@ -482,10 +482,33 @@ class LayerCosts:
         part = Gemm(m=max(1, gemm.m // chunks), n=gemm.n, k=gemm.k, count=gemm.count)
         return self.rates.gemm_time_and_source(part)[0]
 
+    def _cp_block_bytes(self, key: LayerKey) -> float:
+        """The K and V a context-parallel rank holds of one micro-batch (bytes)."""
+        return 2 * self.rates.elem_bytes * key.b * key.s_local * kv_per_rank(self.model, key.tp)
+
+    def cp_floor_s(self, key: LayerKey) -> float:
+        """At most the layer's attention core plus its exposed CP exchange, forward and backward
+        (seconds), from the exchange's collectives alone, without the attention core.
+
+        Ring: with c one transfer, C = core/(steps + 1) one block's compute and h = min(c, C), the
+        forward's exposed time is steps·(c − h + σ·h) (``overlap.ring_exposed_s``) and its core is
+        (steps + 1)·C >= steps·h, so the two add to at least steps·c; backward, with transfers of
+        2c, to at least 2·steps·c. All-gather: both collectives are exposed whole. ``_add_layers``
+        adds the core to the pass's device time (never below it) and the exposed time to the
+        rank's CP time, so a rank's core per micro-batch is at least this for every layer it holds."""
+        if key.cp == 1:
+            return 0.0
+        block = self._cp_block_bytes(key)
+        if self.training.context_attention == "all_gather":
+            return (self.collective("all_gather", key.cp * block, key.cp, key.tp)[0]
+                    + self.collective("reduce_scatter", key.cp * block, key.cp, key.tp)[0])
+        step_s = self.collective("send_recv", block, key.cp, key.tp)[0]
+        return 3 * ring_steps(self.model, key.cp, key.s_local) * step_s
+
     def _add_cp(self, out: LayerForward, key: LayerKey) -> None:
         if key.cp == 1:
             return
-        block = 2 * self.rates.elem_bytes * key.b * key.s_local * kv_per_rank(self.model, key.tp)
+        block = self._cp_block_bytes(key)
         if self.training.context_attention == "all_gather":
             self._add_cp_all_gather(out, key, block)
             return

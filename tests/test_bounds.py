@@ -242,3 +242,32 @@ def test_tp_overlap_twins_order_by_their_layers_tp_time_and_differ_in_memory_by_
         extra = (9 * block if runtime == "megatron" else 2 * block / on.tp) * (1 + cm.assumptions.allocator_fragmentation)
         assert tp_overlap_extra_bytes(cm, on) == pytest.approx(extra, rel=RELATIVE)
         assert cm.peak_memory_bytes(on) - cm.peak_memory_bytes(off) == pytest.approx(extra, rel=1e-9)
+
+
+@pytest.mark.parametrize("model_name,attention", [("llama2-7b", "ring"), ("llama2-7b", "all_gather"),
+                                                  ("mistral-7b", "ring")])
+def test_the_context_parallel_floor_lies_below_the_mean_floor_of_a_dense_model(model_name, attention):
+    """``bounds.context_parallel_floor_s`` (the search's first floor of a dense mesh with cp > 1) is at
+    most the mean floor and the step time, over cp, tp, micro-batch size, schedule, recomputation and
+    SP; under a sliding window (mistral-7b, 4096 of 8192 tokens) the ring takes fewer steps. Where the
+    ring's transfers dominate (many CP ranks, short local sequences) it is most of the mean floor."""
+    from costmodels.bounds import context_parallel_floor_s
+    model = load_model(model_name)
+    training = TrainingSpec(global_batch_size=512, seq_len=8192, context_attention=attention)
+    cm = CostModel(Job(model=model, training=training, cluster=make_cluster(load_node("h100-sxm-80gb"), 256, 8)))
+    ratios = []
+    for cp, tp, b, (schedule, v), recompute, sp in itertools.product(
+            (2, 8, 32), (1, 2), (1, 2), (("1f1b", 1), ("interleaved", 2), ("dualpipe", 1)), ("none", "full"),
+            (False, True)):
+        if sp and tp == 1:
+            continue
+        pp = 4 if schedule != "1f1b" else 2
+        dp = 256 // (cp * tp * pp)
+        layout = Layout(dp=dp, tp=tp, pp=pp, cp=cp, micro_batch_size=b, num_microbatches=512 // dp // b,
+                        schedule=schedule, virtual_stages=v, recompute=recompute, sequence_parallel=sp)
+        check_layout(layout, model, training, 256, 8)
+        floor = context_parallel_floor_s(cm, layout)
+        assert 0 < floor <= mean_floor_s(cm, layout) * (1 + RELATIVE), layout
+        assert floor <= cm.estimate(layout).step_time_s, layout
+        ratios.append(floor / mean_floor_s(cm, layout))
+    assert len(ratios) == 108 and max(ratios) > 0.5, max(ratios)

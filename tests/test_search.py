@@ -75,21 +75,26 @@ def test_pairs_passed_over_by_memory_hold_no_plan(seed, monkeypatch):
     assert sum(fast.rejected.values()) + len(fast.ranked) == fast.num_candidates == slow.num_candidates
 
 
+def _meshes_passed_to(monkeypatch, name: str) -> set:
+    """The (dp, tp, pp, cp, ep) of every mesh the search passes to its function ``name`` (a mesh floor)."""
+    import planner.search.solve as search_solve
+
+    seen, function = set(), getattr(search_solve, name)
+
+    def recording(cost_model, mesh, *args):
+        seen.add((mesh.dp, mesh.tp, mesh.pp, mesh.cp, mesh.ep))
+        return function(cost_model, mesh, *args)
+
+    monkeypatch.setattr(search_solve, name, recording)
+    return seen
+
+
 def test_meshes_whose_model_states_cannot_fit_are_never_floored(monkeypatch):
     # llama2-7b on 8 GPUs with 35% of their memory (about 24 GiB), without optimizer offload and with ZeRO-1
     # at most under a pipeline (Megatron's): the model states of tp·pp = 2 with pp = 2 (7e9 / 2 · 18 B / 4
     # at best, 31.5 GB) pass it whatever the schedule; those meshes are counted as memory before any layer
     # of them is costed
-    import planner.search.solve as search_solve
-
-    floored = set()
-    mesh_floor_s = search_solve._mesh_floor_s
-
-    def recording(cost_model, mesh, *args):
-        floored.add((mesh.dp, mesh.tp, mesh.pp, mesh.cp, mesh.ep))
-        return mesh_floor_s(cost_model, mesh, *args)
-
-    monkeypatch.setattr(search_solve, "_mesh_floor_s", recording)
+    floored = _meshes_passed_to(monkeypatch, "_mesh_floor_s")
     model, training = load_model("llama2-7b"), TrainingSpec(global_batch_size=8, seq_len=512, runtime="megatron")
     cluster, fraction = make_cluster(load_node("a100-sxm-80gb"), 8), 0.35
     options = SearchOptions(allow_offload=False, pipelined_zero_stages=(0, 1))
@@ -107,6 +112,33 @@ def test_meshes_whose_model_states_cannot_fit_are_never_floored(monkeypatch):
     assert floored and every_mesh - states_fit and not floored & (every_mesh - states_fit)
     assert [b.layout for b in fast.ranked] == [b.layout for b in slow.ranked]
     assert sum(fast.rejected.values()) + len(fast.ranked) == fast.num_candidates == slow.num_candidates
+
+
+def test_dense_meshes_whose_ring_exchanges_alone_lose_are_never_floored(monkeypatch):
+    # llama2-7b at 16,384 tokens on 16 H100s: the meshes of 16 CP ranks, and of 8 with tp 2, move their
+    # K/V around rings of 15 and 7 steps per layer (the latter across nodes), whose transfers alone
+    # (``bounds.context_parallel_floor_s``) pass the cutoff the fast meshes set; those meshes are cut
+    # before any layer of theirs is costed
+    from costmodels.bounds import context_parallel_floor_s
+
+    floored, cp_floored = (_meshes_passed_to(monkeypatch, name) for name in ("_mesh_floor_s", "_cp_floor_s"))
+    model, training = load_model("llama2-7b"), TrainingSpec(global_batch_size=16, seq_len=16384, runtime="megatron")
+    cluster = make_cluster(load_node("h100-sxm-80gb"), 16)
+    options = SearchOptions(allow_offload=False)
+    cm = lambda: CostModel(Job(model=model, training=training, cluster=cluster, convention=CONVENTIONS["megatron"]))
+    fast = solve(cm(), cluster.num_gpus, cluster.gpus_per_node, options, top_k=3)
+    slow = solve_brute_force(cm(), cluster.num_gpus, cluster.gpus_per_node, options, top_k=3)
+    assert [b.layout for b in fast.ranked] == [b.layout for b in slow.ranked]
+    assert sum(fast.rejected.values()) + len(fast.ranked) == fast.num_candidates == slow.num_candidates
+    unfloored = cp_floored - floored
+    assert unfloored and cp_floored & floored  # some CP meshes cut on it, some not
+    assert all(mesh[3] > 1 for mesh in cp_floored)
+    slowest_kept = max(b.step_time_s for b in fast.ranked)
+    model_cm = cm()
+    for layout in all_layouts(model, training, cluster.num_gpus, cluster.gpus_per_node, options):
+        if (layout.dp, layout.tp, layout.pp, layout.cp, layout.ep) in unfloored:
+            assert context_parallel_floor_s(model_cm, layout) <= model_cm.estimate(layout).step_time_s
+            assert model_cm.estimate(layout).step_time_s > slowest_kept or not model_cm.estimate(layout).fits
 
 
 @pytest.mark.parametrize("runtime,fraction", [("megatron", 0.5), ("megatron", 0.95), ("megatron-bridge", 0.5),

@@ -7,7 +7,9 @@ sequence parallel) the pipeline's time without data-parallel sync, optimizer and
 data-parallel time per micro-batch and the per-step tail at their least over any compute they hide
 behind (``state_floor_s``). Their sum bounds every layout of that (schedule group, state) pair, for
 every schedule (states only add to a rank's B pass, which every bubble form is non-decreasing in;
-``costmodels.bounds``, facts 1-3). Before its groups are built, a mesh is bounded by its mean floor
+``costmodels.bounds``, facts 1-3). A dense mesh with cp > 1 is first bounded by what its ring (or
+all-gather) exchanges alone take (``context_parallel_floor_s``, at most its mean floor), so a mesh
+of many CP ranks is cut before any layer of it is costed. Before its groups are built, a mesh is bounded by its mean floor
 (``mean_floor_s``: the ranks' mean core without p2p, no bubble, DualPipe's most hidden time off),
 which is at most every group's pipeline floor; a group waits for its pipeline floor on its bubble
 floor (``bubble_floor_s``: the mean floor plus a floor on its schedule's bubble).
@@ -59,7 +61,7 @@ from dataclasses import replace
 from typing import Iterator
 
 from costmodels.bands import shipped_memory_band
-from costmodels.bounds import core_sums, mean_floor_s, pipeline_floor_s, tp_overlap_sign
+from costmodels.bounds import context_parallel_floor_s, core_sums, mean_floor_s, pipeline_floor_s, tp_overlap_sign
 from costmodels.breakdown import CostBreakdown
 from costmodels.estimate import CostModel
 from costmodels.memo import memoised
@@ -110,8 +112,9 @@ def solve(cost_model: CostModel, num_gpus: int, domain_gpus: int, options: Searc
     """The top-K meshes' plans under the cost model, found by branch and bound.
 
     Pass 1 bounds every mesh some of whose states' model states may fit by its mean floor
-    (``_mesh_floor_s``); the rest are counted as memory, and costed for a miss only where nothing
-    fits. Pass 2 takes meshes best floor
+    (``_mesh_floor_s``; a dense mesh with cp > 1 by its CP floor first, ``_cp_floor_s``, and by its
+    mean floor when it comes back); the rest are counted as memory, and costed for a miss only where
+    nothing fits. Pass 2 takes meshes best floor
     first from a heap: a mesh comes back with its schedule groups' pipeline floors, then with its
     states' floors added (the least bound over its (group, state) pairs), then is visited, so the
     K-th best plan is known early and whole meshes are cut on a floor without a full evaluation
@@ -187,10 +190,15 @@ def _solve(cost_model: CostModel, num_gpus: int, domain_gpus: int, options: Sear
             unfit.append((mesh, states[0], checks[unplaced], pipes, cm))
             continue
         pipes = kept
+        placements = {chunk_placement(sched) for sched in splits}
+        entry = (fitting, num_scheds, checks[unplaced], placements)
+        if cm.model.moe is None and mesh.cp > 1:  # stage -1: a dense mesh's CP floor, before its mean floor
+            floor_s = _cp_floor_s(cm, mesh, fitting[0], pipes) + cm.assumptions.step_overhead_s
+            heapq.heappush(work, (floor_s, order, -1, mesh, entry, pipes, cm))
+            continue
         # stage 0: the mean floor; a state adds at least the per-step overhead
         floor_s = _mesh_floor_s(cm, mesh, fitting[0], pipes, options) + cm.assumptions.step_overhead_s
-        placements = {chunk_placement(sched) for sched in splits}
-        heapq.heappush(work, (floor_s, order, 0, mesh, (fitting, num_scheds, checks[unplaced], placements), pipes, cm))
+        heapq.heappush(work, (floor_s, order, 0, mesh, entry, pipes, cm))
     while work:
         floor_s, order, stage, mesh, states, groups, cm = heapq.heappop(work)
         if stage < 2:
@@ -198,6 +206,9 @@ def _solve(cost_model: CostModel, num_gpus: int, domain_gpus: int, options: Sear
         if floor_s > ranking.cutoff_s(mesh.degrees, BOUND_SLACK):  # the mesh's floor: no pair of it can pass
             count(tally.rejected, "slower", (num_scheds if stage < 2 else sum(len(g.members) for g in groups))
                   * len(states))
+        elif stage == -1:  # stage 0: the mean floor
+            floor_s = _mesh_floor_s(cm, mesh, states[0], groups, options) + cm.assumptions.step_overhead_s
+            heapq.heappush(work, (floor_s, order, 0, mesh, (states, num_scheds, check, placements), groups, cm))
         elif stage == 0:  # stage 1: the schedule groups, each with its pipeline floor
             scheds = runnable_schedules(check, mesh, model, training, options, groups,
                                         _kept_sp_values(cm, mesh, options))
@@ -368,6 +379,17 @@ def _mesh_floor_s(cost_model: CostModel, mesh: MeshChoice, state: StateChoice, p
         floors += [mean_floor_s(cost_model, layout) for layout in _floor_layouts(cost_model, mesh, state, pipe, values,
                                                                                  ep_values)]
     return min(floors)
+
+
+def _cp_floor_s(cost_model: CostModel, mesh: MeshChoice, state: StateChoice, pipes: list[PipelineChoice]) -> float:
+    """At most ``_mesh_floor_s`` of a dense mesh: the least ``bounds.context_parallel_floor_s`` over its
+    micro-batch sizes, from the CP collectives alone (it reads of a pipeline choice only its size and
+    m, so one choice per size stands for all). Meshes of many CP ranks, whose ring exchanges swamp
+    their layers, are cut on it before a layer of theirs is costed."""
+    sizes = {pipe.micro_batch_size: pipe for pipe in pipes}
+    return min(context_parallel_floor_s(cost_model, make_layout(mesh, state, schedule_choice(pipe, "none", False, False,
+                                                                                              False)))
+               for pipe in sizes.values())
 
 
 def _floor_layouts(cost_model: CostModel, mesh: MeshChoice, state: StateChoice, pipe: PipelineChoice,
