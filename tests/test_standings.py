@@ -4,6 +4,7 @@ only what decides it."""
 
 from __future__ import annotations
 
+import functools
 import random
 
 import pytest
@@ -20,6 +21,9 @@ from hardware_specs import load_node, make_cluster
 from planner.search.ranking import MeshBand, mesh_of, ranked_plans, tie_band
 from planner.search.space import SearchOptions, all_layouts
 from planner.search.standings import SUMMED_SLACK, Offer, Standings
+
+pytestmark = pytest.mark.xdist_group("test_standings")
+"""One worker: its tests share the estimates of ``_fitting_of``."""
 
 
 class _Counting(CostModel):
@@ -39,8 +43,15 @@ def _job(model: str, gpus: int, runtime: str) -> _Counting:
 
 
 def _fitting(cm: CostModel) -> list[CostBreakdown]:
+    return list(_fitting_of(cm.model.name, cm.cluster.num_gpus, cm.training.runtime))
+
+
+@functools.lru_cache(maxsize=None)
+def _fitting_of(model: str, gpus: int, runtime: str) -> tuple[CostBreakdown, ...]:
+    """Every fitting layout's estimate for ``_job(model, gpus, runtime)``, costed once per session."""
+    cm = CostModel(_job(model, gpus, runtime).job)
     layouts = all_layouts(cm.model, cm.training, cm.cluster.num_gpus, cm.cluster.gpus_per_node, SearchOptions())
-    return [b for b in map(cm.estimate, layouts) if b.fits]
+    return tuple(b for b in map(cm.estimate, layouts) if b.fits)
 
 
 @pytest.mark.parametrize(("model", "gpus", "runtime", "top_k"), [
