@@ -11,14 +11,14 @@ from __future__ import annotations
 from dataclasses import replace
 
 from .assemble import assemble
-from .assignment import rank_groups, rank_layers, rank_params
+from .assignment import placement, rank_groups, rank_layers, rank_params
 from .breakdown import CostBreakdown
 from .context import CostContext
 from .job import Job
 from .layout import Layout
 from .memo import memoised
 from .pipeline import in_flight_microbatches
-from .rank_memory import held_states, rank_static, stage_memory
+from .rank_memory import held_states, rank_static, shard_degrees, stage_memory
 from .rank_time import rank_times
 from .ranks import RankLayers, RankStatic, RankTimes
 
@@ -92,11 +92,15 @@ class CostModel(CostContext):
 
     def model_state_peak_bytes(self, layout: Layout) -> float:
         """Largest params + grads + optimizer bytes over the ranks: a memory lower bound that the
-        micro-batch, schedule and recomputation choices cannot lower."""
-        peak = 0.0
-        for rank, _ in rank_groups(self, layout):
-            peak = max(peak, sum(held_states(self, layout, rank_params(self, layout, rank))))
-        return peak
+        micro-batch, schedule and recomputation choices cannot lower. Memoised by what it reads: the
+        ranks' layers (``rank_groups``), their parameters (``rank_params``) and how they are held
+        (``held_states``: the ZeRO stage, offload and shard degrees, not dp and cp apart), so the
+        meshes that differ only in those share it."""
+        z, z_e = shard_degrees(self, layout)
+        key = ("model states", placement(layout), layout.pp, layout.virtual_stages, layout.layers_per_chunk,
+               layout.tp, layout.ep, layout.expert_tp, layout.zero_stage, layout.optimizer_offload, z, z_e)
+        return memoised(self.params_memo, key, lambda: max(
+            sum(held_states(self, layout, rank_params(self, layout, rank))) for rank, _ in rank_groups(self, layout)))
 
 
 def estimate(job: Job, layout: Layout, memo: CostModel | None = None) -> CostBreakdown:

@@ -36,11 +36,16 @@ def test_memoised_activation_shapes_and_vectors_equal_fresh_ones(model, runtime,
     # full recomputation of a few layers per stage: its count reads v (``assignment.recomputed_layers``)
     partial = [replace(layout, recompute_num_layers=1) for layout in layouts if layout.recompute == "full"]
     assert any(layout.virtual_stages > 1 for layout in partial)
-    for layout in layouts + partial:
+    # uneven splits of the 4 layers over 2 stages, both ways
+    skewed = [replace(layout, layers_per_chunk=split) for layout in layouts
+              if layout.pp == 2 and layout.virtual_stages == 1 for split in ((1, 3), (3, 1))]
+    assert skewed
+    for layout in layouts + partial + skewed:
         fresh = CostModel(job)
         assert activation_shape(shared, layout) == activation_shape(fresh, layout)
         assert activation_vector(shared, layout) == activation_vector(fresh, layout)
         assert shared.peak_memory_bytes(layout) == fresh.peak_memory_bytes(layout)
+        assert shared.model_state_peak_bytes(layout) == fresh.model_state_peak_bytes(layout)
 
 
 def test_tp_overlap_twins_share_their_activations_as_the_memory_floors_key_them():
