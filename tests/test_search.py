@@ -289,3 +289,21 @@ def test_search_equals_brute_force_on_nvlink_domains_of_several_nodes(model_name
     assert fast.ranked and [b.layout for b in fast.ranked] == [b.layout for b in slow.ranked]
     assert [b.step_time_s for b in fast.ranked] == [b.step_time_s for b in slow.ranked]
     assert fast.num_candidates == slow.num_candidates
+
+
+@pytest.mark.parametrize("model,gpus,batch", [("tiny-llama", 8, 16), ("llama2-7b", 16, 64)])
+def test_meshes_that_cannot_reach_the_threshold_are_cut_there_with_the_same_plans(monkeypatch, model, gpus, batch):
+    """A mesh's floor, and a visit's remaining pairs, are held to the threshold where the mesh has no plan
+    at or below it (``Standings.whole_cutoff_s``), not to the band above it: the same plans, in the same
+    order and with the same ties, from fewer layouts costed than with the band's cutoff everywhere."""
+    import planner
+    from planner.search.standings import Standings
+
+    job = dict(model=model, hardware="h100-sxm-80gb", gpus=gpus, global_batch=batch, seq_len=512 if gpus == 8 else 4096)
+    cut = planner.plan(**job)
+    monkeypatch.setattr(Standings, "whole_cutoff_s", Standings.cutoff_s)
+    banded = planner.plan(**job)
+    plans = lambda report: [(p.layout, p.step_time_s, p.peak_memory_bytes) for p in (report.best, *report.candidates)]
+    assert plans(cut) == plans(banded) and cut.search["num_tied"] == banded.search["num_tied"]
+    assert cut.search["evaluated"] < banded.search["evaluated"]
+    assert cut.search["space_size"] == banded.search["space_size"] == sum(cut.rejected.values()) + len(plans(cut))

@@ -166,3 +166,25 @@ def test_a_peak_the_search_costed_is_not_costed_again():
         peaks.append(_Recording.peaks)
     assert results[0] == results[1]
     assert peaks[0] > 0 and peaks[1] < peaks[0]
+
+
+def test_a_mesh_without_a_plan_at_the_threshold_is_cut_at_the_threshold_not_the_band_above_it():
+    """``whole_cutoff_s``: a mesh with no plan yet, or only plans past the threshold (the larger of the
+    K-th fastest mesh's time and the fastest's band edge), can be returned only through a plan at or
+    below the threshold, so a bound over all its remaining plans is cut there; a mesh with a plan at or
+    below it keeps its band (``cutoff_s``)."""
+    cm = _job("tiny-llama", 8, "megatron")
+    band, memory_band = tie_band("megatron"), shipped_memory_band("megatron")
+    layout = _fitting(cm)[0].layout
+    standings = Standings(cm, 2, band, memory_band)
+    assert standings.whole_cutoff_s((9,), 0.0) == standings.cutoff_s((9,), 0.0) == float("inf")
+    standings.offer((1,), Offer(layout=layout, step_time_s=1.0))
+    standings.offer((2,), Offer(layout=layout, step_time_s=1.05))
+    threshold = max(1.05, 1.0 * (1 + band.band_rel))
+    standings.offer((3,), Offer(layout=layout, step_time_s=threshold * 1.05))  # past the threshold
+    for degrees, mesh_best in (((1,), 1.0), ((2,), 1.05)):
+        assert standings.whole_cutoff_s(degrees, 0.0) == standings.cutoff_s(degrees, 0.0) == \
+            pytest.approx((1 + band.band_rel) * mesh_best)
+    for degrees in ((3,), (9,)):  # a plan past the threshold only, or none
+        assert standings.cutoff_s(degrees, 0.0) == pytest.approx((1 + band.band_rel) * threshold)
+        assert standings.whole_cutoff_s(degrees, 0.0) == pytest.approx(threshold, rel=1e-8)

@@ -37,9 +37,15 @@ Prunes, each of which never cuts the answer:
   so far and the threshold (the K-th fastest mesh's, or the tie band's edge above the fastest of
   all where that is larger, ``standings.Standings.cutoff_s``): it can then be neither the mesh's
   fastest, nor within the band of the fastest of a mesh the result holds (where the simplest plan
-  is picked, ``ranking.MeshBand``). That cutoff only falls while a mesh waits for its visit, so a group whose bubble floor passes it keeps
-  that floor (``groups.schedule_groups``). Meshes are taken best floor first, so the K-th
-  plan is known early and whole meshes are cut on a floor without a full evaluation.
+  is picked, ``ranking.MeshBand``). A bound that covers every plan of the mesh not yet found (the
+  mesh's floors before its visit, and a pair's bound in the visit, which takes pairs best bound
+  first) is held to the threshold itself where the mesh has no plan at or below it
+  (``Standings.whole_cutoff_s``): a mesh none of whose plans reaches the threshold is returned
+  neither among the first K nor as tied, so the band above the threshold is of no use to it. That
+  cutoff only falls while a mesh waits for its visit, so a group whose bubble floor passes it keeps
+  that floor (``groups.schedule_groups``; a group on its bubble floor takes its pipeline floor
+  when a pair of it is visited). Meshes are taken best floor first, so the K-th plan is known
+  early and whole meshes are cut on a floor without a full evaluation.
 - TP-overlap twins (a layout with overlap on and off; ``bounds.tp_overlap_sign``, proof there): the
   twin whose layers spend more TP time has the larger or equal floors, so the mesh floor takes
   the other, and a group of it waits on its faster twin's pipeline floor; one twin's costed peak
@@ -203,7 +209,7 @@ def _solve(cost_model: CostModel, num_gpus: int, domain_gpus: int, options: Sear
         floor_s, order, stage, mesh, states, groups, cm = heapq.heappop(work)
         if stage < 2:
             states, num_scheds, check, placements = states
-        if floor_s > ranking.cutoff_s(mesh.degrees, BOUND_SLACK):  # the mesh's floor: no pair of it can pass
+        if floor_s > ranking.whole_cutoff_s(mesh.degrees, BOUND_SLACK):  # the mesh's floor: no pair of it can pass
             count(tally.rejected, "slower", (num_scheds if stage < 2 else sum(len(g.members) for g in groups))
                   * len(states))
         elif stage == -1:  # stage 0: the mean floor
@@ -261,8 +267,7 @@ def _visit_mesh(cost_model: CostModel, mesh: MeshChoice, states: list[StateChoic
     left = sum(len(g.members) for g in groups) * len(states)  # schedule choices of the pairs not yet taken
     prune = bool(ranking) or not tally.num_misses  # misses matter only while nothing fits
     for pair in pairs(cost_model, mesh, states, groups, heavy.too_big if prune else None):
-        cutoff_s = ranking.cutoff_s(mesh.degrees, BOUND_SLACK)  # it falls only when a plan is offered
-        if pair.bound_s > cutoff_s:
+        if pair.bound_s > ranking.whole_cutoff_s(mesh.degrees, BOUND_SLACK):  # this pair and every later one
             count(tally.rejected, "slower", left)
             return
         left -= len(pair.members)

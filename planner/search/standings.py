@@ -99,6 +99,20 @@ class Standings:
         mesh_best = band.fastest_s if band is not None else float("inf")
         return (1 + self.band_rel) * min(mesh_best, self._threshold_s) * (1 + slack)
 
+    def whole_cutoff_s(self, degrees: tuple, slack: float) -> float:
+        """``cutoff_s`` for a bound that covers every plan of the mesh not yet found (the mesh before its
+        visit, or every pair of a visit from this one on): where the mesh has no plan at or below the
+        threshold, the threshold itself, widened by ``slack`` and the margins between summed and
+        estimated times (``SUMMED_SLACK``, ``RANK_ROUNDING_S``). A mesh none of whose plans reaches
+        the threshold is slower on estimates than the K-th fastest mesh and than the fastest's band
+        edge, so it is returned neither among the first K nor as tied, and none of its plans is read;
+        a bound past the threshold then cuts all it covers, the band above it included."""
+        band = self.bands.get(degrees)
+        if band is not None and band.fastest_s <= self._threshold_s:
+            return self.cutoff_s(degrees, slack)
+        threshold_s = self._threshold_s * (1 + slack + 2 * SUMMED_SLACK) + 2 * RANK_ROUNDING_S
+        return min(self.cutoff_s(degrees, slack), threshold_s)
+
     def result(self) -> tuple[tuple[CostBreakdown, ...], dict[tuple, int]]:
         """``ranking.ranked_plans`` of the meshes' bands, as brute force makes it, costing in full only
         what decides it: every mesh's offers within ``SUMMED_SLACK`` of its fastest (which is its
