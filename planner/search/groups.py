@@ -64,8 +64,9 @@ def schedule_groups(cost_model: CostModel, mesh: MeshChoice, state: StateChoice,
     """The schedule choices in groups, each with its mean floor raised by a bubble floor
     (``bubble_floor_s``, at most the group's pipeline floor), and with its pipeline floor instead
     (``Group.exact``) in order of that floor while it is below both the least pipeline floor so far
-    and ``cutoff_s`` (the mesh's cutoff less the overhead every state adds; a mesh's cutoff only
-    falls until the mesh is visited, so a group past it can never pass). The least floor is then
+    and ``cutoff_s`` (the mesh's cutoff for a bound over all its plans, ``Standings.whole_cutoff_s``,
+    less the overhead every state adds; it only falls until the mesh is visited, so a group past it
+    passes only if its mesh's visit finds a plan that widens the cutoff to its band). The least floor is then
     the least pipeline floor, as if every group had its own; a group left on its bubble floor takes
     its pipeline floor when a pair of it is visited (``pairs``). Which groups take their pipeline
     floor here changes no pair's bound, so neither the visit nor the answer: the bubble floor only

@@ -44,7 +44,7 @@ Prunes, each of which never cuts the answer:
   neither among the first K nor as tied, so the band above the threshold is of no use to it. That
   cutoff only falls while a mesh waits for its visit, so a group whose bubble floor passes it keeps
   that floor (``groups.schedule_groups``; a group on its bubble floor takes its pipeline floor
-  when a pair of it is visited). Meshes are taken best floor first, so the K-th plan is known
+  when a pair of it is visited, as when the visit's first plans widen the cutoff to their band). Meshes are taken best floor first, so the K-th plan is known
   early and whole meshes are cut on a floor without a full evaluation.
 - TP-overlap twins (a layout with overlap on and off; ``bounds.tp_overlap_sign``, proof there): the
   twin whose layers spend more TP time has the larger or equal floors, so the mesh floor takes
@@ -219,7 +219,7 @@ def _solve(cost_model: CostModel, num_gpus: int, domain_gpus: int, options: Sear
             scheds = runnable_schedules(check, mesh, model, training, options, groups,
                                         _kept_sp_values(cm, mesh, options))
             groups = schedule_groups(cm, mesh, states[0], _undominated(cm, mesh, scheds),
-                                      ranking.cutoff_s(mesh.degrees, BOUND_SLACK) - cm.assumptions.step_overhead_s)
+                                      ranking.whole_cutoff_s(mesh.degrees, BOUND_SLACK) - cm.assumptions.step_overhead_s)
             floor_s = min(group.floor_s for group in groups) + cm.assumptions.step_overhead_s
             heapq.heappush(work, (floor_s, order, 1, mesh, (states, num_scheds, check, placements), groups, cm))
         elif stage == 1:  # stage 2: with each state that may fit, its floor added
