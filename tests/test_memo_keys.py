@@ -2,7 +2,7 @@
 through a memo shared by many layouts equals the value computed afresh."""
 
 import random
-from dataclasses import replace
+from dataclasses import astuple, replace
 from itertools import product
 
 import pytest
@@ -93,3 +93,28 @@ def test_layer_forwards_equal_fresh_ones_when_twins_filled_the_shared_compute_me
     assert len(shared.layers._compute_memo) < len(keys)  # twins shared their compute
     for key, got in zip(keys, computed):
         assert got == CostModel(job).layers.forward(key), key
+
+
+def test_dense_core_sums_kept_across_meshes_equal_the_layouts_own():
+    """``groups.dense_core_sums`` keeps a dense model's core sums by the mesh's shape and placement, the
+    micro-batch size, SP, TP overlap and DualPipe's halving: each (mesh, choice), asked after every
+    other, equals ``bounds.core_sums`` of its own layout (up to the rounding of the order in which the
+    ranks' pieces add, on a fresh cost model)."""
+    from costmodels.bounds import core_sums
+    from planner.search.groups import dense_core_sums
+    from planner.search.space import make_layout, mesh_choices, schedule_choices, state_choices
+
+    job, _ = _job("tiny-llama", "megatron", 8)
+    options = replace(SearchOptions(), schedules=("1f1b", "interleaved", "dualpipe"))
+    shared, asked = CostModel(job), []
+    for mesh in mesh_choices(job.model, job.training, 8, 4, options):
+        state = state_choices(mesh, 4, options, job.model, job.training)[0]
+        for sched in schedule_choices(mesh, job.model, job.training, options):  # on its placement, as searched
+            asked.append((mesh, state, sched, dense_core_sums(shared.placed(mesh.gpus_per_nvlink_domain), mesh, state,
+                                                              sched)))
+    assert any(sched.schedule == "dualpipe" for _, _, sched, _ in asked)
+    for mesh, state, sched, sums in asked:  # core sums add the ranks' pieces in their order: equal up to rounding
+        layout = make_layout(mesh, state, replace(sched, recompute="none"))
+        assert sums == core_sums(shared.placed(mesh.gpus_per_nvlink_domain), layout)
+        fresh = core_sums(CostModel(job).placed(mesh.gpus_per_nvlink_domain), layout)
+        assert all(a == pytest.approx(b, rel=1e-12) for a, b in zip(astuple(sums), astuple(fresh)))

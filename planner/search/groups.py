@@ -13,6 +13,7 @@ from costmodels.assignment import schedule_placement
 from costmodels.bounds import (CoreSums, bubble_floor_from_sums, bubble_floor_s, core_sums, pipeline_floor_s,
                                state_floor_s, tp_overlap_sign)
 from costmodels.estimate import CostModel
+from costmodels.memo import memoised
 from costmodels.layout import RECOMPUTE_MODES
 
 from .space import MeshChoice, PipelineChoice, ScheduleChoice, StateChoice, make_layout
@@ -141,9 +142,23 @@ def _bubble_floor_s(cost_model: CostModel, mesh: MeshChoice, state: StateChoice,
         return bubble_floor_s(cost_model, make_layout(mesh, state, lowest))
     key = (lowest.micro_batch_size, lowest.sequence_parallel, lowest.tp_comm_overlap, lowest.schedule == "dualpipe")
     if key not in sums_of:
-        sums_of[key] = core_sums(cost_model, make_layout(mesh, state, lowest))
+        sums_of[key] = dense_core_sums(cost_model, mesh, state, lowest)
     return bubble_floor_from_sums(sums_of[key], lowest.num_microbatches, mesh.pp, lowest.virtual_stages,
                                   lowest.schedule)
+
+
+def dense_core_sums(cost_model: CostModel, mesh: MeshChoice, state: StateChoice, sched: ScheduleChoice) -> CoreSums:
+    """``bounds.core_sums`` of a dense model's (mesh, state, sched) without recomputation, kept by what
+    it reads of them: the layer pieces' inputs (the mesh's tp, cp, ep, placement and dispatcher, the
+    micro-batch size, SP and TP overlap; every other field of a search's layout is a default) and
+    DualPipe's halving, with pp where halved; no dp, m, placement of the chunks or state. The mesh
+    floor (``solve._dense_core_totals``) and the groups' bubble floors of every mesh of one shape
+    share them, and build no layout for them."""
+    halved = sched.schedule == "dualpipe"
+    key = ("dense core sums", mesh.tp, mesh.cp, mesh.ep, mesh.gpus_per_nvlink_domain, mesh.moe_dispatcher,
+           sched.micro_batch_size, sched.sequence_parallel, sched.tp_comm_overlap, halved, mesh.pp if halved else 0)
+    return memoised(cost_model.bound_memo, key, lambda: core_sums(cost_model, make_layout(
+        mesh, state, sched if sched.recompute == "none" else replace(sched, recompute="none"))))
 
 
 def _slower_overlap_twins(cost_model: CostModel, mesh: MeshChoice, state: StateChoice,

@@ -9,10 +9,11 @@ behind (``state_floor_s``). Their sum bounds every layout of that (schedule grou
 every schedule (states only add to a rank's B pass, which every bubble form is non-decreasing in;
 ``costmodels.bounds``, facts 1-3). A dense mesh with cp > 1 is first bounded by what its ring (or
 all-gather) exchanges alone take (``context_parallel_floor_s``, at most its mean floor), so a mesh
-of many CP ranks is cut before any layer of it is costed. Before its groups are built, a mesh is bounded by its mean floor
-(``mean_floor_s``: the ranks' mean core without p2p, no bubble, DualPipe's most hidden time off),
-which is at most every group's pipeline floor; a group waits for its pipeline floor on its bubble
-floor (``bubble_floor_s``: the mean floor plus a floor on its schedule's bubble).
+of many CP ranks is cut before any layer of it is costed. Before its groups are built, a mesh is
+bounded by its mean floor (``mean_floor_s``: the ranks' mean core without p2p, no bubble,
+DualPipe's most hidden time off), which is at most every group's pipeline floor; a group waits for
+its pipeline floor on its bubble floor (``bubble_floor_s``: the mean floor plus a floor on its
+schedule's bubble).
 
 Prunes, each of which never cuts the answer:
 - Memory: model states alone (no activations) bound memory from below, cutting (mesh, state)
@@ -44,8 +45,9 @@ Prunes, each of which never cuts the answer:
   neither among the first K nor as tied, so the band above the threshold is of no use to it. That
   cutoff only falls while a mesh waits for its visit, so a group whose bubble floor passes it keeps
   that floor (``groups.schedule_groups``; a group on its bubble floor takes its pipeline floor
-  when a pair of it is visited, as when the visit's first plans widen the cutoff to their band). Meshes are taken best floor first, so the K-th plan is known
-  early and whole meshes are cut on a floor without a full evaluation.
+  when a pair of it is visited, as when the visit's first plans widen the cutoff to their band).
+  Meshes are taken best floor first, so the K-th plan is known early and whole meshes are cut on a
+  floor without a full evaluation.
 - TP-overlap twins (a layout with overlap on and off; ``bounds.tp_overlap_sign``, proof there): the
   twin whose layers spend more TP time has the larger or equal floors, so the mesh floor takes
   the other, and a group of it waits on its faster twin's pipeline floor; one twin's costed peak
@@ -67,7 +69,7 @@ from dataclasses import replace
 from typing import Iterator
 
 from costmodels.bands import shipped_memory_band
-from costmodels.bounds import context_parallel_floor_s, core_sums, mean_floor_s, pipeline_floor_s, tp_overlap_sign
+from costmodels.bounds import context_parallel_floor_s, mean_floor_s, pipeline_floor_s, tp_overlap_sign
 from costmodels.breakdown import CostBreakdown
 from costmodels.estimate import CostModel
 from costmodels.memo import memoised
@@ -79,7 +81,7 @@ from costmodels.tie_band import TieBand
 
 from .ranking import tie_band
 from .standings import Offer, Standings
-from .groups import (Group, chunk_placement, first_group_lowest, least_bound_s, pairs, schedule_groups,
+from .groups import (Group, chunk_placement, dense_core_sums, first_group_lowest, least_bound_s, pairs, schedule_groups,
                      states_that_may_fit, with_state_floors)
 from .result import SolverResult, count, overshoot_key
 from .schedule_rules import RuleCheck, SharedRuleChecks, num_runnable_schedules, runnable_schedules
@@ -421,7 +423,9 @@ def _dense_core_totals(cost_model: CostModel, mesh: MeshChoice, state: StateChoi
     key = ("dense core totals", mesh.tp, mesh.cp, mesh.ep, mesh.gpus_per_nvlink_domain, mesh.moe_dispatcher,
            pipe.micro_batch_size, halved, mesh.pp if halved else 0, tuple(values))
     layouts = lambda: _floor_layouts(cost_model, mesh, state, pipe, values, (False,))  # no recomputation
-    return memoised(cost_model.bound_memo, key, lambda: tuple(core_sums(cost_model, L).total_s for L in layouts()))
+    return memoised(cost_model.bound_memo, key, lambda: tuple(
+        dense_core_sums(cost_model, mesh, state, schedule_choice(pipe, "none", L.sequence_parallel, L.tp_comm_overlap,
+                                                                 False)).total_s for L in layouts()))
 
 
 def _kept_sp_values(cost_model: CostModel, mesh: MeshChoice, options: SearchOptions) -> tuple[bool, ...]:
