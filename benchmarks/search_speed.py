@@ -75,6 +75,7 @@ def _report_line(report: planner.PlanReport) -> str:
 
 PHASES = (
     ("memory screen", "planner/search/floors.py", "micro_batch_sizes_that_may_fit"),
+    ("CP floors", "planner/search/solve.py", "_cp_floor_s"),
     ("mesh floors", "planner/search/solve.py", "_mesh_floor_s"),
     ("schedule groups", "planner/search/groups.py", "schedule_groups"),
     ("mesh visits", "planner/search/solve.py", "_visit_mesh"),
