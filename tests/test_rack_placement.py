@@ -140,6 +140,42 @@ def test_search_equals_brute_force_with_placements_dispatchers_and_ep_overlap():
     assert fast.num_candidates == slow.num_candidates and fast.tied_in_mesh == slow.tied_in_mesh
 
 
+def test_the_threshold_cut_is_kept_to_meshes_alone_in_their_band(monkeypatch):
+    """Placements and dispatchers of one mesh share its band (``ranking.mesh_of``), so a twin visited
+    later may still bring the band a plan at or below the threshold, and then its band: the cut of a
+    whole mesh at the threshold (``Standings.whole_cutoff_s``) is asked only for degrees that one
+    searched mesh holds (``test_search_equals_brute_force_with_placements_dispatchers_and_ep_overlap``
+    checks the answer)."""
+    import planner.search.solve as search_solve
+    from planner.search.standings import Standings
+
+    node = replace(GB200, gpus_per_node=2, nodes_per_nvlink_domain=3)
+    cluster = make_cluster(node, 8)
+    training = TrainingSpec(global_batch_size=16, seq_len=512, runtime="megatron")
+    model = load_model("tiny-mixtral")
+    options = SearchOptions(gpus_per_nvlink_domain=(0, 4), moe_dispatchers=("alltoall", "hybridep"))
+    floored: dict[tuple, set] = {}
+    whole: set = set()
+    for name in ("_mesh_floor_s", "_cp_floor_s"):
+        function = getattr(search_solve, name)
+
+        def recording(cost_model, mesh, *args, function=function):
+            floored.setdefault(mesh.degrees, set()).add(mesh)
+            return function(cost_model, mesh, *args)
+        monkeypatch.setattr(search_solve, name, recording)
+    whole_cutoff_s = Standings.whole_cutoff_s
+
+    def recording_whole(self, degrees, slack):
+        whole.add(degrees)
+        return whole_cutoff_s(self, degrees, slack)
+    monkeypatch.setattr(Standings, "whole_cutoff_s", recording_whole)
+    cost_model = lambda: CostModel(Job(model=model, training=training, cluster=cluster,
+                                       convention=CONVENTIONS["megatron"]))
+    assert solve(cost_model(), 8, cluster.nvlink_domain_gpus, options, top_k=3).ranked
+    assert whole and any(len(meshes) > 1 for meshes in floored.values())
+    assert all(len(floored[degrees]) == 1 for degrees in whole)
+
+
 def test_the_slurm_job_asks_for_the_placement(tmp_path):
     plan = tmp_path / "plan.json"
     result = CliRunner().invoke(main, ["evaluate", *QWEN3_JOB, "--dp", "128", "--tp", "1",

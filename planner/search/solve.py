@@ -40,9 +40,10 @@ Prunes, each of which never cuts the answer:
   fastest, nor within the band of the fastest of a mesh the result holds (where the simplest plan
   is picked, ``ranking.MeshBand``). A bound that covers every plan of the mesh not yet found (the
   mesh's floors before its visit, and a pair's bound in the visit, which takes pairs best bound
-  first) is held to the threshold itself where the mesh has no plan at or below it
-  (``Standings.whole_cutoff_s``): a mesh none of whose plans reaches the threshold is returned
-  neither among the first K nor as tied, so the band above the threshold is of no use to it. That
+  first) is held to the threshold itself where the mesh has no plan at or below it and no
+  placement or dispatcher twin shares its band (``Standings.whole_cutoff_s``): a mesh none of whose
+  plans reaches the threshold is returned neither among the first K nor as tied, so the band above
+  the threshold is of no use to it. That
   cutoff only falls while a mesh waits for its visit, so a group whose bubble floor passes it keeps
   that floor (``groups.schedule_groups``; a group on its bubble floor takes its pipeline floor
   when a pair of it is visited, as when the visit's first plans widen the cutoff to their band).
@@ -66,7 +67,7 @@ import heapq
 from collections import Counter
 from contextlib import contextmanager
 from dataclasses import replace
-from typing import Iterator
+from typing import Callable, Iterator
 
 from costmodels.bands import shipped_memory_band
 from costmodels.bounds import context_parallel_floor_s, mean_floor_s, pipeline_floor_s, tp_overlap_sign
@@ -167,6 +168,7 @@ def _solve(cost_model: CostModel, num_gpus: int, domain_gpus: int, options: Sear
     checks: dict[MeshChoice, RuleCheck | None] = {}  # and the rules' answers, shared where they read alike
     shared_checks = SharedRuleChecks(options, model, training)
     unfit: list[tuple] = []  # meshes with no layout that may fit (by model states, then micro-batch size)
+    variants: Counter = Counter()  # meshes of each degrees searched (placements and dispatchers share a band)
     for order, mesh in enumerate(mesh_choices(model, training, num_gpus, domain_gpus, options)):
         cm = cost_model.placed(mesh.gpus_per_nvlink_domain)  # the mesh's collectives on its placement
         if (mesh.dp, mesh.pp) not in pipes_of:
@@ -198,6 +200,7 @@ def _solve(cost_model: CostModel, num_gpus: int, domain_gpus: int, options: Sear
             unfit.append((mesh, states[0], checks[unplaced], pipes, cm))
             continue
         pipes = kept
+        variants[mesh.degrees] += 1
         placements = {chunk_placement(sched) for sched in splits}
         entry = (fitting, num_scheds, checks[unplaced], placements)
         if cm.model.moe is None and mesh.cp > 1:  # stage -1: a dense mesh's CP floor, before its mean floor
@@ -207,11 +210,19 @@ def _solve(cost_model: CostModel, num_gpus: int, domain_gpus: int, options: Sear
         # stage 0: the mean floor; a state adds at least the per-step overhead
         floor_s = _mesh_floor_s(cm, mesh, fitting[0], pipes, options) + cm.assumptions.step_overhead_s
         heapq.heappush(work, (floor_s, order, 0, mesh, entry, pipes, cm))
+    def whole_cutoff_s(mesh: MeshChoice) -> float:
+        """The cutoff of a bound over all of a mesh's plans not yet found: ``Standings.whole_cutoff_s``
+        where the mesh is alone in its band, else ``cutoff_s`` (a placement or dispatcher twin that
+        shares its band may still bring it a plan at or below the threshold, and then the band)."""
+        if variants[mesh.degrees] == 1:
+            return ranking.whole_cutoff_s(mesh.degrees, BOUND_SLACK)
+        return ranking.cutoff_s(mesh.degrees, BOUND_SLACK)
+
     while work:
         floor_s, order, stage, mesh, states, groups, cm = heapq.heappop(work)
         if stage < 2:
             states, num_scheds, check, placements = states
-        if floor_s > ranking.whole_cutoff_s(mesh.degrees, BOUND_SLACK):  # the mesh's floor: no pair of it can pass
+        if floor_s > whole_cutoff_s(mesh):  # the mesh's floor: no pair of it can pass
             count(tally.rejected, "slower", (num_scheds if stage < 2 else sum(len(g.members) for g in groups))
                   * len(states))
         elif stage == -1:  # stage 0: the mean floor
@@ -221,7 +232,7 @@ def _solve(cost_model: CostModel, num_gpus: int, domain_gpus: int, options: Sear
             scheds = runnable_schedules(check, mesh, model, training, options, groups,
                                         _kept_sp_values(cm, mesh, options))
             groups = schedule_groups(cm, mesh, states[0], _undominated(cm, mesh, scheds),
-                                      ranking.whole_cutoff_s(mesh.degrees, BOUND_SLACK) - cm.assumptions.step_overhead_s)
+                                      whole_cutoff_s(mesh) - cm.assumptions.step_overhead_s)
             floor_s = min(group.floor_s for group in groups) + cm.assumptions.step_overhead_s
             heapq.heappush(work, (floor_s, order, 1, mesh, (states, num_scheds, check, placements), groups, cm))
         elif stage == 1:  # stage 2: with each state that may fit, its floor added
@@ -238,7 +249,7 @@ def _solve(cost_model: CostModel, num_gpus: int, domain_gpus: int, options: Sear
             floor_s = least_bound_s(cm, mesh, fitting, groups)
             heapq.heappush(work, (floor_s, order, 2, mesh, fitting, groups, cm))
         else:
-            _visit_mesh(cm, mesh, states, groups, ranking, tally)
+            _visit_mesh(cm, mesh, states, groups, ranking, tally, whole_cutoff_s)
     ranked, tied = ranking.result()
     if not ranked and tally.num_misses:  # nothing fits: each unfit mesh's miss, as stage 2 would have costed it
         for mesh, state, check, pipes, cm in unfit:
@@ -252,7 +263,7 @@ def _solve(cost_model: CostModel, num_gpus: int, domain_gpus: int, options: Sear
 
 
 def _visit_mesh(cost_model: CostModel, mesh: MeshChoice, states: list[StateChoice], groups: list["Group"],
-                ranking: Standings, tally: _Tally) -> None:
+                ranking: Standings, tally: _Tally, whole_cutoff_s: Callable[[MeshChoice], float]) -> None:
     """Evaluate a mesh's (group, state) pairs best bound first (``pairs``) until the bound passes the
     cutoff, passing over pairs none of whose members fits (``Pair.too_big``, asked before a group on its
     bubble floor takes its pipeline floor: in a memory-bound search most such groups hold no layout that
@@ -269,7 +280,7 @@ def _visit_mesh(cost_model: CostModel, mesh: MeshChoice, states: list[StateChoic
     left = sum(len(g.members) for g in groups) * len(states)  # schedule choices of the pairs not yet taken
     prune = bool(ranking) or not tally.num_misses  # misses matter only while nothing fits
     for pair in pairs(cost_model, mesh, states, groups, heavy.too_big if prune else None):
-        if pair.bound_s > ranking.whole_cutoff_s(mesh.degrees, BOUND_SLACK):  # this pair and every later one
+        if pair.bound_s > whole_cutoff_s(mesh):  # this pair and every later one
             count(tally.rejected, "slower", left)
             return
         left -= len(pair.members)

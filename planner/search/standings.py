@@ -106,7 +106,9 @@ class Standings:
         estimated times (``SUMMED_SLACK``, ``RANK_ROUNDING_S``). A mesh none of whose plans reaches
         the threshold is slower on estimates than the K-th fastest mesh and than the fastest's band
         edge, so it is returned neither among the first K nor as tied, and none of its plans is read;
-        a bound past the threshold then cuts all it covers, the band above it included."""
+        a bound past the threshold then cuts all it covers, the band above it included. Only for a
+        mesh alone in its band: a placement or dispatcher twin (same degrees) may still bring the band
+        a plan at or below the threshold, and then its band (``solve``)."""
         band = self.bands.get(degrees)
         if band is not None and band.fastest_s <= self._threshold_s:
             return self.cutoff_s(degrees, slack)
