@@ -58,7 +58,6 @@ class RuleCheck:
                                                     sched)
         return answer
 
-
     def runnable_values(self, pipe: PipelineChoice, overlap_runs: bool, tp_values: list[tuple[bool, bool]],
                         ep_values: tuple[bool, ...]) -> int:
         """How many of ``pipe``'s (recomputation, SP, TP overlap, EP overlap) values pass the rules,

@@ -82,8 +82,8 @@ from costmodels.tie_band import TieBand
 
 from .ranking import tie_band
 from .standings import Offer, Standings
-from .groups import (Group, chunk_placement, dense_core_sums, first_group_lowest, least_bound_s, pairs, schedule_groups,
-                     states_that_may_fit, with_state_floors)
+from .groups import (Group, chunk_placement, dense_core_sums, first_group_lowest, least_bound_s, pairs,
+                     schedule_groups, states_that_may_fit, with_state_floors)
 from .result import SolverResult, count, overshoot_key
 from .schedule_rules import RuleCheck, SharedRuleChecks, num_runnable_schedules, runnable_schedules
 from .space import (MeshChoice, PipelineChoice, ScheduleChoice, SearchOptions, StateChoice, ep_overlap_values,

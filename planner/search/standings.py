@@ -6,9 +6,10 @@ step time ``CostModel.estimate`` reports, summed in another order: equal up to r
 costed in full only if the result needs it. Of the 200-350 layouts the reference searches offer,
 the result reads a few dozen: the fastest of each mesh that may be returned (one past both the K-th
 fastest mesh and the fastest's band edge on summed times, with margins, cannot be), then the bands
-of the meshes it returns (``ranking.ranked_plans``), with the peaks the search costed already. Every choice the result makes is made on full estimates, over a
-superset of the layouts it could read (``SUMMED_SLACK``), so it is the one brute force makes;
-a plan that only sits in a returned mesh's band, not its pick, is read for its layout and peak.
+of the meshes it returns (``ranking.ranked_plans``), with the peaks the search costed already.
+Every choice the result makes is made on full estimates, over a superset of the layouts it could
+read (``SUMMED_SLACK``), so it is the one brute force makes; a plan that only sits in a returned
+mesh's band, not its pick, is read for its layout and peak.
 """
 
 from __future__ import annotations
@@ -31,6 +32,12 @@ within this margin of a choice the result makes."""
 RANK_ROUNDING_S = 2e-12
 """Step times within this of each other may round alike in ``ranking.rank_key`` (to 1e-12 s), where
 peak memory then orders them: every offer within it of a mesh's fastest is costed in full."""
+
+
+def _margin_s(seconds: float) -> float:
+    """Twice the most a summed step time of about ``seconds`` and its estimate may differ by, with the
+    rounding of ``ranking.rank_key``: a summed time past another by more lies past it on estimates."""
+    return 2 * (seconds * SUMMED_SLACK + RANK_ROUNDING_S)
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,8 +119,7 @@ class Standings:
         band = self.bands.get(degrees)
         if band is not None and band.fastest_s <= self._threshold_s:
             return self.cutoff_s(degrees, slack)
-        threshold_s = self._threshold_s * (1 + slack + 2 * SUMMED_SLACK) + 2 * RANK_ROUNDING_S
-        return min(self.cutoff_s(degrees, slack), threshold_s)
+        return min(self.cutoff_s(degrees, slack), self._threshold_s * (1 + slack) + _margin_s(self._threshold_s))
 
     def result(self) -> tuple[tuple[CostBreakdown, ...], dict[tuple, int]]:
         """``ranking.ranked_plans`` of the meshes' bands, as brute force makes it, costing in full only
@@ -159,15 +165,13 @@ class Standings:
         fastest mesh's and than the fastest mesh's band edge, each with its margin added, is slower on
         estimates than K meshes and than the tie band of the fastest, so neither among the first K nor
         tied; its band is never costed."""
-        def margin(seconds: float) -> float:
-            return 2 * (seconds * SUMMED_SLACK + RANK_ROUNDING_S)
-
         fastest = sorted(band.fastest_s for band in self.bands.values())
         if not fastest:
             return []
         kth_s = fastest[min(self.top_k, len(fastest)) - 1]
-        limit_s = max(kth_s + margin(kth_s), (fastest[0] + margin(fastest[0])) * (1 + self.band_rel))
-        return [degrees for degrees, band in self.bands.items() if band.fastest_s - margin(band.fastest_s) <= limit_s]
+        limit_s = max(kth_s + _margin_s(kth_s), (fastest[0] + _margin_s(fastest[0])) * (1 + self.band_rel))
+        return [degrees for degrees, band in self.bands.items()
+                if band.fastest_s - _margin_s(band.fastest_s) <= limit_s]
 
     def _costed(self, offer: Offer) -> CostBreakdown:
         return offer.breakdown if offer.breakdown is not None else self.cost_model.estimate(offer.layout)
